@@ -1,0 +1,257 @@
+#include "core/config.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+
+extern char** environ;
+
+namespace weft {
+namespace config {
+
+Registry& Registry::Global() {
+  static Registry* registry = new Registry();  // never destroyed: settings are globals
+  return *registry;
+}
+
+void Registry::Register(Setting* setting) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!settings_.emplace(setting->name(), setting).second) {
+    std::fprintf(stderr, "weft: setting %s is registered twice\n", setting->name().c_str());
+    std::abort();
+  }
+}
+
+const char* Registry::RawValue(const std::string& name, std::string* storage) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = overrides_.find(name);
+    if (it != overrides_.end()) {
+      *storage = it->second;
+      return storage->c_str();
+    }
+  }
+  return std::getenv(name.c_str());
+}
+
+Status Registry::Reload() {
+  std::vector<Setting*> settings;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& entry : settings_) settings.push_back(entry.second);
+  }
+  std::vector<std::string> errors;
+  for (Setting* s : settings) {
+    std::call_once(s->loaded_, [] {});
+    Status st = s->Load();
+    if (!st.ok()) errors.emplace_back(st.message());
+  }
+  if (!errors.empty()) return InvalidArgument(absl::StrJoin(errors, "; "));
+  return OkStatus();
+}
+
+Status Registry::Set(const std::string& name, const std::string& value) {
+  Setting* setting = nullptr;
+  std::string previous;
+  bool had_previous = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = settings_.find(name);
+    if (it == settings_.end()) {
+      return InvalidArgument("'", name, "' is not a weft setting");
+    }
+    setting = it->second;
+    auto old = overrides_.find(name);
+    if (old != overrides_.end()) {
+      had_previous = true;
+      previous = old->second;
+    }
+    overrides_[name] = value;
+  }
+  std::call_once(setting->loaded_, [] {});
+  Status st = setting->Load();
+  if (!st.ok()) {  // leave everything as it was
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (had_previous) {
+        overrides_[name] = previous;
+      } else {
+        overrides_.erase(name);
+      }
+    }
+    (void)setting->Load();
+  }
+  return st;
+}
+
+void Registry::Unset(const std::string& name) {
+  Setting* setting = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    overrides_.erase(name);
+    auto it = settings_.find(name);
+    if (it == settings_.end()) return;
+    setting = it->second;
+  }
+  std::call_once(setting->loaded_, [] {});
+  (void)setting->Load();
+}
+
+StatusOr<std::string> Registry::GetText(const std::string& name) const {
+  const Setting* setting = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = settings_.find(name);
+    if (it == settings_.end()) return InvalidArgument("'", name, "' is not a weft setting");
+    setting = it->second;
+  }
+  return setting->text();
+}
+
+std::vector<const Setting*> Registry::All() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<const Setting*> all;
+  for (const auto& entry : settings_) all.push_back(entry.second);
+  return all;
+}
+
+std::string Registry::Describe() const {
+  std::string out;
+  for (const Setting* s : All()) {
+    absl::StrAppend(&out, "  ", s->name(), "=", s->text(), s->is_set() ? "" : " (default)",
+                    "  -- ", s->description(), "\n");
+  }
+  return out;
+}
+
+std::vector<std::string> Registry::UnknownEnvironment() const {
+  std::vector<std::string> unknown;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (char** env = environ; env != nullptr && *env != nullptr; ++env) {
+    absl::string_view entry(*env);
+    if (!absl::StartsWith(entry, "WEFT_")) continue;
+    std::string name(entry.substr(0, entry.find('=')));
+    // Build-time overrides (WEFT_TORCH_HOME, ...) are read by Bazel, not at run time.
+    if (absl::EndsWith(name, "_HOME")) continue;
+    if (settings_.count(name) == 0) unknown.push_back(name);
+  }
+  return unknown;
+}
+
+Setting::Setting(const char* name, Type type, std::string default_text,
+                 const char* description)
+    : name_(name), type_(type), default_text_(std::move(default_text)),
+      description_(description) {
+  Registry::Global().Register(this);
+}
+
+bool Setting::is_set() const {
+  std::string storage;
+  return Registry::Global().RawValue(name_, &storage) != nullptr;
+}
+
+std::string Setting::text() const {
+  std::string storage;
+  const char* raw = Registry::Global().RawValue(name_, &storage);
+  return raw != nullptr ? std::string(raw) : default_text_;
+}
+
+Status Setting::Load() {
+  std::string storage;
+  const char* raw = Registry::Global().RawValue(name_, &storage);
+  if (raw != nullptr && Parse(std::string(absl::StripAsciiWhitespace(raw)))) {
+    return OkStatus();
+  }
+  Parse(default_text_);
+  if (raw == nullptr) return OkStatus();
+  return InvalidArgument(name_, "='", raw, "' is not valid: expected ", expected(),
+                         " (default ", default_text_, ")");
+}
+
+void Setting::EnsureLoaded() const {
+  std::call_once(loaded_, [this] { (void)const_cast<Setting*>(this)->Load(); });
+}
+
+IntSetting::IntSetting(const char* name, int64_t default_value, const char* description)
+    : Setting(name, Type::kInt, std::to_string(default_value), description),
+      value_(default_value) {}
+
+int64_t IntSetting::Get() const {
+  EnsureLoaded();
+  return value_.load(std::memory_order_relaxed);
+}
+
+bool IntSetting::Parse(const std::string& text) {
+  int64_t v;
+  if (!absl::SimpleAtoi(text, &v)) return false;
+  value_.store(v);
+  return true;
+}
+
+DoubleSetting::DoubleSetting(const char* name, double default_value, const char* description)
+    : Setting(name, Type::kDouble, absl::StrCat(default_value), description),
+      value_(default_value) {}
+
+double DoubleSetting::Get() const {
+  EnsureLoaded();
+  return value_.load(std::memory_order_relaxed);
+}
+
+bool DoubleSetting::Parse(const std::string& text) {
+  double v;
+  if (!absl::SimpleAtod(text, &v)) return false;
+  value_.store(v);
+  return true;
+}
+
+BoolSetting::BoolSetting(const char* name, bool default_value, const char* description)
+    : Setting(name, Type::kBool, default_value ? "1" : "0", description),
+      value_(default_value) {}
+
+bool BoolSetting::Get() const {
+  EnsureLoaded();
+  return value_.load(std::memory_order_relaxed);
+}
+
+bool BoolSetting::Parse(const std::string& text) {
+  bool v;
+  if (!absl::SimpleAtob(text, &v)) return false;
+  value_.store(v);
+  return true;
+}
+
+StringSetting::StringSetting(const char* name, std::string default_value,
+                             const char* description, std::vector<std::string> choices)
+    : Setting(name, Type::kString, default_value, description),
+      choices_(std::move(choices)),
+      value_(std::move(default_value)) {
+  expected_ = choices_.empty() ? "a string" : "one of " + absl::StrJoin(choices_, ", ");
+}
+
+std::string StringSetting::Get() const {
+  EnsureLoaded();
+  std::lock_guard<std::mutex> lock(mu_);
+  return value_;
+}
+
+const char* StringSetting::expected() const { return expected_.c_str(); }
+
+bool StringSetting::Parse(const std::string& text) {
+  std::string v = text;
+  if (!choices_.empty()) {
+    v = absl::AsciiStrToLower(text);
+    bool found = false;
+    for (const auto& c : choices_) found = found || c == v;
+    if (!found) return false;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  value_ = v;
+  return true;
+}
+
+}  // namespace config
+}  // namespace weft

@@ -1,0 +1,217 @@
+#include "core/tensor.h"
+
+#include <cmath>
+
+#include "absl/strings/str_join.h"
+
+namespace weft {
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return 4;
+    case DType::kFloat64: return 8;
+    case DType::kFloat16: return 2;
+    case DType::kBFloat16: return 2;
+    case DType::kInt32: return 4;
+    case DType::kInt64: return 8;
+    case DType::kInt8: return 1;
+    case DType::kUInt8: return 1;
+  }
+  return 0;
+}
+
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return "float32";
+    case DType::kFloat64: return "float64";
+    case DType::kFloat16: return "float16";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+    case DType::kInt8: return "int8";
+    case DType::kUInt8: return "uint8";
+  }
+  return "unknown";
+}
+
+bool IsFloatingPoint(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kFloat16 ||
+         dtype == DType::kBFloat16;
+}
+
+DLDataType ToDLDataType(DType dtype) {
+  DLDataType dl;
+  dl.lanes = 1;
+  dl.bits = static_cast<uint8_t>(DTypeSize(dtype) * 8);
+  switch (dtype) {
+    case DType::kFloat32:
+    case DType::kFloat64:
+    case DType::kFloat16: dl.code = kDLFloat; break;
+    case DType::kBFloat16: dl.code = kDLBfloat; break;
+    case DType::kInt32:
+    case DType::kInt64:
+    case DType::kInt8: dl.code = kDLInt; break;
+    case DType::kUInt8: dl.code = kDLUInt; break;
+  }
+  return dl;
+}
+
+StatusOr<DType> FromDLDataType(DLDataType dl) {
+  if (dl.lanes == 1) {
+    if (dl.code == kDLFloat && dl.bits == 32) return DType::kFloat32;
+    if (dl.code == kDLFloat && dl.bits == 64) return DType::kFloat64;
+    if (dl.code == kDLFloat && dl.bits == 16) return DType::kFloat16;
+    if (dl.code == kDLBfloat && dl.bits == 16) return DType::kBFloat16;
+    if (dl.code == kDLInt && dl.bits == 32) return DType::kInt32;
+    if (dl.code == kDLInt && dl.bits == 64) return DType::kInt64;
+    if (dl.code == kDLInt && dl.bits == 8) return DType::kInt8;
+    if (dl.code == kDLUInt && dl.bits == 8) return DType::kUInt8;
+  }
+  return Unimplemented("unsupported dtype (DLPack code ", static_cast<int>(dl.code), ", ",
+                       static_cast<int>(dl.bits), " bits, ", static_cast<int>(dl.lanes),
+                       " lanes): weft supports float32, float64, float16, bfloat16, int32, "
+                       "int64, int8 and uint8");
+}
+
+std::string Device::ToString() const {
+  return type == Type::kCPU ? "cpu" : absl::StrCat("cuda:", index);
+}
+
+std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> strides(shape.size());
+  int64_t stride = 1;
+  for (int i = static_cast<int>(shape.size()) - 1; i >= 0; --i) {
+    strides[i] = stride;
+    stride *= shape[i];
+  }
+  return strides;
+}
+
+std::string ShapeToString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+TensorView::TensorView(void* data, DType dtype, std::vector<int64_t> shape, Device device)
+    : data_(data), dtype_(dtype), shape_(std::move(shape)), device_(device) {
+  strides_ = ContiguousStrides(shape_);
+}
+
+TensorView::TensorView(void* data, DType dtype, std::vector<int64_t> shape,
+                       std::vector<int64_t> strides, Device device)
+    : data_(data), dtype_(dtype), shape_(std::move(shape)), strides_(std::move(strides)),
+      device_(device) {}
+
+StatusOr<TensorView> TensorView::FromDLTensor(const DLTensor& dl) {
+  WEFT_ASSIGN_OR_RETURN(DType dtype, FromDLDataType(dl.dtype));
+  Device device;
+  if (dl.device.device_type == kDLCPU || dl.device.device_type == kDLCUDAHost) {
+    device = Device::CPU();
+  } else if (dl.device.device_type == kDLCUDA) {
+    device = Device::CUDA(dl.device.device_id);
+  } else {
+    return Unimplemented("unsupported device type ", static_cast<int>(dl.device.device_type),
+                         ": weft supports CPU and CUDA tensors");
+  }
+  if (dl.ndim < 0) return InvalidArgument("DLTensor has negative ndim ", dl.ndim);
+  if (dl.ndim > 0 && dl.shape == nullptr) return InvalidArgument("DLTensor has no shape");
+  std::vector<int64_t> shape(dl.shape, dl.shape + dl.ndim);
+  for (int64_t d : shape) {
+    if (d < 0) return InvalidArgument("DLTensor has a negative dimension: ", ShapeToString(shape));
+  }
+  std::vector<int64_t> strides = dl.strides != nullptr
+                                     ? std::vector<int64_t>(dl.strides, dl.strides + dl.ndim)
+                                     : ContiguousStrides(shape);
+  char* data = static_cast<char*>(dl.data) + dl.byte_offset;
+  return TensorView(data, dtype, std::move(shape), std::move(strides), device);
+}
+
+DLTensor TensorView::ToDLTensor() const {
+  DLTensor dl;
+  dl.data = data_;
+  dl.device.device_type = device_.type == Device::Type::kCPU ? kDLCPU : kDLCUDA;
+  dl.device.device_id = device_.index;
+  dl.ndim = ndim();
+  dl.dtype = ToDLDataType(dtype_);
+  dl.shape = const_cast<int64_t*>(shape_.data());
+  dl.strides = const_cast<int64_t*>(strides_.data());
+  dl.byte_offset = 0;
+  return dl;
+}
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape_) n *= d;
+  return n;
+}
+
+bool TensorView::is_contiguous() const {
+  int64_t expected = 1;
+  for (int i = ndim() - 1; i >= 0; --i) {
+    if (shape_[i] != 1 && strides_[i] != expected) return false;
+    expected *= shape_[i];
+  }
+  return true;
+}
+
+std::string TensorView::ToString() const {
+  return absl::StrCat(DTypeName(dtype_), ShapeToString(shape_), " on ", device_.ToString());
+}
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exponent = (h >> 10) & 0x1f;
+  uint32_t mantissa = h & 0x3ff;
+  uint32_t bits;
+  if (exponent == 0) {
+    if (mantissa == 0) {
+      bits = sign;
+    } else {  // subnormal: normalize
+      exponent = 127 - 15 + 1;
+      while ((mantissa & 0x400) == 0) {
+        mantissa <<= 1;
+        --exponent;
+      }
+      mantissa &= 0x3ff;
+      bits = sign | (exponent << 23) | (mantissa << 13);
+    }
+  } else if (exponent == 0x1f) {
+    bits = sign | 0x7f800000 | (mantissa << 13);
+  } else {
+    bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+uint16_t FloatToHalf(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
+  const uint32_t abs = bits & 0x7fffffff;
+  if (abs >= 0x7f800000) {  // inf or nan
+    return sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0);
+  }
+  if (abs >= 0x477ff000) return sign | 0x7c00;  // rounds to >= 65520: overflow to inf
+  if (abs < 0x38800000) {                        // below the smallest normal half
+    // Subnormal half: value * 2^24 rounded to nearest even.
+    float magnitude;
+    std::memcpy(&magnitude, &abs, sizeof(magnitude));
+    const float scaled = magnitude * 16777216.0f;  // exact
+    return sign | static_cast<uint16_t>(std::nearbyint(scaled));
+  }
+  const uint32_t mantissa_odd = (abs >> 13) & 1;
+  const uint32_t rounded = abs + 0xfff + mantissa_odd;
+  return sign | static_cast<uint16_t>((rounded - (112u << 23)) >> 13);
+}
+
+uint16_t FloatToBFloat16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  if ((bits & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  const uint32_t lsb = (bits >> 16) & 1;
+  bits += 0x7fff + lsb;
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+}  // namespace weft

@@ -1,0 +1,103 @@
+#include "core/timeline.h"
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+
+namespace weft {
+
+Timeline::~Timeline() { Close(); }
+
+int64_t Timeline::NowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string JsonEscape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20) {
+          out += absl::StrFormat("\\u%04x", c);
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out;
+}
+
+Status Timeline::Open(const std::string& path, int process_id, const std::string& process_name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ != nullptr) return FailedPrecondition("timeline is already open");
+  file_ = std::fopen(path.c_str(), "w");
+  if (file_ == nullptr) {
+    return InvalidArgument("cannot open timeline file '", path, "': ", std::strerror(errno));
+  }
+  pid_ = process_id;
+  first_ = true;
+  rows_.clear();
+  std::fputs("[\n", file_);
+  WriteEvent(absl::StrFormat(
+      R"({"name": "process_name", "ph": "M", "pid": %d, "tid": 0, "args": {"name": "%s"}})",
+      pid_, JsonEscape(process_name)));
+  return OkStatus();
+}
+
+void Timeline::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ == nullptr) return;
+  std::fputs("\n]\n", file_);
+  std::fclose(file_);
+  file_ = nullptr;
+}
+
+void Timeline::WriteEvent(const std::string& json) {
+  if (!first_) std::fputs(",\n", file_);
+  first_ = false;
+  std::fputs(json.c_str(), file_);
+}
+
+int Timeline::RowFor(const std::string& tensor) {
+  auto it = rows_.find(tensor);
+  if (it != rows_.end()) return it->second;
+  const int row = static_cast<int>(rows_.size()) + 1;
+  rows_.emplace(tensor, row);
+  WriteEvent(absl::StrFormat(
+      R"({"name": "thread_name", "ph": "M", "pid": %d, "tid": %d, "args": {"name": "%s"}})",
+      pid_, row, JsonEscape(tensor)));
+  return row;
+}
+
+void Timeline::Span(const std::string& tensor, const char* phase, int64_t start_us,
+                    int64_t end_us, const std::string& detail) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ == nullptr) return;
+  const int row = RowFor(tensor);
+  WriteEvent(absl::StrFormat(
+      R"({"name": "%s", "ph": "X", "pid": %d, "tid": %d, "ts": %d, "dur": %d, "args": {"tensor": "%s", "detail": "%s"}})",
+      phase, pid_, row, start_us, end_us > start_us ? end_us - start_us : 0,
+      JsonEscape(tensor), JsonEscape(detail)));
+}
+
+void Timeline::Instant(const std::string& tensor, const char* what, int64_t at_us,
+                       const std::string& detail) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ == nullptr) return;
+  const int row = RowFor(tensor);
+  WriteEvent(absl::StrFormat(
+      R"({"name": "%s", "ph": "i", "s": "t", "pid": %d, "tid": %d, "ts": %d, "args": {"detail": "%s"}})",
+      what, pid_, row, at_us, JsonEscape(detail)));
+}
+
+}  // namespace weft

@@ -1,0 +1,49 @@
+"""Project macros: the common options in one place, and tests expanded over rank counts."""
+
+WEFT_COPTS = ["-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
+
+def weft_cc_library(name, copts = [], **kwargs):
+    native.cc_library(name = name, copts = WEFT_COPTS + copts, **kwargs)
+
+def weft_cc_binary(name, copts = [], **kwargs):
+    native.cc_binary(name = name, copts = WEFT_COPTS + copts, **kwargs)
+
+def weft_cc_test(name, copts = [], deps = [], **kwargs):
+    """A single-process GoogleTest test."""
+    native.cc_test(
+        name = name,
+        copts = WEFT_COPTS + copts,
+        deps = deps + ["//tests:gtest_main"],
+        **kwargs
+    )
+
+def weft_mpi_test(name, srcs, deps = [], ranks = [1, 2, 4], size = "medium", env = {}, args = [], tags = [], copts = [], **kwargs):
+    """A GoogleTest binary run under real `mpirun`, once per rank count.
+
+    Creates `<name>_bin` and one test `<name>_np<N>` per entry of `ranks`, plus a
+    test_suite `<name>` over all of them.
+    """
+    native.cc_binary(
+        name = name + "_bin",
+        srcs = srcs,
+        copts = WEFT_COPTS + copts,
+        deps = deps + ["//tests:mpi_gtest_main"],
+        testonly = True,
+        **kwargs
+    )
+    tests = []
+    for n in ranks:
+        test_name = "{}_np{}".format(name, n)
+        native.sh_test(
+            name = test_name,
+            srcs = ["//tests:mpirun_test.sh"],
+            args = [str(n), "$(location :{}_bin)".format(name)] + args,
+            data = [":{}_bin".format(name)],
+            size = size,
+            env = env,
+            # Multi-rank tests oversubscribe the machine; running them one at a time keeps
+            # them from starving each other's progress threads.
+            tags = tags + ["mpi", "exclusive"] if n > 2 else tags + ["mpi"],
+        )
+        tests.append(":" + test_name)
+    native.test_suite(name = name, tests = tests, tags = tags)
