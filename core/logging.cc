@@ -20,6 +20,7 @@ const config::StringSetting kLogLevel("WEFT_LOG_LEVEL", "warning",
 std::atomic<int> g_level{-1};
 std::mutex g_prefix_mu;
 std::string g_prefix = "weft";
+std::function<void(LogLevel, const std::string&)> g_sink;  // guarded by g_prefix_mu
 
 int LevelFromSetting() {
   const std::string v = kLogLevel.Get();
@@ -54,6 +55,11 @@ const char* LevelName(LogLevel level) {
   return "?";
 }
 
+void SetSinkForTesting(std::function<void(LogLevel, const std::string&)> sink) {
+  std::lock_guard<std::mutex> lock(g_prefix_mu);
+  g_sink = std::move(sink);
+}
+
 void SetPrefix(const std::string& prefix) {
   std::lock_guard<std::mutex> lock(g_prefix_mu);
   g_prefix = prefix;
@@ -71,10 +77,13 @@ Message::Message(LogLevel level, const char* file, int line) : level_(level) {
 Message::~Message() {
   out_ << '\n';
   const std::string line = out_.str();
+  {
+    std::lock_guard<std::mutex> lock(g_prefix_mu);
+    if (g_sink) g_sink(level_, line);
+  }
   // One write(2) per line so lines from threads and ranks do not interleave.
   ssize_t unused = ::write(STDERR_FILENO, line.data(), line.size());
   (void)unused;
-  (void)level_;
 }
 
 }  // namespace log

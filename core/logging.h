@@ -7,6 +7,7 @@
 #ifndef WEFT_CORE_LOGGING_H_
 #define WEFT_CORE_LOGGING_H_
 
+#include <functional>
 #include <sstream>
 #include <string>
 
@@ -21,6 +22,8 @@ const char* LevelName(LogLevel level);
 // Re-reads WEFT_LOG_LEVEL (init calls this after Registry::Reload()).
 void Refresh();
 void SetPrefix(const std::string& prefix);
+// Tests capture log lines through a sink (nullptr restores stderr only).
+void SetSinkForTesting(std::function<void(LogLevel, const std::string&)> sink);
 
 class Message {
  public:
@@ -36,9 +39,19 @@ class Message {
 }  // namespace log
 }  // namespace weft
 
-#define WEFT_LOG(severity)                                        \
-  if (!::weft::log::Enabled(::weft::LogLevel::k##severity)) {     \
-  } else                                                          \
-    ::weft::log::Message(::weft::LogLevel::k##severity, __FILE__, __LINE__).stream()
+namespace weft {
+namespace log {
+// Lets WEFT_LOG be one expression, safe inside an unbraced if/else.
+struct Voidify {
+  void operator&(std::ostream&) {}
+};
+}  // namespace log
+}  // namespace weft
+
+#define WEFT_LOG(severity)                                          \
+  !::weft::log::Enabled(::weft::LogLevel::k##severity)              \
+      ? (void)0                                                     \
+      : ::weft::log::Voidify() &                                    \
+            ::weft::log::Message(::weft::LogLevel::k##severity, __FILE__, __LINE__).stream()
 
 #endif  // WEFT_CORE_LOGGING_H_

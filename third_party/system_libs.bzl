@@ -30,7 +30,7 @@ def _shell_words(rctx, argv):
     result = rctx.execute([tool] + argv[1:])
     if result.return_code != 0:
         return []
-    return result.stdout.strip().split()
+    return [w for w in result.stdout.replace("\n", " ").split(" ") if w]
 
 def _missing(rctx, message):
     if rctx.attr.required:

@@ -1,0 +1,646 @@
+// The public C++ API: process model, topology state, argument checks, and the ops, each a
+// validated request handed to the engine.
+#include "comm/comm.h"
+
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_join.h"
+#include "comm/engine.h"
+#include "core/config.h"
+#include "core/logging.h"
+#include "core/timeline.h"
+
+namespace weft {
+namespace {
+
+using comm::Descriptor;
+using comm::OpType;
+using comm::Request;
+
+const config::StringSetting kTimelinePath(
+    "WEFT_TIMELINE", "",
+    "Write a Chrome trace of every op's phases here (one file per rank: NAME.rank<R>.json "
+    "when several ranks run; '%r' in the path is replaced by the rank).");
+const config::IntSetting kRanksPerMachine(
+    "WEFT_RANKS_PER_MACHINE", 0,
+    "Treat every N consecutive ranks as one machine (0: machines are found from shared "
+    "memory). For testing hierarchical ops on one host.");
+
+struct State {
+  comm::Context ctx;
+  Timeline timeline;
+  std::unique_ptr<comm::Engine> engine;
+  std::mutex topo_mu;
+  std::shared_ptr<const Topology> topology;
+  bool weighted = false;
+  std::shared_ptr<const Topology> machine_topology;
+  bool machine_weighted = false;
+};
+
+std::mutex g_mu;
+std::shared_ptr<State> g_state;  // set between init() and shutdown()
+bool g_own_mpi = false;
+bool g_atexit_registered = false;
+
+std::shared_ptr<State> Current() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_state;
+}
+
+Status NotInitialized(const char* what) {
+  return FailedPrecondition(what, ": weft is not initialized; call weft::init() first");
+}
+
+void AtExit() {
+  if (Current() != nullptr) {
+    Status s = shutdown();
+    if (!s.ok()) WEFT_LOG(Warning) << "shutdown at exit: " << s;
+  }
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (g_own_mpi && !finalized) MPI_Finalize();
+}
+
+std::string TimelineFile(const std::string& path, int rank, int size) {
+  std::string out = path;
+  const size_t at = out.find("%r");
+  if (at != std::string::npos) return out.replace(at, 2, std::to_string(rank));
+  if (size == 1) return out;
+  const size_t dot = out.rfind('.');
+  const size_t slash = out.rfind('/');
+  const std::string suffix = absl::StrCat(".rank", rank);
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return out + suffix;
+  return out.insert(dot, suffix);
+}
+
+Status CheckTensor(const TensorView& t, const char* op, const char* which) {
+  if (!t.defined()) return InvalidArgument(op, ": the ", which, " tensor has no data");
+  if (t.device().type != Device::Type::kCPU) {
+    return Unimplemented(op, ": the ", which, " tensor is on ", t.device().ToString(),
+                         "; CUDA tensors need weft's NCCL backend, which this build does not "
+                         "include (move the tensor to the CPU)");
+  }
+  if (!t.is_contiguous()) {
+    return InvalidArgument(op, ": the ", which, " tensor ", t.ToString(),
+                           " is not contiguous; pass a contiguous tensor (the LibTorch "
+                           "adapter copies for you)");
+  }
+  return OkStatus();
+}
+
+Status CheckSameLayout(const TensorView& in, const TensorView& out, const char* op) {
+  WEFT_RETURN_IF_ERROR(CheckTensor(out, op, "output"));
+  if (in.dtype() != out.dtype() || in.shape() != out.shape()) {
+    return InvalidArgument(op, ": the output must have the input's dtype and shape: input ",
+                           in.ToString(), ", output ", out.ToString());
+  }
+  return OkStatus();
+}
+
+Status CheckRank(int r, int size, const char* op, const char* what) {
+  if (r < 0 || r >= size) {
+    return InvalidArgument(op, ": ", what, " ", r, " is out of range: ranks are 0..", size - 1);
+  }
+  return OkStatus();
+}
+
+Status CheckWeights(const std::map<int, double>& weights, int size, int self, const char* op,
+                    const char* what, const char* unit) {
+  for (const auto& [r, w] : weights) {
+    if (r < 0 || r >= size) {
+      return InvalidArgument(op, ": ", what, " names ", unit, " ", r, ", out of range 0..",
+                             size - 1);
+    }
+    if (r == self) {
+      return InvalidArgument(op, ": ", what, " names this ", unit, " (", self,
+                             "); give its weight as self_weight");
+    }
+    if (!std::isfinite(w)) {
+      return InvalidArgument(op, ": ", what, " gives ", unit, " ", r, " the weight ", w);
+    }
+  }
+  return OkStatus();
+}
+
+void AppendBits(std::string* out, double v) {
+  char bytes[sizeof(double)];
+  std::memcpy(bytes, &v, sizeof(v));
+  out->append(bytes, sizeof(bytes));
+}
+
+std::string PatternSignature(const char* tag, double self_weight,
+                             const std::vector<std::pair<int, double>>& send,
+                             const std::vector<std::pair<int, double>>& recv) {
+  std::string sig = tag;
+  AppendBits(&sig, self_weight);
+  for (const auto& [r, w] : send) {
+    sig += absl::StrCat("s", r);
+    AppendBits(&sig, w);
+  }
+  for (const auto& [r, w] : recv) {
+    sig += absl::StrCat("r", r);
+    AppendBits(&sig, w);
+  }
+  return sig;
+}
+
+// Resolves neighbor weights into the request: who to send to (with the sender-side
+// scale) and receive from (with the receiver-side weight), for ranks or machines.
+Status ResolveNeighborWeights(Request* r, const Topology& topo, bool weighted, int self,
+                              std::optional<double> self_weight,
+                              const std::optional<std::map<int, double>>& src_weights,
+                              const std::optional<std::map<int, double>>& dst_weights,
+                              const char* op, const char* unit, const char* prefix) {
+  const int n = topo.size();
+  const std::string sw_name = absl::StrCat("self_weight");
+  const std::string src_name = absl::StrCat(prefix, "src_", unit == std::string("machine") ? "machine_" : "", "weights");
+  const std::string dst_name = absl::StrCat(prefix, "dst_", unit == std::string("machine") ? "machine_" : "", "weights");
+  if (self_weight.has_value() != src_weights.has_value()) {
+    return InvalidArgument(op, ": self_weight and ", src_name,
+                           " go together: pass both or neither");
+  }
+  if (dst_weights.has_value() && !self_weight.has_value()) {
+    return InvalidArgument(op, ": ", dst_name, " needs self_weight and ", src_name);
+  }
+  if (self_weight.has_value() && !std::isfinite(*self_weight)) {
+    return InvalidArgument(op, ": self_weight is ", *self_weight);
+  }
+  if (src_weights) WEFT_RETURN_IF_ERROR(CheckWeights(*src_weights, n, self, op, src_name.c_str(), unit));
+  if (dst_weights) WEFT_RETURN_IF_ERROR(CheckWeights(*dst_weights, n, self, op, dst_name.c_str(), unit));
+
+  r->send.clear();
+  r->recv.clear();
+  if (dst_weights.has_value()) {  // dynamic: exactly these ranks, this call only
+    r->self_weight = *self_weight;
+    for (const auto& e : *dst_weights) r->send.push_back(e);
+    for (const auto& e : *src_weights) r->recv.push_back(e);
+  } else {
+    for (int j : topo.out_neighbors(self)) r->send.emplace_back(j, 1.0);
+    const std::vector<int>& in = topo.in_neighbors(self);
+    if (src_weights.has_value()) {
+      for (const auto& [j, w] : *src_weights) {
+        if (!std::binary_search(in.begin(), in.end(), j)) {
+          return InvalidArgument(op, ": ", src_name, " names ", unit, " ", j,
+                                 ", which is not an in-neighbor of ", unit, " ", self,
+                                 " in the topology (in-neighbors: ",
+                                 in.empty() ? "none" : absl::StrJoin(in, ", "),
+                                 "); pass dst_weights for a dynamic exchange");
+        }
+      }
+      // Every in-neighbor sends under a static topology; those not named weigh 0.
+      r->self_weight = *self_weight;
+      for (int j : in) {
+        auto it = src_weights->find(j);
+        r->recv.emplace_back(j, it == src_weights->end() ? 0.0 : it->second);
+      }
+    } else if (weighted) {
+      RecvWeights rw = GetRecvWeights(topo, self);
+      r->self_weight = rw.self_weight;
+      for (const auto& e : rw.neighbor_weights) r->recv.push_back(e);
+    } else {
+      const double w = 1.0 / static_cast<double>(in.size() + 1);
+      r->self_weight = w;
+      for (int j : in) r->recv.emplace_back(j, w);
+    }
+  }
+  for (const auto& e : r->send) r->desc.send_ranks.push_back(e.first);
+  for (const auto& e : r->recv) r->desc.recv_ranks.push_back(e.first);
+  return OkStatus();
+}
+
+StatusOr<std::shared_ptr<State>> Begin(const char* op, const std::string& name) {
+  auto state = Current();
+  if (state == nullptr) return NotInitialized(op);
+  if (!name.empty() && name[0] == '#') {
+    return InvalidArgument(op, ": names starting with '#' are reserved for unnamed ops: '",
+                           name, "'");
+  }
+  return state;
+}
+
+std::shared_ptr<Request> NewRequest(const State& state, OpType op, const TensorView& in,
+                                    const TensorView& out, const std::string& name) {
+  auto r = std::make_shared<Request>();
+  r->in = in;
+  r->out = out;
+  r->desc.rank = state.ctx.rank;
+  r->desc.op = op;
+  r->desc.key = name;
+  r->desc.dtype = in.dtype();
+  r->desc.device = in.device();
+  r->desc.shape = in.shape();
+  r->desc.machine = state.ctx.machine_rank;
+  r->desc.local_rank = state.ctx.local_rank;
+  return r;
+}
+
+std::pair<std::shared_ptr<const Topology>, bool> Topo(State& s) {
+  std::lock_guard<std::mutex> lock(s.topo_mu);
+  return {s.topology, s.weighted};
+}
+
+}  // namespace
+
+TensorView Handle::output() const { return request_ ? request_->out : TensorView(); }
+
+Status init() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_state != nullptr) {
+    return FailedPrecondition("init: weft is already initialized; call shutdown() first");
+  }
+  Status config_status = config::Registry::Global().Reload();
+  if (!config_status.ok()) return Annotate(config_status, "init: invalid configuration");
+  log::Refresh();
+
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (finalized) return FailedPrecondition("init: MPI was already finalized in this process");
+  if (!initialized) {
+    int provided = 0;
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+      return Internal("init: MPI_Init_thread failed");
+    }
+    g_own_mpi = true;
+  }
+  if (!g_atexit_registered) {
+    std::atexit(AtExit);
+    g_atexit_registered = true;
+  }
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_MULTIPLE) {
+    return FailedPrecondition(
+        "init: MPI runs at thread level ", provided,
+        ", but weft's engine thread needs MPI_THREAD_MULTIPLE: initialize MPI with "
+        "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let weft initialize it");
+  }
+
+  auto state = std::make_shared<State>();
+  comm::Context& ctx = state->ctx;
+  MPI_Comm_rank(MPI_COMM_WORLD, &ctx.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ctx.size);
+  MPI_Comm_dup(MPI_COMM_WORLD, &ctx.control);
+  MPI_Comm_dup(MPI_COMM_WORLD, &ctx.data);
+  const int64_t per_machine = kRanksPerMachine.Get();
+  if (per_machine > 0) {
+    MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(ctx.rank / per_machine), ctx.rank,
+                   &ctx.local);
+  } else {
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, ctx.rank, MPI_INFO_NULL,
+                        &ctx.local);
+  }
+  MPI_Comm_rank(ctx.local, &ctx.local_rank);
+  MPI_Comm_size(ctx.local, &ctx.local_size);
+  MPI_Comm_split(MPI_COMM_WORLD, ctx.local_rank, ctx.rank, &ctx.cross);
+  int machine[2] = {0, 0};
+  if (ctx.local_rank == 0) {
+    MPI_Comm_rank(ctx.cross, &machine[0]);
+    MPI_Comm_size(ctx.cross, &machine[1]);
+  }
+  MPI_Bcast(machine, 2, MPI_INT, 0, ctx.local);
+  ctx.machine_rank = machine[0];
+  ctx.machine_size = machine[1];
+
+  log::SetPrefix(absl::StrCat("weft ", ctx.rank, "/", ctx.size));
+  WEFT_LOG(Debug) << "settings in force:\n" << config::Registry::Global().Describe();
+  for (const std::string& name : config::Registry::Global().UnknownEnvironment()) {
+    WEFT_LOG(Warning) << name << " is set but is not a weft setting (a typo?)";
+  }
+  const std::string timeline = kTimelinePath.Get();
+  if (!timeline.empty()) {
+    Status st = state->timeline.Open(TimelineFile(timeline, ctx.rank, ctx.size), ctx.rank,
+                                     absl::StrCat("rank ", ctx.rank));
+    if (!st.ok()) WEFT_LOG(Error) << "WEFT_TIMELINE: " << st << "; continuing without it";
+  }
+
+  auto topo = ExponentialGraph(ctx.size);
+  auto machine_topo = ExponentialGraph(ctx.machine_size);
+  state->topology = std::make_shared<const Topology>(std::move(*topo));
+  state->machine_topology = std::make_shared<const Topology>(std::move(*machine_topo));
+
+  state->engine = std::make_unique<comm::Engine>(ctx, &state->timeline);
+  State* raw = state.get();
+  state->engine->on_set_topology = [raw](const Request& r) {
+    std::lock_guard<std::mutex> lock(raw->topo_mu);
+    raw->topology = r.new_topology;
+    raw->weighted = r.new_topology_weighted;
+  };
+  state->engine->Start();
+  g_state = std::move(state);
+  return OkStatus();
+}
+
+Status shutdown() {
+  auto state = Current();
+  if (state == nullptr) return NotInitialized("shutdown");
+  auto r = std::make_shared<Request>();
+  r->desc.rank = state->ctx.rank;
+  r->desc.op = OpType::kShutdown;
+  r->desc.key = "#shutdown";
+  Status status;
+  auto handle = state->engine->Submit(r);
+  if (!handle.ok()) return handle.status();  // another thread is shutting down
+  status = wait(*handle);
+  state->engine->Join();
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_state.reset();
+  }
+  comm::Context& ctx = state->ctx;
+  for (MPI_Comm* c : {&ctx.control, &ctx.data, &ctx.local, &ctx.cross}) {
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+  }
+  state->timeline.Close();
+  log::SetPrefix("weft");
+  return status;
+}
+
+bool is_initialized() { return Current() != nullptr; }
+
+#define WEFT_QUERY(fn, field)            \
+  int fn() {                             \
+    auto s = Current();                  \
+    return s ? s->ctx.field : -1;        \
+  }
+WEFT_QUERY(rank, rank)
+WEFT_QUERY(size, size)
+WEFT_QUERY(local_rank, local_rank)
+WEFT_QUERY(local_size, local_size)
+WEFT_QUERY(machine_rank, machine_rank)
+WEFT_QUERY(machine_size, machine_size)
+#undef WEFT_QUERY
+
+Status set_topology(const Topology& topo, bool is_weighted) {
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin("set_topology", ""));
+  if (topo.size() != state->ctx.size) {
+    return InvalidArgument("set_topology: the topology has ", topo.size(),
+                           " ranks but weft runs ", state->ctx.size);
+  }
+  auto r = NewRequest(*state, OpType::kSetTopology, TensorView(), TensorView(), "");
+  r->new_topology = std::make_shared<const Topology>(topo);
+  r->new_topology_weighted = is_weighted;
+  r->desc.fingerprint = topo.AdjacencyFingerprint();
+  WEFT_ASSIGN_OR_RETURN(Handle h, state->engine->Submit(r));
+  return wait(h);
+}
+
+Topology load_topology() {
+  auto s = Current();
+  return s ? *Topo(*s).first : Topology();
+}
+
+bool is_topo_weighted() {
+  auto s = Current();
+  return s ? Topo(*s).second : false;
+}
+
+std::vector<int> in_neighbor_ranks() {
+  auto s = Current();
+  return s ? Topo(*s).first->in_neighbors(s->ctx.rank) : std::vector<int>();
+}
+
+std::vector<int> out_neighbor_ranks() {
+  auto s = Current();
+  return s ? Topo(*s).first->out_neighbors(s->ctx.rank) : std::vector<int>();
+}
+
+Status set_machine_topology(const Topology& topo, bool is_weighted) {
+  auto state = Current();
+  if (state == nullptr) return NotInitialized("set_machine_topology");
+  if (topo.size() != state->ctx.machine_size) {
+    return InvalidArgument("set_machine_topology: the topology has ", topo.size(),
+                           " machines but weft runs on ", state->ctx.machine_size);
+  }
+  std::lock_guard<std::mutex> lock(state->topo_mu);
+  state->machine_topology = std::make_shared<const Topology>(topo);
+  state->machine_weighted = is_weighted;
+  return OkStatus();
+}
+
+Topology load_machine_topology() {
+  auto s = Current();
+  if (!s) return Topology();
+  std::lock_guard<std::mutex> lock(s->topo_mu);
+  return *s->machine_topology;
+}
+
+StatusOr<Handle> allreduce_nonblocking(const TensorView& in, const TensorView& out, bool average,
+                                       const std::string& name) {
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin("allreduce", name));
+  WEFT_RETURN_IF_ERROR(CheckTensor(in, "allreduce", "input"));
+  WEFT_RETURN_IF_ERROR(CheckSameLayout(in, out, "allreduce"));
+  auto r = NewRequest(*state, OpType::kAllreduce, in, out, name);
+  r->desc.average = average;
+  r->desc.fusion_signature = average ? "avg" : "sum";
+  return state->engine->Submit(r);
+}
+
+StatusOr<Handle> broadcast_nonblocking(const TensorView& in, const TensorView& out,
+                                       int root_rank, const std::string& name) {
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin("broadcast", name));
+  WEFT_RETURN_IF_ERROR(CheckTensor(in, "broadcast", "input"));
+  WEFT_RETURN_IF_ERROR(CheckSameLayout(in, out, "broadcast"));
+  WEFT_RETURN_IF_ERROR(CheckRank(root_rank, state->ctx.size, "broadcast", "root_rank"));
+  auto r = NewRequest(*state, OpType::kBroadcast, in, out, name);
+  r->desc.root = root_rank;
+  r->desc.fusion_signature = absl::StrCat("root", root_rank);
+  return state->engine->Submit(r);
+}
+
+StatusOr<Handle> allgather_nonblocking(const TensorView& in, Allocator alloc,
+                                       const std::string& name) {
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin("allgather", name));
+  WEFT_RETURN_IF_ERROR(CheckTensor(in, "allgather", "input"));
+  if (in.ndim() == 0) {
+    return InvalidArgument("allgather: the input must have at least one dimension (it is "
+                           "concatenated along dim 0); got a scalar");
+  }
+  if (!alloc) return InvalidArgument("allgather: no output allocator given");
+  auto r = NewRequest(*state, OpType::kAllgather, in, TensorView(), name);
+  r->alloc = std::move(alloc);
+  return state->engine->Submit(r);
+}
+
+StatusOr<Handle> neighbor_allgather_nonblocking(const TensorView& in, Allocator alloc,
+                                                const NeighborAllgatherOptions& options,
+                                                const std::string& name) {
+  const char* op = "neighbor_allgather";
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin(op, name));
+  WEFT_RETURN_IF_ERROR(CheckTensor(in, op, "input"));
+  if (in.ndim() == 0) {
+    return InvalidArgument(op, ": the input must have at least one dimension; got a scalar");
+  }
+  if (!alloc) return InvalidArgument(op, ": no output allocator given");
+  if (options.src_ranks.has_value() != options.dst_ranks.has_value()) {
+    return InvalidArgument(op, ": src_ranks and dst_ranks go together: pass both or neither");
+  }
+  auto r = NewRequest(*state, OpType::kNeighborAllgather, in, TensorView(), name);
+  r->alloc = std::move(alloc);
+  const int self = state->ctx.rank;
+  if (options.src_ranks.has_value()) {
+    for (const auto* list : {&*options.src_ranks, &*options.dst_ranks}) {
+      std::set<int> seen;
+      const char* what = list == &*options.src_ranks ? "src_ranks" : "dst_ranks";
+      for (int j : *list) {
+        WEFT_RETURN_IF_ERROR(CheckRank(j, state->ctx.size, op, what));
+        if (j == self) return InvalidArgument(op, ": ", what, " names this rank (", self, ")");
+        if (!seen.insert(j).second) return InvalidArgument(op, ": ", what, " names rank ", j, " twice");
+      }
+    }
+    for (int j : *options.src_ranks) r->recv.emplace_back(j, 1.0);
+    for (int j : *options.dst_ranks) r->send.emplace_back(j, 1.0);
+  } else {
+    auto topo = Topo(*state).first;
+    for (int j : topo->in_neighbors(self)) r->recv.emplace_back(j, 1.0);
+    for (int j : topo->out_neighbors(self)) r->send.emplace_back(j, 1.0);
+  }
+  for (const auto& e : r->send) r->desc.send_ranks.push_back(e.first);
+  for (const auto& e : r->recv) r->desc.recv_ranks.push_back(e.first);
+  return state->engine->Submit(r);
+}
+
+StatusOr<Handle> neighbor_allreduce_nonblocking(const TensorView& in, const TensorView& out,
+                                                const NeighborAllreduceOptions& options,
+                                                const std::string& name) {
+  const char* op = "neighbor_allreduce";
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin(op, name));
+  WEFT_RETURN_IF_ERROR(CheckTensor(in, op, "input"));
+  WEFT_RETURN_IF_ERROR(CheckSameLayout(in, out, op));
+  auto r = NewRequest(*state, OpType::kNeighborAllreduce, in, out, name);
+  auto [topo, weighted] = Topo(*state);
+  WEFT_RETURN_IF_ERROR(ResolveNeighborWeights(r.get(), *topo, weighted, state->ctx.rank,
+                                              options.self_weight, options.src_weights,
+                                              options.dst_weights, op, "rank", ""));
+  r->desc.fusion_signature = PatternSignature("nar", r->self_weight, r->send, r->recv);
+  return state->engine->Submit(r);
+}
+
+StatusOr<Handle> hierarchical_neighbor_allreduce_nonblocking(
+    const TensorView& in, const TensorView& out,
+    const HierarchicalNeighborAllreduceOptions& options, const std::string& name) {
+  const char* op = "hierarchical_neighbor_allreduce";
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin(op, name));
+  WEFT_RETURN_IF_ERROR(CheckTensor(in, op, "input"));
+  WEFT_RETURN_IF_ERROR(CheckSameLayout(in, out, op));
+  auto r = NewRequest(*state, OpType::kHierarchicalNeighborAllreduce, in, out, name);
+  std::shared_ptr<const Topology> topo;
+  bool weighted;
+  {
+    std::lock_guard<std::mutex> lock(state->topo_mu);
+    topo = state->machine_topology;
+    weighted = state->machine_weighted;
+  }
+  WEFT_RETURN_IF_ERROR(ResolveNeighborWeights(
+      r.get(), *topo, weighted, state->ctx.machine_rank, options.self_weight,
+      options.src_machine_weights, options.dst_machine_weights, op, "machine", ""));
+  r->desc.fusion_signature = PatternSignature("hnar", r->self_weight, r->send, r->recv);
+  return state->engine->Submit(r);
+}
+
+StatusOr<Handle> pair_gossip_nonblocking(const TensorView& in, const TensorView& out, int peer,
+                                         double self_weight, double pair_weight,
+                                         const std::string& name) {
+  const char* op = "pair_gossip";
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin(op, name));
+  WEFT_RETURN_IF_ERROR(CheckTensor(in, op, "input"));
+  WEFT_RETURN_IF_ERROR(CheckSameLayout(in, out, op));
+  WEFT_RETURN_IF_ERROR(CheckRank(peer, state->ctx.size, op, "peer"));
+  if (peer == state->ctx.rank) {
+    return InvalidArgument(op, ": rank ", peer, " cannot gossip with itself");
+  }
+  if (!std::isfinite(self_weight) || !std::isfinite(pair_weight)) {
+    return InvalidArgument(op, ": weights must be finite: self_weight ", self_weight,
+                           ", pair_weight ", pair_weight);
+  }
+  auto r = NewRequest(*state, OpType::kPairGossip, in, out, name);
+  r->self_weight = self_weight;
+  r->pair_weight = pair_weight;
+  r->send = {{peer, 1.0}};
+  r->recv = {{peer, pair_weight}};
+  r->desc.send_ranks = {peer};
+  r->desc.recv_ranks = {peer};
+  r->desc.fusion_signature = PatternSignature("gossip", self_weight, r->send, r->recv);
+  return state->engine->Submit(r);
+}
+
+StatusOr<Handle> barrier_nonblocking() {
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin("barrier", ""));
+  auto r = NewRequest(*state, OpType::kBarrier, TensorView(), TensorView(), "");
+  return state->engine->Submit(r);
+}
+
+bool poll(const Handle& handle) {
+  if (!handle.request_) return true;
+  std::lock_guard<std::mutex> lock(handle.request_->mu);
+  return handle.request_->done;
+}
+
+Status wait(const Handle& handle) {
+  if (!handle.request_) return InvalidArgument("wait: the handle is empty");
+  comm::Request& r = *handle.request_;
+  std::unique_lock<std::mutex> lock(r.mu);
+  r.cv.wait(lock, [&] { return r.done; });
+  return r.status;
+}
+
+// Blocking forms: the nonblocking call plus a wait.
+Status allreduce(const TensorView& in, const TensorView& out, bool average,
+                 const std::string& name) {
+  WEFT_ASSIGN_OR_RETURN(Handle h, allreduce_nonblocking(in, out, average, name));
+  return wait(h);
+}
+
+Status broadcast(const TensorView& in, const TensorView& out, int root_rank,
+                 const std::string& name) {
+  WEFT_ASSIGN_OR_RETURN(Handle h, broadcast_nonblocking(in, out, root_rank, name));
+  return wait(h);
+}
+
+StatusOr<TensorView> allgather(const TensorView& in, Allocator alloc, const std::string& name) {
+  WEFT_ASSIGN_OR_RETURN(Handle h, allgather_nonblocking(in, std::move(alloc), name));
+  WEFT_RETURN_IF_ERROR(wait(h));
+  return h.output();
+}
+
+StatusOr<TensorView> neighbor_allgather(const TensorView& in, Allocator alloc,
+                                        const NeighborAllgatherOptions& options,
+                                        const std::string& name) {
+  WEFT_ASSIGN_OR_RETURN(Handle h,
+                        neighbor_allgather_nonblocking(in, std::move(alloc), options, name));
+  WEFT_RETURN_IF_ERROR(wait(h));
+  return h.output();
+}
+
+Status neighbor_allreduce(const TensorView& in, const TensorView& out,
+                          const NeighborAllreduceOptions& options, const std::string& name) {
+  WEFT_ASSIGN_OR_RETURN(Handle h, neighbor_allreduce_nonblocking(in, out, options, name));
+  return wait(h);
+}
+
+Status hierarchical_neighbor_allreduce(const TensorView& in, const TensorView& out,
+                                       const HierarchicalNeighborAllreduceOptions& options,
+                                       const std::string& name) {
+  WEFT_ASSIGN_OR_RETURN(Handle h,
+                        hierarchical_neighbor_allreduce_nonblocking(in, out, options, name));
+  return wait(h);
+}
+
+Status pair_gossip(const TensorView& in, const TensorView& out, int peer, double self_weight,
+                   double pair_weight, const std::string& name) {
+  WEFT_ASSIGN_OR_RETURN(Handle h,
+                        pair_gossip_nonblocking(in, out, peer, self_weight, pair_weight, name));
+  return wait(h);
+}
+
+Status barrier() {
+  WEFT_ASSIGN_OR_RETURN(Handle h, barrier_nonblocking());
+  return wait(h);
+}
+
+}  // namespace weft

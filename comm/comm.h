@@ -1,0 +1,162 @@
+// weft's communication API for C++: the process model, the virtual topology, and every
+// collective and neighbor operation on tensor views. Semantics: shared/design/comm.md and
+// comm/README.md. LibTorch users: comm/torch/torch_comm.h takes torch::Tensor directly.
+//
+// Every op has a blocking form (returns Status) and a nonblocking form (returns a Handle at
+// once; poll() or wait() on it). Ops are matched across ranks by `name`, or by call order
+// when unnamed, and every rank must call every op. `out` may be `in` (in place).
+#ifndef WEFT_COMM_COMM_H_
+#define WEFT_COMM_COMM_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/topology.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace weft {
+
+namespace comm {
+struct Request;
+class Engine;
+}  // namespace comm
+
+// Allocates the output of an op whose shape is only known once the ranks agree
+// (allgather, neighbor_allgather). Called on weft's background thread.
+using Allocator = std::function<StatusOr<TensorView>(DType, const std::vector<int64_t>& shape)>;
+
+// A nonblocking op in flight. Copyable; the op runs to completion even if every copy is
+// dropped (its buffers must stay alive until then).
+class Handle {
+ public:
+  Handle() = default;
+  bool valid() const { return request_ != nullptr; }
+  // The op's output (for allgather ops, what the Allocator returned); valid after wait().
+  TensorView output() const;
+
+ private:
+  friend class comm::Engine;
+  friend bool poll(const Handle&);
+  friend Status wait(const Handle&);
+  explicit Handle(std::shared_ptr<comm::Request> r) : request_(std::move(r)) {}
+  std::shared_ptr<comm::Request> request_;
+};
+
+// --- process model -------------------------------------------------------------------
+// Starts MPI (if the program has not) and weft's engine. The default topology is
+// ExponentialGraph(size()). Calling init() twice is an error; init() after shutdown() works.
+Status init();
+// Drains the engine: waits until every rank has called shutdown(); ops that cannot
+// complete then fail. MPI itself is finalized at process exit if weft started it.
+Status shutdown();
+bool is_initialized();
+// These return -1 before init().
+int rank();
+int size();
+int local_rank();    // rank among the processes on this machine
+int local_size();
+int machine_rank();  // index of this machine
+int machine_size();
+
+// --- topology --------------------------------------------------------------------------
+// Collective. Every rank must pass an equivalent graph (same edges). Fails, changing
+// nothing, while this or another rank has ops in flight.
+Status set_topology(const Topology& topo, bool is_weighted = false);
+Topology load_topology();
+bool is_topo_weighted();
+std::vector<int> in_neighbor_ranks();
+std::vector<int> out_neighbor_ranks();
+// The topology hierarchical_neighbor_allreduce uses between machines by default
+// (ExponentialGraph(machine_size())).
+Status set_machine_topology(const Topology& topo, bool is_weighted = false);
+Topology load_machine_topology();
+
+// --- ops ---------------------------------------------------------------------------------
+struct NeighborAllreduceOptions {
+  // self_weight and src_weights go together; dst_weights needs both and makes the call
+  // dynamic (point-to-point to exactly those ranks, for this call only).
+  std::optional<double> self_weight;
+  std::optional<std::map<int, double>> src_weights;
+  std::optional<std::map<int, double>> dst_weights;
+  // weft always checks that send and receive sets match (its negotiation carries them at
+  // no extra cost); the flag is kept for Bluefog compatibility.
+  bool enable_topo_check = true;
+};
+
+struct NeighborAllgatherOptions {
+  // Both or neither: receive from src_ranks (output in this order) and send to
+  // dst_ranks instead of the topology's in- and out-neighbors.
+  std::optional<std::vector<int>> src_ranks;
+  std::optional<std::vector<int>> dst_ranks;
+};
+
+struct HierarchicalNeighborAllreduceOptions {
+  // Machine-level weights, keyed by machine index; same rules as NeighborAllreduceOptions.
+  std::optional<double> self_weight;
+  std::optional<std::map<int, double>> src_machine_weights;
+  std::optional<std::map<int, double>> dst_machine_weights;
+};
+
+StatusOr<Handle> allreduce_nonblocking(const TensorView& in, const TensorView& out,
+                                       bool average = true, const std::string& name = "");
+Status allreduce(const TensorView& in, const TensorView& out, bool average = true,
+                 const std::string& name = "");
+
+StatusOr<Handle> broadcast_nonblocking(const TensorView& in, const TensorView& out,
+                                       int root_rank, const std::string& name = "");
+Status broadcast(const TensorView& in, const TensorView& out, int root_rank,
+                 const std::string& name = "");
+
+// Concatenation along dim 0 of every rank's tensor, in rank order; dim 0 may differ.
+StatusOr<Handle> allgather_nonblocking(const TensorView& in, Allocator alloc,
+                                       const std::string& name = "");
+StatusOr<TensorView> allgather(const TensorView& in, Allocator alloc,
+                               const std::string& name = "");
+
+// Concatenation of the in-neighbors' tensors (ordered by rank, or as src_ranks), self
+// excluded.
+StatusOr<Handle> neighbor_allgather_nonblocking(const TensorView& in, Allocator alloc,
+                                                const NeighborAllgatherOptions& options = {},
+                                                const std::string& name = "");
+StatusOr<TensorView> neighbor_allgather(const TensorView& in, Allocator alloc,
+                                        const NeighborAllgatherOptions& options = {},
+                                        const std::string& name = "");
+
+StatusOr<Handle> neighbor_allreduce_nonblocking(const TensorView& in, const TensorView& out,
+                                                const NeighborAllreduceOptions& options = {},
+                                                const std::string& name = "");
+Status neighbor_allreduce(const TensorView& in, const TensorView& out,
+                          const NeighborAllreduceOptions& options = {},
+                          const std::string& name = "");
+
+StatusOr<Handle> hierarchical_neighbor_allreduce_nonblocking(
+    const TensorView& in, const TensorView& out,
+    const HierarchicalNeighborAllreduceOptions& options = {}, const std::string& name = "");
+Status hierarchical_neighbor_allreduce(const TensorView& in, const TensorView& out,
+                                       const HierarchicalNeighborAllreduceOptions& options = {},
+                                       const std::string& name = "");
+
+// Both peers end with self_weight * own + pair_weight * peer's.
+StatusOr<Handle> pair_gossip_nonblocking(const TensorView& in, const TensorView& out, int peer,
+                                         double self_weight = 0.5, double pair_weight = 0.5,
+                                         const std::string& name = "");
+Status pair_gossip(const TensorView& in, const TensorView& out, int peer,
+                   double self_weight = 0.5, double pair_weight = 0.5,
+                   const std::string& name = "");
+
+StatusOr<Handle> barrier_nonblocking();
+Status barrier();
+
+// True once the op has completed (successfully or not).
+bool poll(const Handle& handle);
+// Waits for the op; returns its status. Waiting twice returns the same status.
+Status wait(const Handle& handle);
+
+}  // namespace weft
+
+#endif  // WEFT_COMM_COMM_H_

@@ -1,0 +1,312 @@
+#include "comm/coordinator.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace weft {
+namespace comm {
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    parts.push_back(j == i ? absl::StrCat(sorted[i]) : absl::StrCat(sorted[i], "-", sorted[j]));
+    i = j + 1;
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+std::string DescribeDisagreement(const std::vector<std::pair<int, std::string>>& by_rank) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;  // in order of first rank
+  for (const auto& [rank, value] : by_rank) {
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return g.first == value; });
+    if (it == groups.end()) {
+      groups.push_back({value, {rank}});
+    } else {
+      it->second.push_back(rank);
+    }
+  }
+  if (groups.size() <= 1) return "";
+  std::vector<std::string> parts;
+  for (const auto& g : groups) {
+    parts.push_back(absl::StrCat(g.first, " on rank", g.second.size() > 1 ? "s " : " ",
+                                 RankList(g.second)));
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
+void Coordinator::Add(const Descriptor& d, int64_t now_us) {
+  auto failed = failed_.find(d.key);
+  if (failed != failed_.end()) {
+    Response error = failed->second.error;
+    error.ranks = {d.rank};
+    immediate_.push_back(std::move(error));
+    failed->second.owed.erase(d.rank);
+    if (failed->second.owed.empty()) failed_.erase(failed);
+    return;
+  }
+  Entry& e = pending_[d.key];
+  if (e.by_rank.empty()) e.first_seen_us = now_us;
+  if (!e.by_rank.emplace(d.rank, d).second) {
+    immediate_.push_back(ErrorFor({d.key}, d.op, absl::StatusCode::kInvalidArgument,
+                                  absl::StrCat(d.display, ": rank ", d.rank,
+                                               " submitted it twice before it completed"),
+                                  {d.rank}));
+    return;
+  }
+  if (static_cast<int>(e.by_rank.size()) == size_) {
+    ready_.emplace_back(d.key, std::move(e));
+    pending_.erase(d.key);
+  }
+}
+
+Response Coordinator::ErrorFor(const std::vector<std::string>& keys, OpType op,
+                               absl::StatusCode code, const std::string& message,
+                               std::vector<int32_t> ranks) const {
+  Response r;
+  r.op = op;
+  r.keys = keys;
+  r.error_code = static_cast<int32_t>(code);
+  r.error_message = message;
+  r.ranks = std::move(ranks);
+  return r;
+}
+
+std::string Coordinator::Validate(const Entry& e) const {
+  const Descriptor& first = e.by_rank.begin()->second;
+  const std::string& what = first.display;
+  std::vector<std::pair<int, std::string>> ops, dtypes, devices, shapes, tails, roots, averages;
+  for (const auto& [rank, d] : e.by_rank) {
+    ops.emplace_back(rank, OpName(d.op));
+    dtypes.emplace_back(rank, DTypeName(d.dtype));
+    devices.emplace_back(rank, d.device.ToString());
+    shapes.emplace_back(rank, ShapeToString(d.shape));
+    std::vector<int64_t> tail(d.shape.begin() + (d.shape.empty() ? 0 : 1), d.shape.end());
+    tails.emplace_back(rank, absl::StrCat("[*", d.shape.empty() ? "" : ", ",
+                                          absl::StrJoin(tail, ", "), "]"));
+    roots.emplace_back(rank, absl::StrCat("root ", d.root));
+    averages.emplace_back(rank, d.average ? "average" : "sum");
+  }
+  std::string diff = DescribeDisagreement(ops);
+  if (!diff.empty()) {
+    const std::string label = first.key[0] == '#' ? absl::StrCat("unnamed op ", first.key)
+                                                  : absl::StrCat("'", first.key, "'");
+    return absl::StrCat(label, ": ranks submitted different operations: ", diff);
+  }
+  if (!(diff = DescribeDisagreement(dtypes)).empty()) {
+    return absl::StrCat(what, ": dtype differs across ranks: ", diff);
+  }
+  if (!(diff = DescribeDisagreement(devices)).empty()) {
+    return absl::StrCat(what, ": device differs across ranks: ", diff);
+  }
+  const OpType op = first.op;
+  if (op == OpType::kAllgather || op == OpType::kNeighborAllgather) {
+    if (!(diff = DescribeDisagreement(tails)).empty()) {
+      return absl::StrCat(what, ": shapes must agree in every dimension but the first: ",
+                          diff);
+    }
+  } else if (op != OpType::kBarrier && op != OpType::kSetTopology &&
+             op != OpType::kShutdown) {
+    if (!(diff = DescribeDisagreement(shapes)).empty()) {
+      return absl::StrCat(what, ": shape differs across ranks: ", diff);
+    }
+  }
+  if (op == OpType::kBroadcast && !(diff = DescribeDisagreement(roots)).empty()) {
+    return absl::StrCat(what, ": root rank differs across ranks: ", diff);
+  }
+  if (op == OpType::kAllreduce && !(diff = DescribeDisagreement(averages)).empty()) {
+    return absl::StrCat(what, ": average/sum differs across ranks: ", diff);
+  }
+  if (op == OpType::kSetTopology) {
+    std::vector<std::pair<int, std::string>> prints;
+    std::vector<int> busy;
+    for (const auto& [rank, d] : e.by_rank) {
+      prints.emplace_back(rank, absl::StrCat("graph #", d.fingerprint));
+      if (d.in_flight > 0) busy.push_back(rank);
+    }
+    if (!busy.empty()) {
+      return absl::StrCat("set_topology: ops are still in flight on rank",
+                          busy.size() > 1 ? "s " : " ", RankList(busy),
+                          "; wait for them before changing the topology");
+    }
+    if (!(diff = DescribeDisagreement(prints)).empty()) {
+      return absl::StrCat("set_topology: ranks passed topologies that are not equivalent "
+                          "(different edges): ",
+                          diff);
+    }
+  }
+
+  // Point-to-point patterns: what each rank expects to receive must be exactly what the
+  // others send it, or the exchange would hang.
+  const bool ranks_pattern = op == OpType::kNeighborAllgather ||
+                             op == OpType::kNeighborAllreduce || op == OpType::kPairGossip;
+  const bool machine_pattern = op == OpType::kHierarchicalNeighborAllreduce;
+  if (ranks_pattern || machine_pattern) {
+    std::map<int, const Descriptor*> nodes;  // rank or machine -> its descriptor
+    for (const auto& [rank, d] : e.by_rank) {
+      if (ranks_pattern) {
+        nodes[rank] = &d;
+      } else if (d.local_rank == 0) {
+        nodes[d.machine] = &d;
+      }
+    }
+    const char* unit = ranks_pattern ? "rank" : "machine";
+    std::map<int, std::set<int>> senders_to;
+    for (const auto& [node, d] : nodes) {
+      for (int to : d->send_ranks) senders_to[to].insert(node);
+    }
+    std::vector<std::string> problems;
+    for (const auto& [node, d] : nodes) {
+      std::set<int> expected(d->recv_ranks.begin(), d->recv_ranks.end());
+      const std::set<int>& actual = senders_to[node];
+      for (int from : expected) {
+        if (!actual.count(from)) {
+          problems.push_back(absl::StrCat(unit, " ", node, " expects to receive from ", unit,
+                                          " ", from, ", which does not send to it"));
+        }
+      }
+      for (int from : actual) {
+        if (!expected.count(from)) {
+          problems.push_back(absl::StrCat(unit, " ", from, " sends to ", unit, " ", node,
+                                          ", which does not expect it"));
+        }
+      }
+    }
+    for (const auto& [to, from] : senders_to) {
+      if (!nodes.count(to)) {
+        problems.push_back(absl::StrCat(unit, " ", RankList({from.begin(), from.end()}),
+                                        " sends to ", unit, " ", to, ", which does not exist"));
+      }
+    }
+    if (!problems.empty()) {
+      const size_t shown = std::min<size_t>(problems.size(), 8);
+      std::vector<std::string> head(problems.begin(), problems.begin() + shown);
+      return absl::StrCat(what, ": send and receive ranks do not match: ",
+                          absl::StrJoin(head, "; "),
+                          problems.size() > shown
+                              ? absl::StrCat(" (and ", problems.size() - shown, " more)")
+                              : "");
+    }
+  }
+  return "";
+}
+
+bool Coordinator::Fusable(OpType op) {
+  return op == OpType::kAllreduce || op == OpType::kBroadcast ||
+         op == OpType::kNeighborAllreduce || op == OpType::kHierarchicalNeighborAllreduce ||
+         op == OpType::kPairGossip;
+}
+
+bool Coordinator::CanFuse(const Entry& a, const Entry& b) const {
+  const Descriptor& da = a.by_rank.begin()->second;
+  const Descriptor& db = b.by_rank.begin()->second;
+  if (da.op != db.op || !Fusable(da.op) || da.dtype != db.dtype || da.device != db.device) {
+    return false;
+  }
+  for (const auto& [rank, d] : a.by_rank) {
+    const Descriptor& other = b.by_rank.at(rank);
+    if (d.fusion_signature.empty() || d.fusion_signature != other.fusion_signature) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<Response> Coordinator::TakeReady(int64_t fusion_threshold) {
+  std::vector<Response> out = std::move(immediate_);
+  immediate_.clear();
+  const Entry* group_head = nullptr;  // first entry of the open fused group
+  int64_t group_bytes = 0;
+  for (auto& [key, entry] : ready_) {
+    const Descriptor& d = entry.by_rank.begin()->second;
+    const std::string problem = Validate(entry);
+    if (!problem.empty()) {
+      out.push_back(ErrorFor({key}, d.op, absl::StatusCode::kInvalidArgument, problem, {}));
+      group_head = nullptr;
+      continue;
+    }
+    const int64_t bytes = static_cast<int64_t>(d.nbytes());
+    if (group_head != nullptr && CanFuse(*group_head, entry) &&
+        group_bytes + bytes <= fusion_threshold) {
+      out.back().keys.push_back(key);
+      group_bytes += bytes;
+      continue;
+    }
+    Response r;
+    r.op = d.op;
+    r.keys = {key};
+    if (d.op == OpType::kAllgather || d.op == OpType::kNeighborAllgather) {
+      std::vector<int64_t> dims(size_);
+      for (const auto& [rank, rd] : entry.by_rank) dims[rank] = rd.shape.empty() ? 1 : rd.shape[0];
+      r.first_dims.push_back(std::move(dims));
+    }
+    out.push_back(std::move(r));
+    group_head = Fusable(d.op) ? &entry : nullptr;
+    group_bytes = bytes;
+  }
+  ready_.clear();
+  return out;
+}
+
+std::string Coordinator::MissingRanks(const Entry& e) const {
+  std::vector<int> missing;
+  for (int r = 0; r < size_; ++r) {
+    if (!e.by_rank.count(r)) missing.push_back(r);
+  }
+  return RankList(missing);
+}
+
+Coordinator::StallReport Coordinator::CheckStalls(int64_t now_us, double warning_s,
+                                                  double timeout_s) {
+  StallReport report;
+  const int64_t warn_us = static_cast<int64_t>(warning_s * 1e6);
+  const int64_t timeout_us = static_cast<int64_t>(timeout_s * 1e6);
+  std::vector<std::string> timed_out;
+  for (auto& [key, e] : pending_) {
+    const int64_t waited = now_us - e.first_seen_us;
+    const Descriptor& d = e.by_rank.begin()->second;
+    std::vector<int> present;
+    for (const auto& entry : e.by_rank) present.push_back(entry.first);
+    if (timeout_us > 0 && waited >= timeout_us) {
+      timed_out.push_back(key);
+      continue;
+    }
+    if (warn_us > 0 && waited >= warn_us && now_us - e.last_warned_us >= warn_us) {
+      e.last_warned_us = now_us;
+      report.warnings.push_back(absl::StrCat(
+          d.display, " has waited ", waited / 1000000, " s for rank",
+          size_ - present.size() > 1 ? "s " : " ", MissingRanks(e), " (submitted by rank",
+          present.size() > 1 ? "s " : " ", RankList(present),
+          "): a rank that never calls it stalls every rank; check that all ranks run the same "
+          "ops in the same order"));
+    }
+  }
+  for (const std::string& key : timed_out) {
+    Entry& e = pending_[key];
+    const Descriptor& d = e.by_rank.begin()->second;
+    std::vector<int32_t> present;
+    std::set<int> owed;
+    for (const auto& entry : e.by_rank) present.push_back(entry.first);
+    for (int r = 0; r < size_; ++r) {
+      if (!e.by_rank.count(r)) owed.insert(r);
+    }
+    Response error = ErrorFor(
+        {key}, d.op, absl::StatusCode::kDeadlineExceeded,
+        absl::StrCat(d.display, " timed out after ", timeout_s, " s (WEFT_STALL_TIMEOUT_SECONDS)",
+                     " waiting for rank", owed.size() > 1 ? "s " : " ", MissingRanks(e)),
+        present);
+    report.errors.push_back(error);
+    failed_[key] = Failed{error, owed};
+    pending_.erase(key);
+  }
+  return report;
+}
+
+}  // namespace comm
+}  // namespace weft

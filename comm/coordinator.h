@@ -1,0 +1,78 @@
+// The negotiation logic run by rank 0: collects every rank's descriptors, decides what is
+// ready (every rank submitted it), checks that the ranks agree (op, dtype, device, shape,
+// root, neighbor pattern, topology), fuses consecutive compatible ops, and watches for
+// stalls. Pure code: the engine feeds it messages; the tests feed it directly.
+#ifndef WEFT_COMM_COORDINATOR_H_
+#define WEFT_COMM_COORDINATOR_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "comm/protocol.h"
+
+namespace weft {
+namespace comm {
+
+class Coordinator {
+ public:
+  explicit Coordinator(int size) : size_(size) {}
+
+  // Records one rank's descriptor, received at `now_us`.
+  void Add(const Descriptor& d, int64_t now_us);
+
+  // Responses for every key that all ranks have submitted, in the order they became
+  // ready, with consecutive compatible small ops fused up to `fusion_threshold` bytes;
+  // errors for requests that cannot run. Every rank must run them in this order.
+  std::vector<Response> TakeReady(int64_t fusion_threshold);
+
+  struct StallReport {
+    std::vector<std::string> warnings;  // to log
+    std::vector<Response> errors;       // to send (each to the ranks it names)
+  };
+  // Warns (again every `warning_s`) about keys some ranks submitted and others did not
+  // for longer than `warning_s`; with timeout_s > 0, fails them after `timeout_s`. A rank
+  // that submits a failed key later gets the same error at once.
+  StallReport CheckStalls(int64_t now_us, double warning_s, double timeout_s);
+
+  // Keys some ranks submitted and others did not.
+  size_t pending() const { return pending_.size(); }
+
+ private:
+  struct Entry {
+    std::map<int, Descriptor> by_rank;
+    int64_t first_seen_us = 0;
+    int64_t last_warned_us = 0;
+  };
+  struct Failed {
+    Response error;
+    std::set<int> owed;  // ranks that have not submitted it yet
+  };
+
+  // Checks agreement across ranks; empty string when they agree.
+  std::string Validate(const Entry& e) const;
+  std::string MissingRanks(const Entry& e) const;
+  static bool Fusable(OpType op);
+  bool CanFuse(const Entry& a, const Entry& b) const;
+  Response ErrorFor(const std::vector<std::string>& keys, OpType op, absl::StatusCode code,
+                    const std::string& message, std::vector<int32_t> ranks) const;
+
+  int size_;
+  std::map<std::string, Entry> pending_;
+  std::deque<std::pair<std::string, Entry>> ready_;
+  std::map<std::string, Failed> failed_;
+  std::vector<Response> immediate_;  // errors decided in Add
+};
+
+// "v1 on ranks 0-1, 3; v2 on rank 2", or "" when every value is the same.
+std::string DescribeDisagreement(const std::vector<std::pair<int, std::string>>& by_rank);
+// "0-2, 5"
+std::string RankList(const std::vector<int>& ranks);
+
+}  // namespace comm
+}  // namespace weft
+
+#endif  // WEFT_COMM_COORDINATOR_H_

@@ -1,0 +1,354 @@
+#include "comm/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "core/config.h"
+#include "core/logging.h"
+
+namespace weft {
+namespace comm {
+namespace {
+
+const config::IntSetting kFusionThreshold(
+    "WEFT_FUSION_THRESHOLD_BYTES", 64 << 20,
+    "Largest buffer that consecutive small ops of one kind are fused into (0: no fusion).");
+const config::DoubleSetting kStallWarning(
+    "WEFT_STALL_WARNING_SECONDS", 60,
+    "Warn (on rank 0) when some ranks have waited this long for others to submit an op.");
+const config::DoubleSetting kStallTimeout(
+    "WEFT_STALL_TIMEOUT_SECONDS", 0,
+    "Fail an op that some ranks have waited this long for (0: wait forever).");
+const config::IntSetting kSpinMicros(
+    "WEFT_ENGINE_SPIN_MICROS", 200,
+    "How long the engine thread polls without sleeping after activity (latency vs CPU).");
+const config::IntSetting kMaxSleepMicros(
+    "WEFT_ENGINE_MAX_SLEEP_MICROS", 1000,
+    "Longest sleep between polls while ops are outstanding.");
+
+constexpr int kDescriptorTag = 1;
+constexpr int kResponseTag = 2;
+
+int64_t NowMicros() { return Timeline::NowMicros(); }
+
+}  // namespace
+
+void Request::Complete(Status s) {
+  std::lock_guard<std::mutex> lock(mu);
+  status = std::move(s);
+  done = true;
+  cv.notify_all();
+}
+
+Engine::Engine(const Context& ctx, Timeline* timeline) : ctx_(ctx), timeline_(timeline) {
+  if (ctx_.rank == 0) coordinator_ = std::make_unique<Coordinator>(ctx_.size);
+}
+
+Engine::~Engine() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void Engine::Join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+StatusOr<Handle> Engine::Submit(std::shared_ptr<Request> r) {
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (stopping_) {
+      return FailedPrecondition(OpName(r->desc.op),
+                                ": weft is shutting down; no new ops are accepted");
+    }
+    Descriptor& d = r->desc;
+    if (d.key.empty()) {
+      d.key = absl::StrCat("#", next_unnamed_++);
+      d.display = absl::StrCat("unnamed ", OpName(d.op), " ", d.key);
+    } else if (d.key[0] == '#') {  // internal ops with a fixed key (shutdown)
+      d.display = OpName(d.op);
+    } else {
+      if (!names_in_flight_.insert(d.key).second) {
+        return InvalidArgument(OpName(d.op), " '", d.key,
+                               "': an op with this name is already in flight on rank ",
+                               ctx_.rank, "; wait for it before reusing the name");
+      }
+      d.display = absl::StrCat(OpName(d.op), " '", d.key, "'");
+    }
+    if (d.op == OpType::kSetTopology) d.in_flight = in_flight_.load();
+    if (d.op == OpType::kShutdown) stopping_ = true;
+    r->submitted_us = NowMicros();
+    in_flight_.fetch_add(1);
+    queue_.push_back(r);
+  }
+  queue_cv_.notify_one();
+  return MakeHandle(std::move(r));
+}
+
+void Engine::Loop() {
+  int64_t last_progress_us = NowMicros();
+  int64_t sleep_us = 0;
+  while (!shutdown_done_) {
+    if (Progress()) {
+      last_progress_us = NowMicros();
+      sleep_us = 0;
+      continue;
+    }
+    const bool busy = !outstanding_.empty() || !sends_.empty() ||
+                      (coordinator_ != nullptr && coordinator_->pending() > 0);
+    if (busy && NowMicros() - last_progress_us < kSpinMicros.Get()) {
+      std::this_thread::yield();
+      continue;
+    }
+    // Back off: short sleeps while ops are outstanding, long ones when idle. A new
+    // submission wakes the thread at once.
+    if (busy) {
+      sleep_us = std::min<int64_t>(std::max<int64_t>(sleep_us * 2, 10), kMaxSleepMicros.Get());
+    } else {
+      sleep_us = ctx_.rank == 0 ? 10000 : 100000;  // rank 0 still watches for stalls
+    }
+    std::unique_lock<std::mutex> lock(queue_mu_);
+    queue_cv_.wait_for(lock, std::chrono::microseconds(sleep_us),
+                       [this] { return !queue_.empty(); });
+  }
+  // Let the last messages (the shutdown response) reach their ranks.
+  for (auto& s : sends_) MPI_Wait(&s.first, MPI_STATUS_IGNORE);
+  sends_.clear();
+}
+
+bool Engine::Progress() {
+  bool progressed = false;
+  std::deque<std::shared_ptr<Request>> batch;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    batch.swap(queue_);
+  }
+  if (!batch.empty()) {
+    std::vector<Descriptor> descriptors;
+    const int64_t now = NowMicros();
+    for (auto& r : batch) {
+      r->dequeued_us = now;
+      if (timeline_->enabled()) {
+        timeline_->Span(r->desc.display, "queue", r->submitted_us, now, r->in.ToString());
+      }
+      outstanding_[r->desc.key] = r;
+      descriptors.push_back(r->desc);
+    }
+    SendDescriptors(std::move(descriptors));
+    progressed = true;
+  }
+  if (coordinator_ != nullptr) {
+    progressed |= PollDescriptors();
+    progressed |= RunCoordinator();
+  } else {
+    progressed |= PollResponses();
+  }
+  ReapSends();
+  return progressed;
+}
+
+void Engine::SendDescriptors(std::vector<Descriptor> batch) {
+  if (coordinator_ != nullptr) {
+    const int64_t now = NowMicros();
+    for (const Descriptor& d : batch) coordinator_->Add(d, now);
+    return;
+  }
+  auto bytes = std::make_shared<const std::string>(SerializeDescriptors(batch));
+  MPI_Request req;
+  MPI_Isend(bytes->data(), static_cast<int>(bytes->size()), MPI_BYTE, 0, kDescriptorTag,
+            ctx_.control, &req);
+  sends_.emplace_back(req, std::move(bytes));
+}
+
+bool Engine::PollDescriptors() {
+  bool got = false;
+  for (;;) {
+    int flag = 0;
+    MPI_Status status;
+    MPI_Iprobe(MPI_ANY_SOURCE, kDescriptorTag, ctx_.control, &flag, &status);
+    if (!flag) break;
+    int count = 0;
+    MPI_Get_count(&status, MPI_BYTE, &count);
+    std::string bytes(static_cast<size_t>(count), '\0');
+    MPI_Recv(&bytes[0], count, MPI_BYTE, status.MPI_SOURCE, kDescriptorTag, ctx_.control,
+             MPI_STATUS_IGNORE);
+    auto parsed = ParseDescriptors(bytes);
+    if (!parsed.ok()) {
+      WEFT_LOG(Error) << "dropping a message from rank " << status.MPI_SOURCE << ": "
+                      << parsed.status();
+      continue;
+    }
+    const int64_t now = NowMicros();
+    for (const Descriptor& d : *parsed) coordinator_->Add(d, now);
+    got = true;
+  }
+  return got;
+}
+
+bool Engine::RunCoordinator() {
+  std::vector<Response> responses;
+  const int64_t now = NowMicros();
+  if (now - last_stall_check_us_ >= 100000 && coordinator_->pending() > 0) {
+    last_stall_check_us_ = now;
+    auto report = coordinator_->CheckStalls(now, kStallWarning.Get(), kStallTimeout.Get());
+    for (const std::string& w : report.warnings) WEFT_LOG(Warning) << "stall: " << w;
+    for (Response& e : report.errors) {
+      WEFT_LOG(Error) << e.error_message;
+      responses.push_back(std::move(e));
+    }
+  }
+  for (Response& r : coordinator_->TakeReady(kFusionThreshold.Get())) {
+    responses.push_back(std::move(r));
+  }
+  if (responses.empty()) return false;
+  if (ctx_.size > 1) {
+    auto bytes = std::make_shared<const std::string>(SerializeResponses(responses));
+    for (int r = 1; r < ctx_.size; ++r) {
+      MPI_Request req;
+      MPI_Isend(bytes->data(), static_cast<int>(bytes->size()), MPI_BYTE, r, kResponseTag,
+                ctx_.control, &req);
+      sends_.emplace_back(req, bytes);
+    }
+  }
+  Process(responses);
+  return true;
+}
+
+bool Engine::PollResponses() {
+  bool got = false;
+  while (!shutdown_done_) {
+    int flag = 0;
+    MPI_Status status;
+    MPI_Iprobe(0, kResponseTag, ctx_.control, &flag, &status);
+    if (!flag) break;
+    int count = 0;
+    MPI_Get_count(&status, MPI_BYTE, &count);
+    std::string bytes(static_cast<size_t>(count), '\0');
+    MPI_Recv(&bytes[0], count, MPI_BYTE, 0, kResponseTag, ctx_.control, MPI_STATUS_IGNORE);
+    auto parsed = ParseResponses(bytes);
+    if (!parsed.ok()) {
+      // Without the coordinator's word nothing can run in step with the other ranks.
+      FailAll(Internal("corrupt message from the coordinator: ", parsed.status().message()));
+      shutdown_done_ = true;
+      return true;
+    }
+    Process(*parsed);
+    got = true;
+  }
+  return got;
+}
+
+void Engine::Process(const std::vector<Response>& responses) {
+  for (const Response& resp : responses) {
+    if (shutdown_done_) return;
+    if (!resp.ranks.empty() &&
+        std::find(resp.ranks.begin(), resp.ranks.end(), ctx_.rank) == resp.ranks.end()) {
+      continue;
+    }
+    std::vector<std::shared_ptr<Request>> group;
+    const int64_t now = NowMicros();
+    for (const std::string& key : resp.keys) {
+      auto it = outstanding_.find(key);
+      if (it == outstanding_.end()) {
+        WEFT_LOG(Error) << "coordinator named an op this rank has not submitted: " << key;
+        continue;
+      }
+      if (timeline_->enabled()) {
+        timeline_->Span(it->second->desc.display, "negotiate", it->second->dequeued_us, now);
+      }
+      group.push_back(it->second);
+    }
+    if (resp.op == OpType::kShutdown) {
+      // Everything still outstanding can no longer complete on every rank.
+      std::shared_ptr<Request> self = group.empty() ? nullptr : group[0];
+      if (self) outstanding_.erase(self->desc.key);
+      FailAll(FailedPrecondition(
+          "weft was shut down before every rank submitted this op"));
+      if (self) {
+        in_flight_.fetch_sub(1);
+        self->Complete(resp.status());
+      }
+      shutdown_done_ = true;
+      return;
+    }
+    if (group.empty()) continue;
+    if (resp.error_code != 0) {
+      for (auto& r : group) Finish(r, resp.status());
+      continue;
+    }
+    Execute(resp, group);
+  }
+}
+
+void Engine::Execute(const Response& response, std::vector<std::shared_ptr<Request>>& group) {
+  Status status;
+  switch (response.op) {
+    case OpType::kAllreduce: status = RunAllreduce(group); break;
+    case OpType::kBroadcast: status = RunBroadcast(group); break;
+    case OpType::kAllgather: status = RunAllgather(group, response); break;
+    case OpType::kNeighborAllgather:
+      status = RunNeighborAllgather(group[0], response.first_dims.at(0));
+      break;
+    case OpType::kNeighborAllreduce: status = RunNeighborAllreduce(group); break;
+    case OpType::kHierarchicalNeighborAllreduce: status = RunHierarchical(group); break;
+    case OpType::kPairGossip: status = RunPairGossip(group); break;
+    case OpType::kBarrier: {
+      const int64_t start = NowMicros();
+      MPI_Barrier(ctx_.data);
+      Trace(group, "communicate", start);
+      break;
+    }
+    case OpType::kSetTopology:
+      if (on_set_topology) on_set_topology(*group[0]);
+      break;
+    case OpType::kShutdown: break;  // handled in Process
+  }
+  for (auto& r : group) Finish(r, status);
+}
+
+void Engine::Finish(const std::shared_ptr<Request>& r, Status s) {
+  outstanding_.erase(r->desc.key);
+  if (r->desc.key[0] != '#') {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    names_in_flight_.erase(r->desc.key);
+  }
+  if (!s.ok() && timeline_->enabled()) {
+    timeline_->Instant(r->desc.display, "error", NowMicros(), std::string(s.message()));
+  }
+  in_flight_.fetch_sub(1);
+  r->Complete(std::move(s));
+}
+
+void Engine::FailAll(const Status& status) {
+  auto pending = std::move(outstanding_);
+  outstanding_.clear();
+  for (auto& entry : pending) {
+    Status s(status.code(), absl::StrCat(entry.second->desc.display, ": ", status.message()));
+    Finish(entry.second, s);
+  }
+}
+
+void Engine::ReapSends() {
+  for (size_t i = 0; i < sends_.size();) {
+    int done = 0;
+    MPI_Test(&sends_[i].first, &done, MPI_STATUS_IGNORE);
+    if (done) {
+      sends_[i] = std::move(sends_.back());
+      sends_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
+void Engine::Trace(const std::vector<std::shared_ptr<Request>>& group, const char* phase,
+                   int64_t start_us) {
+  if (!timeline_->enabled()) return;
+  const int64_t end = NowMicros();
+  const std::string detail = group.size() > 1 ? absl::StrCat("fused x", group.size()) : "";
+  for (const auto& r : group) timeline_->Span(r->desc.display, phase, start_us, end, detail);
+}
+
+}  // namespace comm
+}  // namespace weft

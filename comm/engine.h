@@ -1,0 +1,140 @@
+// The engine: a background thread per process that drains the request queue, negotiates
+// with the other ranks through the coordinator (rank 0), runs what is ready on the MPI
+// backend, and completes handles. Internal to comm/.
+#ifndef WEFT_COMM_ENGINE_H_
+#define WEFT_COMM_ENGINE_H_
+
+#include <mpi.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/comm.h"
+#include "comm/coordinator.h"
+#include "comm/protocol.h"
+#include "comm/topology.h"
+#include "core/timeline.h"
+
+namespace weft {
+namespace comm {
+
+// One op, from submission to completion.
+struct Request {
+  Descriptor desc;  // what is negotiated (op, key, shape, pattern...)
+  TensorView in;
+  TensorView out;
+  Allocator alloc;  // allgather ops
+
+  // Resolved parameters (weights are final coefficients; ranks or machine indices).
+  double self_weight = 1.0;
+  std::vector<std::pair<int, double>> recv;  // source -> weight applied by this rank
+  std::vector<std::pair<int, double>> send;  // destination -> scale applied before sending
+  std::shared_ptr<const Topology> new_topology;  // set_topology
+  bool new_topology_weighted = false;
+  double pair_weight = 0.5;
+
+  int64_t submitted_us = 0;
+  int64_t dequeued_us = 0;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+
+  void Complete(Status s);
+};
+
+// What init() learned about the processes, and the communicators weft owns.
+struct Context {
+  int rank = 0, size = 1;
+  int local_rank = 0, local_size = 1;
+  int machine_rank = 0, machine_size = 1;
+  MPI_Comm control = MPI_COMM_NULL;  // descriptors and responses
+  MPI_Comm data = MPI_COMM_NULL;     // the ops themselves
+  MPI_Comm local = MPI_COMM_NULL;    // ranks of this machine
+  MPI_Comm cross = MPI_COMM_NULL;    // local rank 0 of every machine (others: NULL)
+};
+
+class Engine {
+ public:
+  Engine(const Context& ctx, Timeline* timeline);
+  ~Engine();
+
+  void Start();
+  // Validated requests only. Fails if the engine is stopping.
+  StatusOr<Handle> Submit(std::shared_ptr<Request> request);
+  // Number of submitted requests not yet completed.
+  int64_t in_flight() const { return in_flight_.load(); }
+  // Runs after the engine processed the shutdown response; joins the thread.
+  void Join();
+
+  // Called by the engine thread when a set_topology op succeeds.
+  std::function<void(const Request&)> on_set_topology;
+
+  static Handle MakeHandle(std::shared_ptr<Request> r) { return Handle(std::move(r)); }
+
+ private:
+  void Loop();
+  bool Progress();
+  void SendDescriptors(std::vector<Descriptor> batch);
+  bool PollDescriptors();    // rank 0
+  bool RunCoordinator();     // rank 0
+  bool PollResponses();      // ranks != 0
+  void Process(const std::vector<Response>& responses);
+  void Execute(const Response& response, std::vector<std::shared_ptr<Request>>& group);
+  void FailAll(const Status& status);
+  void Finish(const std::shared_ptr<Request>& r, Status s);
+  void ReapSends();
+
+  // Data plane (mpi_ops.cc).
+  Status RunAllreduce(std::vector<std::shared_ptr<Request>>& group);
+  Status RunBroadcast(std::vector<std::shared_ptr<Request>>& group);
+  Status RunAllgather(std::vector<std::shared_ptr<Request>>& group, const Response& response);
+  Status RunNeighborAllgather(std::shared_ptr<Request>& r, const std::vector<int64_t>& dims);
+  Status RunNeighborAllreduce(std::vector<std::shared_ptr<Request>>& group);
+  Status RunHierarchical(std::vector<std::shared_ptr<Request>>& group);
+  Status RunPairGossip(std::vector<std::shared_ptr<Request>>& group);
+  // Point-to-point exchange of `bytes` per peer; sends are scaled copies when needed.
+  Status Exchange(MPI_Comm comm, const void* send_buf, size_t count, DType dtype,
+                  const std::vector<std::pair<int, double>>& send,
+                  const std::vector<std::pair<int, double>>& recv,
+                  std::vector<std::vector<char>>* recv_bufs);
+  // Packs the inputs of a fused group into one buffer (or returns the lone input).
+  void* Pack(std::vector<std::shared_ptr<Request>>& group, size_t* count);
+  void Unpack(std::vector<std::shared_ptr<Request>>& group, const void* buffer);
+  void Trace(const std::vector<std::shared_ptr<Request>>& group, const char* phase,
+             int64_t start_us);
+
+  Context ctx_;
+  Timeline* timeline_;
+  std::thread thread_;
+
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<std::shared_ptr<Request>> queue_;
+  bool stopping_ = false;  // no more submissions
+  int64_t next_unnamed_ = 0;
+  std::set<std::string> names_in_flight_;
+  std::atomic<int64_t> in_flight_{0};
+
+  // Engine thread only.
+  std::map<std::string, std::shared_ptr<Request>> outstanding_;
+  std::unique_ptr<Coordinator> coordinator_;  // rank 0
+  std::vector<std::pair<MPI_Request, std::shared_ptr<const std::string>>> sends_;
+  bool shutdown_done_ = false;
+  int64_t last_stall_check_us_ = 0;
+  std::vector<char> fusion_;
+};
+
+}  // namespace comm
+}  // namespace weft
+
+#endif  // WEFT_COMM_ENGINE_H_

@@ -1,0 +1,334 @@
+// The data plane on MPI: what the engine thread runs once the ranks agree. Every rank runs
+// the same responses in the same order, so blocking collectives here cannot deadlock.
+#include <climits>
+#include <cstring>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "comm/engine.h"
+#include "comm/reduce.h"
+
+namespace weft {
+namespace comm {
+namespace {
+
+constexpr int kDataTag = 3;
+// Counts passed to MPI are ints; larger buffers go in chunks of this many elements.
+constexpr size_t kMaxChunk = 1u << 30;
+
+MPI_Datatype g_half = MPI_DATATYPE_NULL;
+MPI_Datatype g_bfloat = MPI_DATATYPE_NULL;
+MPI_Op g_sum16 = MPI_OP_NULL;
+std::once_flag g_types_once;
+
+void Sum16(void* in, void* inout, int* len, MPI_Datatype* type) {
+  const DType dtype = *type == g_half ? DType::kFloat16 : DType::kBFloat16;
+  AddInPlace(inout, in, dtype, static_cast<size_t>(*len));
+}
+
+void InitTypes() {
+  std::call_once(g_types_once, [] {
+    MPI_Type_contiguous(2, MPI_BYTE, &g_half);
+    MPI_Type_commit(&g_half);
+    MPI_Type_contiguous(2, MPI_BYTE, &g_bfloat);
+    MPI_Type_commit(&g_bfloat);
+    MPI_Op_create(&Sum16, /*commute=*/1, &g_sum16);
+  });
+}
+
+MPI_Datatype MpiType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return MPI_FLOAT;
+    case DType::kFloat64: return MPI_DOUBLE;
+    case DType::kFloat16: return g_half;
+    case DType::kBFloat16: return g_bfloat;
+    case DType::kInt32: return MPI_INT32_T;
+    case DType::kInt64: return MPI_INT64_T;
+    case DType::kInt8: return MPI_INT8_T;
+    case DType::kUInt8: return MPI_UINT8_T;
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op SumOp(DType dtype) {
+  return dtype == DType::kFloat16 || dtype == DType::kBFloat16 ? g_sum16 : MPI_SUM;
+}
+
+Status MpiError(int code, const char* what) {
+  if (code == MPI_SUCCESS) return OkStatus();
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  return Internal(what, " failed: ", std::string(text, len));
+}
+
+Status AllreduceSum(void* buf, size_t count, DType dtype, MPI_Comm comm) {
+  const size_t item = DTypeSize(dtype);
+  for (size_t done = 0; done < count; done += kMaxChunk) {
+    const int n = static_cast<int>(std::min(kMaxChunk, count - done));
+    WEFT_RETURN_IF_ERROR(MpiError(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(buf) + done * item,
+                                                n, MpiType(dtype), SumOp(dtype), comm),
+                                  "MPI_Allreduce"));
+  }
+  return OkStatus();
+}
+
+Status Bcast(void* buf, size_t bytes, int root, MPI_Comm comm) {
+  for (size_t done = 0; done < bytes; done += kMaxChunk) {
+    const int n = static_cast<int>(std::min(kMaxChunk, bytes - done));
+    WEFT_RETURN_IF_ERROR(MpiError(
+        MPI_Bcast(static_cast<char*>(buf) + done, n, MPI_BYTE, root, comm), "MPI_Bcast"));
+  }
+  return OkStatus();
+}
+
+int64_t RowElements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+// Validates what an Allocator returned.
+Status CheckAllocated(const StatusOr<TensorView>& out, DType dtype,
+                      const std::vector<int64_t>& shape) {
+  if (!out.ok()) return Annotate(out.status(), "allocating the output");
+  if (out->dtype() != dtype || out->shape() != shape || !out->is_contiguous() ||
+      (out->data() == nullptr && out->numel() > 0)) {
+    return Internal("the output allocator returned ", out->ToString(), ", expected ",
+                    DTypeName(dtype), ShapeToString(shape), " contiguous");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+void* Engine::Pack(std::vector<std::shared_ptr<Request>>& group, size_t* count) {
+  const int64_t start = Timeline::NowMicros();
+  if (group.size() == 1) {
+    Request& r = *group[0];
+    *count = static_cast<size_t>(r.in.numel());
+    if (r.out.data() != r.in.data()) std::memcpy(r.out.data(), r.in.data(), r.in.nbytes());
+    return r.out.data();
+  }
+  size_t bytes = 0;
+  for (auto& r : group) bytes += r->in.nbytes();
+  if (fusion_.size() < bytes) fusion_.resize(bytes);
+  size_t offset = 0;
+  for (auto& r : group) {
+    std::memcpy(fusion_.data() + offset, r->in.data(), r->in.nbytes());
+    offset += r->in.nbytes();
+  }
+  *count = bytes / group[0]->in.itemsize();
+  Trace(group, "fuse", start);
+  return fusion_.data();
+}
+
+void Engine::Unpack(std::vector<std::shared_ptr<Request>>& group, const void* buffer) {
+  if (group.size() == 1) return;  // computed in place in the output
+  size_t offset = 0;
+  for (auto& r : group) {
+    std::memcpy(r->out.data(), static_cast<const char*>(buffer) + offset, r->out.nbytes());
+    offset += r->out.nbytes();
+  }
+}
+
+Status Engine::RunAllreduce(std::vector<std::shared_ptr<Request>>& group) {
+  InitTypes();
+  const DType dtype = group[0]->in.dtype();
+  size_t count = 0;
+  void* buf = Pack(group, &count);
+  int64_t start = Timeline::NowMicros();
+  WEFT_RETURN_IF_ERROR(AllreduceSum(buf, count, dtype, ctx_.data));
+  Trace(group, "communicate", start);
+  start = Timeline::NowMicros();
+  if (group[0]->desc.average && ctx_.size > 1) Scale(buf, dtype, count, 1.0 / ctx_.size);
+  Unpack(group, buf);
+  Trace(group, "combine", start);
+  return OkStatus();
+}
+
+Status Engine::RunBroadcast(std::vector<std::shared_ptr<Request>>& group) {
+  const int root = group[0]->desc.root;
+  size_t count = 0;
+  void* buf;
+  if (ctx_.rank == root) {
+    buf = Pack(group, &count);
+  } else if (group.size() == 1) {
+    buf = group[0]->out.data();
+    count = static_cast<size_t>(group[0]->out.numel());
+  } else {
+    size_t bytes = 0;
+    for (auto& r : group) bytes += r->out.nbytes();
+    if (fusion_.size() < bytes) fusion_.resize(bytes);
+    buf = fusion_.data();
+    count = bytes / group[0]->out.itemsize();
+  }
+  const int64_t start = Timeline::NowMicros();
+  WEFT_RETURN_IF_ERROR(Bcast(buf, count * group[0]->out.itemsize(), root, ctx_.data));
+  Trace(group, "communicate", start);
+  Unpack(group, buf);
+  return OkStatus();
+}
+
+Status Engine::RunAllgather(std::vector<std::shared_ptr<Request>>& group,
+                            const Response& response) {
+  Request& r = *group[0];
+  const std::vector<int64_t>& dims = response.first_dims.at(0);
+  const size_t row_bytes = static_cast<size_t>(RowElements(r.in.shape())) * r.in.itemsize();
+  std::vector<int64_t> shape = r.in.shape();
+  shape[0] = 0;
+  std::vector<int> counts(ctx_.size), displs(ctx_.size);
+  size_t total = 0;
+  for (int i = 0; i < ctx_.size; ++i) {
+    shape[0] += dims[i];
+    const size_t bytes = static_cast<size_t>(dims[i]) * row_bytes;
+    if (total + bytes > static_cast<size_t>(INT_MAX)) {
+      return Unimplemented(r.desc.display, ": outputs over 2 GiB are not supported");
+    }
+    counts[i] = static_cast<int>(bytes);
+    displs[i] = static_cast<int>(total);
+    total += bytes;
+  }
+  auto out = r.alloc(r.in.dtype(), shape);
+  WEFT_RETURN_IF_ERROR(CheckAllocated(out, r.in.dtype(), shape));
+  r.out = *out;
+  const int64_t start = Timeline::NowMicros();
+  WEFT_RETURN_IF_ERROR(MpiError(MPI_Allgatherv(r.in.data(), counts[ctx_.rank], MPI_BYTE,
+                                               r.out.data(), counts.data(), displs.data(),
+                                               MPI_BYTE, ctx_.data),
+                                "MPI_Allgatherv"));
+  Trace(group, "communicate", start);
+  return OkStatus();
+}
+
+Status Engine::RunNeighborAllgather(std::shared_ptr<Request>& rp,
+                                    const std::vector<int64_t>& dims) {
+  Request& r = *rp;
+  const size_t row_bytes = static_cast<size_t>(RowElements(r.in.shape())) * r.in.itemsize();
+  std::vector<int64_t> shape = r.in.shape();
+  shape[0] = 0;
+  for (const auto& src : r.recv) shape[0] += dims[src.first];
+  auto out = r.alloc(r.in.dtype(), shape);
+  WEFT_RETURN_IF_ERROR(CheckAllocated(out, r.in.dtype(), shape));
+  r.out = *out;
+  if (r.in.nbytes() > static_cast<size_t>(INT_MAX) ||
+      r.out.nbytes() > static_cast<size_t>(INT_MAX)) {
+    return Unimplemented(r.desc.display, ": tensors over 2 GiB are not supported");
+  }
+  const int64_t start = Timeline::NowMicros();
+  std::vector<MPI_Request> reqs;
+  size_t offset = 0;
+  for (const auto& src : r.recv) {
+    const size_t bytes = static_cast<size_t>(dims[src.first]) * row_bytes;
+    reqs.emplace_back();
+    MPI_Irecv(static_cast<char*>(r.out.data()) + offset, static_cast<int>(bytes), MPI_BYTE,
+              src.first, kDataTag, ctx_.data, &reqs.back());
+    offset += bytes;
+  }
+  for (const auto& dst : r.send) {
+    reqs.emplace_back();
+    MPI_Isend(r.in.data(), static_cast<int>(r.in.nbytes()), MPI_BYTE, dst.first, kDataTag,
+              ctx_.data, &reqs.back());
+  }
+  WEFT_RETURN_IF_ERROR(MpiError(
+      MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE),
+      "neighbor exchange"));
+  Trace({rp}, "communicate", start);
+  return OkStatus();
+}
+
+Status Engine::Exchange(MPI_Comm comm, const void* send_buf, size_t count, DType dtype,
+                        const std::vector<std::pair<int, double>>& send,
+                        const std::vector<std::pair<int, double>>& recv,
+                        std::vector<std::vector<char>>* recv_bufs) {
+  const size_t bytes = count * DTypeSize(dtype);
+  if (bytes > static_cast<size_t>(INT_MAX)) {
+    return Unimplemented("neighbor exchange of ", bytes, " bytes: over 2 GiB is not supported");
+  }
+  std::vector<MPI_Request> reqs;
+  reqs.reserve(send.size() + recv.size());
+  recv_bufs->resize(recv.size());
+  for (size_t k = 0; k < recv.size(); ++k) {
+    (*recv_bufs)[k].resize(bytes);
+    reqs.emplace_back();
+    MPI_Irecv((*recv_bufs)[k].data(), static_cast<int>(bytes), MPI_BYTE, recv[k].first,
+              kDataTag, comm, &reqs.back());
+  }
+  std::vector<std::vector<char>> scaled;  // one copy per destination whose scale is not 1
+  scaled.reserve(send.size());
+  for (const auto& [dst, scale] : send) {
+    const void* data = send_buf;
+    if (scale != 1.0) {
+      scaled.emplace_back(bytes);
+      WeightedSum(scaled.back().data(), dtype, count, {{send_buf, scale}});
+      data = scaled.back().data();
+    }
+    reqs.emplace_back();
+    MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, dst, kDataTag, comm, &reqs.back());
+  }
+  return MpiError(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE),
+                  "neighbor exchange");
+}
+
+Status Engine::RunNeighborAllreduce(std::vector<std::shared_ptr<Request>>& group) {
+  Request& r = *group[0];
+  const DType dtype = r.in.dtype();
+  size_t count = 0;
+  void* buf = Pack(group, &count);
+  int64_t start = Timeline::NowMicros();
+  std::vector<std::vector<char>> received;
+  WEFT_RETURN_IF_ERROR(Exchange(ctx_.data, buf, count, dtype, r.send, r.recv, &received));
+  Trace(group, "communicate", start);
+  start = Timeline::NowMicros();
+  std::vector<WeightedTerm> terms = {{buf, r.self_weight}};
+  for (size_t k = 0; k < r.recv.size(); ++k) terms.push_back({received[k].data(), r.recv[k].second});
+  WeightedSum(buf, dtype, count, terms);
+  Unpack(group, buf);
+  Trace(group, "combine", start);
+  return OkStatus();
+}
+
+Status Engine::RunHierarchical(std::vector<std::shared_ptr<Request>>& group) {
+  InitTypes();
+  Request& r = *group[0];
+  const DType dtype = r.in.dtype();
+  size_t count = 0;
+  void* buf = Pack(group, &count);
+  int64_t start = Timeline::NowMicros();
+  WEFT_RETURN_IF_ERROR(AllreduceSum(buf, count, dtype, ctx_.local));
+  if (ctx_.local_rank == 0) {
+    std::vector<std::vector<char>> received;
+    WEFT_RETURN_IF_ERROR(Exchange(ctx_.cross, buf, count, dtype, r.send, r.recv, &received));
+    std::vector<WeightedTerm> terms = {{buf, r.self_weight}};
+    for (size_t k = 0; k < r.recv.size(); ++k) {
+      terms.push_back({received[k].data(), r.recv[k].second});
+    }
+    WeightedSum(buf, dtype, count, terms);
+  }
+  WEFT_RETURN_IF_ERROR(Bcast(buf, count * DTypeSize(dtype), 0, ctx_.local));
+  Trace(group, "communicate", start);
+  start = Timeline::NowMicros();
+  if (ctx_.local_size > 1) Scale(buf, dtype, count, 1.0 / ctx_.local_size);
+  Unpack(group, buf);
+  Trace(group, "combine", start);
+  return OkStatus();
+}
+
+Status Engine::RunPairGossip(std::vector<std::shared_ptr<Request>>& group) {
+  Request& r = *group[0];
+  const DType dtype = r.in.dtype();
+  size_t count = 0;
+  void* buf = Pack(group, &count);
+  int64_t start = Timeline::NowMicros();
+  std::vector<std::vector<char>> received;
+  WEFT_RETURN_IF_ERROR(Exchange(ctx_.data, buf, count, dtype, r.send, r.recv, &received));
+  Trace(group, "communicate", start);
+  start = Timeline::NowMicros();
+  WeightedSum(buf, dtype, count, {{buf, r.self_weight}, {received[0].data(), r.pair_weight}});
+  Unpack(group, buf);
+  Trace(group, "combine", start);
+  return OkStatus();
+}
+
+}  // namespace comm
+}  // namespace weft

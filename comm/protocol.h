@@ -1,0 +1,87 @@
+// What ranks tell the coordinator about each request (Descriptor), what the coordinator
+// tells every rank to run (Response), and their wire format. Pure code: the coordinator
+// and these messages are unit-tested without MPI.
+#ifndef WEFT_COMM_PROTOCOL_H_
+#define WEFT_COMM_PROTOCOL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace weft {
+namespace comm {
+
+enum class OpType : uint8_t {
+  kAllreduce = 0,
+  kBroadcast = 1,
+  kAllgather = 2,
+  kNeighborAllgather = 3,
+  kNeighborAllreduce = 4,
+  kHierarchicalNeighborAllreduce = 5,
+  kPairGossip = 6,
+  kBarrier = 7,
+  kSetTopology = 8,
+  kShutdown = 9,
+};
+const char* OpName(OpType op);
+
+// One rank's account of one request.
+struct Descriptor {
+  int32_t rank = 0;
+  OpType op = OpType::kAllreduce;
+  std::string key;      // what matches requests across ranks: the name, or "#<seq>"
+  std::string display;  // for messages: "allreduce 'grad.w'" or "unnamed allreduce #3"
+  DType dtype = DType::kFloat32;
+  Device device;
+  std::vector<int64_t> shape;
+
+  // Must agree across ranks.
+  int32_t root = -1;     // broadcast
+  bool average = false;  // allreduce
+
+  // Point-to-point pattern (neighbor ops, pair gossip): ranks; for the hierarchical op,
+  // machine indices (only local rank 0's count).
+  std::vector<int32_t> send_ranks;
+  std::vector<int32_t> recv_ranks;
+  int32_t machine = 0;
+  int32_t local_rank = 0;
+
+  // Two requests of one rank fuse only if their signatures are equal and non-empty:
+  // it encodes everything besides the data that the execution depends on (weights...).
+  std::string fusion_signature;
+
+  // set_topology
+  uint64_t fingerprint = 0;
+  int64_t in_flight = 0;
+
+  size_t nbytes() const;
+};
+
+// One unit of work every rank runs, in the order the coordinator sends them.
+struct Response {
+  OpType op = OpType::kAllreduce;
+  std::vector<std::string> keys;  // more than one when fused
+  // Non-OK: every listed request completes with this error instead of running.
+  int32_t error_code = 0;  // absl::StatusCode
+  std::string error_message;
+  // allgather, neighbor_allgather: dim 0 of every rank's tensor (index = rank), one list
+  // per key.
+  std::vector<std::vector<int64_t>> first_dims;
+  // Ranks this response is for; empty means every rank.
+  std::vector<int32_t> ranks;
+
+  Status status() const;
+};
+
+std::string SerializeDescriptors(const std::vector<Descriptor>& ds);
+StatusOr<std::vector<Descriptor>> ParseDescriptors(const std::string& bytes);
+std::string SerializeResponses(const std::vector<Response>& rs);
+StatusOr<std::vector<Response>> ParseResponses(const std::string& bytes);
+
+}  // namespace comm
+}  // namespace weft
+
+#endif  // WEFT_COMM_PROTOCOL_H_

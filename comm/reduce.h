@@ -1,0 +1,36 @@
+// CPU kernels the engine applies after moving bytes: weighted sums of buffers of one
+// dtype, and the MPI reduction for float16/bfloat16 (which MPI has no type for).
+//
+// Floating-point dtypes accumulate in float (float32, float16, bfloat16) or double
+// (float64). Integer dtypes accumulate in double and round to nearest (halves away from
+// zero), so averaging an int tensor gives the nearest integer to the true average.
+#ifndef WEFT_COMM_REDUCE_H_
+#define WEFT_COMM_REDUCE_H_
+
+#include <cstddef>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace weft {
+namespace comm {
+
+struct WeightedTerm {
+  const void* data;
+  double weight;
+};
+
+// out[i] = sum_k terms[k].weight * terms[k].data[i], for i < count. `out` may alias the
+// first term's data (in place), not the others'.
+void WeightedSum(void* out, DType dtype, size_t count, const std::vector<WeightedTerm>& terms);
+
+// data[i] *= factor (integers round to nearest).
+void Scale(void* data, DType dtype, size_t count, double factor);
+
+// dst[i] += src[i] (plain sum, the MPI reduction for 16-bit floats).
+void AddInPlace(void* dst, const void* src, DType dtype, size_t count);
+
+}  // namespace comm
+}  // namespace weft
+
+#endif  // WEFT_COMM_REDUCE_H_
