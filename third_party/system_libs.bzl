@@ -194,6 +194,8 @@ def weft_system_libraries():
         default_include_roots = ["/usr/lib/x86_64-linux-gnu/openmpi/include"],
         default_lib_dirs = ["/usr/lib/x86_64-linux-gnu/openmpi/lib"],
         libs = ["mpi"],
+        # weft uses the C API only; the deprecated C++ bindings need another library.
+        defines = ["OMPI_SKIP_MPICXX=1", "MPICH_SKIP_MPICXX=1"],
     )
     system_library(
         name = "absl",

@@ -1,0 +1,374 @@
+// Every op under real mpirun, with exact expected values from rank-filled tensors.
+// Run on 1, 2, 4 and 8 ranks (tests/BUILD.bazel).
+#include <cmath>
+#include <functional>
+
+#include "comm/comm.h"
+#include "comm/topology.h"
+#include "core/config.h"
+#include "gtest/gtest.h"
+#include "tests/comm/test_util.h"
+
+namespace weft {
+namespace {
+
+using testing::Arena;
+using testing::Buffer;
+using testing::kAllDTypes;
+
+class WeftEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override { ASSERT_TRUE(init().ok()); }
+  void TearDown() override { EXPECT_TRUE(shutdown().ok()); }
+};
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new WeftEnvironment);
+
+double Expected(DType d, double v) { return IsFloatingPoint(d) ? v : std::llround(v); }
+
+void ExpectAll(const Buffer& b, double expected, const std::string& what) {
+  const double e = Expected(b.dtype(), expected);
+  const double tol = IsFloatingPoint(b.dtype()) ? testing::Tolerance(b.dtype(), e) : 0;
+  for (int64_t i = 0; i < b.numel(); ++i) {
+    ASSERT_NEAR(b.Get(i), e, tol) << what << " (" << DTypeName(b.dtype()) << ") element " << i
+                                  << " on rank " << rank();
+  }
+}
+
+// Every generator, for the topology-sweeping tests.
+std::vector<std::pair<std::string, Topology>> AllTopologies(int n) {
+  std::vector<std::pair<std::string, Topology>> out;
+  out.emplace_back("ExponentialTwo", *ExponentialTwoGraph(n));
+  out.emplace_back("Exponential3", *ExponentialGraph(n, 3));
+  out.emplace_back("SymmetricExponential", *SymmetricExponentialGraph(n));
+  out.emplace_back("MeshGrid2D", *MeshGrid2DGraph(n));
+  out.emplace_back("Star", *StarGraph(n));
+  out.emplace_back("Ring0", *RingGraph(n, 0));
+  out.emplace_back("Ring1", *RingGraph(n, 1));
+  out.emplace_back("Ring2", *RingGraph(n, 2));
+  out.emplace_back("FullyConnected", *FullyConnectedGraph(n));
+  return out;
+}
+
+// Restores the default topology when a test ends.
+struct TopologyGuard {
+  ~TopologyGuard() { EXPECT_TRUE(set_topology(*ExponentialGraph(size())).ok()); }
+};
+
+TEST(ProcessModel, QueriesAreConsistent) {
+  const char* env_size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  ASSERT_NE(env_size, nullptr);
+  EXPECT_EQ(size(), std::atoi(env_size));
+  EXPECT_GE(rank(), 0);
+  EXPECT_LT(rank(), size());
+  EXPECT_EQ(local_size(), size());  // one host
+  EXPECT_EQ(local_rank(), rank());
+  EXPECT_EQ(machine_size(), 1);
+  EXPECT_EQ(machine_rank(), 0);
+  EXPECT_TRUE(is_initialized());
+  EXPECT_TRUE(IsEquivalent(load_topology(), *ExponentialGraph(size())));
+  EXPECT_EQ(in_neighbor_ranks(), ExponentialGraph(size())->in_neighbors(rank()));
+}
+
+TEST(ProcessModel, InitTwiceIsAnError) {
+  Status st = init();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+}
+
+TEST(Allreduce, SumAndAverageForEveryDTypeAndShape) {
+  const int n = size();
+  const double sum = n * (n + 1) / 2.0;  // of rank + 1
+  for (DType d : kAllDTypes) {
+    for (const std::vector<int64_t>& shape :
+         std::vector<std::vector<int64_t>>{{}, {1}, {7}, {3, 5}, {2, 3, 4}, {1000}}) {
+      for (bool average : {false, true}) {
+        Buffer in(d, shape), out(d, shape);
+        in.Fill(rank() + 1);
+        ASSERT_TRUE(allreduce(in.view(), out.view(), average).ok());
+        ExpectAll(out, average ? sum / n : sum, "allreduce");
+        ExpectAll(in, rank() + 1, "allreduce input untouched");
+      }
+    }
+  }
+}
+
+TEST(Allreduce, InPlaceNamedAndNonblocking) {
+  const int n = size();
+  Buffer a(DType::kFloat32, {16});
+  a.Fill(rank());
+  ASSERT_TRUE(allreduce(a.view(), a.view(), false, "in.place").ok());
+  ExpectAll(a, n * (n - 1) / 2.0, "in place");
+
+  std::vector<Buffer> bufs;
+  std::vector<Handle> handles;
+  for (int k = 0; k < 5; ++k) bufs.emplace_back(DType::kFloat64, std::vector<int64_t>{10});
+  for (int k = 0; k < 5; ++k) {
+    bufs[k].Fill(rank() * (k + 1));
+    auto h = allreduce_nonblocking(bufs[k].view(), bufs[k].view(), true, "nb." + std::to_string(k));
+    ASSERT_TRUE(h.ok()) << h.status();
+    handles.push_back(*h);
+  }
+  for (int k = 0; k < 5; ++k) {
+    ASSERT_TRUE(wait(handles[k]).ok());
+    EXPECT_TRUE(poll(handles[k]));
+    ExpectAll(bufs[k], (n - 1) / 2.0 * (k + 1), "nonblocking");
+  }
+}
+
+TEST(Broadcast, FromEveryRoot) {
+  for (int root = 0; root < size(); ++root) {
+    for (DType d : {DType::kFloat32, DType::kInt64, DType::kBFloat16}) {
+      Buffer in(d, {3, 4}), out(d, {3, 4});
+      in.Fill(root * 10 + rank());
+      ASSERT_TRUE(broadcast(in.view(), out.view(), root).ok());
+      ExpectAll(out, root * 10 + root, "broadcast");
+      ASSERT_TRUE(broadcast(in.view(), in.view(), root, "bcast.inplace").ok());
+      ExpectAll(in, root * 10 + root, "broadcast in place");
+    }
+  }
+}
+
+TEST(Allgather, VariableFirstDimension) {
+  for (DType d : {DType::kFloat32, DType::kInt8, DType::kFloat16}) {
+    Buffer in(d, {rank() + 1, 2});
+    in.Fill(rank());
+    Arena arena;
+    auto out = allgather(in.view(), arena.allocator());
+    ASSERT_TRUE(out.ok()) << out.status();
+    const int n = size();
+    ASSERT_EQ(out->shape(), (std::vector<int64_t>{n * (n + 1) / 2, 2}));
+    int64_t row = 0;
+    for (int r = 0; r < n; ++r) {
+      for (int k = 0; k <= r; ++k, ++row) {
+        EXPECT_EQ(Buffer::Read(out->data(), d, row * 2), r);
+        EXPECT_EQ(Buffer::Read(out->data(), d, row * 2 + 1), r);
+      }
+    }
+  }
+}
+
+TEST(NeighborAllgather, StaticTopologyOrdersByRank) {
+  const int n = size();
+  for (const auto& [name, topo] : AllTopologies(n)) {
+    TopologyGuard guard;
+    ASSERT_TRUE(set_topology(topo).ok()) << name;
+    Buffer in(DType::kFloat32, {2, 3});
+    in.Fill(rank() * 100);
+    Arena arena;
+    auto out = neighbor_allgather(in.view(), arena.allocator());
+    ASSERT_TRUE(out.ok()) << name << ": " << out.status();
+    const std::vector<int>& srcs = topo.in_neighbors(rank());
+    ASSERT_EQ(out->shape()[0], 2 * static_cast<int64_t>(srcs.size())) << name;
+    for (size_t k = 0; k < srcs.size(); ++k) {
+      for (int e = 0; e < 6; ++e) {
+        EXPECT_EQ(Buffer::Read(out->data(), DType::kFloat32, k * 6 + e), srcs[k] * 100) << name;
+      }
+    }
+  }
+}
+
+TEST(NeighborAllgather, DynamicRanksInGivenOrder) {
+  const int n = size();
+  if (n < 3) GTEST_SKIP() << "needs 3 ranks";
+  NeighborAllgatherOptions opts;
+  // Receive from the two previous ranks, farthest first; send to the two next.
+  opts.src_ranks = std::vector<int>{(rank() - 2 + n) % n, (rank() - 1 + n) % n};
+  opts.dst_ranks = std::vector<int>{(rank() + 1) % n, (rank() + 2) % n};
+  Buffer in(DType::kInt32, {rank() % 2 + 1});
+  in.Fill(rank());
+  Arena arena;
+  auto out = neighbor_allgather(in.view(), arena.allocator(), opts, "dyn.gather");
+  ASSERT_TRUE(out.ok()) << out.status();
+  std::vector<double> expected;
+  for (int src : *opts.src_ranks) {
+    for (int k = 0; k < src % 2 + 1; ++k) expected.push_back(src);
+  }
+  ASSERT_EQ(out->numel(), static_cast<int64_t>(expected.size()));
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(Buffer::Read(out->data(), DType::kInt32, i), expected[i]);
+  }
+}
+
+// y_i = W_ii x_i + sum_j W_ji x_j with x_j = j + 1 (weighted), or the uniform average
+// over self and in-neighbors (unweighted).
+double ExpectedNeighborAverage(const Topology& t, int i, bool weighted) {
+  const std::vector<int>& in = t.in_neighbors(i);
+  if (!weighted) {
+    double s = i + 1;
+    for (int j : in) s += j + 1;
+    return s / (in.size() + 1);
+  }
+  double s = t.self_weight(i) * (i + 1);
+  for (int j : in) s += t.weight(j, i) * (j + 1);
+  return s;
+}
+
+TEST(NeighborAllreduce, EveryTopologyWeightedAndNot) {
+  const int n = size();
+  for (const auto& [name, topo] : AllTopologies(n)) {
+    for (bool weighted : {false, true}) {
+      TopologyGuard guard;
+      ASSERT_TRUE(set_topology(topo, weighted).ok()) << name;
+      EXPECT_EQ(is_topo_weighted(), weighted);
+      for (DType d : {DType::kFloat32, DType::kFloat64}) {
+        Buffer in(d, {5, 3}), out(d, {5, 3});
+        in.Fill(rank() + 1);
+        ASSERT_TRUE(neighbor_allreduce(in.view(), out.view()).ok()) << name;
+        ExpectAll(out, ExpectedNeighborAverage(topo, rank(), weighted),
+                  name + (weighted ? " weighted" : " unweighted"));
+      }
+    }
+  }
+}
+
+TEST(NeighborAllreduce, AllDTypesInPlaceOnDefaultGraph) {
+  const Topology topo = load_topology();
+  for (DType d : kAllDTypes) {
+    Buffer x(d, {33});
+    x.Fill(rank() + 1);
+    ASSERT_TRUE(neighbor_allreduce(x.view(), x.view()).ok());
+    ExpectAll(x, ExpectedNeighborAverage(topo, rank(), false), "in place");
+  }
+}
+
+TEST(NeighborAllreduce, ExplicitWeightsMatchedBySenderRank) {
+  const int n = size();
+  const Topology topo = load_topology();
+  const std::vector<int>& in = topo.in_neighbors(rank());
+  if (in.empty()) GTEST_SKIP() << "no neighbors on 1 rank";
+  // A strict subset of in-neighbors, listed in reverse: weights must follow ranks.
+  NeighborAllreduceOptions opts;
+  opts.self_weight = 0.25;
+  std::map<int, double> src;
+  src[in.back()] = 0.5;
+  if (in.size() > 1) src[in.front()] = 0.125;
+  opts.src_weights = src;
+  Buffer x(DType::kFloat64, {4}), y(DType::kFloat64, {4});
+  x.Fill(rank() + 1);
+  ASSERT_TRUE(neighbor_allreduce(x.view(), y.view(), opts, "subset").ok());
+  double expected = 0.25 * (rank() + 1);
+  for (const auto& [j, w] : src) expected += w * (j + 1);
+  ExpectAll(y, expected, "subset weights");
+  (void)n;
+}
+
+TEST(NeighborAllreduce, DynamicOnePeerScheduleWithDstWeights) {
+  const int n = size();
+  if (n < 2) GTEST_SKIP() << "needs 2 ranks";
+  const Topology topo = *ExponentialTwoGraph(n);
+  auto schedule = OnePeerSchedule(topo, rank());
+  ASSERT_TRUE(schedule.ok());
+  std::vector<std::unique_ptr<DynamicSchedule>> all;
+  for (int r = 0; r < n; ++r) all.push_back(std::move(*OnePeerSchedule(topo, r)));
+  for (int step = 0; step < 6; ++step) {
+    SendRecvRanks mine = (*schedule)->Next();
+    std::vector<SendRecvRanks> everyone;
+    for (auto& s : all) everyone.push_back(s->Next());
+    NeighborAllreduceOptions opts;
+    opts.self_weight = 0.5;
+    std::map<int, double> src, dst;
+    for (int j : mine.recv_ranks) src[j] = 0.5 / mine.recv_ranks.size();
+    for (int j : mine.send_ranks) dst[j] = 2.0;  // the sender doubles what it sends
+    opts.src_weights = src;
+    opts.dst_weights = dst;
+    Buffer x(DType::kFloat32, {8}), y(DType::kFloat32, {8});
+    x.Fill(rank() + 1);
+    ASSERT_TRUE(neighbor_allreduce(x.view(), y.view(), opts).ok()) << "step " << step;
+    double expected = 0.5 * (rank() + 1);
+    for (const auto& [j, w] : src) expected += w * 2.0 * (j + 1);
+    ExpectAll(y, expected, "one-peer step " + std::to_string(step));
+  }
+}
+
+TEST(NeighborAllreduce, RankWithNoSendersReturnsSelfWeightTimesInput) {
+  const int n = size();
+  // Everyone sends to rank 0 only; rank 0 receives from all, the others from nobody.
+  NeighborAllreduceOptions opts;
+  opts.self_weight = 0.5;
+  std::map<int, double> src, dst;
+  if (rank() == 0) {
+    for (int j = 1; j < n; ++j) src[j] = 1.0;
+  } else {
+    dst[0] = 1.0;
+  }
+  opts.src_weights = src;
+  opts.dst_weights = dst;
+  Buffer x(DType::kFloat64, {3}), y(DType::kFloat64, {3});
+  x.Fill(rank() + 1);
+  ASSERT_TRUE(neighbor_allreduce(x.view(), y.view(), opts, "gather.to.zero").ok());
+  ExpectAll(y, rank() == 0 ? 0.5 + (n * (n + 1) / 2.0 - 1) : 0.5 * (rank() + 1), "no senders");
+  ExpectAll(x, rank() + 1, "input untouched");
+}
+
+TEST(PairGossip, PeersAverage) {
+  const int n = size();
+  if (n % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
+  const int peer = rank() ^ 1;
+  Buffer x(DType::kFloat32, {6});
+  x.Fill(rank() + 1);
+  ASSERT_TRUE(pair_gossip(x.view(), x.view(), peer).ok());
+  ExpectAll(x, (rank() + 1 + peer + 1) / 2.0, "pair gossip");
+  Buffer y(DType::kFloat64, {2}), z(DType::kFloat64, {2});
+  y.Fill(rank() + 1);
+  ASSERT_TRUE(pair_gossip(y.view(), z.view(), peer, 0.75, 0.25, "gossip.w").ok());
+  ExpectAll(z, 0.75 * (rank() + 1) + 0.25 * (peer + 1), "weighted pair gossip");
+}
+
+TEST(HierarchicalNeighborAllreduce, OneMachineIsTheLocalAverage) {
+  // All ranks of one host form one machine: the machine graph has no edges.
+  Buffer x(DType::kFloat32, {4}), y(DType::kFloat32, {4});
+  x.Fill(rank() + 1);
+  ASSERT_TRUE(hierarchical_neighbor_allreduce(x.view(), y.view()).ok());
+  ExpectAll(y, (size() + 1) / 2.0, "hierarchical on one machine");
+}
+
+TEST(Barrier, Completes) {
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(barrier().ok());
+}
+
+TEST(Fusion, ManySmallNonblockingOpsMatchUnfused) {
+  const int n = size();
+  auto run = [&](int64_t threshold) {
+    EXPECT_TRUE(config::Registry::Global()
+                    .Set("WEFT_FUSION_THRESHOLD_BYTES", std::to_string(threshold))
+                    .ok());
+    std::vector<Buffer> bufs;
+    for (int k = 0; k < 64; ++k) bufs.emplace_back(DType::kFloat32, std::vector<int64_t>{1024});
+    std::vector<Handle> hs;
+    for (int k = 0; k < 64; ++k) {
+      for (int64_t i = 0; i < 1024; ++i) bufs[k].Set(i, rank() * 1000 + k + i % 7);
+      auto h = allreduce_nonblocking(bufs[k].view(), bufs[k].view(), false);
+      EXPECT_TRUE(h.ok());
+      hs.push_back(*h);
+    }
+    for (auto& h : hs) EXPECT_TRUE(wait(h).ok());
+    return bufs;
+  };
+  auto fused = run(64 << 20);
+  auto unfused = run(0);
+  config::Registry::Global().Unset("WEFT_FUSION_THRESHOLD_BYTES");
+  for (int k = 0; k < 64; ++k) {
+    for (int64_t i = 0; i < 1024; ++i) {
+      const double expected = 1000.0 * n * (n - 1) / 2 + n * (k + i % 7);
+      ASSERT_EQ(fused[k].Get(i), expected) << k << "," << i;
+      ASSERT_EQ(unfused[k].Get(i), expected) << k << "," << i;
+    }
+  }
+}
+
+TEST(Fusion, NeighborAllreduceFusedMatches) {
+  std::vector<Buffer> bufs;
+  for (int k = 0; k < 20; ++k) bufs.emplace_back(DType::kFloat64, std::vector<int64_t>{k + 1});
+  std::vector<Handle> hs;
+  for (int k = 0; k < 20; ++k) {
+    bufs[k].Fill((rank() + 1) * (k + 1));
+    hs.push_back(*neighbor_allreduce_nonblocking(bufs[k].view(), bufs[k].view()));
+  }
+  const double avg = ExpectedNeighborAverage(load_topology(), rank(), false);
+  for (int k = 0; k < 20; ++k) {
+    ASSERT_TRUE(wait(hs[k]).ok());
+    ExpectAll(bufs[k], avg * (k + 1), "fused neighbor_allreduce");
+  }
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,101 @@
+// Helpers for multi-rank tests: typed buffers filled with values computable by hand.
+#ifndef WEFT_TESTS_COMM_TEST_UTIL_H_
+#define WEFT_TESTS_COMM_TEST_UTIL_H_
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "comm/comm.h"
+#include "core/tensor.h"
+#include "gtest/gtest.h"
+
+namespace weft {
+namespace testing {
+
+// A contiguous buffer owning its bytes, viewable as a TensorView.
+class Buffer {
+ public:
+  Buffer(DType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
+    int64_t n = 1;
+    for (int64_t d : shape_) n *= d;
+    bytes_.assign(static_cast<size_t>(n) * DTypeSize(dtype), 0);
+  }
+  TensorView view() { return TensorView(bytes_.data(), dtype_, shape_); }
+  int64_t numel() const { return static_cast<int64_t>(bytes_.size() / DTypeSize(dtype_)); }
+  DType dtype() const { return dtype_; }
+
+  void Fill(double v) {
+    for (int64_t i = 0; i < numel(); ++i) Set(i, v);
+  }
+  void Set(int64_t i, double v) {
+    char* p = bytes_.data() + i * DTypeSize(dtype_);
+    switch (dtype_) {
+      case DType::kFloat32: { float x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
+      case DType::kFloat64: std::memcpy(p, &v, 8); break;
+      case DType::kFloat16: { uint16_t x = FloatToHalf(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
+      case DType::kBFloat16: { uint16_t x = FloatToBFloat16(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
+      case DType::kInt32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
+      case DType::kInt64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
+      case DType::kInt8: { int8_t x = static_cast<int8_t>(v); std::memcpy(p, &x, 1); break; }
+      case DType::kUInt8: { uint8_t x = static_cast<uint8_t>(v); std::memcpy(p, &x, 1); break; }
+    }
+  }
+  double Get(int64_t i) const { return Read(bytes_.data(), dtype_, i); }
+
+  static double Read(const void* data, DType dtype, int64_t i) {
+    const char* p = static_cast<const char*>(data) + i * DTypeSize(dtype);
+    switch (dtype) {
+      case DType::kFloat32: { float x; std::memcpy(&x, p, 4); return x; }
+      case DType::kFloat64: { double x; std::memcpy(&x, p, 8); return x; }
+      case DType::kFloat16: { uint16_t x; std::memcpy(&x, p, 2); return HalfToFloat(x); }
+      case DType::kBFloat16: { uint16_t x; std::memcpy(&x, p, 2); return BFloat16ToFloat(x); }
+      case DType::kInt32: { int32_t x; std::memcpy(&x, p, 4); return x; }
+      case DType::kInt64: { int64_t x; std::memcpy(&x, p, 8); return static_cast<double>(x); }
+      case DType::kInt8: { int8_t x; std::memcpy(&x, p, 1); return x; }
+      case DType::kUInt8: { uint8_t x; std::memcpy(&x, p, 1); return x; }
+    }
+    return 0;
+  }
+
+ private:
+  DType dtype_;
+  std::vector<int64_t> shape_;
+  std::vector<char> bytes_;
+};
+
+// An Allocator that keeps what it allocates alive.
+class Arena {
+ public:
+  Allocator allocator() {
+    return [this](DType dtype, const std::vector<int64_t>& shape) -> StatusOr<TensorView> {
+      buffers_.push_back(std::make_unique<Buffer>(dtype, shape));
+      return buffers_.back()->view();
+    };
+  }
+
+ private:
+  std::vector<std::unique_ptr<Buffer>> buffers_;
+};
+
+constexpr DType kAllDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
+                                DType::kBFloat16, DType::kInt32,  DType::kInt64,
+                                DType::kInt8,     DType::kUInt8};
+
+// Tolerance for comparing a result of dtype `d` with an exact value of magnitude ~v.
+inline double Tolerance(DType d, double v) {
+  const double a = std::abs(v) + 1;
+  switch (d) {
+    case DType::kFloat16: return 2e-3 * a;
+    case DType::kBFloat16: return 1.6e-2 * a;
+    case DType::kFloat32: return 1e-5 * a;
+    case DType::kFloat64: return 1e-12 * a;
+    default: return 0.5;  // integers round to nearest
+  }
+}
+
+}  // namespace testing
+}  // namespace weft
+
+#endif  // WEFT_TESTS_COMM_TEST_UTIL_H_
