@@ -1,0 +1,262 @@
+// Bad input under real mpirun: each case is a clear error on every rank involved, the
+// inputs are untouched, and the ranks carry on afterwards (no hang).
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "comm/comm.h"
+#include "core/config.h"
+#include "core/logging.h"
+#include "gtest/gtest.h"
+#include "tests/comm/test_util.h"
+
+namespace weft {
+namespace {
+
+using testing::Buffer;
+
+class WeftEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override { ASSERT_TRUE(init().ok()); }
+  void TearDown() override { EXPECT_TRUE(shutdown().ok()); }
+};
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new WeftEnvironment);
+
+bool Contains(const Status& st, const std::string& text) {
+  return std::string(st.message()).find(text) != std::string::npos;
+}
+
+// After each test every rank must still be in step.
+class Errors : public ::testing::Test {
+ protected:
+  void TearDown() override { ASSERT_TRUE(barrier().ok()); }
+};
+
+TEST_F(Errors, ShapeMismatchUnderOneNameFailsOnEveryRank) {
+  if (size() < 2) GTEST_SKIP();
+  Buffer x(DType::kFloat32, {rank() == size() - 1 ? 5 : 4});
+  x.Fill(rank() + 1);
+  Status st = allreduce(x.view(), x.view(), true, "grad.w");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(Contains(st, "allreduce 'grad.w'")) << st;
+  EXPECT_TRUE(Contains(st, "[5] on rank " + std::to_string(size() - 1))) << st;
+  EXPECT_TRUE(Contains(st, "[4] on rank")) << st;
+  EXPECT_EQ(x.Get(0), rank() + 1);  // untouched
+}
+
+TEST_F(Errors, DTypeAndOpMismatch) {
+  if (size() < 2) GTEST_SKIP();
+  Buffer x(rank() == 0 ? DType::kFloat64 : DType::kFloat32, {3});
+  Status st = allreduce(x.view(), x.view(), true, "mixed.dtype");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(st, "dtype differs")) << st;
+  EXPECT_TRUE(Contains(st, "float64 on rank 0")) << st;
+
+  Buffer y(DType::kFloat32, {3});
+  Status st2 = rank() == 0 ? broadcast(y.view(), y.view(), 0, "mixed.op")
+                           : allreduce(y.view(), y.view(), true, "mixed.op");
+  EXPECT_EQ(st2.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(st2, "different operations")) << st2;
+  EXPECT_TRUE(Contains(st2, "broadcast on rank 0")) << st2;
+}
+
+TEST_F(Errors, BroadcastRootMismatchAndOutOfRange) {
+  Buffer x(DType::kFloat32, {2});
+  Status bad = broadcast(x.view(), x.view(), size());
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(bad, "out of range")) << bad;
+  if (size() < 2) return;
+  Status st = broadcast(x.view(), x.view(), rank() == 0 ? 1 : 0, "root.mismatch");
+  EXPECT_TRUE(Contains(st, "root rank differs")) << st;
+}
+
+TEST_F(Errors, WeightArgumentsAreCheckedLocally) {
+  Buffer x(DType::kFloat32, {2});
+  NeighborAllreduceOptions only_src;
+  only_src.src_weights = std::map<int, double>{};
+  Status st = neighbor_allreduce(x.view(), x.view(), only_src);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(st, "self_weight and src_weights go together")) << st;
+
+  NeighborAllreduceOptions only_dst;
+  only_dst.dst_weights = std::map<int, double>{};
+  st = neighbor_allreduce(x.view(), x.view(), only_dst);
+  EXPECT_TRUE(Contains(st, "dst_weights needs self_weight and src_weights")) << st;
+
+  NeighborAllreduceOptions out_of_range;
+  out_of_range.self_weight = 0.5;
+  out_of_range.src_weights = std::map<int, double>{{size() + 3, 0.5}};
+  st = neighbor_allreduce(x.view(), x.view(), out_of_range);
+  EXPECT_TRUE(Contains(st, "out of range")) << st;
+
+  NeighborAllreduceOptions self;
+  self.self_weight = 0.5;
+  self.src_weights = std::map<int, double>{{rank(), 0.5}};
+  st = neighbor_allreduce(x.view(), x.view(), self);
+  EXPECT_TRUE(Contains(st, "give its weight as self_weight")) << st;
+
+  Buffer wrong_out(DType::kFloat64, {2});
+  st = neighbor_allreduce(x.view(), wrong_out.view());
+  EXPECT_TRUE(Contains(st, "the output must have the input's dtype and shape")) << st;
+
+  EXPECT_FALSE(pair_gossip(x.view(), x.view(), rank()).ok());
+  Status reserved = allreduce(x.view(), x.view(), true, "#3");
+  EXPECT_TRUE(Contains(reserved, "reserved")) << reserved;
+}
+
+TEST_F(Errors, WeightNamingANonNeighborIsAnError) {
+  if (size() < 4) GTEST_SKIP() << "needs a rank that is not an in-neighbor";
+  const std::vector<int> in = in_neighbor_ranks();
+  int outsider = -1;
+  for (int r = 0; r < size(); ++r) {
+    if (r != rank() && std::find(in.begin(), in.end(), r) == in.end()) outsider = r;
+  }
+  if (outsider < 0) GTEST_SKIP() << "every rank is a neighbor";
+  NeighborAllreduceOptions opts;
+  opts.self_weight = 0.5;
+  opts.src_weights = std::map<int, double>{{outsider, 0.5}};
+  Buffer x(DType::kFloat32, {2});
+  Status st = neighbor_allreduce(x.view(), x.view(), opts);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(st, "not an in-neighbor")) << st;
+}
+
+TEST_F(Errors, MismatchedDynamicSendAndReceiveSetsFailOnAllRanks) {
+  if (size() < 3) GTEST_SKIP();
+  const int n = size();
+  // Everyone sends to the next rank but expects data from the rank two back.
+  NeighborAllreduceOptions opts;
+  opts.self_weight = 0.5;
+  opts.src_weights = std::map<int, double>{{(rank() - 2 + n) % n, 0.5}};
+  opts.dst_weights = std::map<int, double>{{(rank() + 1) % n, 1.0}};
+  Buffer x(DType::kFloat32, {4}), y(DType::kFloat32, {4});
+  x.Fill(7);
+  Status st = neighbor_allreduce(x.view(), y.view(), opts, "bad.pattern");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(Contains(st, "send and receive ranks do not match")) << st;
+  EXPECT_TRUE(Contains(st, "rank 0 expects to receive from rank " + std::to_string(n - 2))) << st;
+  EXPECT_EQ(x.Get(0), 7);
+}
+
+TEST_F(Errors, NonMutualPairGossip) {
+  if (size() < 3) GTEST_SKIP();
+  Buffer x(DType::kFloat32, {2});
+  Status st = pair_gossip(x.view(), x.view(), (rank() + 1) % size(), 0.5, 0.5, "gossip.bad");
+  EXPECT_TRUE(Contains(st, "send and receive ranks do not match")) << st;
+}
+
+TEST_F(Errors, NonEquivalentTopologiesAreRejectedAndNothingChanges) {
+  if (size() < 4) GTEST_SKIP() << "ring and exponential graphs coincide below 4 ranks";
+  const Topology before = load_topology();
+  const Topology mine = rank() == 0 ? *RingGraph(size()) : *ExponentialTwoGraph(size());
+  Status st = set_topology(mine);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(Contains(st, "not equivalent")) << st;
+  EXPECT_TRUE(IsEquivalent(load_topology(), before));
+  Status size_mismatch = set_topology(*RingGraph(size() + 1));
+  EXPECT_TRUE(Contains(size_mismatch, "ranks but weft runs")) << size_mismatch;
+}
+
+TEST_F(Errors, SetTopologyWithOpsInFlightFailsEverywhere) {
+  if (size() < 2) GTEST_SKIP();
+  // The last rank holds an op in flight that the others have not submitted yet.
+  Buffer x(DType::kFloat32, {2});
+  Handle pending;
+  if (rank() == size() - 1) {
+    auto h = allreduce_nonblocking(x.view(), x.view(), true, "held");
+    ASSERT_TRUE(h.ok());
+    pending = *h;
+  }
+  Status st = set_topology(*RingGraph(size()));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(Contains(st, "in flight on rank " + std::to_string(size() - 1))) << st;
+  if (rank() != size() - 1) {
+    ASSERT_TRUE(allreduce(x.view(), x.view(), true, "held").ok());
+  } else {
+    ASSERT_TRUE(wait(pending).ok());
+  }
+  EXPECT_TRUE(IsEquivalent(load_topology(), *ExponentialGraph(size())));
+}
+
+TEST_F(Errors, ReusingANameInFlightIsAnError) {
+  Buffer x(DType::kFloat32, {2}), y(DType::kFloat32, {2});
+  auto first = allreduce_nonblocking(x.view(), x.view(), true, "dup");
+  ASSERT_TRUE(first.ok());
+  auto second = allreduce_nonblocking(y.view(), y.view(), true, "dup");
+  if (!second.ok()) {
+    EXPECT_TRUE(Contains(second.status(), "already in flight")) << second.status();
+  } else {
+    // The first completed before the second was submitted (possible on one rank).
+    EXPECT_TRUE(wait(*second).ok());
+  }
+  EXPECT_TRUE(wait(*first).ok());
+}
+
+TEST_F(Errors, UnsupportedDTypeThroughDLPack) {
+  int64_t shape[1] = {2};
+  float data[4] = {0, 0, 0, 0};
+  DLTensor dl{};
+  dl.data = data;
+  dl.device = {kDLCPU, 0};
+  dl.ndim = 1;
+  dl.shape = shape;
+  dl.dtype = {kDLComplex, 64, 1};
+  auto view = TensorView::FromDLTensor(dl);
+  EXPECT_EQ(view.status().code(), absl::StatusCode::kUnimplemented);
+  Buffer x(DType::kFloat32, {2});
+  TensorView cuda(x.view().data(), DType::kFloat32, {2}, {1}, Device::CUDA(0));
+  Status st = allreduce(cuda, cuda);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented);
+  Buffer square(DType::kFloat32, {2, 2});
+  TensorView transposed(square.view().data(), DType::kFloat32, {2, 2}, {1, 2}, Device::CPU());
+  Status st2 = allreduce(transposed, transposed);
+  EXPECT_EQ(st2.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(st2, "not contiguous")) << st2;
+}
+
+TEST_F(Errors, StalledRankIsNamedThenTimesOut) {
+  if (size() < 2) GTEST_SKIP();
+  const int late = size() - 1;
+  ASSERT_TRUE(config::Registry::Global().Set("WEFT_STALL_WARNING_SECONDS", "0.5").ok());
+  ASSERT_TRUE(config::Registry::Global().Set("WEFT_STALL_TIMEOUT_SECONDS", "1.5").ok());
+  std::mutex mu;
+  std::vector<std::string> warnings;
+  log::SetSinkForTesting([&](LogLevel level, const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (level == LogLevel::kWarning) warnings.push_back(line);
+  });
+  Buffer x(DType::kFloat32, {2});
+  x.Fill(3);
+  if (rank() != late) {
+    Status st = allreduce(x.view(), x.view(), true, "stalled");
+    EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
+    EXPECT_TRUE(Contains(st, "waiting for rank " + std::to_string(late))) << st;
+    EXPECT_EQ(x.Get(0), 3);
+  }
+  if (rank() == late) {
+    // Join the barrier once the others are about to, so it does not stall in turn.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  }
+  ASSERT_TRUE(barrier().ok());
+  if (rank() == late) {
+    // The late rank gets the same error at once.
+    Status st = allreduce(x.view(), x.view(), true, "stalled");
+    EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
+  }
+  log::SetSinkForTesting(nullptr);
+  config::Registry::Global().Unset("WEFT_STALL_WARNING_SECONDS");
+  config::Registry::Global().Unset("WEFT_STALL_TIMEOUT_SECONDS");
+  if (rank() == 0) {
+    std::lock_guard<std::mutex> lock(mu);
+    bool named = false;
+    for (const auto& w : warnings) {
+      named |= w.find("allreduce 'stalled'") != std::string::npos &&
+               w.find("for rank " + std::to_string(late)) != std::string::npos;
+    }
+    EXPECT_TRUE(named) << "no stall warning naming rank " << late;
+  }
+}
+
+}  // namespace
+}  // namespace weft

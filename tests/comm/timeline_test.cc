@@ -1,0 +1,37 @@
+// WEFT_TIMELINE (set by the BUILD rule to a path with %r) writes one Chrome trace per rank
+// with every phase; tests/check_trace.py validates it after shutdown.
+#include <cstdlib>
+
+#include "comm/comm.h"
+#include "gtest/gtest.h"
+#include "tests/comm/test_util.h"
+
+namespace weft {
+namespace {
+
+TEST(Timeline, EveryPhaseIsRecorded) {
+  const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
+  const std::string pattern = dir + "/trace.%r.json";
+  setenv("WEFT_TIMELINE", pattern.c_str(), 1);
+  ASSERT_TRUE(init().ok());
+  const int me = rank(), n = size();
+  std::vector<testing::Buffer> bufs;
+  for (int k = 0; k < 8; ++k) bufs.emplace_back(DType::kFloat32, std::vector<int64_t>{64});
+  std::vector<Handle> hs;
+  for (auto& b : bufs) hs.push_back(*allreduce_nonblocking(b.view(), b.view(), true));
+  for (auto& h : hs) ASSERT_TRUE(wait(h).ok());
+  testing::Buffer x(DType::kFloat32, {64});
+  ASSERT_TRUE(neighbor_allreduce(x.view(), x.view(), {}, "weights.\"quoted\"").ok());
+  testing::Buffer bad(DType::kFloat32, {rank() == 0 ? 3 : 4});
+  if (size() > 1) EXPECT_FALSE(allreduce(bad.view(), bad.view(), true, "mismatch").ok());
+  ASSERT_TRUE(shutdown().ok());
+  unsetenv("WEFT_TIMELINE");
+  const std::string file = dir + "/trace." + std::to_string(me) + ".json";
+  std::string cmd = "/usr/bin/python3 tests/check_trace.py " + file +
+                    " queue negotiate communicate combine";
+  if (n > 1) cmd += " fuse error";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+}
+
+}  // namespace
+}  // namespace weft
