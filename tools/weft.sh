@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# One entry point for a new machine: installs what is missing from Debian 12's packages,
+# builds with Bazel (offline), then runs the demo or the whole test suite.
+#
+#   ./tools/weft.sh demo    # set up, build, run the average-consensus demo on 4 ranks
+#   ./tools/weft.sh test    # set up, build, run every test (what CI runs)
+#   ./tools/weft.sh setup   # only install the packages
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  bazel-bootstrap bazel-rules-java g++ python3
+  libtorch-dev libopenmpi-dev openmpi-bin
+  libabsl-dev libgtest-dev libgmock-dev libdlpack-dev
+  libucx-dev ucx-utils python3-dev
+)
+
+setup() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "weft: installing ${missing[*]}"
+    local sudo=()
+    [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+    "${sudo[@]}" apt-get update -q
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q "${missing[@]}"
+  fi
+}
+
+# Reuse earlier build outputs on this machine (CI clones into a fresh folder each time).
+BAZEL_FLAGS=(--disk_cache="${HOME}/.cache/weft/bazel-disk")
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+demo() {
+  bazel build "${BAZEL_FLAGS[@]}" //examples:average_consensus
+  TMPDIR=/tmp tools/weftrun -np "${WEFT_DEMO_RANKS:-4}" \
+    --mpi-args "--mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo" \
+    bazel-bin/examples/average_consensus "$@"
+}
+
+run_tests() {
+  local log
+  log=$(mktemp)
+  set +e
+  bazel test "${BAZEL_FLAGS[@]}" //... "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  set -e
+  # A plain closing line, counted from Bazel's per-target summary.
+  local passed failed
+  passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log" || true)
+  failed=$(grep -cE '^//[^ ]+ +(FAILED|TIMEOUT|NO STATUS|FLAKY)' "$log" || true)
+  rm -f "$log"
+  echo "tests: ${passed} passed, ${failed} failed"
+  return "$rc"
+}
+
+case "${1:-}" in
+  setup) setup ;;
+  demo) shift; setup; demo "$@" ;;
+  test) shift; setup; run_tests "$@" ;;
+  *)
+    echo "usage: $0 demo|test|setup" >&2
+    exit 2
+    ;;
+esac
