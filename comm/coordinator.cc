@@ -88,7 +88,7 @@ std::string Coordinator::Validate(const Entry& e) const {
     devices.emplace_back(rank, d.device.ToString());
     shapes.emplace_back(rank, ShapeToString(d.shape));
     std::vector<int64_t> tail(d.shape.begin() + (d.shape.empty() ? 0 : 1), d.shape.end());
-    tails.emplace_back(rank, absl::StrCat("[*", d.shape.empty() ? "" : ", ",
+    tails.emplace_back(rank, absl::StrCat("[*", tail.empty() ? "" : ", ",
                                           absl::StrJoin(tail, ", "), "]"));
     roots.emplace_back(rank, absl::StrCat("root ", d.root));
     averages.emplace_back(rank, d.average ? "average" : "sum");

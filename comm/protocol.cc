@@ -56,6 +56,11 @@ class Reader {
     return true;
   }
   bool done() const { return pos_ == in_.size(); }
+  // Whether `n` items of at least `min_bytes` each can still follow: rejects counts that
+  // garbage would otherwise turn into huge allocations.
+  bool Fits(uint32_t n, size_t min_bytes) const {
+    return static_cast<size_t>(n) * min_bytes <= in_.size() - pos_;
+  }
 
  private:
   const std::string& in_;
@@ -119,7 +124,10 @@ std::string SerializeDescriptors(const std::vector<Descriptor>& ds) {
 StatusOr<std::vector<Descriptor>> ParseDescriptors(const std::string& bytes) {
   Reader r(bytes);
   uint32_t n;
+  // The smallest encoding of one descriptor: every fixed field, empty strings and vectors.
+  constexpr size_t kMinDescriptorBytes = 64;
   if (!r.Pod(&n)) return Internal("truncated descriptor batch");
+  if (!r.Fits(n, kMinDescriptorBytes)) return Internal("malformed descriptor batch");
   std::vector<Descriptor> ds(n);
   for (Descriptor& d : ds) {
     uint8_t op, dtype, device_type, average;
@@ -129,7 +137,8 @@ StatusOr<std::vector<Descriptor>> ParseDescriptors(const std::string& bytes) {
               r.Vec(&d.shape) && r.Pod(&d.root) && r.Pod(&average) && r.Vec(&d.send_ranks) &&
               r.Vec(&d.recv_ranks) && r.Pod(&d.machine) && r.Pod(&d.local_rank) &&
               r.Str(&d.fusion_signature) && r.Pod(&d.fingerprint) && r.Pod(&d.in_flight);
-    if (!ok || op > static_cast<uint8_t>(OpType::kShutdown) || dtype >= kNumDTypes) {
+    if (!ok || op > static_cast<uint8_t>(OpType::kShutdown) || dtype >= kNumDTypes ||
+        device_type > static_cast<uint8_t>(Device::Type::kCUDA)) {
       return Internal("malformed descriptor batch");
     }
     d.op = static_cast<OpType>(op);
@@ -160,18 +169,26 @@ std::string SerializeResponses(const std::vector<Response>& rs) {
 StatusOr<std::vector<Response>> ParseResponses(const std::string& bytes) {
   Reader r(bytes);
   uint32_t n;
+  // The smallest encoding of one response: op, key count, code, empty message, first_dims
+  // count, empty ranks.
+  constexpr size_t kMinResponseBytes = 21;
   if (!r.Pod(&n)) return Internal("truncated response batch");
+  if (!r.Fits(n, kMinResponseBytes)) return Internal("malformed response batch");
   std::vector<Response> rs(n);
   for (Response& resp : rs) {
     uint8_t op;
     uint32_t nkeys, ndims;
-    if (!r.Pod(&op) || !r.Pod(&nkeys)) return Internal("malformed response batch");
+    if (!r.Pod(&op) || op > static_cast<uint8_t>(OpType::kShutdown) || !r.Pod(&nkeys) ||
+        !r.Fits(nkeys, sizeof(uint32_t))) {
+      return Internal("malformed response batch");
+    }
     resp.op = static_cast<OpType>(op);
     resp.keys.resize(nkeys);
     for (auto& k : resp.keys) {
       if (!r.Str(&k)) return Internal("malformed response batch");
     }
-    if (!r.Pod(&resp.error_code) || !r.Str(&resp.error_message) || !r.Pod(&ndims)) {
+    if (!r.Pod(&resp.error_code) || !r.Str(&resp.error_message) || !r.Pod(&ndims) ||
+        !r.Fits(ndims, sizeof(uint32_t))) {
       return Internal("malformed response batch");
     }
     resp.first_dims.resize(ndims);

@@ -177,7 +177,7 @@ def weft_system_libraries():
         display_name = "LibTorch",
         env = "WEFT_TORCH_HOME",
         packages = ["libtorch-dev"],
-        probe_header = "torch/torch.h",
+        probe_header = "ATen/ATen.h",
         header_dirs = ["torch", "ATen", "c10", "caffe2"],
         extra_includes = ["torch/csrc/api/include"],
         libs = ["torch", "torch_cpu", "c10"],

@@ -1,0 +1,467 @@
+#include "comm/reduce.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace weft {
+namespace comm {
+namespace {
+
+const DType kAllDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
+                            DType::kBFloat16, DType::kInt32,   DType::kInt64,
+                            DType::kInt8,    DType::kUInt8};
+
+bool IsInteger(DType dtype) { return !IsFloatingPoint(dtype); }
+
+// A typed buffer of `dtype` elements, written and read as doubles. Values used with it are
+// exactly representable in the dtype.
+class Buffer {
+ public:
+  Buffer(DType dtype, const std::vector<double>& values)
+      : dtype_(dtype), bytes_(values.size() * DTypeSize(dtype)) {
+    for (size_t i = 0; i < values.size(); ++i) Set(i, values[i]);
+  }
+  Buffer(DType dtype, size_t count, double fill) : Buffer(dtype, std::vector<double>(count, fill)) {}
+
+  void* data() { return bytes_.data(); }
+  const void* data() const { return bytes_.data(); }
+  size_t size() const { return bytes_.size() / DTypeSize(dtype_); }
+  const std::vector<uint8_t>& bytes() const { return bytes_; }
+
+  void Set(size_t i, double v) {
+    void* p = bytes_.data() + i * DTypeSize(dtype_);
+    switch (dtype_) {
+      case DType::kFloat32: Put<float>(p, static_cast<float>(v)); break;
+      case DType::kFloat64: Put<double>(p, v); break;
+      case DType::kFloat16: Put<uint16_t>(p, FloatToHalf(static_cast<float>(v))); break;
+      case DType::kBFloat16: Put<uint16_t>(p, FloatToBFloat16(static_cast<float>(v))); break;
+      case DType::kInt32: Put<int32_t>(p, static_cast<int32_t>(v)); break;
+      case DType::kInt64: Put<int64_t>(p, static_cast<int64_t>(v)); break;
+      case DType::kInt8: Put<int8_t>(p, static_cast<int8_t>(v)); break;
+      case DType::kUInt8: Put<uint8_t>(p, static_cast<uint8_t>(v)); break;
+    }
+    EXPECT_EQ(Get(i), v) << DTypeName(dtype_) << " cannot hold " << v;
+  }
+
+  double Get(size_t i) const {
+    const void* p = bytes_.data() + i * DTypeSize(dtype_);
+    switch (dtype_) {
+      case DType::kFloat32: return Take<float>(p);
+      case DType::kFloat64: return Take<double>(p);
+      case DType::kFloat16: return HalfToFloat(Take<uint16_t>(p));
+      case DType::kBFloat16: return BFloat16ToFloat(Take<uint16_t>(p));
+      case DType::kInt32: return Take<int32_t>(p);
+      case DType::kInt64: return static_cast<double>(Take<int64_t>(p));
+      case DType::kInt8: return Take<int8_t>(p);
+      case DType::kUInt8: return Take<uint8_t>(p);
+    }
+    return NAN;
+  }
+
+  std::vector<double> Values() const {
+    std::vector<double> out(size());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = Get(i);
+    return out;
+  }
+
+ private:
+  template <typename T>
+  static void Put(void* p, T v) {
+    std::memcpy(p, &v, sizeof(T));
+  }
+  template <typename T>
+  static T Take(const void* p) {
+    T v;
+    std::memcpy(&v, p, sizeof(T));
+    return v;
+  }
+
+  DType dtype_;
+  std::vector<uint8_t> bytes_;
+};
+
+// Round to nearest, halves away from zero (written independently of std::llround).
+double RoundHalfAway(double x) {
+  const double floor_abs = std::floor(std::fabs(x));
+  const double frac = std::fabs(x) - floor_abs;
+  const double r = frac >= 0.5 ? floor_abs + 1 : floor_abs;
+  return x < 0 ? -r : r;
+}
+
+// What out[i] must be for the exact weighted sum `exact`.
+double Expected(DType dtype, double exact) { return IsInteger(dtype) ? RoundHalfAway(exact) : exact; }
+
+// Element patterns, small enough that every weighted sum below is exact in every dtype
+// (multiples of 1/4 below 16 in magnitude, or non-negative for uint8).
+double PatternA(DType dtype, size_t i) {
+  return dtype == DType::kUInt8 ? static_cast<double>(i % 16) : static_cast<double>(i % 16) - 8;
+}
+double PatternB(DType dtype, size_t i) {
+  return dtype == DType::kUInt8 ? static_cast<double>(i % 7) : static_cast<double>(i % 7) - 3;
+}
+double PatternC(DType dtype, size_t i) {
+  return dtype == DType::kUInt8 ? static_cast<double>(i % 5) : static_cast<double>(i % 5) - 2;
+}
+
+Buffer Pattern(DType dtype, size_t count, double (*f)(DType, size_t)) {
+  std::vector<double> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = f(dtype, i);
+  return Buffer(dtype, v);
+}
+
+// ---------------------------------------------------------------------------------------
+// WeightedSum
+
+TEST(WeightedSumTest, OneTwoThreeTermsEveryDType) {
+  const double wa = 0.5, wb = 0.25, wc = 1.0;
+  for (DType dtype : kAllDTypes) {
+    for (size_t count : {size_t{1}, size_t{7}, size_t{2048}, size_t{2049}, size_t{5000}}) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " count " << count);
+      const Buffer a = Pattern(dtype, count, PatternA);
+      const Buffer b = Pattern(dtype, count, PatternB);
+      const Buffer c = Pattern(dtype, count, PatternC);
+      for (int terms = 1; terms <= 3; ++terms) {
+        SCOPED_TRACE(terms);
+        std::vector<WeightedTerm> ts = {{a.data(), wa}};
+        if (terms >= 2) ts.push_back({b.data(), wb});
+        if (terms >= 3) ts.push_back({c.data(), wc});
+        Buffer out(dtype, count + 1, 3);  // one sentinel past the end
+        WeightedSum(out.data(), dtype, count, ts);
+        int wrong = 0;
+        for (size_t i = 0; i < count; ++i) {
+          double exact = wa * PatternA(dtype, i);
+          if (terms >= 2) exact += wb * PatternB(dtype, i);
+          if (terms >= 3) exact += wc * PatternC(dtype, i);
+          if (out.Get(i) != Expected(dtype, exact) && ++wrong <= 5) {
+            ADD_FAILURE() << "element " << i << ": got " << out.Get(i) << ", want "
+                          << Expected(dtype, exact) << " (exact " << exact << ")";
+          }
+        }
+        EXPECT_EQ(wrong, 0);
+        EXPECT_EQ(out.Get(count), 3) << "wrote past count";
+      }
+    }
+  }
+}
+
+TEST(WeightedSumTest, ExactValuesFloat) {
+  // 0.75 * a - 2 * b + 0.125 * c
+  const std::vector<double> a = {1, -2, 0.5, 8, 0};
+  const std::vector<double> b = {0.25, 1, -1.5, 4, 0};
+  const std::vector<double> c = {8, -16, 4, 0, 0.5};
+  const std::vector<double> want = {1.25, -5.5, 3.875, -2, 0.0625};
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    Buffer ba(dtype, a), bb(dtype, b), bc(dtype, c), out(dtype, 5, 0);
+    WeightedSum(out.data(), dtype, 5, {{ba.data(), 0.75}, {bb.data(), -2}, {bc.data(), 0.125}});
+    EXPECT_EQ(out.Values(), want);
+  }
+}
+
+TEST(WeightedSumTest, ExactValuesInteger) {
+  // Halves round away from zero; other fractions to nearest.
+  for (DType dtype : {DType::kInt32, DType::kInt64, DType::kInt8}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    {
+      Buffer a(dtype, {3, -3, 1, -1, 5, -5, 0, 7}), out(dtype, 8, 9);
+      WeightedSum(out.data(), dtype, 8, {{a.data(), 0.5}});
+      EXPECT_EQ(out.Values(), (std::vector<double>{2, -2, 1, -1, 3, -3, 0, 4}));
+    }
+    {
+      // 0.25 * a + 0.5 * b: 0.25 + 0.5 = 0.75 -> 1; 0.25 -> 0; -0.25 -> 0; -1.25 -> -1;
+      // 1.75 -> 2; 2.5 -> 3; -2.5 -> -3.
+      Buffer a(dtype, {1, 1, -1, -1, 3, 2, -2}), b(dtype, {1, 0, 0, -2, 2, 4, -4});
+      Buffer out(dtype, 7, 9);
+      WeightedSum(out.data(), dtype, 7, {{a.data(), 0.25}, {b.data(), 0.5}});
+      EXPECT_EQ(out.Values(), (std::vector<double>{1, 0, 0, -1, 2, 3, -3}));
+    }
+    {
+      // Averages of three: (1 + 2 + 2) / 3 = 1.67 -> 2; (1 + 1 + 2) / 3 = 1.33 -> 1;
+      // (-1 - 1 - 2) / 3 -> -1; (3 + 3 + 3) / 3 = 3.
+      Buffer a(dtype, {1, 1, -1, 3}), b(dtype, {2, 1, -1, 3}), c(dtype, {2, 2, -2, 3});
+      Buffer out(dtype, 4, 9);
+      const double third = 1.0 / 3;
+      WeightedSum(out.data(), dtype, 4, {{a.data(), third}, {b.data(), third}, {c.data(), third}});
+      EXPECT_EQ(out.Values(), (std::vector<double>{2, 1, -1, 3}));
+    }
+  }
+  {
+    Buffer a(DType::kUInt8, {3, 1, 255, 254, 0}), out(DType::kUInt8, 5, 9);
+    WeightedSum(out.data(), DType::kUInt8, 5, {{a.data(), 0.5}});
+    EXPECT_EQ(out.Values(), (std::vector<double>{2, 1, 128, 127, 0}));
+  }
+  {
+    Buffer a(DType::kInt8, {-128, 127, -127}), b(DType::kInt8, {127, -128, 0});
+    Buffer out(DType::kInt8, 3, 9);
+    WeightedSum(out.data(), DType::kInt8, 3, {{a.data(), 0.5}, {b.data(), 0.5}});
+    // -0.5 -> -1; -0.5 -> -1; -63.5 -> -64.
+    EXPECT_EQ(out.Values(), (std::vector<double>{-1, -1, -64}));
+  }
+  {
+    // Large int32 values stay exact through the double accumulator.
+    Buffer a(DType::kInt32, {2147483647, -2147483647 - 1.0, 1000000001});
+    Buffer b(DType::kInt32, {-2147483647 - 1.0, 2147483647, 999999999});
+    Buffer out(DType::kInt32, 3, 0);
+    WeightedSum(out.data(), DType::kInt32, 3, {{a.data(), 0.5}, {b.data(), 0.5}});
+    // -0.5 -> -1 (away from zero) twice; 1000000000 exactly.
+    EXPECT_EQ(out.Values(), (std::vector<double>{-1, -1, 1000000000}));
+  }
+}
+
+TEST(WeightedSumTest, Int32HalfOfExtremes) {
+  // (INT32_MAX + INT32_MIN) / 2 = -0.5 -> -1 (away from zero).
+  const int32_t a[] = {std::numeric_limits<int32_t>::max(), 7};
+  const int32_t b[] = {std::numeric_limits<int32_t>::min(), 8};
+  int32_t out[2] = {5, 5};
+  WeightedSum(out, DType::kInt32, 2, {{a, 0.5}, {b, 0.5}});
+  EXPECT_EQ(out[0], -1);
+  EXPECT_EQ(out[1], 8);  // 7.5 -> 8
+}
+
+TEST(WeightedSumTest, InPlace) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const size_t count = 5000;
+    Buffer a = Pattern(dtype, count, PatternA);
+    const Buffer b = Pattern(dtype, count, PatternB);
+    const Buffer c = Pattern(dtype, count, PatternC);
+    WeightedSum(a.data(), dtype, count, {{a.data(), 0.5}, {b.data(), 0.25}, {c.data(), 1}});
+    int wrong = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const double exact = 0.5 * PatternA(dtype, i) + 0.25 * PatternB(dtype, i) + PatternC(dtype, i);
+      if (a.Get(i) != Expected(dtype, exact) && ++wrong <= 5) {
+        ADD_FAILURE() << "element " << i << ": got " << a.Get(i) << ", want "
+                      << Expected(dtype, exact);
+      }
+    }
+    EXPECT_EQ(wrong, 0);
+  }
+}
+
+TEST(WeightedSumTest, InPlaceSingleTerm) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    Buffer a = Pattern(dtype, 5000, PatternA);
+    WeightedSum(a.data(), dtype, 5000, {{a.data(), 2}});
+    for (size_t i = 0; i < 5000; i += 997) EXPECT_EQ(a.Get(i), 2 * PatternA(dtype, i)) << i;
+    EXPECT_EQ(a.Get(4999), 2 * PatternA(dtype, 4999));
+  }
+}
+
+TEST(WeightedSumTest, ZeroTermsGivesZeros) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    Buffer out(dtype, 5001, 7);
+    WeightedSum(out.data(), dtype, 5000, {});
+    std::vector<double> values = out.Values();
+    EXPECT_EQ(std::vector<double>(values.begin(), values.end() - 1),
+              std::vector<double>(5000, 0.0));
+    EXPECT_EQ(values.back(), 7);
+    // All bits zero (no negative zero).
+    const std::vector<uint8_t>& bytes = out.bytes();
+    EXPECT_EQ(std::vector<uint8_t>(bytes.begin(), bytes.begin() + 5000 * DTypeSize(dtype)),
+              std::vector<uint8_t>(5000 * DTypeSize(dtype), 0));
+  }
+}
+
+TEST(WeightedSumTest, ZeroCountWritesNothing) {
+  for (DType dtype : kAllDTypes) {
+    Buffer a(dtype, 4, 1), out(dtype, 4, 5);
+    WeightedSum(out.data(), dtype, 0, {{a.data(), 0.5}, {a.data(), 0.5}});
+    WeightedSum(out.data(), dtype, 0, {});
+    WeightedSum(out.data(), dtype, 0, {{a.data(), 1}});
+    EXPECT_EQ(out.Values(), std::vector<double>(4, 5)) << DTypeName(dtype);
+  }
+}
+
+TEST(WeightedSumTest, SingleUnitTermIsAnExactCopy) {
+  const int64_t big[] = {(int64_t{1} << 53) + 1, std::numeric_limits<int64_t>::max(),
+                         std::numeric_limits<int64_t>::min(), -((int64_t{1} << 60) + 3),
+                         (int64_t{1} << 62) - 1};
+  std::vector<int64_t> src(big, big + 5);
+  for (int i = 0; i < 5000; ++i) src.push_back((int64_t{1} << 54) + 2 * i + 1);
+  std::vector<int64_t> out(src.size(), 0);
+  WeightedSum(out.data(), DType::kInt64, src.size(), {{src.data(), 1.0}});
+  EXPECT_EQ(out, src);
+  // In place: untouched.
+  std::vector<int64_t> same = src;
+  WeightedSum(same.data(), DType::kInt64, same.size(), {{same.data(), 1.0}});
+  EXPECT_EQ(same, src);
+  // Float bit patterns (NaN payloads, negative zero) survive too.
+  const uint32_t bits[] = {0x7fc01234u, 0x80000000u, 0x7f800001u, 0x3f800000u};
+  uint32_t copy[4] = {};
+  WeightedSum(copy, DType::kFloat32, 4, {{bits, 1.0}});
+  EXPECT_EQ(std::memcmp(copy, bits, sizeof(bits)), 0);
+  const uint16_t half_bits[] = {0x7e01, 0x8000, 0x0001, 0xfbff};
+  uint16_t half_copy[4] = {};
+  WeightedSum(half_copy, DType::kFloat16, 4, {{half_bits, 1.0}});
+  EXPECT_EQ(std::memcmp(half_copy, half_bits, sizeof(half_bits)), 0);
+}
+
+TEST(WeightedSumTest, HalfAndBFloatRoundToNearestEven) {
+  // 1 + 2^-11 is halfway between the halves 1 and 1 + 2^-10: ties to even (1).
+  // 1 + 3 * 2^-11 is halfway between 1 + 2^-10 and 1 + 2^-9: ties to even (1 + 2^-9).
+  const uint16_t one_half = 0x3c00;
+  uint16_t out[2];
+  const uint16_t ones[2] = {one_half, one_half};
+  WeightedSum(out, DType::kFloat16, 2, {{ones, 1.0}, {ones, 0}});
+  EXPECT_EQ(out[0], 0x3c00);
+  const uint16_t tiny[2] = {0x1000, 0x1000};  // 2^-11
+  const uint16_t vals[2] = {one_half, one_half};
+  WeightedSum(out, DType::kFloat16, 2, {{vals, 1.0}, {tiny, 1.0}});
+  EXPECT_EQ(out[0], 0x3c00);
+  WeightedSum(out, DType::kFloat16, 2, {{vals, 1.0}, {tiny, 3.0}});
+  EXPECT_EQ(out[0], 0x3c02);
+
+  // bfloat16: 1 + 2^-8 ties to 1; 1 + 3 * 2^-8 ties to 1 + 2^-6.
+  const uint16_t one_bf = 0x3f80;
+  const uint16_t bf_ones[2] = {one_bf, one_bf};
+  const uint16_t bf_tiny[2] = {0x3b80, 0x3b80};  // 2^-8
+  WeightedSum(out, DType::kBFloat16, 2, {{bf_ones, 1.0}, {bf_tiny, 1.0}});
+  EXPECT_EQ(out[0], 0x3f80);
+  WeightedSum(out, DType::kBFloat16, 2, {{bf_ones, 1.0}, {bf_tiny, 3.0}});
+  EXPECT_EQ(out[0], 0x3f82);
+}
+
+// ---------------------------------------------------------------------------------------
+// Scale
+
+TEST(ScaleTest, ExactValuesEveryDType) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    Buffer b(dtype, {1.5, -0.25, 2048, 0, -3});
+    Scale(b.data(), dtype, 5, 0.5);
+    EXPECT_EQ(b.Values(), (std::vector<double>{0.75, -0.125, 1024, 0, -1.5}));
+    Scale(b.data(), dtype, 5, -4);
+    EXPECT_EQ(b.Values(), (std::vector<double>{-3, 0.5, -4096, 0, 6}));
+  }
+  for (DType dtype : {DType::kInt32, DType::kInt64, DType::kInt8}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    Buffer b(dtype, {3, -3, 1, -1, 10, 11, -11, 0});
+    Scale(b.data(), dtype, 8, 0.5);
+    EXPECT_EQ(b.Values(), (std::vector<double>{2, -2, 1, -1, 5, 6, -6, 0}));
+    Buffer c(dtype, {10, 11, -10, -11, 3});
+    Scale(c.data(), dtype, 5, 1.0 / 3);
+    EXPECT_EQ(c.Values(), (std::vector<double>{3, 4, -3, -4, 1}));
+    Buffer d(dtype, {3, -5});
+    Scale(d.data(), dtype, 2, -2.5);
+    EXPECT_EQ(d.Values(), (std::vector<double>{-8, 13}));  // -7.5 -> -8, 12.5 -> 13
+  }
+  Buffer u(DType::kUInt8, {3, 5, 255, 1, 0});
+  Scale(u.data(), DType::kUInt8, 5, 0.5);
+  EXPECT_EQ(u.Values(), (std::vector<double>{2, 3, 128, 1, 0}));
+  Buffer i8(DType::kInt8, {127, -128});
+  Scale(i8.data(), DType::kInt8, 2, 0.5);
+  EXPECT_EQ(i8.Values(), (std::vector<double>{64, -64}));  // 63.5 -> 64
+}
+
+TEST(ScaleTest, LongBuffersEveryDType) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const size_t count = 5000;
+    Buffer b = Pattern(dtype, count + 1, PatternA);
+    const double last = b.Get(count);
+    Scale(b.data(), dtype, count, 0.25);
+    int wrong = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const double want = Expected(dtype, 0.25 * PatternA(dtype, i));
+      if (b.Get(i) != want && ++wrong <= 5) {
+        ADD_FAILURE() << "element " << i << ": got " << b.Get(i) << ", want " << want;
+      }
+    }
+    EXPECT_EQ(wrong, 0);
+    EXPECT_EQ(b.Get(count), last) << "scaled past count";
+  }
+}
+
+TEST(ScaleTest, ByOneAndByZero) {
+  std::vector<int64_t> big = {(int64_t{1} << 53) + 1, std::numeric_limits<int64_t>::max(),
+                              std::numeric_limits<int64_t>::min() + 1};
+  const std::vector<int64_t> before = big;
+  Scale(big.data(), DType::kInt64, big.size(), 1.0);
+  EXPECT_EQ(big, before);
+  for (DType dtype : kAllDTypes) {
+    Buffer b = Pattern(dtype, 3000, PatternB);
+    Scale(b.data(), dtype, 3000, 0);
+    for (double v : b.Values()) {
+      ASSERT_EQ(v, 0) << DTypeName(dtype);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// AddInPlace
+
+TEST(AddInPlaceTest, ExactValuesEveryDType) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    Buffer dst(dtype, {1.5, -2, 0.25, 1024, -0.5});
+    const Buffer src(dtype, {0.5, 3, -0.25, 1024, -0.75});
+    AddInPlace(dst.data(), src.data(), dtype, 5);
+    EXPECT_EQ(dst.Values(), (std::vector<double>{2, 1, 0, 2048, -1.25}));
+    EXPECT_EQ(src.Values(), (std::vector<double>{0.5, 3, -0.25, 1024, -0.75}));
+  }
+  for (DType dtype : {DType::kInt32, DType::kInt64, DType::kInt8}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    Buffer dst(dtype, {1, -2, 100, -100, 0});
+    const Buffer src(dtype, {2, 5, -100, 27, -128});
+    AddInPlace(dst.data(), src.data(), dtype, 5);
+    EXPECT_EQ(dst.Values(), (std::vector<double>{3, 3, 0, -73, -128}));
+  }
+  Buffer u(DType::kUInt8, {200, 1, 0});
+  const Buffer us(DType::kUInt8, {55, 2, 0});
+  AddInPlace(u.data(), us.data(), DType::kUInt8, 3);
+  EXPECT_EQ(u.Values(), (std::vector<double>{255, 3, 0}));
+
+  std::vector<int32_t> big = {2000000000, -2000000000};
+  const std::vector<int32_t> big_src = {147483647, -147483648};
+  AddInPlace(big.data(), big_src.data(), DType::kInt32, 2);
+  EXPECT_EQ(big, (std::vector<int32_t>{2147483647, -2147483647 - 1}));
+}
+
+TEST(AddInPlaceTest, LongBuffersEveryDType) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const size_t count = 5000;
+    Buffer dst = Pattern(dtype, count + 1, PatternA);
+    const Buffer src = Pattern(dtype, count + 1, PatternB);
+    const double last = dst.Get(count);
+    AddInPlace(dst.data(), src.data(), dtype, count);
+    int wrong = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const double want = PatternA(dtype, i) + PatternB(dtype, i);
+      if (dst.Get(i) != want && ++wrong <= 5) {
+        ADD_FAILURE() << "element " << i << ": got " << dst.Get(i) << ", want " << want;
+      }
+    }
+    EXPECT_EQ(wrong, 0);
+    EXPECT_EQ(dst.Get(count), last) << "wrote past count";
+  }
+}
+
+TEST(AddInPlaceTest, HalfSumRoundsToNearestEven) {
+  // 2048 + 1 is halfway between the halves 2048 and 2050: ties to even (2048).
+  // 2050 + 1 ties between 2050 and 2052: to 2052.
+  uint16_t dst[3] = {FloatToHalf(2048), FloatToHalf(2050), FloatToHalf(65504)};
+  const uint16_t src[3] = {FloatToHalf(1), FloatToHalf(1), FloatToHalf(65504)};
+  AddInPlace(dst, src, DType::kFloat16, 3);
+  EXPECT_EQ(HalfToFloat(dst[0]), 2048.0f);
+  EXPECT_EQ(HalfToFloat(dst[1]), 2052.0f);
+  EXPECT_EQ(dst[2], 0x7c00);  // overflow to +inf
+  // bfloat16: 256 + 1 ties to 256; 258 + 1 ties to 260.
+  uint16_t bdst[2] = {FloatToBFloat16(256), FloatToBFloat16(258)};
+  const uint16_t bsrc[2] = {FloatToBFloat16(1), FloatToBFloat16(1)};
+  AddInPlace(bdst, bsrc, DType::kBFloat16, 2);
+  EXPECT_EQ(BFloat16ToFloat(bdst[0]), 256.0f);
+  EXPECT_EQ(BFloat16ToFloat(bdst[1]), 260.0f);
+}
+
+}  // namespace
+}  // namespace comm
+}  // namespace weft

@@ -1,0 +1,483 @@
+// The LibTorch adapter: at::Tensor in, weft TensorViews to comm/, at::Tensor out.
+//
+// Only the headers this file uses (ATen/core/Tensor.h and a few single-op headers), not
+// <ATen/ATen.h> or <torch/torch.h>: this is the only LibTorch translation unit of the
+// library and CI compiles it on two cores.
+#include "comm/torch/torch_comm.h"
+
+#include <ATen/MemoryOverlap.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/GradMode.h>
+#include <c10/util/Exception.h>
+
+#include <exception>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace weft {
+namespace torch_api {
+
+// What a nonblocking op holds: the tensors weft reads and writes (alive until it completes)
+// and, once it has, its result.
+struct GatherSlot {
+  std::mutex mu;
+  at::Tensor tensor;  // what the Allocator returned (set on weft's background thread)
+};
+
+struct TorchHandle::State {
+  const char* op = "";
+  Handle handle;
+  at::Tensor input;   // contiguous, what weft reads
+  at::Tensor output;  // contiguous, what weft writes (may be `input`)
+  at::Tensor target;  // in place on a non-contiguous tensor: the tensor to copy back into
+  std::shared_ptr<GatherSlot> gathered;  // allgather ops
+
+  std::mutex mu;
+  bool finished = false;
+  Status status;
+  at::Tensor result;
+
+  ~State();
+  // Records the op's final status and result; `mu` held. Runs once.
+  void Finish(const Status& op_status);
+};
+
+namespace {
+
+// --- errors --------------------------------------------------------------------------------
+
+// Runs `f`, turning LibTorch exceptions into a Status naming the op.
+template <typename F>
+Status Guarded(const char* op, F&& f) {
+  try {
+    return f();
+  } catch (const c10::Error& e) {
+    return Internal(op, ": LibTorch failed: ", e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return Internal(op, ": LibTorch failed: ", e.what());
+  }
+}
+
+std::string SupportedDTypes() {
+  std::string out;
+  for (int i = 0; i < kNumDTypes; ++i) {
+    absl::StrAppend(&out, i == 0 ? "" : ", ", DTypeName(static_cast<DType>(i)));
+  }
+  return out;
+}
+
+Status DTypeError(at::ScalarType type, const char* op) {
+  std::string hint;
+  if (at::isComplexType(type)) {
+    hint = "; at::view_as_real(t) views a complex tensor as a real one with a trailing "
+           "dimension of 2, which every op here handles";
+  } else if (type == at::kBool) {
+    hint = "; convert it first, e.g. with t.to(at::kByte)";
+  } else {
+    hint = "; convert it first, e.g. with t.to(at::kFloat)";
+  }
+  return Unimplemented(op, ": tensors of dtype ", c10::toString(type),
+                       " are not supported; weft supports ", SupportedDTypes(), hint);
+}
+
+// Everything about a tensor that rules it out, before anything is allocated or sent.
+// CUDA tensors are allowed only when `allow_cuda` (ToView); the ops need the NCCL backend.
+Status CheckTensor(const at::Tensor& t, const char* op, bool allow_cuda) {
+  if (!t.defined()) {
+    return InvalidArgument(op, ": the tensor is undefined (a default-constructed at::Tensor "
+                               "has no data); pass a tensor");
+  }
+  const at::Device device = t.device();
+  if (device.is_cuda() && !allow_cuda) {
+    return Unimplemented(op, ": the tensor is on ", device.str(),
+                         "; CUDA tensors need weft's NCCL backend, which this build does not "
+                         "include (move the tensor to the CPU with t.cpu())");
+  }
+  if (!device.is_cpu() && !device.is_cuda()) {
+    return Unimplemented(op, ": the tensor is on ", device.str(),
+                         "; weft supports CPU tensors (and CUDA ones with its NCCL backend)");
+  }
+  if (t.layout() != at::kStrided || t.is_nested()) {
+    return Unimplemented(op, ": ", t.is_nested() ? std::string("nested") : c10::str(t.layout()),
+                         " tensors are not supported; pass a dense (strided) tensor, e.g. "
+                         "t.to_dense()");
+  }
+  if (!ToDType(t.scalar_type()).ok()) return DTypeError(t.scalar_type(), op);
+  if (t.is_neg()) {
+    return InvalidArgument(op, ": the tensor is a lazy negation view (its negative bit is "
+                               "set); call t.resolve_neg() first");
+  }
+  return OkStatus();
+}
+
+StatusOr<TensorView> MakeView(const at::Tensor& t, const char* op, bool allow_cuda) {
+  WEFT_RETURN_IF_ERROR(CheckTensor(t, op, allow_cuda));
+  std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+  // LibTorch calls a tensor contiguous whatever the strides of its size-1 dimensions (and of
+  // an empty tensor); canonical strides describe the same memory.
+  std::vector<int64_t> strides = t.is_contiguous()
+                                     ? ContiguousStrides(shape)
+                                     : std::vector<int64_t>(t.strides().begin(), t.strides().end());
+  const Device device = t.device().is_cuda() ? Device::CUDA(t.device().has_index() ? t.device().index() : 0)
+                                             : Device::CPU();
+  return TensorView(t.data_ptr(), *ToDType(t.scalar_type()), std::move(shape),
+                    std::move(strides), device);
+}
+
+// --- keeping buffers of dropped handles alive -----------------------------------------------
+
+// The tensors of ops whose every handle was dropped before they completed. Never
+// destroyed (ops may still be in flight at exit); pruned on each new op.
+struct Orphan {
+  Handle handle;
+  at::Tensor input, output, target;
+  std::shared_ptr<GatherSlot> gathered;
+};
+std::mutex& OrphanMu() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::vector<Orphan>& Orphans() {
+  static auto* orphans = new std::vector<Orphan>;
+  return *orphans;
+}
+
+void PruneOrphans() {
+  std::vector<Orphan> done;  // destroyed after the lock is released
+  std::lock_guard<std::mutex> lock(OrphanMu());
+  std::vector<Orphan>& all = Orphans();
+  if (all.empty()) return;
+  std::vector<Orphan> pending;
+  for (Orphan& o : all) (::weft::poll(o.handle) ? done : pending).push_back(std::move(o));
+  all.swap(pending);
+}
+
+// --- launching ops ----------------------------------------------------------------------------
+
+// Ops with an output of the input's shape: `submit(in, out)` starts the weft op.
+template <typename Submit>
+StatusOr<TorchHandle> LaunchSameShape(const char* op, const at::Tensor& t, bool in_place,
+                                      Submit&& submit) {
+  WEFT_RETURN_IF_ERROR(CheckTensor(t, op, /*allow_cuda=*/false));
+  PruneOrphans();
+  auto state = std::make_shared<TorchHandle::State>();
+  state->op = op;
+  WEFT_RETURN_IF_ERROR(Guarded(op, [&]() -> Status {
+    c10::NoGradGuard no_grad;
+    if (!in_place) {
+      state->input = t.contiguous();
+      state->output = at::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()).device(t.device()));
+    } else if (t.is_contiguous()) {
+      state->input = state->output = t;
+    } else {
+      if (at::has_internal_overlap(t) == at::MemOverlap::Yes) {
+        return InvalidArgument(op, ": cannot write in place into a tensor whose elements share "
+                                   "memory (e.g. from expand()); use the out-of-place form or "
+                                   "t.clone() first");
+      }
+      state->input = state->output = t.contiguous();
+      state->target = t;
+    }
+    return OkStatus();
+  }));
+  WEFT_ASSIGN_OR_RETURN(TensorView in, MakeView(state->input, op, false));
+  WEFT_ASSIGN_OR_RETURN(TensorView out, MakeView(state->output, op, false));
+  WEFT_ASSIGN_OR_RETURN(state->handle, submit(in, out));
+  return TorchHandle(std::move(state));
+}
+
+// Ops whose output weft allocates once the ranks agree on its shape:
+// `submit(in, allocator)` starts the weft op.
+template <typename Submit>
+StatusOr<TorchHandle> LaunchGather(const char* op, const at::Tensor& t, Submit&& submit) {
+  WEFT_RETURN_IF_ERROR(CheckTensor(t, op, /*allow_cuda=*/false));
+  PruneOrphans();
+  auto state = std::make_shared<TorchHandle::State>();
+  state->op = op;
+  WEFT_RETURN_IF_ERROR(Guarded(op, [&]() -> Status {
+    state->input = t.contiguous();
+    return OkStatus();
+  }));
+  WEFT_ASSIGN_OR_RETURN(TensorView in, MakeView(state->input, op, false));
+  auto slot = std::make_shared<GatherSlot>();
+  state->gathered = slot;
+  const at::Device device = t.device();
+  // Called on weft's background thread; captures the slot, not the state (the state holds
+  // the handle, which holds this allocator).
+  Allocator alloc = [slot, op, device](DType dtype,
+                                       const std::vector<int64_t>& shape) -> StatusOr<TensorView> {
+    at::Tensor out;
+    WEFT_RETURN_IF_ERROR(Guarded(op, [&]() -> Status {
+      out = at::empty(shape, at::TensorOptions().dtype(ToScalarType(dtype)).device(device));
+      return OkStatus();
+    }));
+    WEFT_ASSIGN_OR_RETURN(TensorView view, MakeView(out, op, false));
+    std::lock_guard<std::mutex> lock(slot->mu);
+    slot->tensor = std::move(out);
+    return view;
+  };
+  WEFT_ASSIGN_OR_RETURN(state->handle, submit(in, std::move(alloc)));
+  return TorchHandle(std::move(state));
+}
+
+template <typename T>
+StatusOr<T> Wait(StatusOr<TorchHandle> h) {
+  if (!h.ok()) return h.status();
+  return h->wait();
+}
+Status WaitStatus(StatusOr<TorchHandle> h) {
+  if (!h.ok()) return h.status();
+  return h->wait().status();
+}
+
+}  // namespace
+
+// --- conversions ---------------------------------------------------------------------------
+
+StatusOr<TensorView> ToView(const at::Tensor& tensor) {
+  return MakeView(tensor, "ToView", /*allow_cuda=*/true);
+}
+
+StatusOr<DType> ToDType(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return DType::kFloat32;
+    case at::kDouble: return DType::kFloat64;
+    case at::kHalf: return DType::kFloat16;
+    case at::kBFloat16: return DType::kBFloat16;
+    case at::kInt: return DType::kInt32;
+    case at::kLong: return DType::kInt64;
+    case at::kChar: return DType::kInt8;
+    case at::kByte: return DType::kUInt8;
+    default: return DTypeError(type, "ToDType");
+  }
+}
+
+at::ScalarType ToScalarType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return at::kFloat;
+    case DType::kFloat64: return at::kDouble;
+    case DType::kFloat16: return at::kHalf;
+    case DType::kBFloat16: return at::kBFloat16;
+    case DType::kInt32: return at::kInt;
+    case DType::kInt64: return at::kLong;
+    case DType::kInt8: return at::kChar;
+    case DType::kUInt8: return at::kByte;
+  }
+  return at::kFloat;  // unreachable: every DType is listed
+}
+
+// --- TorchHandle ----------------------------------------------------------------------------
+
+TorchHandle::State::~State() {
+  if (!handle.valid() || ::weft::poll(handle)) return;
+  std::lock_guard<std::mutex> lock(OrphanMu());
+  Orphans().push_back(Orphan{handle, std::move(input), std::move(output), std::move(target),
+                             std::move(gathered)});
+}
+
+void TorchHandle::State::Finish(const Status& op_status) {
+  if (finished) return;
+  finished = true;
+  status = op_status;
+  if (status.ok()) {
+    if (gathered != nullptr) {
+      std::lock_guard<std::mutex> lock(gathered->mu);
+      result = gathered->tensor;
+      if (!result.defined()) status = Internal(op, ": the op completed without an output");
+    } else if (target.defined()) {
+      status = Guarded(op, [&]() -> Status {
+        c10::NoGradGuard no_grad;
+        target.copy_(output);
+        return OkStatus();
+      });
+      result = target;
+    } else {
+      result = output;
+    }
+  }
+  // Done with the buffers; `result` keeps what the caller gets.
+  input = at::Tensor();
+  output = at::Tensor();
+  target = at::Tensor();
+  if (!status.ok()) result = at::Tensor();
+}
+
+bool TorchHandle::poll() const {
+  if (state_ == nullptr) return true;
+  if (!::weft::poll(state_->handle)) return false;
+  const Status s = ::weft::wait(state_->handle);  // done: returns at once
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->Finish(s);
+  return true;
+}
+
+StatusOr<at::Tensor> TorchHandle::wait() const {
+  if (state_ == nullptr) return InvalidArgument("wait: the handle is empty");
+  const Status s = ::weft::wait(state_->handle);
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->Finish(s);
+  if (!state_->status.ok()) return state_->status;
+  return state_->result;
+}
+
+const Handle& TorchHandle::handle() const {
+  static const Handle* const kEmpty = new Handle();
+  return state_ == nullptr ? *kEmpty : state_->handle;
+}
+
+// --- nonblocking ops -------------------------------------------------------------------------
+
+StatusOr<TorchHandle> allreduce_nonblocking(const at::Tensor& tensor, bool average,
+                                            const std::string& name) {
+  return LaunchSameShape("allreduce", tensor, false, [&](const TensorView& in, const TensorView& out) {
+    return ::weft::allreduce_nonblocking(in, out, average, name);
+  });
+}
+
+StatusOr<TorchHandle> allreduce_nonblocking_(const at::Tensor& tensor, bool average,
+                                             const std::string& name) {
+  return LaunchSameShape("allreduce_", tensor, true, [&](const TensorView& in, const TensorView& out) {
+    return ::weft::allreduce_nonblocking(in, out, average, name);
+  });
+}
+
+StatusOr<TorchHandle> broadcast_nonblocking(const at::Tensor& tensor, int root_rank,
+                                            const std::string& name) {
+  return LaunchSameShape("broadcast", tensor, false, [&](const TensorView& in, const TensorView& out) {
+    return ::weft::broadcast_nonblocking(in, out, root_rank, name);
+  });
+}
+
+StatusOr<TorchHandle> broadcast_nonblocking_(const at::Tensor& tensor, int root_rank,
+                                             const std::string& name) {
+  return LaunchSameShape("broadcast_", tensor, true, [&](const TensorView& in, const TensorView& out) {
+    return ::weft::broadcast_nonblocking(in, out, root_rank, name);
+  });
+}
+
+StatusOr<TorchHandle> allgather_nonblocking(const at::Tensor& tensor, const std::string& name) {
+  return LaunchGather("allgather", tensor, [&](const TensorView& in, Allocator alloc) {
+    return ::weft::allgather_nonblocking(in, std::move(alloc), name);
+  });
+}
+
+StatusOr<TorchHandle> neighbor_allgather_nonblocking(const at::Tensor& tensor,
+                                                     const NeighborAllgatherOptions& options,
+                                                     const std::string& name) {
+  return LaunchGather("neighbor_allgather", tensor, [&](const TensorView& in, Allocator alloc) {
+    return ::weft::neighbor_allgather_nonblocking(in, std::move(alloc), options, name);
+  });
+}
+
+StatusOr<TorchHandle> neighbor_allreduce_nonblocking(const at::Tensor& tensor,
+                                                     const NeighborAllreduceOptions& options,
+                                                     const std::string& name) {
+  return LaunchSameShape("neighbor_allreduce", tensor, false,
+                         [&](const TensorView& in, const TensorView& out) {
+                           return ::weft::neighbor_allreduce_nonblocking(in, out, options, name);
+                         });
+}
+
+StatusOr<TorchHandle> neighbor_allreduce_nonblocking_(const at::Tensor& tensor,
+                                                      const NeighborAllreduceOptions& options,
+                                                      const std::string& name) {
+  return LaunchSameShape("neighbor_allreduce_", tensor, true,
+                         [&](const TensorView& in, const TensorView& out) {
+                           return ::weft::neighbor_allreduce_nonblocking(in, out, options, name);
+                         });
+}
+
+StatusOr<TorchHandle> hierarchical_neighbor_allreduce_nonblocking(
+    const at::Tensor& tensor, const HierarchicalNeighborAllreduceOptions& options,
+    const std::string& name) {
+  return LaunchSameShape("hierarchical_neighbor_allreduce", tensor, false,
+                         [&](const TensorView& in, const TensorView& out) {
+                           return ::weft::hierarchical_neighbor_allreduce_nonblocking(
+                               in, out, options, name);
+                         });
+}
+
+StatusOr<TorchHandle> pair_gossip_nonblocking(const at::Tensor& tensor, int peer,
+                                              double self_weight, double pair_weight,
+                                              const std::string& name) {
+  return LaunchSameShape("pair_gossip", tensor, false,
+                         [&](const TensorView& in, const TensorView& out) {
+                           return ::weft::pair_gossip_nonblocking(in, out, peer, self_weight,
+                                                                  pair_weight, name);
+                         });
+}
+
+// --- blocking ops: launch and wait -----------------------------------------------------------
+
+StatusOr<at::Tensor> allreduce(const at::Tensor& tensor, bool average, const std::string& name) {
+  return Wait<at::Tensor>(allreduce_nonblocking(tensor, average, name));
+}
+
+Status allreduce_(const at::Tensor& tensor, bool average, const std::string& name) {
+  return WaitStatus(allreduce_nonblocking_(tensor, average, name));
+}
+
+StatusOr<at::Tensor> broadcast(const at::Tensor& tensor, int root_rank, const std::string& name) {
+  return Wait<at::Tensor>(broadcast_nonblocking(tensor, root_rank, name));
+}
+
+Status broadcast_(const at::Tensor& tensor, int root_rank, const std::string& name) {
+  return WaitStatus(broadcast_nonblocking_(tensor, root_rank, name));
+}
+
+StatusOr<at::Tensor> allgather(const at::Tensor& tensor, const std::string& name) {
+  return Wait<at::Tensor>(allgather_nonblocking(tensor, name));
+}
+
+StatusOr<at::Tensor> neighbor_allgather(const at::Tensor& tensor,
+                                        const NeighborAllgatherOptions& options,
+                                        const std::string& name) {
+  return Wait<at::Tensor>(neighbor_allgather_nonblocking(tensor, options, name));
+}
+
+StatusOr<at::Tensor> neighbor_allreduce(const at::Tensor& tensor,
+                                        const NeighborAllreduceOptions& options,
+                                        const std::string& name) {
+  return Wait<at::Tensor>(neighbor_allreduce_nonblocking(tensor, options, name));
+}
+
+Status neighbor_allreduce_(const at::Tensor& tensor, const NeighborAllreduceOptions& options,
+                           const std::string& name) {
+  return WaitStatus(neighbor_allreduce_nonblocking_(tensor, options, name));
+}
+
+StatusOr<at::Tensor> hierarchical_neighbor_allreduce(
+    const at::Tensor& tensor, const HierarchicalNeighborAllreduceOptions& options,
+    const std::string& name) {
+  return Wait<at::Tensor>(hierarchical_neighbor_allreduce_nonblocking(tensor, options, name));
+}
+
+Status hierarchical_neighbor_allreduce_(const at::Tensor& tensor,
+                                        const HierarchicalNeighborAllreduceOptions& options,
+                                        const std::string& name) {
+  return WaitStatus(LaunchSameShape("hierarchical_neighbor_allreduce_", tensor, true,
+                                    [&](const TensorView& in, const TensorView& out) {
+                                      return ::weft::hierarchical_neighbor_allreduce_nonblocking(
+                                          in, out, options, name);
+                                    }));
+}
+
+StatusOr<at::Tensor> pair_gossip(const at::Tensor& tensor, int peer, double self_weight,
+                                 double pair_weight, const std::string& name) {
+  return Wait<at::Tensor>(pair_gossip_nonblocking(tensor, peer, self_weight, pair_weight, name));
+}
+
+Status pair_gossip_(const at::Tensor& tensor, int peer, double self_weight, double pair_weight,
+                    const std::string& name) {
+  return WaitStatus(LaunchSameShape("pair_gossip_", tensor, true,
+                                    [&](const TensorView& in, const TensorView& out) {
+                                      return ::weft::pair_gossip_nonblocking(
+                                          in, out, peer, self_weight, pair_weight, name);
+                                    }));
+}
+
+}  // namespace torch_api
+}  // namespace weft
