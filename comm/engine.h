@@ -105,8 +105,11 @@ class Engine {
   // Point-to-point exchange of `bytes` per peer; sends are scaled copies when needed.
   Status Exchange(MPI_Comm comm, const void* send_buf, size_t count, DType dtype,
                   const std::vector<std::pair<int, double>>& send,
-                  const std::vector<std::pair<int, double>>& recv,
-                  std::vector<std::vector<char>>* recv_bufs);
+                  const std::vector<std::pair<int, double>>& recv);
+  // Combines the received buffers into `out`: self_weight * in + sum_k w_k * recv_k, then
+  // unpacks a fused group.
+  Status ExchangeAndCombine(std::vector<std::shared_ptr<Request>>& group, MPI_Comm comm,
+                            const std::vector<std::pair<int, double>>& recv);
   // Packs the inputs of a fused group into one buffer (or returns the lone input).
   void* Pack(std::vector<std::shared_ptr<Request>>& group, size_t* count);
   void Unpack(std::vector<std::shared_ptr<Request>>& group, const void* buffer);
@@ -132,6 +135,9 @@ class Engine {
   bool shutdown_done_ = false;
   int64_t last_stall_check_us_ = 0;
   std::vector<char> fusion_;
+  // Reused across ops: fresh multi-MiB buffers per call cost a page fault per page.
+  std::vector<std::vector<char>> recv_scratch_;
+  std::vector<std::vector<char>> send_scratch_;
 };
 
 }  // namespace comm

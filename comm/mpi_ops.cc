@@ -239,29 +239,29 @@ Status Engine::RunNeighborAllgather(std::shared_ptr<Request>& rp,
 
 Status Engine::Exchange(MPI_Comm comm, const void* send_buf, size_t count, DType dtype,
                         const std::vector<std::pair<int, double>>& send,
-                        const std::vector<std::pair<int, double>>& recv,
-                        std::vector<std::vector<char>>* recv_bufs) {
+                        const std::vector<std::pair<int, double>>& recv) {
   const size_t bytes = count * DTypeSize(dtype);
   if (bytes > static_cast<size_t>(INT_MAX)) {
     return Unimplemented("neighbor exchange of ", bytes, " bytes: over 2 GiB is not supported");
   }
   std::vector<MPI_Request> reqs;
   reqs.reserve(send.size() + recv.size());
-  recv_bufs->resize(recv.size());
+  if (recv_scratch_.size() < recv.size()) recv_scratch_.resize(recv.size());
   for (size_t k = 0; k < recv.size(); ++k) {
-    (*recv_bufs)[k].resize(bytes);
+    if (recv_scratch_[k].size() < bytes) recv_scratch_[k].resize(bytes);
     reqs.emplace_back();
-    MPI_Irecv((*recv_bufs)[k].data(), static_cast<int>(bytes), MPI_BYTE, recv[k].first,
+    MPI_Irecv(recv_scratch_[k].data(), static_cast<int>(bytes), MPI_BYTE, recv[k].first,
               kDataTag, comm, &reqs.back());
   }
-  std::vector<std::vector<char>> scaled;  // one copy per destination whose scale is not 1
-  scaled.reserve(send.size());
+  size_t scaled = 0;  // one copy per destination whose scale is not 1
   for (const auto& [dst, scale] : send) {
     const void* data = send_buf;
     if (scale != 1.0) {
-      scaled.emplace_back(bytes);
-      WeightedSum(scaled.back().data(), dtype, count, {{send_buf, scale}});
-      data = scaled.back().data();
+      if (send_scratch_.size() <= scaled) send_scratch_.resize(scaled + 1);
+      std::vector<char>& copy = send_scratch_[scaled++];
+      if (copy.size() < bytes) copy.resize(bytes);
+      WeightedSum(copy.data(), dtype, count, {{send_buf, scale}});
+      data = copy.data();
     }
     reqs.emplace_back();
     MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, dst, kDataTag, comm, &reqs.back());
@@ -270,22 +270,35 @@ Status Engine::Exchange(MPI_Comm comm, const void* send_buf, size_t count, DType
                   "neighbor exchange");
 }
 
-Status Engine::RunNeighborAllreduce(std::vector<std::shared_ptr<Request>>& group) {
+Status Engine::ExchangeAndCombine(std::vector<std::shared_ptr<Request>>& group, MPI_Comm comm,
+                                  const std::vector<std::pair<int, double>>& recv) {
   Request& r = *group[0];
   const DType dtype = r.in.dtype();
-  size_t count = 0;
-  void* buf = Pack(group, &count);
+  // A lone op sends straight from its input and combines into its output; a fused group
+  // goes through the fusion buffer.
+  size_t count = static_cast<size_t>(r.in.numel());
+  const void* send_buf = r.in.data();
+  void* out = r.out.data();
+  if (group.size() > 1) {
+    out = Pack(group, &count);
+    send_buf = out;
+  }
   int64_t start = Timeline::NowMicros();
-  std::vector<std::vector<char>> received;
-  WEFT_RETURN_IF_ERROR(Exchange(ctx_.data, buf, count, dtype, r.send, r.recv, &received));
+  WEFT_RETURN_IF_ERROR(Exchange(comm, send_buf, count, dtype, r.send, recv));
   Trace(group, "communicate", start);
   start = Timeline::NowMicros();
-  std::vector<WeightedTerm> terms = {{buf, r.self_weight}};
-  for (size_t k = 0; k < r.recv.size(); ++k) terms.push_back({received[k].data(), r.recv[k].second});
-  WeightedSum(buf, dtype, count, terms);
-  Unpack(group, buf);
+  std::vector<WeightedTerm> terms = {{send_buf, r.self_weight}};
+  for (size_t k = 0; k < recv.size(); ++k) {
+    if (recv[k].second != 0.0) terms.push_back({recv_scratch_[k].data(), recv[k].second});
+  }
+  WeightedSum(out, dtype, count, terms);
+  Unpack(group, out);
   Trace(group, "combine", start);
   return OkStatus();
+}
+
+Status Engine::RunNeighborAllreduce(std::vector<std::shared_ptr<Request>>& group) {
+  return ExchangeAndCombine(group, ctx_.data, group[0]->recv);
 }
 
 Status Engine::RunHierarchical(std::vector<std::shared_ptr<Request>>& group) {
@@ -297,11 +310,10 @@ Status Engine::RunHierarchical(std::vector<std::shared_ptr<Request>>& group) {
   int64_t start = Timeline::NowMicros();
   WEFT_RETURN_IF_ERROR(AllreduceSum(buf, count, dtype, ctx_.local));
   if (ctx_.local_rank == 0) {
-    std::vector<std::vector<char>> received;
-    WEFT_RETURN_IF_ERROR(Exchange(ctx_.cross, buf, count, dtype, r.send, r.recv, &received));
+    WEFT_RETURN_IF_ERROR(Exchange(ctx_.cross, buf, count, dtype, r.send, r.recv));
     std::vector<WeightedTerm> terms = {{buf, r.self_weight}};
     for (size_t k = 0; k < r.recv.size(); ++k) {
-      terms.push_back({received[k].data(), r.recv[k].second});
+      terms.push_back({recv_scratch_[k].data(), r.recv[k].second});
     }
     WeightedSum(buf, dtype, count, terms);
   }
@@ -315,19 +327,7 @@ Status Engine::RunHierarchical(std::vector<std::shared_ptr<Request>>& group) {
 }
 
 Status Engine::RunPairGossip(std::vector<std::shared_ptr<Request>>& group) {
-  Request& r = *group[0];
-  const DType dtype = r.in.dtype();
-  size_t count = 0;
-  void* buf = Pack(group, &count);
-  int64_t start = Timeline::NowMicros();
-  std::vector<std::vector<char>> received;
-  WEFT_RETURN_IF_ERROR(Exchange(ctx_.data, buf, count, dtype, r.send, r.recv, &received));
-  Trace(group, "communicate", start);
-  start = Timeline::NowMicros();
-  WeightedSum(buf, dtype, count, {{buf, r.self_weight}, {received[0].data(), r.pair_weight}});
-  Unpack(group, buf);
-  Trace(group, "combine", start);
-  return OkStatus();
+  return ExchangeAndCombine(group, ctx_.data, group[0]->recv);  // recv = {peer: pair_weight}
 }
 
 }  // namespace comm
