@@ -30,7 +30,7 @@ setup() {
 }
 
 # Reuse earlier build outputs on this machine (CI clones into a fresh folder each time).
-BAZEL_FLAGS=(--disk_cache="${HOME}/.cache/weft/bazel-disk")
+BAZEL_FLAGS=(--disk_cache="${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/weft/bazel-disk")
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 demo() {
@@ -44,7 +44,8 @@ run_tests() {
   local log
   log=$(mktemp)
   set +e
-  bazel test "${BAZEL_FLAGS[@]}" //... "$@" 2>&1 | tee "$log"
+  # Tests always run (never results cached from an earlier run); one line per target.
+  bazel test "${BAZEL_FLAGS[@]}" --nocache_test_results --test_summary=short //... "$@" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   set -e
   # A plain closing line, counted from Bazel's per-target summary.
