@@ -23,7 +23,9 @@ TEST(Timeline, EveryPhaseIsRecorded) {
   testing::Buffer x(DType::kFloat32, {64});
   ASSERT_TRUE(neighbor_allreduce(x.view(), x.view(), {}, "weights.\"quoted\"").ok());
   testing::Buffer bad(DType::kFloat32, {rank() == 0 ? 3 : 4});
-  if (size() > 1) EXPECT_FALSE(allreduce(bad.view(), bad.view(), true, "mismatch").ok());
+  if (size() > 1) {
+    EXPECT_FALSE(allreduce(bad.view(), bad.view(), true, "mismatch").ok());
+  }
   ASSERT_TRUE(shutdown().ok());
   unsetenv("WEFT_TIMELINE");
   const std::string file = dir + "/trace." + std::to_string(me) + ".json";
