@@ -16,12 +16,7 @@ namespace {
 
 using testing::Buffer;
 
-class WeftEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override { ASSERT_TRUE(init().ok()); }
-  void TearDown() override { EXPECT_TRUE(shutdown().ok()); }
-};
-const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new WeftEnvironment);
+const auto* const kEnv = weft::testing::InitWeftForAllTests();
 
 bool Contains(const Status& st, const std::string& text) {
   return std::string(st.message()).find(text) != std::string::npos;

@@ -7,12 +7,7 @@
 namespace weft {
 namespace {
 
-class WeftEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override { ASSERT_TRUE(init().ok()); }
-  void TearDown() override { EXPECT_TRUE(shutdown().ok()); }
-};
-const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new WeftEnvironment);
+const auto* const kEnv = weft::testing::InitWeftForAllTests();
 
 // x = rank + 1; machine m holds ranks 2m and 2m + 1, so its sum is 4m + 3.
 double MachineSum(int m) { return 4.0 * m + 3; }

@@ -16,12 +16,7 @@ using testing::Arena;
 using testing::Buffer;
 using testing::kAllDTypes;
 
-class WeftEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override { ASSERT_TRUE(init().ok()); }
-  void TearDown() override { EXPECT_TRUE(shutdown().ok()); }
-};
-const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new WeftEnvironment);
+const auto* const kEnv = weft::testing::InitWeftForAllTests();
 
 double Expected(DType d, double v) { return IsFloatingPoint(d) ? v : std::llround(v); }
 

@@ -79,6 +79,16 @@ class Arena {
   std::vector<std::unique_ptr<Buffer>> buffers_;
 };
 
+// init() before the first test of the binary, shutdown() after the last.
+class WeftEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override { ASSERT_TRUE(init().ok()); }
+  void TearDown() override { EXPECT_TRUE(shutdown().ok()); }
+};
+inline ::testing::Environment* InitWeftForAllTests() {
+  return ::testing::AddGlobalTestEnvironment(new WeftEnvironment);
+}
+
 constexpr DType kAllDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
                                 DType::kBFloat16, DType::kInt32,  DType::kInt64,
                                 DType::kInt8,     DType::kUInt8};

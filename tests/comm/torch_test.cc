@@ -10,18 +10,14 @@
 #include "comm/topology.h"
 #include "comm/torch/torch_comm.h"
 #include "gtest/gtest.h"
+#include "tests/comm/test_util.h"
 
 namespace weft {
 namespace {
 
 namespace ta = ::weft::torch_api;
 
-class WeftEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override { ASSERT_TRUE(init().ok()); }
-  void TearDown() override { EXPECT_TRUE(shutdown().ok()); }
-};
-const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new WeftEnvironment);
+const auto* const kEnv = weft::testing::InitWeftForAllTests();
 
 bool IsFloat(at::ScalarType t) { return at::isFloatingType(t); }
 
