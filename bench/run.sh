@@ -27,24 +27,15 @@ cp "$binary" "$tmpdir/comm_bench"
 
 version=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
 
-# The same MPI environment as tests/mpirun_test.sh: Open MPI's session directory in /tmp
-# (short Unix socket paths), root allowed, oversubscription allowed, and shared memory plus
-# loopback only.
-export TMPDIR=/tmp
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_btl=self,vader,tcp
-export OMPI_MCA_btl_tcp_if_include=lo
-export OMPI_MCA_oob_tcp_if_include=lo
-export OMPI_MCA_pml=ob1
-timeout_s=${COMM_BENCH_TIMEOUT:-900}
+# tests/mpirun_test.sh is the one place that knows how weft runs mpirun on this machine
+# (session directory, root, oversubscription, shared memory and loopback only).
+export WEFT_TEST_MPI_TIMEOUT=${COMM_BENCH_TIMEOUT:-900}
 
 status=0
 for np in "${ranks[@]}"; do
   echo "### comm_bench on $np ranks ($(nproc) cores on this machine)"
   start=$(date +%s)
-  if ! mpirun --oversubscribe --bind-to none --timeout "$timeout_s" -np "$np" \
-      "$tmpdir/comm_bench" --weft-version "git $version" "$@"; then
+  if ! tests/mpirun_test.sh "$np" "$tmpdir/comm_bench" --weft-version "git $version" "$@"; then
     echo "### comm_bench on $np ranks FAILED" >&2
     status=1
   fi

@@ -78,56 +78,81 @@ Response Coordinator::ErrorFor(const std::vector<std::string>& keys, OpType op,
   return r;
 }
 
+namespace {
+
+// "" when `key` agrees on every rank; otherwise who has what, shown with `show`. The
+// strings are only built for a disagreement: this runs for every op on rank 0.
+template <typename Map, typename Key, typename Show>
+std::string Disagreement(const Map& by_rank, Key key, Show show) {
+  const auto& first = key(by_rank.begin()->second);
+  bool same = true;
+  for (const auto& entry : by_rank) same = same && key(entry.second) == first;
+  if (same) return "";
+  std::vector<std::pair<int, std::string>> values;
+  for (const auto& [rank, d] : by_rank) values.emplace_back(rank, show(d));
+  return DescribeDisagreement(values);
+}
+
+std::vector<int64_t> Tail(const std::vector<int64_t>& shape) {
+  return std::vector<int64_t>(shape.begin() + (shape.empty() ? 0 : 1), shape.end());
+}
+
+}  // namespace
+
 std::string Coordinator::Validate(const Entry& e) const {
   const Descriptor& first = e.by_rank.begin()->second;
   const std::string& what = first.display;
-  std::vector<std::pair<int, std::string>> ops, dtypes, devices, shapes, tails, roots, averages;
-  for (const auto& [rank, d] : e.by_rank) {
-    ops.emplace_back(rank, OpName(d.op));
-    dtypes.emplace_back(rank, DTypeName(d.dtype));
-    devices.emplace_back(rank, d.device.ToString());
-    shapes.emplace_back(rank, ShapeToString(d.shape));
-    std::vector<int64_t> tail(d.shape.begin() + (d.shape.empty() ? 0 : 1), d.shape.end());
-    tails.emplace_back(rank, absl::StrCat("[*", tail.empty() ? "" : ", ",
-                                          absl::StrJoin(tail, ", "), "]"));
-    roots.emplace_back(rank, absl::StrCat("root ", d.root));
-    averages.emplace_back(rank, d.average ? "average" : "sum");
-  }
-  std::string diff = DescribeDisagreement(ops);
+  const auto& all = e.by_rank;
+  std::string diff = Disagreement(
+      all, [](const Descriptor& d) { return d.op; },
+      [](const Descriptor& d) { return std::string(OpName(d.op)); });
   if (!diff.empty()) {
     const std::string label = first.key[0] == '#' ? absl::StrCat("unnamed op ", first.key)
                                                   : absl::StrCat("'", first.key, "'");
     return absl::StrCat(label, ": ranks submitted different operations: ", diff);
   }
-  if (!(diff = DescribeDisagreement(dtypes)).empty()) {
-    return absl::StrCat(what, ": dtype differs across ranks: ", diff);
-  }
-  if (!(diff = DescribeDisagreement(devices)).empty()) {
-    return absl::StrCat(what, ": device differs across ranks: ", diff);
-  }
+  diff = Disagreement(
+      all, [](const Descriptor& d) { return d.dtype; },
+      [](const Descriptor& d) { return std::string(DTypeName(d.dtype)); });
+  if (!diff.empty()) return absl::StrCat(what, ": dtype differs across ranks: ", diff);
+  diff = Disagreement(
+      all, [](const Descriptor& d) { return d.device; },
+      [](const Descriptor& d) { return d.device.ToString(); });
+  if (!diff.empty()) return absl::StrCat(what, ": device differs across ranks: ", diff);
   const OpType op = first.op;
   if (op == OpType::kAllgather || op == OpType::kNeighborAllgather) {
-    if (!(diff = DescribeDisagreement(tails)).empty()) {
+    diff = Disagreement(
+        all, [](const Descriptor& d) { return Tail(d.shape); },
+        [](const Descriptor& d) {
+          const std::vector<int64_t> tail = Tail(d.shape);
+          return absl::StrCat("[*", tail.empty() ? "" : ", ", absl::StrJoin(tail, ", "), "]");
+        });
+    if (!diff.empty()) {
       return absl::StrCat(what, ": shapes must agree in every dimension but the first: ",
                           diff);
     }
   } else if (op != OpType::kBarrier && op != OpType::kSetTopology &&
              op != OpType::kShutdown) {
-    if (!(diff = DescribeDisagreement(shapes)).empty()) {
-      return absl::StrCat(what, ": shape differs across ranks: ", diff);
-    }
+    diff = Disagreement(
+        all, [](const Descriptor& d) { return d.shape; },
+        [](const Descriptor& d) { return ShapeToString(d.shape); });
+    if (!diff.empty()) return absl::StrCat(what, ": shape differs across ranks: ", diff);
   }
-  if (op == OpType::kBroadcast && !(diff = DescribeDisagreement(roots)).empty()) {
-    return absl::StrCat(what, ": root rank differs across ranks: ", diff);
+  if (op == OpType::kBroadcast) {
+    diff = Disagreement(
+        all, [](const Descriptor& d) { return d.root; },
+        [](const Descriptor& d) { return absl::StrCat("root ", d.root); });
+    if (!diff.empty()) return absl::StrCat(what, ": root rank differs across ranks: ", diff);
   }
-  if (op == OpType::kAllreduce && !(diff = DescribeDisagreement(averages)).empty()) {
-    return absl::StrCat(what, ": average/sum differs across ranks: ", diff);
+  if (op == OpType::kAllreduce) {
+    diff = Disagreement(
+        all, [](const Descriptor& d) { return d.average; },
+        [](const Descriptor& d) { return std::string(d.average ? "average" : "sum"); });
+    if (!diff.empty()) return absl::StrCat(what, ": average/sum differs across ranks: ", diff);
   }
   if (op == OpType::kSetTopology) {
-    std::vector<std::pair<int, std::string>> prints;
     std::vector<int> busy;
     for (const auto& [rank, d] : e.by_rank) {
-      prints.emplace_back(rank, absl::StrCat("graph #", d.fingerprint));
       if (d.in_flight > 0) busy.push_back(rank);
     }
     if (!busy.empty()) {
@@ -135,7 +160,10 @@ std::string Coordinator::Validate(const Entry& e) const {
                           busy.size() > 1 ? "s " : " ", RankList(busy),
                           "; wait for them before changing the topology");
     }
-    if (!(diff = DescribeDisagreement(prints)).empty()) {
+    diff = Disagreement(
+        all, [](const Descriptor& d) { return d.fingerprint; },
+        [](const Descriptor& d) { return absl::StrCat("graph #", d.fingerprint); });
+    if (!diff.empty()) {
       return absl::StrCat("set_topology: ranks passed topologies that are not equivalent "
                           "(different edges): ",
                           diff);

@@ -16,4 +16,5 @@ export OMPI_MCA_oob_tcp_if_include=lo
 export OMPI_MCA_pml=ob1
 # A test that hangs is killed (and fails) rather than holding CI.
 timeout_s=${WEFT_TEST_MPI_TIMEOUT:-600}
+unset WEFT_TEST_MPI_TIMEOUT  # not a weft setting: the ranks would warn about it
 exec mpirun --oversubscribe --bind-to none --timeout "$timeout_s" -np "$np" "$binary" "$@"
