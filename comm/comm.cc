@@ -155,11 +155,9 @@ Status ResolveNeighborWeights(Request* r, const Topology& topo, bool weighted, i
                               std::optional<double> self_weight,
                               const std::optional<std::map<int, double>>& src_weights,
                               const std::optional<std::map<int, double>>& dst_weights,
-                              const char* op, const char* unit, const char* prefix) {
+                              const char* op, const char* unit, const char* src_name,
+                              const char* dst_name) {
   const int n = topo.size();
-  const std::string sw_name = absl::StrCat("self_weight");
-  const std::string src_name = absl::StrCat(prefix, "src_", unit == std::string("machine") ? "machine_" : "", "weights");
-  const std::string dst_name = absl::StrCat(prefix, "dst_", unit == std::string("machine") ? "machine_" : "", "weights");
   if (self_weight.has_value() != src_weights.has_value()) {
     return InvalidArgument(op, ": self_weight and ", src_name,
                            " go together: pass both or neither");
@@ -170,8 +168,8 @@ Status ResolveNeighborWeights(Request* r, const Topology& topo, bool weighted, i
   if (self_weight.has_value() && !std::isfinite(*self_weight)) {
     return InvalidArgument(op, ": self_weight is ", *self_weight);
   }
-  if (src_weights) WEFT_RETURN_IF_ERROR(CheckWeights(*src_weights, n, self, op, src_name.c_str(), unit));
-  if (dst_weights) WEFT_RETURN_IF_ERROR(CheckWeights(*dst_weights, n, self, op, dst_name.c_str(), unit));
+  if (src_weights) WEFT_RETURN_IF_ERROR(CheckWeights(*src_weights, n, self, op, src_name, unit));
+  if (dst_weights) WEFT_RETURN_IF_ERROR(CheckWeights(*dst_weights, n, self, op, dst_name, unit));
 
   r->send.clear();
   r->recv.clear();
@@ -516,7 +514,8 @@ StatusOr<Handle> neighbor_allreduce_nonblocking(const TensorView& in, const Tens
   auto [topo, weighted] = Topo(*state);
   WEFT_RETURN_IF_ERROR(ResolveNeighborWeights(r.get(), *topo, weighted, state->ctx.rank,
                                               options.self_weight, options.src_weights,
-                                              options.dst_weights, op, "rank", ""));
+                                              options.dst_weights, op, "rank", "src_weights",
+                                              "dst_weights"));
   r->desc.fusion_signature = PatternSignature("nar", r->self_weight, r->send, r->recv);
   return state->engine->Submit(r);
 }
@@ -538,7 +537,8 @@ StatusOr<Handle> hierarchical_neighbor_allreduce_nonblocking(
   }
   WEFT_RETURN_IF_ERROR(ResolveNeighborWeights(
       r.get(), *topo, weighted, state->ctx.machine_rank, options.self_weight,
-      options.src_machine_weights, options.dst_machine_weights, op, "machine", ""));
+      options.src_machine_weights, options.dst_machine_weights, op, "machine",
+      "src_machine_weights", "dst_machine_weights"));
   r->desc.fusion_signature = PatternSignature("hnar", r->self_weight, r->send, r->recv);
   return state->engine->Submit(r);
 }
@@ -560,7 +560,6 @@ StatusOr<Handle> pair_gossip_nonblocking(const TensorView& in, const TensorView&
   }
   auto r = NewRequest(*state, OpType::kPairGossip, in, out, name);
   r->self_weight = self_weight;
-  r->pair_weight = pair_weight;
   r->send = {{peer, 1.0}};
   r->recv = {{peer, pair_weight}};
   r->desc.send_ranks = {peer};

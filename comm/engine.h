@@ -36,10 +36,10 @@ struct Request {
   // Resolved parameters (weights are final coefficients; ranks or machine indices).
   double self_weight = 1.0;
   std::vector<std::pair<int, double>> recv;  // source -> weight applied by this rank
+                                             // (pair gossip: {peer: pair_weight})
   std::vector<std::pair<int, double>> send;  // destination -> scale applied before sending
   std::shared_ptr<const Topology> new_topology;  // set_topology
   bool new_topology_weighted = false;
-  double pair_weight = 0.5;
 
   int64_t submitted_us = 0;
   int64_t dequeued_us = 0;
