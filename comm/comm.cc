@@ -246,6 +246,12 @@ std::pair<std::shared_ptr<const Topology>, bool> Topo(State& s) {
 
 TensorView Handle::output() const { return request_ ? request_->out : TensorView(); }
 
+void Handle::keep_alive(std::shared_ptr<const void> owner) const {
+  if (!request_) return;
+  std::lock_guard<std::mutex> lock(request_->mu);
+  request_->owners.push_back(std::move(owner));
+}
+
 Status init() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_state != nullptr) {

@@ -38,6 +38,10 @@ class Handle {
   bool valid() const { return request_ != nullptr; }
   // The op's output (for allgather ops, what the Allocator returned); valid after wait().
   TensorView output() const;
+  // Ties `owner` (e.g. the framework tensors behind the views) to the op: it is released
+  // once the op has completed and every copy of the handle is gone, so a caller may drop
+  // its handles early without freeing buffers the engine still uses.
+  void keep_alive(std::shared_ptr<const void> owner) const;
 
  private:
   friend class comm::Engine;

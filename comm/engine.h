@@ -48,6 +48,7 @@ struct Request {
   std::condition_variable cv;
   bool done = false;
   Status status;
+  std::vector<std::shared_ptr<const void>> owners;  // Handle::keep_alive; guarded by mu
 
   void Complete(Status s);
 };

@@ -40,7 +40,6 @@ struct TorchHandle::State {
   Status status;
   at::Tensor result;
 
-  ~State();
   // Records the op's final status and result; `mu` held. Runs once.
   void Finish(const Status& op_status);
 };
@@ -127,34 +126,6 @@ StatusOr<TensorView> MakeView(const at::Tensor& t, const char* op, bool allow_cu
                     std::move(strides), device);
 }
 
-// --- keeping buffers of dropped handles alive -----------------------------------------------
-
-// The tensors of ops whose every handle was dropped before they completed. Never
-// destroyed (ops may still be in flight at exit); pruned on each new op.
-struct Orphan {
-  Handle handle;
-  at::Tensor input, output, target;
-  std::shared_ptr<GatherSlot> gathered;
-};
-std::mutex& OrphanMu() {
-  static auto* mu = new std::mutex;
-  return *mu;
-}
-std::vector<Orphan>& Orphans() {
-  static auto* orphans = new std::vector<Orphan>;
-  return *orphans;
-}
-
-void PruneOrphans() {
-  std::vector<Orphan> done;  // destroyed after the lock is released
-  std::lock_guard<std::mutex> lock(OrphanMu());
-  std::vector<Orphan>& all = Orphans();
-  if (all.empty()) return;
-  std::vector<Orphan> pending;
-  for (Orphan& o : all) (::weft::poll(o.handle) ? done : pending).push_back(std::move(o));
-  all.swap(pending);
-}
-
 // --- launching ops ----------------------------------------------------------------------------
 
 // Ops with an output of the input's shape: `submit(in, out)` starts the weft op.
@@ -162,7 +133,6 @@ template <typename Submit>
 StatusOr<TorchHandle> LaunchSameShape(const char* op, const at::Tensor& t, bool in_place,
                                       Submit&& submit) {
   WEFT_RETURN_IF_ERROR(CheckTensor(t, op, /*allow_cuda=*/false));
-  PruneOrphans();
   auto state = std::make_shared<TorchHandle::State>();
   state->op = op;
   WEFT_RETURN_IF_ERROR(Guarded(op, [&]() -> Status {
@@ -186,6 +156,9 @@ StatusOr<TorchHandle> LaunchSameShape(const char* op, const at::Tensor& t, bool 
   WEFT_ASSIGN_OR_RETURN(TensorView in, MakeView(state->input, op, false));
   WEFT_ASSIGN_OR_RETURN(TensorView out, MakeView(state->output, op, false));
   WEFT_ASSIGN_OR_RETURN(state->handle, submit(in, out));
+  // The engine keeps what it reads and writes alive even if every TorchHandle is dropped.
+  state->handle.keep_alive(std::make_shared<const std::pair<at::Tensor, at::Tensor>>(
+      state->input, state->output));
   return TorchHandle(std::move(state));
 }
 
@@ -194,7 +167,6 @@ StatusOr<TorchHandle> LaunchSameShape(const char* op, const at::Tensor& t, bool 
 template <typename Submit>
 StatusOr<TorchHandle> LaunchGather(const char* op, const at::Tensor& t, Submit&& submit) {
   WEFT_RETURN_IF_ERROR(CheckTensor(t, op, /*allow_cuda=*/false));
-  PruneOrphans();
   auto state = std::make_shared<TorchHandle::State>();
   state->op = op;
   WEFT_RETURN_IF_ERROR(Guarded(op, [&]() -> Status {
@@ -220,6 +192,8 @@ StatusOr<TorchHandle> LaunchGather(const char* op, const at::Tensor& t, Submit&&
     return view;
   };
   WEFT_ASSIGN_OR_RETURN(state->handle, submit(in, std::move(alloc)));
+  // The output lives in the slot, which the allocator (owned by the op) holds.
+  state->handle.keep_alive(std::make_shared<const at::Tensor>(state->input));
   return TorchHandle(std::move(state));
 }
 
@@ -270,13 +244,6 @@ at::ScalarType ToScalarType(DType dtype) {
 }
 
 // --- TorchHandle ----------------------------------------------------------------------------
-
-TorchHandle::State::~State() {
-  if (!handle.valid() || ::weft::poll(handle)) return;
-  std::lock_guard<std::mutex> lock(OrphanMu());
-  Orphans().push_back(Orphan{handle, std::move(input), std::move(output), std::move(target),
-                             std::move(gathered)});
-}
 
 void TorchHandle::State::Finish(const Status& op_status) {
   if (finished) return;

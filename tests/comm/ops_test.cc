@@ -320,6 +320,20 @@ TEST(Barrier, Completes) {
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(barrier().ok());
 }
 
+TEST(Handles, KeepAliveOwnersAreReleasedAfterCompletion) {
+  auto buffer = std::make_shared<Buffer>(DType::kFloat32, std::vector<int64_t>{256});
+  std::weak_ptr<Buffer> watch = buffer;
+  buffer->Fill(rank());
+  {
+    auto h = allreduce_nonblocking(buffer->view(), buffer->view(), false, "kept");
+    ASSERT_TRUE(h.ok());
+    h->keep_alive(std::move(buffer));  // the op now owns the only reference
+  }  // the handle is dropped before the op completes (most likely)
+  // Ops complete in order on every rank: once a later op is done, so is "kept".
+  ASSERT_TRUE(barrier().ok());
+  EXPECT_TRUE(watch.expired());
+}
+
 TEST(Fusion, ManySmallNonblockingOpsMatchUnfused) {
   const int n = size();
   auto run = [&](int64_t threshold) {
