@@ -262,13 +262,10 @@ void Engine::Process(const std::vector<Response>& responses) {
     if (resp.op == OpType::kShutdown) {
       // Everything still outstanding can no longer complete on every rank.
       std::shared_ptr<Request> self = group.empty() ? nullptr : group[0];
-      if (self) outstanding_.erase(self->desc.key);
+      if (self) outstanding_.erase(self->desc.key);  // not failed with the rest
       FailAll(FailedPrecondition(
           "weft was shut down before every rank submitted this op"));
-      if (self) {
-        in_flight_.fetch_sub(1);
-        self->Complete(resp.status());
-      }
+      if (self) Finish(self, resp.status());
       shutdown_done_ = true;
       return;
     }
