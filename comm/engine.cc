@@ -136,6 +136,9 @@ bool Engine::Progress() {
       descriptors.push_back(r->desc);
     }
     SendDescriptors(std::move(descriptors));
+    // outstanding_ owns them now; holding them here would outlive their completion below
+    // (and with it whatever Handle::keep_alive tied to them).
+    batch.clear();
     progressed = true;
   }
   if (coordinator_ != nullptr) {
