@@ -34,7 +34,7 @@ const config::IntSetting kRanksPerMachine(
 struct State {
   comm::Context ctx;
   Timeline timeline;
-  std::unique_ptr<comm::Engine> engine;
+  std::shared_ptr<comm::Engine> engine;  // requests hold weak references
   std::mutex topo_mu;
   std::shared_ptr<const Topology> topology;
   bool weighted = false;
@@ -328,7 +328,7 @@ Status init() {
   state->topology = std::make_shared<const Topology>(std::move(*topo));
   state->machine_topology = std::make_shared<const Topology>(std::move(*machine_topo));
 
-  state->engine = std::make_unique<comm::Engine>(ctx, &state->timeline);
+  state->engine = std::make_shared<comm::Engine>(ctx, &state->timeline);
   State* raw = state.get();
   state->engine->on_set_topology = [raw](const Request& r) {
     std::lock_guard<std::mutex> lock(raw->topo_mu);
@@ -582,13 +582,16 @@ StatusOr<Handle> barrier_nonblocking() {
 
 bool poll(const Handle& handle) {
   if (!handle.request_) return true;
-  std::lock_guard<std::mutex> lock(handle.request_->mu);
-  return handle.request_->done;
+  comm::Request& r = *handle.request_;
+  if (r.is_done()) return true;
+  if (auto engine = r.engine.lock()) engine->TryProgress();
+  return r.is_done();
 }
 
 Status wait(const Handle& handle) {
   if (!handle.request_) return InvalidArgument("wait: the handle is empty");
   comm::Request& r = *handle.request_;
+  if (auto engine = r.engine.lock()) engine->DriveUntilDone(r);
   std::unique_lock<std::mutex> lock(r.mu);
   r.cv.wait(lock, [&] { return r.done; });
   return r.status;

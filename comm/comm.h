@@ -27,7 +27,8 @@ class Engine;
 }  // namespace comm
 
 // Allocates the output of an op whose shape is only known once the ranks agree
-// (allgather, neighbor_allgather). Called on weft's background thread.
+// (allgather, neighbor_allgather). Called on the thread making progress: weft's engine
+// thread, or a thread waiting in wait().
 using Allocator = std::function<StatusOr<TensorView>(DType, const std::vector<int64_t>& shape)>;
 
 // A nonblocking op in flight. Copyable; the op runs to completion even if every copy is

@@ -53,6 +53,7 @@ void Engine::Start() { thread_ = std::thread([this] { Loop(); }); }
 
 void Engine::Join() {
   if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> lock(progress_mu_);  // a driving caller has left
 }
 
 StatusOr<Handle> Engine::Submit(std::shared_ptr<Request> r) {
@@ -79,6 +80,7 @@ StatusOr<Handle> Engine::Submit(std::shared_ptr<Request> r) {
     if (d.op == OpType::kSetTopology) d.in_flight = in_flight_.load();
     if (d.op == OpType::kShutdown) stopping_ = true;
     r->submitted_us = NowMicros();
+    r->engine = weak_from_this();
     in_flight_.fetch_add(1);
     queue_.push_back(r);
   }
@@ -86,35 +88,94 @@ StatusOr<Handle> Engine::Submit(std::shared_ptr<Request> r) {
   return MakeHandle(std::move(r));
 }
 
+bool Engine::Busy() const {
+  return !outstanding_.empty() || !sends_.empty() ||
+         (coordinator_ != nullptr && coordinator_->pending() > 0);
+}
+
 void Engine::Loop() {
   int64_t last_progress_us = NowMicros();
   int64_t sleep_us = 0;
-  while (!shutdown_done_) {
-    if (Progress()) {
+  for (;;) {
+    bool progressed = false;
+    bool busy = false;
+    bool driven = false;  // a waiting caller is making progress
+    {
+      std::unique_lock<std::mutex> lock(progress_mu_, std::try_to_lock);
+      if (lock.owns_lock()) {
+        if (shutdown_done_) break;
+        progressed = Progress();
+        if (shutdown_done_) break;
+        busy = Busy();
+      } else {
+        driven = true;
+      }
+    }
+    if (progressed) {
       last_progress_us = NowMicros();
       sleep_us = 0;
       continue;
     }
-    const bool busy = !outstanding_.empty() || !sends_.empty() ||
-                      (coordinator_ != nullptr && coordinator_->pending() > 0);
     if (busy && NowMicros() - last_progress_us < kSpinMicros.Get()) {
       std::this_thread::yield();
       continue;
     }
-    // Back off: short sleeps while ops are outstanding, long ones when idle. A new
-    // submission wakes the thread at once.
-    if (busy) {
+    // Back off: short sleeps while ops are outstanding or a caller drives (spinning beside
+    // it would only take its core), long ones when idle. A new submission, or a caller
+    // that stops driving, wakes the thread at once.
+    if (driven) {
+      sleep_us = kMaxSleepMicros.Get();
+    } else if (busy) {
       sleep_us = std::min<int64_t>(std::max<int64_t>(sleep_us * 2, 10), kMaxSleepMicros.Get());
     } else {
       sleep_us = ctx_.rank == 0 ? 10000 : 100000;  // rank 0 still watches for stalls
     }
     std::unique_lock<std::mutex> lock(queue_mu_);
     queue_cv_.wait_for(lock, std::chrono::microseconds(sleep_us),
-                       [this] { return !queue_.empty(); });
+                       [this] { return !queue_.empty() || kick_; });
+    kick_ = false;
   }
   // Let the last messages (the shutdown response) reach their ranks.
+  std::lock_guard<std::mutex> lock(progress_mu_);
   for (auto& s : sends_) MPI_Wait(&s.first, MPI_STATUS_IGNORE);
   sends_.clear();
+}
+
+void Engine::DriveUntilDone(Request& r) {
+  int64_t last_progress_us = NowMicros();
+  while (!r.is_done()) {
+    bool progressed = false;
+    {
+      std::unique_lock<std::mutex> lock(progress_mu_, std::try_to_lock);
+      if (lock.owns_lock()) {
+        if (shutdown_done_) break;
+        progressed = Progress();
+      }
+    }
+    if (progressed) {
+      last_progress_us = NowMicros();
+    } else if (NowMicros() - last_progress_us >= kSpinMicros.Get()) {
+      break;  // a long wait: sleep instead, and let the engine thread poll
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  // Hand progress back to the engine thread, unless nothing is left to make (waking it for
+  // nothing would take a core from the ranks).
+  {
+    std::unique_lock<std::mutex> lock(progress_mu_, std::try_to_lock);
+    if (lock.owns_lock() && !Busy()) return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    kick_ = true;
+  }
+  queue_cv_.notify_one();
+}
+
+void Engine::TryProgress() {
+  std::unique_lock<std::mutex> lock(progress_mu_, std::try_to_lock);
+  if (lock.owns_lock() && !shutdown_done_) Progress();
 }
 
 bool Engine::Progress() {

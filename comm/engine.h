@@ -27,6 +27,8 @@ namespace weft {
 namespace comm {
 
 // One op, from submission to completion.
+class Engine;
+
 struct Request {
   Descriptor desc;  // what is negotiated (op, key, shape, pattern...)
   TensorView in;
@@ -49,6 +51,12 @@ struct Request {
   bool done = false;
   Status status;
   std::vector<std::shared_ptr<const void>> owners;  // Handle::keep_alive; guarded by mu
+  std::weak_ptr<Engine> engine;  // lets a waiting caller drive the engine
+
+  bool is_done() {
+    std::lock_guard<std::mutex> lock(mu);
+    return done;
+  }
 
   void Complete(Status s);
 };
@@ -64,7 +72,10 @@ struct Context {
   MPI_Comm cross = MPI_COMM_NULL;    // local rank 0 of every machine (others: NULL)
 };
 
-class Engine {
+// Progress (draining the queue, negotiating, running ops) is made by whichever thread holds
+// progress_mu_: the engine thread, or a caller waiting for its op, which saves the two
+// thread wake-ups a handoff costs. Everything marked "engine state" needs progress_mu_.
+class Engine : public std::enable_shared_from_this<Engine> {
  public:
   Engine(const Context& ctx, Timeline* timeline);
   ~Engine();
@@ -74,17 +85,25 @@ class Engine {
   StatusOr<Handle> Submit(std::shared_ptr<Request> request);
   // Number of submitted requests not yet completed.
   int64_t in_flight() const { return in_flight_.load(); }
-  // Runs after the engine processed the shutdown response; joins the thread.
+  // Runs after the engine processed the shutdown response; joins the thread and waits
+  // until no caller is driving progress.
   void Join();
 
-  // Called by the engine thread when a set_topology op succeeds.
+  // Called by wait(): makes progress on the caller's thread while `r` is not done, for at
+  // most WEFT_ENGINE_SPIN_MICROS without progress, then hands back to the engine thread.
+  void DriveUntilDone(Request& r);
+  // Called by poll(): one round of progress if no other thread is making it.
+  void TryProgress();
+
+  // Called by the thread making progress when a set_topology op succeeds.
   std::function<void(const Request&)> on_set_topology;
 
   static Handle MakeHandle(std::shared_ptr<Request> r) { return Handle(std::move(r)); }
 
  private:
   void Loop();
-  bool Progress();
+  bool Progress();  // requires progress_mu_
+  bool Busy() const;  // requires progress_mu_: ops outstanding or messages in flight
   void SendDescriptors(std::vector<Descriptor> batch);
   bool PollDescriptors();    // rank 0
   bool RunCoordinator();     // rank 0
@@ -125,11 +144,13 @@ class Engine {
   std::condition_variable queue_cv_;
   std::deque<std::shared_ptr<Request>> queue_;
   bool stopping_ = false;  // no more submissions
+  bool kick_ = false;      // a driving caller handed progress back to the engine thread
   int64_t next_unnamed_ = 0;
   std::set<std::string> names_in_flight_;
   std::atomic<int64_t> in_flight_{0};
 
-  // Engine thread only.
+  std::mutex progress_mu_;
+  // Engine state (progress_mu_).
   std::map<std::string, std::shared_ptr<Request>> outstanding_;
   std::unique_ptr<Coordinator> coordinator_;  // rank 0
   std::vector<std::pair<MPI_Request, std::shared_ptr<const std::string>>> sends_;

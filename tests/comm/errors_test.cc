@@ -176,16 +176,23 @@ TEST_F(Errors, SetTopologyWithOpsInFlightFailsEverywhere) {
 
 TEST_F(Errors, ReusingANameInFlightIsAnError) {
   Buffer x(DType::kFloat32, {2}), y(DType::kFloat32, {2});
+  // "dup" cannot complete on any rank until the last rank submits it, which it does only
+  // after the others have tried the name a second time (the barrier runs independently).
+  const bool last = rank() == size() - 1;
+  if (last) {
+    ASSERT_TRUE(barrier().ok());
+  }
   auto first = allreduce_nonblocking(x.view(), x.view(), true, "dup");
   ASSERT_TRUE(first.ok());
-  auto second = allreduce_nonblocking(y.view(), y.view(), true, "dup");
-  if (!second.ok()) {
+  if (!last) {
+    auto second = allreduce_nonblocking(y.view(), y.view(), true, "dup");
+    EXPECT_FALSE(second.ok());
     EXPECT_TRUE(Contains(second.status(), "already in flight")) << second.status();
-  } else {
-    // The first completed before the second was submitted (possible on one rank).
-    EXPECT_TRUE(wait(*second).ok());
+    ASSERT_TRUE(barrier().ok());
   }
   EXPECT_TRUE(wait(*first).ok());
+  // Once completed, the name is free again.
+  EXPECT_TRUE(allreduce(y.view(), y.view(), true, "dup").ok());
 }
 
 // Unsupported dtypes are refused when a DLTensor becomes a view (core/tensor_test.cc);
