@@ -145,6 +145,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::deque<std::shared_ptr<Request>> queue_;
   bool stopping_ = false;  // no more submissions
   bool kick_ = false;      // a driving caller handed progress back to the engine thread
+  bool sleeping_ = false;  // the engine thread waits on queue_cv_
   int64_t next_unnamed_ = 0;
   std::set<std::string> names_in_flight_;
   std::atomic<int64_t> in_flight_{0};
