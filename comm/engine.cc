@@ -21,8 +21,9 @@ const config::DoubleSetting kStallTimeout(
     "WEFT_STALL_TIMEOUT_SECONDS", 0,
     "Fail an op that some ranks have waited this long for (0: wait forever).");
 const config::IntSetting kSpinMicros(
-    "WEFT_ENGINE_SPIN_MICROS", 200,
-    "How long the engine thread polls without sleeping after activity (latency vs CPU).");
+    "WEFT_ENGINE_SPIN_MICROS", 1000,
+    "How long the engine thread, or a thread waiting for its op, polls without sleeping "
+    "after activity (latency vs CPU).");
 const config::IntSetting kMaxSleepMicros(
     "WEFT_ENGINE_MAX_SLEEP_MICROS", 1000,
     "Longest sleep between polls while ops are outstanding.");
@@ -170,7 +171,10 @@ void Engine::DriveUntilDone(Request& r) {
   // nothing would take a core from the ranks).
   {
     std::unique_lock<std::mutex> lock(progress_mu_, std::try_to_lock);
-    if (lock.owns_lock() && !Busy()) return;
+    if (lock.owns_lock() && !shutdown_done_) {
+      ReapSends();  // small sends are done by now; only real work warrants a wake-up
+      if (!Busy()) return;
+    }
   }
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
