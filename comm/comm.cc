@@ -237,6 +237,17 @@ std::shared_ptr<Request> NewRequest(const State& state, OpType op, const TensorV
   return r;
 }
 
+// Set while a blocking form submits its op: it waits at once, so it drives the engine itself.
+thread_local bool t_caller_waits = false;
+struct CallerWaits {
+  CallerWaits() { t_caller_waits = true; }
+  ~CallerWaits() { t_caller_waits = false; }
+};
+
+StatusOr<Handle> Submit(State& state, std::shared_ptr<Request> r) {
+  return state.engine->Submit(std::move(r), t_caller_waits);
+}
+
 std::pair<std::shared_ptr<const Topology>, bool> Topo(State& s) {
   std::lock_guard<std::mutex> lock(s.topo_mu);
   return {s.topology, s.weighted};
@@ -348,7 +359,7 @@ Status shutdown() {
   r->desc.op = OpType::kShutdown;
   r->desc.key = "#shutdown";
   Status status;
-  auto handle = state->engine->Submit(r);
+  auto handle = state->engine->Submit(r, /*caller_waits=*/true);
   if (!handle.ok()) return handle.status();  // another thread is shutting down
   status = wait(*handle);
   state->engine->Join();
@@ -390,7 +401,7 @@ Status set_topology(const Topology& topo, bool is_weighted) {
   r->new_topology = std::make_shared<const Topology>(topo);
   r->new_topology_weighted = is_weighted;
   r->desc.fingerprint = topo.AdjacencyFingerprint();
-  WEFT_ASSIGN_OR_RETURN(Handle h, state->engine->Submit(r));
+  WEFT_ASSIGN_OR_RETURN(Handle h, state->engine->Submit(r, /*caller_waits=*/true));
   return wait(h);
 }
 
@@ -442,7 +453,7 @@ StatusOr<Handle> allreduce_nonblocking(const TensorView& in, const TensorView& o
   auto r = NewRequest(*state, OpType::kAllreduce, in, out, name);
   r->desc.average = average;
   r->desc.fusion_signature = average ? "avg" : "sum";
-  return state->engine->Submit(r);
+  return Submit(*state, r);
 }
 
 StatusOr<Handle> broadcast_nonblocking(const TensorView& in, const TensorView& out,
@@ -454,7 +465,7 @@ StatusOr<Handle> broadcast_nonblocking(const TensorView& in, const TensorView& o
   auto r = NewRequest(*state, OpType::kBroadcast, in, out, name);
   r->desc.root = root_rank;
   r->desc.fusion_signature = absl::StrCat("root", root_rank);
-  return state->engine->Submit(r);
+  return Submit(*state, r);
 }
 
 StatusOr<Handle> allgather_nonblocking(const TensorView& in, Allocator alloc,
@@ -468,7 +479,7 @@ StatusOr<Handle> allgather_nonblocking(const TensorView& in, Allocator alloc,
   if (!alloc) return InvalidArgument("allgather: no output allocator given");
   auto r = NewRequest(*state, OpType::kAllgather, in, TensorView(), name);
   r->alloc = std::move(alloc);
-  return state->engine->Submit(r);
+  return Submit(*state, r);
 }
 
 StatusOr<Handle> neighbor_allgather_nonblocking(const TensorView& in, Allocator alloc,
@@ -506,7 +517,7 @@ StatusOr<Handle> neighbor_allgather_nonblocking(const TensorView& in, Allocator 
   }
   for (const auto& e : r->send) r->desc.send_ranks.push_back(e.first);
   for (const auto& e : r->recv) r->desc.recv_ranks.push_back(e.first);
-  return state->engine->Submit(r);
+  return Submit(*state, r);
 }
 
 StatusOr<Handle> neighbor_allreduce_nonblocking(const TensorView& in, const TensorView& out,
@@ -523,7 +534,7 @@ StatusOr<Handle> neighbor_allreduce_nonblocking(const TensorView& in, const Tens
                                               options.dst_weights, op, "rank", "src_weights",
                                               "dst_weights"));
   r->desc.fusion_signature = PatternSignature("nar", r->self_weight, r->send, r->recv);
-  return state->engine->Submit(r);
+  return Submit(*state, r);
 }
 
 StatusOr<Handle> hierarchical_neighbor_allreduce_nonblocking(
@@ -546,7 +557,7 @@ StatusOr<Handle> hierarchical_neighbor_allreduce_nonblocking(
       options.src_machine_weights, options.dst_machine_weights, op, "machine",
       "src_machine_weights", "dst_machine_weights"));
   r->desc.fusion_signature = PatternSignature("hnar", r->self_weight, r->send, r->recv);
-  return state->engine->Submit(r);
+  return Submit(*state, r);
 }
 
 StatusOr<Handle> pair_gossip_nonblocking(const TensorView& in, const TensorView& out, int peer,
@@ -571,13 +582,13 @@ StatusOr<Handle> pair_gossip_nonblocking(const TensorView& in, const TensorView&
   r->desc.send_ranks = {peer};
   r->desc.recv_ranks = {peer};
   r->desc.fusion_signature = PatternSignature("gossip", self_weight, r->send, r->recv);
-  return state->engine->Submit(r);
+  return Submit(*state, r);
 }
 
 StatusOr<Handle> barrier_nonblocking() {
   WEFT_ASSIGN_OR_RETURN(auto state, Begin("barrier", ""));
   auto r = NewRequest(*state, OpType::kBarrier, TensorView(), TensorView(), "");
-  return state->engine->Submit(r);
+  return Submit(*state, r);
 }
 
 bool poll(const Handle& handle) {
@@ -600,17 +611,20 @@ Status wait(const Handle& handle) {
 // Blocking forms: the nonblocking call plus a wait.
 Status allreduce(const TensorView& in, const TensorView& out, bool average,
                  const std::string& name) {
+  CallerWaits blocking;
   WEFT_ASSIGN_OR_RETURN(Handle h, allreduce_nonblocking(in, out, average, name));
   return wait(h);
 }
 
 Status broadcast(const TensorView& in, const TensorView& out, int root_rank,
                  const std::string& name) {
+  CallerWaits blocking;
   WEFT_ASSIGN_OR_RETURN(Handle h, broadcast_nonblocking(in, out, root_rank, name));
   return wait(h);
 }
 
 StatusOr<TensorView> allgather(const TensorView& in, Allocator alloc, const std::string& name) {
+  CallerWaits blocking;
   WEFT_ASSIGN_OR_RETURN(Handle h, allgather_nonblocking(in, std::move(alloc), name));
   WEFT_RETURN_IF_ERROR(wait(h));
   return h.output();
@@ -619,6 +633,7 @@ StatusOr<TensorView> allgather(const TensorView& in, Allocator alloc, const std:
 StatusOr<TensorView> neighbor_allgather(const TensorView& in, Allocator alloc,
                                         const NeighborAllgatherOptions& options,
                                         const std::string& name) {
+  CallerWaits blocking;
   WEFT_ASSIGN_OR_RETURN(Handle h,
                         neighbor_allgather_nonblocking(in, std::move(alloc), options, name));
   WEFT_RETURN_IF_ERROR(wait(h));
@@ -627,6 +642,7 @@ StatusOr<TensorView> neighbor_allgather(const TensorView& in, Allocator alloc,
 
 Status neighbor_allreduce(const TensorView& in, const TensorView& out,
                           const NeighborAllreduceOptions& options, const std::string& name) {
+  CallerWaits blocking;
   WEFT_ASSIGN_OR_RETURN(Handle h, neighbor_allreduce_nonblocking(in, out, options, name));
   return wait(h);
 }
@@ -634,6 +650,7 @@ Status neighbor_allreduce(const TensorView& in, const TensorView& out,
 Status hierarchical_neighbor_allreduce(const TensorView& in, const TensorView& out,
                                        const HierarchicalNeighborAllreduceOptions& options,
                                        const std::string& name) {
+  CallerWaits blocking;
   WEFT_ASSIGN_OR_RETURN(Handle h,
                         hierarchical_neighbor_allreduce_nonblocking(in, out, options, name));
   return wait(h);
@@ -641,12 +658,14 @@ Status hierarchical_neighbor_allreduce(const TensorView& in, const TensorView& o
 
 Status pair_gossip(const TensorView& in, const TensorView& out, int peer, double self_weight,
                    double pair_weight, const std::string& name) {
+  CallerWaits blocking;
   WEFT_ASSIGN_OR_RETURN(Handle h,
                         pair_gossip_nonblocking(in, out, peer, self_weight, pair_weight, name));
   return wait(h);
 }
 
 Status barrier() {
+  CallerWaits blocking;
   WEFT_ASSIGN_OR_RETURN(Handle h, barrier_nonblocking());
   return wait(h);
 }

@@ -57,7 +57,7 @@ void Engine::Join() {
   std::lock_guard<std::mutex> lock(progress_mu_);  // a driving caller has left
 }
 
-StatusOr<Handle> Engine::Submit(std::shared_ptr<Request> r) {
+StatusOr<Handle> Engine::Submit(std::shared_ptr<Request> r, bool caller_waits) {
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
@@ -86,7 +86,7 @@ StatusOr<Handle> Engine::Submit(std::shared_ptr<Request> r) {
     in_flight_.fetch_add(1);
     // Only the first request of a burst wakes a sleeping engine thread (it drains the whole
     // queue); a futex wake per request was measurable in 64-op bursts.
-    wake = queue_.empty() && sleeping_;
+    wake = !caller_waits && queue_.empty() && sleeping_;
     queue_.push_back(r);
   }
   if (wake) queue_cv_.notify_one();
@@ -153,11 +153,11 @@ void Engine::DriveUntilDone(Request& r) {
   while (!r.is_done()) {
     bool progressed = false;
     {
-      std::unique_lock<std::mutex> lock(progress_mu_, std::try_to_lock);
-      if (lock.owns_lock()) {
-        if (shutdown_done_) break;
-        progressed = Progress();
-      }
+      // Blocks (without spinning) while another thread makes progress, typically the
+      // engine thread already running this very op: spinning beside it would take its core.
+      std::lock_guard<std::mutex> lock(progress_mu_);
+      if (shutdown_done_) break;
+      progressed = Progress();
     }
     if (progressed) {
       last_progress_us = NowMicros();

@@ -81,8 +81,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   ~Engine();
 
   void Start();
-  // Validated requests only. Fails if the engine is stopping.
-  StatusOr<Handle> Submit(std::shared_ptr<Request> request);
+  // Validated requests only. Fails if the engine is stopping. `caller_waits`: the caller
+  // waits for it right away and so makes the progress itself; the engine thread is not
+  // woken (it would run the op on whatever core it gets, often one another rank needs).
+  StatusOr<Handle> Submit(std::shared_ptr<Request> request, bool caller_waits = false);
   // Number of submitted requests not yet completed.
   int64_t in_flight() const { return in_flight_.load(); }
   // Runs after the engine processed the shutdown response; joins the thread and waits

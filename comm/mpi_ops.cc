@@ -1,5 +1,6 @@
 // The data plane on MPI: what the engine thread runs once the ranks agree. Every rank runs
 // the same responses in the same order, so blocking collectives here cannot deadlock.
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <mutex>
@@ -62,13 +63,15 @@ Status MpiError(int code, const char* what) {
   return Internal(what, " failed: ", std::string(text, len));
 }
 
-Status AllreduceSum(void* buf, size_t count, DType dtype, MPI_Comm comm) {
+// Sums `in` over `comm` into `out`; in == out is in place.
+Status AllreduceSum(const void* in, void* out, size_t count, DType dtype, MPI_Comm comm) {
   const size_t item = DTypeSize(dtype);
   for (size_t done = 0; done < count; done += kMaxChunk) {
     const int n = static_cast<int>(std::min(kMaxChunk, count - done));
-    WEFT_RETURN_IF_ERROR(MpiError(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(buf) + done * item,
-                                                n, MpiType(dtype), SumOp(dtype), comm),
-                                  "MPI_Allreduce"));
+    char* dst = static_cast<char*>(out) + done * item;
+    const void* src = in == out ? MPI_IN_PLACE : static_cast<const char*>(in) + done * item;
+    WEFT_RETURN_IF_ERROR(MpiError(
+        MPI_Allreduce(src, dst, n, MpiType(dtype), SumOp(dtype), comm), "MPI_Allreduce"));
   }
   return OkStatus();
 }
@@ -135,10 +138,14 @@ void Engine::Unpack(std::vector<std::shared_ptr<Request>>& group, const void* bu
 Status Engine::RunAllreduce(std::vector<std::shared_ptr<Request>>& group) {
   InitTypes();
   const DType dtype = group[0]->in.dtype();
-  size_t count = 0;
-  void* buf = Pack(group, &count);
+  // A lone op reduces straight from its input into its output (no copy); a fused group
+  // reduces its packed buffer in place.
+  size_t count = static_cast<size_t>(group[0]->in.numel());
+  const void* send = group[0]->in.data();
+  void* buf = group[0]->out.data();
+  if (group.size() > 1) send = buf = Pack(group, &count);
   int64_t start = Timeline::NowMicros();
-  WEFT_RETURN_IF_ERROR(AllreduceSum(buf, count, dtype, ctx_.data));
+  WEFT_RETURN_IF_ERROR(AllreduceSum(send, buf, count, dtype, ctx_.data));
   Trace(group, "communicate", start);
   start = Timeline::NowMicros();
   if (group[0]->desc.average && ctx_.size > 1) Scale(buf, dtype, count, 1.0 / ctx_.size);
@@ -193,10 +200,18 @@ Status Engine::RunAllgather(std::vector<std::shared_ptr<Request>>& group,
   WEFT_RETURN_IF_ERROR(CheckAllocated(out, r.in.dtype(), shape));
   r.out = *out;
   const int64_t start = Timeline::NowMicros();
-  WEFT_RETURN_IF_ERROR(MpiError(MPI_Allgatherv(r.in.data(), counts[ctx_.rank], MPI_BYTE,
-                                               r.out.data(), counts.data(), displs.data(),
-                                               MPI_BYTE, ctx_.data),
-                                "MPI_Allgatherv"));
+  // Equal parts are the common case, and MPI's algorithms for it are better tuned.
+  const bool equal = std::all_of(counts.begin(), counts.end(), [&](int c) { return c == counts[0]; });
+  if (equal) {
+    WEFT_RETURN_IF_ERROR(MpiError(MPI_Allgather(r.in.data(), counts[0], MPI_BYTE, r.out.data(),
+                                                counts[0], MPI_BYTE, ctx_.data),
+                                  "MPI_Allgather"));
+  } else {
+    WEFT_RETURN_IF_ERROR(MpiError(MPI_Allgatherv(r.in.data(), counts[ctx_.rank], MPI_BYTE,
+                                                 r.out.data(), counts.data(), displs.data(),
+                                                 MPI_BYTE, ctx_.data),
+                                  "MPI_Allgatherv"));
+  }
   Trace(group, "communicate", start);
   return OkStatus();
 }
@@ -308,7 +323,7 @@ Status Engine::RunHierarchical(std::vector<std::shared_ptr<Request>>& group) {
   size_t count = 0;
   void* buf = Pack(group, &count);
   int64_t start = Timeline::NowMicros();
-  WEFT_RETURN_IF_ERROR(AllreduceSum(buf, count, dtype, ctx_.local));
+  WEFT_RETURN_IF_ERROR(AllreduceSum(buf, buf, count, dtype, ctx_.local));
   if (ctx_.local_rank == 0) {
     WEFT_RETURN_IF_ERROR(Exchange(ctx_.cross, buf, count, dtype, r.send, r.recv));
     std::vector<WeightedTerm> terms = {{buf, r.self_weight}};
