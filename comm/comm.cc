@@ -602,7 +602,7 @@ bool poll(const Handle& handle) {
 Status wait(const Handle& handle) {
   if (!handle.request_) return InvalidArgument("wait: the handle is empty");
   comm::Request& r = *handle.request_;
-  if (auto engine = r.engine.lock()) engine->DriveUntilDone(r);
+  if (auto engine = r.engine.lock()) WEFT_RETURN_IF_ERROR(engine->DriveUntilDone(r));
   std::unique_lock<std::mutex> lock(r.mu);
   r.cv.wait(lock, [&] { return r.done; });
   return r.status;

@@ -28,7 +28,7 @@ class Engine;
 
 // Allocates the output of an op whose shape is only known once the ranks agree
 // (allgather, neighbor_allgather). Called on the thread making progress: weft's engine
-// thread, or a thread waiting in wait(); it must not call weft itself.
+// thread, or a thread waiting in wait(); it must not wait for weft ops (wait() fails there).
 using Allocator = std::function<StatusOr<TensorView>(DType, const std::vector<int64_t>& shape)>;
 
 // A nonblocking op in flight. Copyable; the op runs to completion even if every copy is

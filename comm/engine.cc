@@ -33,6 +33,9 @@ constexpr int kResponseTag = 2;
 
 int64_t NowMicros() { return Timeline::NowMicros(); }
 
+// Set while this thread runs Progress(): code it calls (an Allocator) must not wait.
+thread_local bool t_making_progress = false;
+
 }  // namespace
 
 void Request::Complete(Status s) {
@@ -148,7 +151,12 @@ void Engine::Loop() {
   sends_.clear();
 }
 
-void Engine::DriveUntilDone(Request& r) {
+Status Engine::DriveUntilDone(Request& r) {
+  if (t_making_progress) {
+    return FailedPrecondition(
+        "wait: called while this thread runs weft's engine (from an output Allocator?); "
+        "it would wait for itself");
+  }
   int64_t last_progress_us = NowMicros();
   while (!r.is_done()) {
     bool progressed = false;
@@ -173,7 +181,7 @@ void Engine::DriveUntilDone(Request& r) {
     std::unique_lock<std::mutex> lock(progress_mu_, std::try_to_lock);
     if (lock.owns_lock() && !shutdown_done_) {
       ReapSends();  // small sends are done by now; only real work warrants a wake-up
-      if (!Busy()) return;
+      if (!Busy()) return OkStatus();
     }
   }
   {
@@ -181,6 +189,7 @@ void Engine::DriveUntilDone(Request& r) {
     kick_ = true;
   }
   queue_cv_.notify_one();
+  return OkStatus();
 }
 
 void Engine::TryProgress() {
@@ -189,6 +198,10 @@ void Engine::TryProgress() {
 }
 
 bool Engine::Progress() {
+  t_making_progress = true;
+  struct Reset {
+    ~Reset() { t_making_progress = false; }
+  } reset;
   bool progressed = false;
   std::deque<std::shared_ptr<Request>> batch;
   {

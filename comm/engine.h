@@ -93,7 +93,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   // Called by wait(): makes progress on the caller's thread while `r` is not done, for at
   // most WEFT_ENGINE_SPIN_MICROS without progress, then hands back to the engine thread.
-  void DriveUntilDone(Request& r);
+  // Fails when called from inside progress (it would wait for itself).
+  Status DriveUntilDone(Request& r);
   // Called by poll(): one round of progress if no other thread is making it.
   void TryProgress();
 

@@ -209,6 +209,20 @@ TEST_F(Errors, UnsupportedDeviceAndLayout) {
   EXPECT_TRUE(Contains(st2, "not contiguous")) << st2;
 }
 
+TEST_F(Errors, WaitingInsideAnAllocatorIsAnErrorNotADeadlock) {
+  Buffer x(DType::kFloat32, {2});
+  testing::Arena arena;
+  Status inner;
+  Allocator alloc = [&](DType d, const std::vector<int64_t>& shape) {
+    inner = barrier();  // would wait for the very engine this thread is running
+    return arena.allocator()(d, shape);
+  };
+  auto out = allgather(x.view(), alloc, "alloc.waits");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(inner.code(), absl::StatusCode::kFailedPrecondition) << inner;
+  EXPECT_TRUE(Contains(inner, "from an output Allocator")) << inner;
+}
+
 TEST_F(Errors, StalledRankIsNamedThenTimesOut) {
   if (size() < 2) GTEST_SKIP();
   const int late = size() - 1;
