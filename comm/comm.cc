@@ -378,6 +378,38 @@ Status shutdown() {
 
 bool is_initialized() { return Current() != nullptr; }
 
+Status timeline_start(const std::string& path) {
+  auto state = Current();
+  if (state == nullptr) return NotInitialized("timeline_start");
+  if (path.empty()) return InvalidArgument("timeline_start: the path is empty");
+  return state->timeline.Open(TimelineFile(path, state->ctx.rank, state->ctx.size),
+                              state->ctx.rank, absl::StrCat("rank ", state->ctx.rank));
+}
+
+Status timeline_stop() {
+  auto state = Current();
+  if (state == nullptr) return NotInitialized("timeline_stop");
+  state->timeline.Close();
+  return OkStatus();
+}
+
+Status timeline_start_activity(const std::string& tensor_name, const std::string& activity) {
+  auto state = Current();
+  if (state == nullptr) return NotInitialized("timeline_start_activity");
+  if (tensor_name.empty() || activity.empty()) {
+    return InvalidArgument("timeline_start_activity: the tensor name and activity must be "
+                           "non-empty");
+  }
+  return Annotate(state->timeline.BeginActivity(tensor_name, activity),
+                  "timeline_start_activity");
+}
+
+Status timeline_end_activity(const std::string& tensor_name) {
+  auto state = Current();
+  if (state == nullptr) return NotInitialized("timeline_end_activity");
+  return Annotate(state->timeline.EndActivity(tensor_name), "timeline_end_activity");
+}
+
 #define WEFT_QUERY(fn, field)            \
   int fn() {                             \
     auto s = Current();                  \

@@ -157,6 +157,16 @@ Status pair_gossip(const TensorView& in, const TensorView& out, int peer,
 StatusOr<Handle> barrier_nonblocking();
 Status barrier();
 
+// --- timeline ---------------------------------------------------------------------------
+// Starts writing this rank's Chrome trace to `path` (named as WEFT_TIMELINE is: one file per
+// rank when several run, '%r' replaced by the rank). Fails if one is already being written.
+Status timeline_start(const std::string& path);
+// Finishes and closes the trace; nothing to do when none is being written.
+Status timeline_stop();
+// A user span (e.g. "forward") on the row of `tensor_name`, from start to end.
+Status timeline_start_activity(const std::string& tensor_name, const std::string& activity);
+Status timeline_end_activity(const std::string& tensor_name);
+
 // True once the op has completed (successfully or not).
 bool poll(const Handle& handle);
 // Waits for the op; returns its status. Waiting twice returns the same status.

@@ -40,14 +40,16 @@ std::string JsonEscape(const std::string& s) {
 Status Timeline::Open(const std::string& path, int process_id, const std::string& process_name) {
   std::lock_guard<std::mutex> lock(mu_);
   if (file_ != nullptr) return FailedPrecondition("timeline is already open");
-  file_ = std::fopen(path.c_str(), "w");
-  if (file_ == nullptr) {
+  std::FILE* file = std::fopen(path.c_str(), "w");
+  if (file == nullptr) {
     return InvalidArgument("cannot open timeline file '", path, "': ", std::strerror(errno));
   }
   pid_ = process_id;
   first_ = true;
   rows_.clear();
-  std::fputs("[\n", file_);
+  activities_.clear();
+  file_ = file;
+  std::fputs("[\n", file);
   WriteEvent(absl::StrFormat(
       R"({"name": "process_name", "ph": "M", "pid": %d, "tid": 0, "args": {"name": "%s"}})",
       pid_, JsonEscape(process_name)));
@@ -56,16 +58,17 @@ Status Timeline::Open(const std::string& path, int process_id, const std::string
 
 void Timeline::Close() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (file_ == nullptr) return;
-  std::fputs("\n]\n", file_);
-  std::fclose(file_);
+  std::FILE* file = file_.load();
+  if (file == nullptr) return;
   file_ = nullptr;
+  std::fputs("\n]\n", file);
+  std::fclose(file);
 }
 
 void Timeline::WriteEvent(const std::string& json) {
-  if (!first_) std::fputs(",\n", file_);
+  if (!first_) std::fputs(",\n", file_.load(std::memory_order_relaxed));
   first_ = false;
-  std::fputs(json.c_str(), file_);
+  std::fputs(json.c_str(), file_.load(std::memory_order_relaxed));
 }
 
 int Timeline::RowFor(const std::string& tensor) {
@@ -83,10 +86,15 @@ void Timeline::Span(const std::string& tensor, const char* phase, int64_t start_
                     int64_t end_us, const std::string& detail) {
   std::lock_guard<std::mutex> lock(mu_);
   if (file_ == nullptr) return;
+  WriteSpan(tensor, phase, start_us, end_us, detail);
+}
+
+void Timeline::WriteSpan(const std::string& tensor, const std::string& phase, int64_t start_us,
+                         int64_t end_us, const std::string& detail) {
   const int row = RowFor(tensor);
   WriteEvent(absl::StrFormat(
       R"({"name": "%s", "ph": "X", "pid": %d, "tid": %d, "ts": %d, "dur": %d, "args": {"tensor": "%s", "detail": "%s"}})",
-      phase, pid_, row, start_us, end_us > start_us ? end_us - start_us : 0,
+      JsonEscape(phase), pid_, row, start_us, end_us > start_us ? end_us - start_us : 0,
       JsonEscape(tensor), JsonEscape(detail)));
 }
 
@@ -98,6 +106,32 @@ void Timeline::Instant(const std::string& tensor, const char* what, int64_t at_u
   WriteEvent(absl::StrFormat(
       R"({"name": "%s", "ph": "i", "s": "t", "pid": %d, "tid": %d, "ts": %d, "args": {"detail": "%s"}})",
       what, pid_, row, at_us, JsonEscape(detail)));
+}
+
+Status Timeline::BeginActivity(const std::string& tensor, const std::string& activity) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ == nullptr) return FailedPrecondition("no timeline is being written");
+  const int64_t now = NowMicros();
+  auto it = activities_.find(tensor);
+  if (it != activities_.end()) {
+    WriteSpan(tensor, it->second.name, it->second.start_us, now, "");
+    activities_.erase(it);
+  }
+  activities_.emplace(tensor, Activity{activity, now});
+  return OkStatus();
+}
+
+Status Timeline::EndActivity(const std::string& tensor) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ == nullptr) return FailedPrecondition("no timeline is being written");
+  auto it = activities_.find(tensor);
+  if (it == activities_.end()) {
+    return FailedPrecondition("no timeline activity is open on '", tensor,
+                              "'; call start_activity first");
+  }
+  WriteSpan(tensor, it->second.name, it->second.start_us, NowMicros(), "");
+  activities_.erase(it);
+  return OkStatus();
 }
 
 }  // namespace weft

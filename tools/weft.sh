@@ -13,6 +13,7 @@ PACKAGES=(
   libtorch-dev libopenmpi-dev openmpi-bin
   libabsl-dev libgtest-dev libgmock-dev libdlpack-dev
   libucx-dev ucx-utils python3-dev
+  swig golang-go python3-numpy python3-torch python3-pytest python3-networkx
 )
 
 setup() {

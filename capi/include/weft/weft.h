@@ -1,0 +1,353 @@
+/* weft's stable C ABI: the one public header every binding (Python, Go, Julia) and every
+ * C program uses. C99; no C++ type or exception crosses it.
+ *
+ * Conventions (capi/README.md has the stability rules):
+ *  - Names are weft_<module>_<verb>; macros are WEFT_*. The process model (weft_init,
+ *    weft_rank, ...) and the error functions have no module part.
+ *  - Every call that can fail returns a weft_status (0 = WEFT_OK). On failure,
+ *    weft_last_error() says what was expected and what was found, for this thread.
+ *  - Objects the library creates are opaque handles with a create/destroy pair, returned
+ *    through an out-parameter that comes first; destroy(NULL) does nothing.
+ *  - Arrays are returned into caller buffers as (buffer, capacity, *count): *count is always
+ *    set to the number of elements available, and a buffer too small is WEFT_ERR_OUT_OF_RANGE
+ *    with nothing written (call with capacity 0 to ask for the size).
+ *  - Strings the library returns (const char*) stay valid until the next weft call on the
+ *    same thread; copy them to keep them.
+ *  - Tensors are DLPack DLTensors on the CPU (kDLCPU). weft reads an input and writes an
+ *    output only during the op; for a nonblocking op, both must stay alive until the
+ *    request has completed (weft_request_keep_alive ties their owner to the request).
+ *  - Option structs carry a version field; initialize them with the matching _INIT macro so
+ *    that a program compiled against an older header keeps working. NULL options means the
+ *    defaults.
+ *  - Ops are matched across ranks by name, or by call order when name is NULL or "".
+ *    Every rank must call every op. The output may be the input (in place).
+ *  - Thread-safe: any thread may call any function after weft_init().
+ */
+#ifndef WEFT_WEFT_H_
+#define WEFT_WEFT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dlpack/dlpack.h>
+
+#define WEFT_VERSION_MAJOR 0
+#define WEFT_VERSION_MINOR 1
+#define WEFT_VERSION_PATCH 0
+/* major * 10000 + minor * 100 + patch */
+#define WEFT_VERSION_NUMBER \
+  (WEFT_VERSION_MAJOR * 10000 + WEFT_VERSION_MINOR * 100 + WEFT_VERSION_PATCH)
+
+#if defined(__GNUC__) || defined(__clang__)
+#define WEFT_API __attribute__((visibility("default")))
+#else
+#define WEFT_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status, errors, version ------------------------------------------------------- */
+
+typedef enum weft_status {
+  WEFT_OK = 0,
+  WEFT_ERR_INVALID_ARGUMENT = 1,   /* bad shape, dtype, rank, weight, name, option */
+  WEFT_ERR_FAILED_PRECONDITION = 2, /* not initialized, ops in flight, mismatched ranks */
+  WEFT_ERR_NOT_FOUND = 3,          /* no such setting, window, ... */
+  WEFT_ERR_OUT_OF_RANGE = 4,       /* a caller buffer is too small */
+  WEFT_ERR_UNIMPLEMENTED = 5,      /* not supported by this build or device */
+  WEFT_ERR_DEADLINE_EXCEEDED = 6,  /* a stall passed WEFT_STALL_TIMEOUT_SECONDS */
+  WEFT_ERR_ABORTED = 7,            /* the op was abandoned (shutdown, a peer failed) */
+  WEFT_ERR_UNAVAILABLE = 8,        /* a peer or transport is unreachable */
+  WEFT_ERR_RESOURCE_EXHAUSTED = 9, /* out of memory */
+  WEFT_ERR_INTERNAL = 10,          /* a bug in weft or in the library below it */
+  WEFT_ERR_UNKNOWN = 11
+} weft_status;
+
+/* The generic text of a status ("invalid argument"); never NULL. */
+WEFT_API const char* weft_status_string(weft_status status);
+/* The message of the most recent failed weft call on this thread ("" if none). */
+WEFT_API const char* weft_last_error(void);
+/* "0.1.0": the version of the library loaded at run time. */
+WEFT_API const char* weft_version(void);
+/* WEFT_VERSION_NUMBER of the library loaded at run time. */
+WEFT_API int weft_version_number(void);
+
+/* ---- process model ------------------------------------------------------------------ */
+
+/* Starts MPI (unless the program already did) and weft's engine. The default topology is
+ * the exponential graph over all ranks. Twice is an error; init after shutdown works. */
+WEFT_API weft_status weft_init(void);
+/* Waits until every rank has called it; ops that cannot complete then fail. */
+WEFT_API weft_status weft_shutdown(void);
+WEFT_API int weft_is_initialized(void);
+/* These return -1 before weft_init(). */
+WEFT_API int weft_rank(void);
+WEFT_API int weft_size(void);
+WEFT_API int weft_local_rank(void);
+WEFT_API int weft_local_size(void);
+WEFT_API int weft_machine_rank(void);
+WEFT_API int weft_machine_size(void);
+
+/* ---- topologies ----------------------------------------------------------------------- */
+
+/* A weighted directed graph over ranks: W[i][j] is the weight of the edge i -> j, applied by
+ * the receiver j; W[i][i] is rank i's self weight. Pure data: usable before weft_init(). */
+typedef struct weft_topology weft_topology;
+
+/* `size` ranks, no edges, every self weight 1. */
+WEFT_API weft_status weft_topology_create(weft_topology** out, int size);
+/* From a dense row-major size x size matrix: w[i*size+j] != 0 (i != j) is an edge. */
+WEFT_API weft_status weft_topology_from_weight_matrix(weft_topology** out, int size,
+                                                      const double* weights);
+/* Generators (shared/design/comm.md defines each). */
+WEFT_API weft_status weft_topology_exponential(weft_topology** out, int size, int base);
+WEFT_API weft_status weft_topology_exponential_two(weft_topology** out, int size);
+WEFT_API weft_status weft_topology_symmetric_exponential(weft_topology** out, int size,
+                                                         int base);
+/* rows = cols = 0: rows is the largest divisor of size not above sqrt(size). */
+WEFT_API weft_status weft_topology_mesh_grid_2d(weft_topology** out, int size, int rows,
+                                                int cols);
+WEFT_API weft_status weft_topology_star(weft_topology** out, int size, int center);
+/* style 0: bidirectional, 1/3 each; 1: i -> i-1 with 1/2; 2: i -> i+1 with 1/2. */
+WEFT_API weft_status weft_topology_ring(weft_topology** out, int size, int style);
+WEFT_API weft_status weft_topology_fully_connected(weft_topology** out, int size);
+WEFT_API weft_status weft_topology_clone(weft_topology** out, const weft_topology* topo);
+WEFT_API void weft_topology_destroy(weft_topology* topo);
+
+/* Adds (or re-weights) the edge from -> to. */
+WEFT_API weft_status weft_topology_add_edge(weft_topology* topo, int from, int to,
+                                            double weight);
+WEFT_API weft_status weft_topology_set_self_weight(weft_topology* topo, int rank,
+                                                   double weight);
+
+/* -1 for NULL. */
+WEFT_API int weft_topology_size(const weft_topology* topo);
+/* 0 when there is no edge; the self weight when from == to. */
+WEFT_API weft_status weft_topology_weight(double* weight, const weft_topology* topo, int from,
+                                          int to);
+/* Neighbors sorted by rank, self excluded. */
+WEFT_API weft_status weft_topology_in_neighbors(int* ranks, size_t capacity, size_t* count,
+                                                const weft_topology* topo, int rank);
+WEFT_API weft_status weft_topology_out_neighbors(int* ranks, size_t capacity, size_t* count,
+                                                 const weft_topology* topo, int rank);
+/* The dense row-major matrix (size * size doubles). */
+WEFT_API weft_status weft_topology_weight_matrix(double* weights, size_t capacity,
+                                                 size_t* count, const weft_topology* topo);
+/* (W[r][r], {i: W[i][r] for each in-neighbor i}), neighbors sorted by rank. */
+WEFT_API weft_status weft_topology_recv_weights(double* self_weight, int* ranks,
+                                                double* weights, size_t capacity,
+                                                size_t* count, const weft_topology* topo,
+                                                int rank);
+/* (W[r][r], {j: W[r][j] for each out-neighbor j}): row r. */
+WEFT_API weft_status weft_topology_send_weights(double* self_weight, int* ranks,
+                                                double* weights, size_t capacity,
+                                                size_t* count, const weft_topology* topo,
+                                                int rank);
+/* Every rank has the same in-degree and the same out-degree. */
+WEFT_API weft_status weft_topology_is_regular(int* result, const weft_topology* topo);
+/* Same size and same edges (weights ignored). */
+WEFT_API weft_status weft_topology_is_equivalent(int* result, const weft_topology* a,
+                                                 const weft_topology* b);
+
+/* ---- dynamic schedules ---------------------------------------------------------------- */
+
+/* An infinite sequence of steps, each a (send ranks, receive ranks) pair. */
+typedef struct weft_schedule weft_schedule;
+
+/* One peer per step over `topo` (copied): rank's out-neighbors sorted clockwise. */
+WEFT_API weft_status weft_schedule_one_peer(weft_schedule** out, const weft_topology* topo,
+                                            int rank);
+/* Machine level: ranks are machine indices. */
+WEFT_API weft_status weft_schedule_machine_exponential_two(weft_schedule** out,
+                                                           int machine_size,
+                                                           int machine_rank);
+WEFT_API weft_status weft_schedule_inner_outer_ring(weft_schedule** out, int world_size,
+                                                    int local_size, int rank);
+WEFT_API weft_status weft_schedule_inner_outer_exponential_two(weft_schedule** out,
+                                                               int world_size, int local_size,
+                                                               int rank);
+WEFT_API void weft_schedule_destroy(weft_schedule* schedule);
+/* Advances to the next step (the first call yields step 0). */
+WEFT_API weft_status weft_schedule_next(weft_schedule* schedule);
+/* The current step's ranks; WEFT_ERR_FAILED_PRECONDITION before the first next(). */
+WEFT_API weft_status weft_schedule_send_ranks(int* ranks, size_t capacity, size_t* count,
+                                              const weft_schedule* schedule);
+WEFT_API weft_status weft_schedule_recv_ranks(int* ranks, size_t capacity, size_t* count,
+                                              const weft_schedule* schedule);
+
+/* ---- the process's topology ---------------------------------------------------------- */
+
+/* Collective: every rank passes an equivalent graph; fails, changing nothing, while ops
+ * are in flight. `topo` is copied. */
+WEFT_API weft_status weft_comm_set_topology(const weft_topology* topo, int is_weighted);
+/* A copy of the topology in force (destroy it). */
+WEFT_API weft_status weft_comm_load_topology(weft_topology** out);
+WEFT_API int weft_comm_is_topo_weighted(void);
+WEFT_API weft_status weft_comm_in_neighbor_ranks(int* ranks, size_t capacity, size_t* count);
+WEFT_API weft_status weft_comm_out_neighbor_ranks(int* ranks, size_t capacity, size_t* count);
+/* The graph between machines used by the hierarchical op. */
+WEFT_API weft_status weft_comm_set_machine_topology(const weft_topology* topo,
+                                                    int is_weighted);
+WEFT_API weft_status weft_comm_load_machine_topology(weft_topology** out);
+
+/* ---- requests (nonblocking ops) ------------------------------------------------------- */
+
+typedef struct weft_request weft_request;
+
+/* *done = 1 once the op has completed (successfully or not). */
+WEFT_API weft_status weft_request_poll(int* done, const weft_request* request);
+/* Waits for the op and returns its status; waiting again returns the same status. */
+WEFT_API weft_status weft_request_wait(weft_request* request);
+/* For allgather ops, after a successful wait: moves the library-allocated result to the
+ * caller, who calls (*out)->deleter(*out) when done with it. Once only. */
+WEFT_API weft_status weft_request_take_output(DLManagedTensor** out, weft_request* request);
+/* Calls release(owner) once the op has completed and the request has been freed, on
+ * whichever thread gets there last (possibly weft's engine thread; release must not call
+ * weft). Lets a caller free a request early without freeing the op's buffers. */
+WEFT_API weft_status weft_request_keep_alive(weft_request* request, void* owner,
+                                             void (*release)(void* owner));
+/* Frees the handle; an op still running completes in the background. NULL is fine. */
+WEFT_API void weft_request_free(weft_request* request);
+
+/* ---- ops ------------------------------------------------------------------------------ */
+
+/* Neighbor allreduce (comm.md): y = self_weight * x + sum_j src_weight[j] * d_j * x_j.
+ * has_weights = 0: the topology's weights (or a uniform average on an unweighted one).
+ * has_weights = 1: self_weight and the num_src (src_ranks[k], src_weights[k]) pairs;
+ *   num_src may be 0 (no senders).
+ * has_dst = 1 (needs has_weights): send to exactly dst_ranks for this call, scaled by
+ *   dst_weights[k] (dst_weights NULL: 1 each). */
+#define WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_VERSION 1
+typedef struct weft_neighbor_allreduce_options {
+  unsigned int version;
+  int has_weights;
+  double self_weight;
+  size_t num_src;
+  const int* src_ranks;
+  const double* src_weights;
+  int has_dst;
+  size_t num_dst;
+  const int* dst_ranks;
+  const double* dst_weights;
+  int enable_topo_check; /* kept for Bluefog compatibility: weft always checks */
+} weft_neighbor_allreduce_options;
+#define WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_INIT \
+  { WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_VERSION, 0, 1.0, 0, NULL, NULL, 0, 0, NULL, NULL, 1 }
+
+/* has_ranks = 1: receive from src_ranks (output in that order) and send to dst_ranks
+ * instead of the topology's neighbors. */
+#define WEFT_NEIGHBOR_ALLGATHER_OPTIONS_VERSION 1
+typedef struct weft_neighbor_allgather_options {
+  unsigned int version;
+  int has_ranks;
+  size_t num_src;
+  const int* src_ranks;
+  size_t num_dst;
+  const int* dst_ranks;
+} weft_neighbor_allgather_options;
+#define WEFT_NEIGHBOR_ALLGATHER_OPTIONS_INIT \
+  { WEFT_NEIGHBOR_ALLGATHER_OPTIONS_VERSION, 0, 0, NULL, 0, NULL }
+
+/* Machine-level weights keyed by machine index; the same rules as neighbor allreduce. */
+#define WEFT_HIERARCHICAL_OPTIONS_VERSION 1
+typedef struct weft_hierarchical_options {
+  unsigned int version;
+  int has_weights;
+  double self_weight;
+  size_t num_src;
+  const int* src_machines;
+  const double* src_machine_weights;
+  int has_dst;
+  size_t num_dst;
+  const int* dst_machines;
+  const double* dst_machine_weights;
+} weft_hierarchical_options;
+#define WEFT_HIERARCHICAL_OPTIONS_INIT \
+  { WEFT_HIERARCHICAL_OPTIONS_VERSION, 0, 1.0, 0, NULL, NULL, 0, 0, NULL, NULL }
+
+/* Sum (average = 0) or mean (average = 1) over all ranks. */
+WEFT_API weft_status weft_comm_allreduce(const DLTensor* in, DLTensor* out, int average,
+                                         const char* name);
+WEFT_API weft_status weft_comm_allreduce_nonblocking(weft_request** request,
+                                                     const DLTensor* in, DLTensor* out,
+                                                     int average, const char* name);
+
+WEFT_API weft_status weft_comm_broadcast(const DLTensor* in, DLTensor* out, int root_rank,
+                                         const char* name);
+WEFT_API weft_status weft_comm_broadcast_nonblocking(weft_request** request,
+                                                     const DLTensor* in, DLTensor* out,
+                                                     int root_rank, const char* name);
+
+/* Concatenation along dim 0 of every rank's tensor, in rank order (dim 0 may differ).
+ * The result is allocated by weft; free it with (*out)->deleter(*out). */
+WEFT_API weft_status weft_comm_allgather(DLManagedTensor** out, const DLTensor* in,
+                                         const char* name);
+WEFT_API weft_status weft_comm_allgather_nonblocking(weft_request** request,
+                                                     const DLTensor* in, const char* name);
+
+/* Concatenation of the in-neighbors' tensors (ordered by rank, or as src_ranks). */
+WEFT_API weft_status weft_comm_neighbor_allgather(
+    DLManagedTensor** out, const DLTensor* in, const weft_neighbor_allgather_options* options,
+    const char* name);
+WEFT_API weft_status weft_comm_neighbor_allgather_nonblocking(
+    weft_request** request, const DLTensor* in, const weft_neighbor_allgather_options* options,
+    const char* name);
+
+WEFT_API weft_status weft_comm_neighbor_allreduce(
+    const DLTensor* in, DLTensor* out, const weft_neighbor_allreduce_options* options,
+    const char* name);
+WEFT_API weft_status weft_comm_neighbor_allreduce_nonblocking(
+    weft_request** request, const DLTensor* in, DLTensor* out,
+    const weft_neighbor_allreduce_options* options, const char* name);
+
+/* Sum inside each machine, exchange between machines, average over local_size. */
+WEFT_API weft_status weft_comm_hierarchical_neighbor_allreduce(
+    const DLTensor* in, DLTensor* out, const weft_hierarchical_options* options,
+    const char* name);
+WEFT_API weft_status weft_comm_hierarchical_neighbor_allreduce_nonblocking(
+    weft_request** request, const DLTensor* in, DLTensor* out,
+    const weft_hierarchical_options* options, const char* name);
+
+/* Both peers end with self_weight * own + pair_weight * the peer's. */
+WEFT_API weft_status weft_comm_pair_gossip(const DLTensor* in, DLTensor* out, int peer,
+                                           double self_weight, double pair_weight,
+                                           const char* name);
+WEFT_API weft_status weft_comm_pair_gossip_nonblocking(weft_request** request,
+                                                       const DLTensor* in, DLTensor* out,
+                                                       int peer, double self_weight,
+                                                       double pair_weight, const char* name);
+
+WEFT_API weft_status weft_comm_barrier(void);
+WEFT_API weft_status weft_comm_barrier_nonblocking(weft_request** request);
+
+/* ---- configuration (WEFT_* settings) ------------------------------------------------ */
+
+/* Overrides a setting in this process (wins over the environment); validated at once.
+ * Most settings are read at weft_init(). */
+WEFT_API weft_status weft_config_set(const char* name, const char* value);
+/* Drops an override made with weft_config_set. */
+WEFT_API weft_status weft_config_unset(const char* name);
+/* The value in force, as text. */
+WEFT_API weft_status weft_config_get(const char** value, const char* name);
+/* A table of every setting: value in force, default, description. */
+WEFT_API const char* weft_config_describe(void);
+
+/* ---- timeline (Chrome trace) --------------------------------------------------------- */
+
+/* Starts writing this rank's trace to `path` (WEFT_TIMELINE's naming: one file per rank
+ * when size > 1). Needs weft_init(); fails if a timeline is already being written. */
+WEFT_API weft_status weft_timeline_start(const char* path);
+/* Finishes and closes the trace; no-op when none is being written. */
+WEFT_API weft_status weft_timeline_stop(void);
+/* A user span on the row of `tensor_name`, from start to end (e.g. "forward"). */
+WEFT_API weft_status weft_timeline_start_activity(const char* tensor_name,
+                                                  const char* activity);
+WEFT_API weft_status weft_timeline_end_activity(const char* tensor_name);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* WEFT_WEFT_H_ */
