@@ -205,6 +205,9 @@ def weft_system_libraries():
         probe_header = "absl/status/status.h",
         header_dirs = ["absl"],
         lib_prefix_glob = "absl_",
+        # Only the few abseil libraries weft uses end up as dependencies (a Python import
+        # of the bindings would otherwise load all ~60).
+        as_needed = True,
     )
     system_library(
         name = "gtest",

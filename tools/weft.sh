@@ -28,6 +28,33 @@ setup() {
     "${sudo[@]}" apt-get update -q
     DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q "${missing[@]}"
   fi
+  setup_tree_sitter
+}
+
+# The Julia binding's test parses Julia source with tree-sitter, since Julia itself is not
+# packaged for Debian 12. npm serves prebuilt modules; they live in a per-user cache (not
+# the workspace) and are handed to the test as WEFT_NODE_MODULES.
+WEFT_NODE_DIR="${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/weft/node"
+setup_tree_sitter() {
+  local node_check='require("tree-sitter"); require("tree-sitter-julia")'
+  if command -v node >/dev/null &&
+    NODE_PATH="$WEFT_NODE_DIR/node_modules" node -e "$node_check" 2>/dev/null; then
+    return 0
+  fi
+  if ! command -v npm >/dev/null; then
+    echo "weft: installing nodejs npm"
+    local sudo=()
+    [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+    "${sudo[@]}" apt-get update -q
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q nodejs npm
+  fi
+  echo "weft: installing tree-sitter and tree-sitter-julia into $WEFT_NODE_DIR"
+  mkdir -p "$WEFT_NODE_DIR"
+  # tree-sitter-julia 0.23 declares a peer dependency on a newer tree-sitter than the 0.21
+  # it works with, hence --legacy-peer-deps.
+  npm install --prefix "$WEFT_NODE_DIR" --legacy-peer-deps --no-audit --no-fund \
+    tree-sitter@0.21.1 tree-sitter-julia@0.23.1
+  NODE_PATH="$WEFT_NODE_DIR/node_modules" node -e "$node_check"
 }
 
 # Reuse earlier build outputs on this machine (CI clones into a fresh folder each time).
@@ -46,7 +73,8 @@ run_tests() {
   log=$(mktemp)
   set +e
   # Tests always run (never results cached from an earlier run); one line per target.
-  bazel test "${BAZEL_FLAGS[@]}" --nocache_test_results --test_summary=short //... "$@" 2>&1 | tee "$log"
+  bazel test "${BAZEL_FLAGS[@]}" --nocache_test_results --test_summary=short \
+    --test_env=WEFT_NODE_MODULES="$WEFT_NODE_DIR/node_modules" //... "$@" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
   set -e
   # A plain closing line, counted from Bazel's per-target summary.

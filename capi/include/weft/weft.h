@@ -54,7 +54,7 @@ typedef enum weft_status {
   WEFT_OK = 0,
   WEFT_ERR_INVALID_ARGUMENT = 1,   /* bad shape, dtype, rank, weight, name, option */
   WEFT_ERR_FAILED_PRECONDITION = 2, /* not initialized, ops in flight, mismatched ranks */
-  WEFT_ERR_NOT_FOUND = 3,          /* no such setting, window, ... */
+  WEFT_ERR_NOT_FOUND = 3,          /* no such window or named object */
   WEFT_ERR_OUT_OF_RANGE = 4,       /* a caller buffer is too small */
   WEFT_ERR_UNIMPLEMENTED = 5,      /* not supported by this build or device */
   WEFT_ERR_DEADLINE_EXCEEDED = 6,  /* a stall passed WEFT_STALL_TIMEOUT_SECONDS */

@@ -1,0 +1,541 @@
+// The process model, the process's topology, requests and every comm op in the C ABI.
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "capi/internal.h"
+#include "comm/comm.h"
+#include "comm/topology.h"
+
+
+namespace weft {
+namespace capi {
+
+// The output of an allgather op: allocated by weft once the ranks agree on its shape, then
+// handed to the caller as a DLManagedTensor whose deleter frees everything.
+struct ManagedOutput {
+  DLManagedTensor managed;
+  std::vector<int64_t> shape;
+  void* data = nullptr;
+
+  static void Delete(DLManagedTensor* self) {
+    auto* owner = static_cast<ManagedOutput*>(self->manager_ctx);
+    std::free(owner->data);
+    delete owner;
+  }
+};
+
+// Where the allocator leaves the output until the caller takes it.
+struct OutputSlot {
+  std::mutex mu;
+  ManagedOutput* output = nullptr;  // owned until taken
+  bool taken = false;
+  ~OutputSlot() {
+    if (output != nullptr) ManagedOutput::Delete(&output->managed);
+  }
+  DLManagedTensor* Take() {
+    std::lock_guard<std::mutex> lock(mu);
+    ManagedOutput* out = output;
+    output = nullptr;
+    taken = true;
+    return out == nullptr ? nullptr : &out->managed;
+  }
+};
+
+Allocator SlotAllocator(const std::shared_ptr<OutputSlot>& slot) {
+  return [slot](DType dtype, const std::vector<int64_t>& shape) -> StatusOr<TensorView> {
+    auto out = std::make_unique<ManagedOutput>();
+    out->shape = shape;
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    // 64-byte alignment (what NumPy and vectorized kernels like); at least one line so
+    // that an empty result still has a valid pointer.
+    const size_t bytes = static_cast<size_t>(numel) * DTypeSize(dtype);
+    const size_t rounded = ((bytes + 63) / 64) * 64;
+    out->data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    if (out->data == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", bytes, " bytes for the gathered output"));
+    }
+    TensorView view(out->data, dtype, out->shape);
+    DLTensor& dl = out->managed.dl_tensor;
+    dl.data = out->data;
+    dl.device = DLDevice{kDLCPU, 0};
+    dl.ndim = static_cast<int32_t>(out->shape.size());
+    dl.dtype = ToDLDataType(dtype);
+    dl.shape = out->shape.data();
+    dl.strides = nullptr;  // contiguous
+    dl.byte_offset = 0;
+    out->managed.manager_ctx = out.get();
+    out->managed.deleter = &ManagedOutput::Delete;
+    std::lock_guard<std::mutex> lock(slot->mu);
+    if (slot->output != nullptr) ManagedOutput::Delete(&slot->output->managed);
+    slot->output = out.release();
+    return view;
+  };
+}
+
+namespace {
+
+Status CheckVersion(unsigned int version, unsigned int current, const char* function,
+                    const char* type, const char* init) {
+  if (version >= 1 && version <= current) return OkStatus();
+  return InvalidArgument(function, ": ", type, ".version is ", version, ", expected 1..",
+                         current, "; initialize the struct with ", init);
+}
+
+// (ranks[k], weights[k]) pairs as a map; duplicate ranks are an error (a map would keep
+// one of them silently). `weights` NULL means 1 for each rank.
+StatusOr<std::map<int, double>> WeightMap(const int* ranks, const double* weights, size_t n,
+                                          const char* function, const char* what) {
+  if (n > 0 && ranks == nullptr) {
+    return InvalidArgument(function, ": ", n, " ", what, " given but the rank array is NULL");
+  }
+  std::map<int, double> map;
+  for (size_t k = 0; k < n; ++k) {
+    if (!map.emplace(ranks[k], weights == nullptr ? 1.0 : weights[k]).second) {
+      return InvalidArgument(function, ": rank ", ranks[k], " appears twice in ", what);
+    }
+  }
+  return map;
+}
+
+StatusOr<NeighborAllreduceOptions> ToOptions(const weft_neighbor_allreduce_options* o,
+                                             const char* fn) {
+  NeighborAllreduceOptions options;
+  if (o == nullptr) return options;
+  WEFT_RETURN_IF_ERROR(CheckVersion(o->version, WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_VERSION, fn,
+                                    "weft_neighbor_allreduce_options",
+                                    "WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_INIT"));
+  if (o->has_weights) {
+    if (o->num_src > 0 && o->src_weights == nullptr) {
+      return InvalidArgument(fn, ": num_src is ", o->num_src, " but src_weights is NULL");
+    }
+    options.self_weight = o->self_weight;
+    WEFT_ASSIGN_OR_RETURN(options.src_weights,
+                          WeightMap(o->src_ranks, o->src_weights, o->num_src, fn, "src_ranks"));
+  } else if (o->num_src > 0) {
+    return InvalidArgument(fn, ": src_ranks given without has_weights = 1 (self_weight and "
+                           "src_weights go together)");
+  }
+  if (o->has_dst) {
+    WEFT_ASSIGN_OR_RETURN(options.dst_weights,
+                          WeightMap(o->dst_ranks, o->dst_weights, o->num_dst, fn, "dst_ranks"));
+  } else if (o->num_dst > 0) {
+    return InvalidArgument(fn, ": dst_ranks given without has_dst = 1");
+  }
+  options.enable_topo_check = o->enable_topo_check != 0;
+  return options;
+}
+
+StatusOr<NeighborAllgatherOptions> ToOptions(const weft_neighbor_allgather_options* o,
+                                             const char* fn) {
+  NeighborAllgatherOptions options;
+  if (o == nullptr) return options;
+  WEFT_RETURN_IF_ERROR(CheckVersion(o->version, WEFT_NEIGHBOR_ALLGATHER_OPTIONS_VERSION, fn,
+                                    "weft_neighbor_allgather_options",
+                                    "WEFT_NEIGHBOR_ALLGATHER_OPTIONS_INIT"));
+  if (!o->has_ranks) {
+    if (o->num_src > 0 || o->num_dst > 0) {
+      return InvalidArgument(fn, ": src_ranks/dst_ranks given without has_ranks = 1");
+    }
+    return options;
+  }
+  if ((o->num_src > 0 && o->src_ranks == nullptr) || (o->num_dst > 0 && o->dst_ranks == nullptr)) {
+    return InvalidArgument(fn, ": a rank count is non-zero but its array is NULL");
+  }
+  options.src_ranks = std::vector<int>(o->src_ranks, o->src_ranks + o->num_src);
+  options.dst_ranks = std::vector<int>(o->dst_ranks, o->dst_ranks + o->num_dst);
+  return options;
+}
+
+StatusOr<HierarchicalNeighborAllreduceOptions> ToOptions(const weft_hierarchical_options* o,
+                                                         const char* fn) {
+  HierarchicalNeighborAllreduceOptions options;
+  if (o == nullptr) return options;
+  WEFT_RETURN_IF_ERROR(CheckVersion(o->version, WEFT_HIERARCHICAL_OPTIONS_VERSION, fn,
+                                    "weft_hierarchical_options",
+                                    "WEFT_HIERARCHICAL_OPTIONS_INIT"));
+  if (o->has_weights) {
+    if (o->num_src > 0 && o->src_machine_weights == nullptr) {
+      return InvalidArgument(fn, ": num_src is ", o->num_src,
+                             " but src_machine_weights is NULL");
+    }
+    options.self_weight = o->self_weight;
+    WEFT_ASSIGN_OR_RETURN(options.src_machine_weights,
+                          WeightMap(o->src_machines, o->src_machine_weights, o->num_src, fn,
+                                    "src_machines"));
+  } else if (o->num_src > 0) {
+    return InvalidArgument(fn, ": src_machines given without has_weights = 1");
+  }
+  if (o->has_dst) {
+    WEFT_ASSIGN_OR_RETURN(options.dst_machine_weights,
+                          WeightMap(o->dst_machines, o->dst_machine_weights, o->num_dst, fn,
+                                    "dst_machines"));
+  } else if (o->num_dst > 0) {
+    return InvalidArgument(fn, ": dst_machines given without has_dst = 1");
+  }
+  return options;
+}
+
+}  // namespace
+}  // namespace capi
+}  // namespace weft
+
+struct weft_request {
+  weft::Handle handle;
+  std::shared_ptr<weft::capi::OutputSlot> output;  // allgather ops only
+};
+
+using weft::Status;
+using weft::StatusOr;
+using weft::TensorView;
+using weft::capi::Guard;
+using weft::capi::NameOrEmpty;
+using weft::capi::Required;
+using weft::capi::ToOptions;
+using weft::capi::View;
+
+namespace {
+
+// Wraps a started op in a request for the caller.
+Status Emit(weft_request** request, StatusOr<weft::Handle> handle, const char* function,
+            std::shared_ptr<weft::capi::OutputSlot> output = nullptr) {
+  if (!handle.ok()) return handle.status();
+  auto r = std::make_unique<weft_request>();
+  r->handle = std::move(*handle);
+  r->output = std::move(output);
+  *request = r.release();
+  return weft::OkStatus();
+}
+
+// The common shape of ops with an input and a same-layout output.
+template <typename Start>
+weft_status InOutOp(const char* fn, weft_request** request, const DLTensor* in, DLTensor* out,
+                    Start&& start) {
+  return Guard(fn, [&]() -> Status {
+    if (request != nullptr) *request = nullptr;
+    WEFT_ASSIGN_OR_RETURN(TensorView input, View(in, fn, "in"));
+    WEFT_ASSIGN_OR_RETURN(TensorView output, View(out, fn, "out"));
+    return start(input, output);
+  });
+}
+
+// Blocking allgather ops: run, then hand the library-allocated result to the caller.
+template <typename Run>
+weft_status GatherOp(const char* fn, DLManagedTensor** out, const DLTensor* in, Run&& run) {
+  return Guard(fn, [&]() -> Status {
+    WEFT_RETURN_IF_ERROR(Required(out, fn, "out"));
+    *out = nullptr;
+    WEFT_ASSIGN_OR_RETURN(TensorView input, View(in, fn, "in"));
+    auto slot = std::make_shared<weft::capi::OutputSlot>();
+    WEFT_RETURN_IF_ERROR(run(input, weft::capi::SlotAllocator(slot)).status());
+    *out = slot->Take();
+    return weft::OkStatus();
+  });
+}
+
+template <typename Start>
+weft_status GatherOpNonblocking(const char* fn, weft_request** request, const DLTensor* in,
+                                Start&& start) {
+  return Guard(fn, [&]() -> Status {
+    WEFT_RETURN_IF_ERROR(Required(request, fn, "request"));
+    *request = nullptr;
+    WEFT_ASSIGN_OR_RETURN(TensorView input, View(in, fn, "in"));
+    auto slot = std::make_shared<weft::capi::OutputSlot>();
+    auto handle = start(input, weft::capi::SlotAllocator(slot));
+    if (handle.ok()) handle->keep_alive(slot);
+    return Emit(request, std::move(handle), fn, slot);
+  });
+}
+
+Status TopologyOut(weft_topology** out, weft::Topology topo, const char* fn) {
+  WEFT_RETURN_IF_ERROR(Required(out, fn, "out"));
+  if (!weft::is_initialized()) {
+    return weft::FailedPrecondition(fn, ": weft is not initialized; call weft_init() first");
+  }
+  *out = new weft_topology{std::move(topo)};
+  return weft::OkStatus();
+}
+
+}  // namespace
+
+extern "C" {
+
+weft_status weft_init(void) {
+  return Guard("weft_init", [] { return weft::init(); });
+}
+
+weft_status weft_shutdown(void) {
+  return Guard("weft_shutdown", [] { return weft::shutdown(); });
+}
+
+int weft_is_initialized(void) { return weft::is_initialized() ? 1 : 0; }
+int weft_rank(void) { return weft::rank(); }
+int weft_size(void) { return weft::size(); }
+int weft_local_rank(void) { return weft::local_rank(); }
+int weft_local_size(void) { return weft::local_size(); }
+int weft_machine_rank(void) { return weft::machine_rank(); }
+int weft_machine_size(void) { return weft::machine_size(); }
+
+weft_status weft_comm_set_topology(const weft_topology* topo, int is_weighted) {
+  return Guard("weft_comm_set_topology", [&]() -> Status {
+    WEFT_RETURN_IF_ERROR(Required(topo, "weft_comm_set_topology", "topo"));
+    return weft::set_topology(topo->topo, is_weighted != 0);
+  });
+}
+
+weft_status weft_comm_load_topology(weft_topology** out) {
+  return Guard("weft_comm_load_topology", [&] {
+    return TopologyOut(out, weft::load_topology(), "weft_comm_load_topology");
+  });
+}
+
+int weft_comm_is_topo_weighted(void) { return weft::is_topo_weighted() ? 1 : 0; }
+
+weft_status weft_comm_in_neighbor_ranks(int* ranks, size_t capacity, size_t* count) {
+  const char* fn = "weft_comm_in_neighbor_ranks";
+  return Guard(fn, [&]() -> Status {
+    if (!weft::is_initialized()) {
+      return weft::FailedPrecondition(fn, ": weft is not initialized; call weft_init() first");
+    }
+    return weft::capi::CopyOut(weft::in_neighbor_ranks(), ranks, capacity, count, fn);
+  });
+}
+
+weft_status weft_comm_out_neighbor_ranks(int* ranks, size_t capacity, size_t* count) {
+  const char* fn = "weft_comm_out_neighbor_ranks";
+  return Guard(fn, [&]() -> Status {
+    if (!weft::is_initialized()) {
+      return weft::FailedPrecondition(fn, ": weft is not initialized; call weft_init() first");
+    }
+    return weft::capi::CopyOut(weft::out_neighbor_ranks(), ranks, capacity, count, fn);
+  });
+}
+
+weft_status weft_comm_set_machine_topology(const weft_topology* topo, int is_weighted) {
+  return Guard("weft_comm_set_machine_topology", [&]() -> Status {
+    WEFT_RETURN_IF_ERROR(Required(topo, "weft_comm_set_machine_topology", "topo"));
+    return weft::set_machine_topology(topo->topo, is_weighted != 0);
+  });
+}
+
+weft_status weft_comm_load_machine_topology(weft_topology** out) {
+  return Guard("weft_comm_load_machine_topology", [&] {
+    return TopologyOut(out, weft::load_machine_topology(), "weft_comm_load_machine_topology");
+  });
+}
+
+weft_status weft_request_poll(int* done, const weft_request* request) {
+  return Guard("weft_request_poll", [&]() -> Status {
+    WEFT_RETURN_IF_ERROR(Required(done, "weft_request_poll", "done"));
+    WEFT_RETURN_IF_ERROR(Required(request, "weft_request_poll", "request"));
+    *done = weft::poll(request->handle) ? 1 : 0;
+    return weft::OkStatus();
+  });
+}
+
+weft_status weft_request_wait(weft_request* request) {
+  return Guard("weft_request_wait", [&]() -> Status {
+    WEFT_RETURN_IF_ERROR(Required(request, "weft_request_wait", "request"));
+    return weft::wait(request->handle);
+  });
+}
+
+weft_status weft_request_take_output(DLManagedTensor** out, weft_request* request) {
+  const char* fn = "weft_request_take_output";
+  return Guard(fn, [&]() -> Status {
+    WEFT_RETURN_IF_ERROR(Required(out, fn, "out"));
+    *out = nullptr;
+    WEFT_RETURN_IF_ERROR(Required(request, fn, "request"));
+    if (request->output == nullptr) {
+      return weft::InvalidArgument(fn, ": this request's op writes into the caller's output; "
+                                   "only allgather ops have an output to take");
+    }
+    if (!weft::poll(request->handle)) {
+      return weft::FailedPrecondition(fn, ": the op has not completed; call "
+                                      "weft_request_wait first");
+    }
+    WEFT_RETURN_IF_ERROR(weft::wait(request->handle));
+    {
+      std::lock_guard<std::mutex> lock(request->output->mu);
+      if (request->output->taken) {
+        return weft::FailedPrecondition(fn, ": the output was already taken");
+      }
+    }
+    *out = request->output->Take();
+    return weft::OkStatus();
+  });
+}
+
+weft_status weft_request_keep_alive(weft_request* request, void* owner,
+                                    void (*release)(void* owner)) {
+  return Guard("weft_request_keep_alive", [&]() -> Status {
+    WEFT_RETURN_IF_ERROR(Required(request, "weft_request_keep_alive", "request"));
+    WEFT_RETURN_IF_ERROR(
+        Required(reinterpret_cast<const void*>(release), "weft_request_keep_alive", "release"));
+    request->handle.keep_alive(std::shared_ptr<void>(owner, release));
+    return weft::OkStatus();
+  });
+}
+
+void weft_request_free(weft_request* request) { delete request; }
+
+weft_status weft_comm_allreduce(const DLTensor* in, DLTensor* out, int average,
+                                const char* name) {
+  return InOutOp("weft_comm_allreduce", nullptr, in, out,
+                 [&](const TensorView& i, const TensorView& o) {
+                   return weft::allreduce(i, o, average != 0, NameOrEmpty(name));
+                 });
+}
+
+weft_status weft_comm_allreduce_nonblocking(weft_request** request, const DLTensor* in,
+                                            DLTensor* out, int average, const char* name) {
+  const char* fn = "weft_comm_allreduce_nonblocking";
+  if (request == nullptr) return weft::capi::FailInvalid(std::string(fn) + ": request is NULL");
+  return InOutOp(fn, request, in, out, [&](const TensorView& i, const TensorView& o) {
+    return Emit(request, weft::allreduce_nonblocking(i, o, average != 0, NameOrEmpty(name)),
+                fn);
+  });
+}
+
+weft_status weft_comm_broadcast(const DLTensor* in, DLTensor* out, int root_rank,
+                                const char* name) {
+  return InOutOp("weft_comm_broadcast", nullptr, in, out,
+                 [&](const TensorView& i, const TensorView& o) {
+                   return weft::broadcast(i, o, root_rank, NameOrEmpty(name));
+                 });
+}
+
+weft_status weft_comm_broadcast_nonblocking(weft_request** request, const DLTensor* in,
+                                            DLTensor* out, int root_rank, const char* name) {
+  const char* fn = "weft_comm_broadcast_nonblocking";
+  if (request == nullptr) return weft::capi::FailInvalid(std::string(fn) + ": request is NULL");
+  return InOutOp(fn, request, in, out, [&](const TensorView& i, const TensorView& o) {
+    return Emit(request, weft::broadcast_nonblocking(i, o, root_rank, NameOrEmpty(name)), fn);
+  });
+}
+
+weft_status weft_comm_allgather(DLManagedTensor** out, const DLTensor* in, const char* name) {
+  return GatherOp("weft_comm_allgather", out, in,
+                  [&](const TensorView& i, weft::Allocator alloc) {
+                    return weft::allgather(i, std::move(alloc), NameOrEmpty(name));
+                  });
+}
+
+weft_status weft_comm_allgather_nonblocking(weft_request** request, const DLTensor* in,
+                                            const char* name) {
+  return GatherOpNonblocking("weft_comm_allgather_nonblocking", request, in,
+                             [&](const TensorView& i, weft::Allocator alloc) {
+                               return weft::allgather_nonblocking(i, std::move(alloc),
+                                                                  NameOrEmpty(name));
+                             });
+}
+
+weft_status weft_comm_neighbor_allgather(DLManagedTensor** out, const DLTensor* in,
+                                         const weft_neighbor_allgather_options* options,
+                                         const char* name) {
+  const char* fn = "weft_comm_neighbor_allgather";
+  return GatherOp(fn, out, in, [&](const TensorView& i, weft::Allocator alloc)
+                                   -> StatusOr<TensorView> {
+    WEFT_ASSIGN_OR_RETURN(auto opts, ToOptions(options, fn));
+    return weft::neighbor_allgather(i, std::move(alloc), opts, NameOrEmpty(name));
+  });
+}
+
+weft_status weft_comm_neighbor_allgather_nonblocking(
+    weft_request** request, const DLTensor* in, const weft_neighbor_allgather_options* options,
+    const char* name) {
+  const char* fn = "weft_comm_neighbor_allgather_nonblocking";
+  return GatherOpNonblocking(fn, request, in, [&](const TensorView& i, weft::Allocator alloc)
+                                                  -> StatusOr<weft::Handle> {
+    WEFT_ASSIGN_OR_RETURN(auto opts, ToOptions(options, fn));
+    return weft::neighbor_allgather_nonblocking(i, std::move(alloc), opts, NameOrEmpty(name));
+  });
+}
+
+weft_status weft_comm_neighbor_allreduce(const DLTensor* in, DLTensor* out,
+                                         const weft_neighbor_allreduce_options* options,
+                                         const char* name) {
+  const char* fn = "weft_comm_neighbor_allreduce";
+  return InOutOp(fn, nullptr, in, out, [&](const TensorView& i, const TensorView& o) -> Status {
+    WEFT_ASSIGN_OR_RETURN(auto opts, ToOptions(options, fn));
+    return weft::neighbor_allreduce(i, o, opts, NameOrEmpty(name));
+  });
+}
+
+weft_status weft_comm_neighbor_allreduce_nonblocking(
+    weft_request** request, const DLTensor* in, DLTensor* out,
+    const weft_neighbor_allreduce_options* options, const char* name) {
+  const char* fn = "weft_comm_neighbor_allreduce_nonblocking";
+  if (request == nullptr) return weft::capi::FailInvalid(std::string(fn) + ": request is NULL");
+  return InOutOp(fn, request, in, out, [&](const TensorView& i, const TensorView& o) -> Status {
+    WEFT_ASSIGN_OR_RETURN(auto opts, ToOptions(options, fn));
+    return Emit(request, weft::neighbor_allreduce_nonblocking(i, o, opts, NameOrEmpty(name)), fn);
+  });
+}
+
+weft_status weft_comm_hierarchical_neighbor_allreduce(const DLTensor* in, DLTensor* out,
+                                                      const weft_hierarchical_options* options,
+                                                      const char* name) {
+  const char* fn = "weft_comm_hierarchical_neighbor_allreduce";
+  return InOutOp(fn, nullptr, in, out, [&](const TensorView& i, const TensorView& o) -> Status {
+    WEFT_ASSIGN_OR_RETURN(auto opts, ToOptions(options, fn));
+    return weft::hierarchical_neighbor_allreduce(i, o, opts, NameOrEmpty(name));
+  });
+}
+
+weft_status weft_comm_hierarchical_neighbor_allreduce_nonblocking(
+    weft_request** request, const DLTensor* in, DLTensor* out,
+    const weft_hierarchical_options* options, const char* name) {
+  const char* fn = "weft_comm_hierarchical_neighbor_allreduce_nonblocking";
+  if (request == nullptr) return weft::capi::FailInvalid(std::string(fn) + ": request is NULL");
+  return InOutOp(fn, request, in, out, [&](const TensorView& i, const TensorView& o) -> Status {
+    WEFT_ASSIGN_OR_RETURN(auto opts, ToOptions(options, fn));
+    return Emit(request,
+                weft::hierarchical_neighbor_allreduce_nonblocking(i, o, opts, NameOrEmpty(name)),
+                fn);
+  });
+}
+
+weft_status weft_comm_pair_gossip(const DLTensor* in, DLTensor* out, int peer,
+                                  double self_weight, double pair_weight, const char* name) {
+  return InOutOp("weft_comm_pair_gossip", nullptr, in, out,
+                 [&](const TensorView& i, const TensorView& o) {
+                   return weft::pair_gossip(i, o, peer, self_weight, pair_weight,
+                                            NameOrEmpty(name));
+                 });
+}
+
+weft_status weft_comm_pair_gossip_nonblocking(weft_request** request, const DLTensor* in,
+                                              DLTensor* out, int peer, double self_weight,
+                                              double pair_weight, const char* name) {
+  const char* fn = "weft_comm_pair_gossip_nonblocking";
+  if (request == nullptr) return weft::capi::FailInvalid(std::string(fn) + ": request is NULL");
+  return InOutOp(fn, request, in, out, [&](const TensorView& i, const TensorView& o) {
+    return Emit(request,
+                weft::pair_gossip_nonblocking(i, o, peer, self_weight, pair_weight,
+                                              NameOrEmpty(name)),
+                fn);
+  });
+}
+
+weft_status weft_comm_barrier(void) {
+  return Guard("weft_comm_barrier", [] { return weft::barrier(); });
+}
+
+weft_status weft_comm_barrier_nonblocking(weft_request** request) {
+  const char* fn = "weft_comm_barrier_nonblocking";
+  return Guard(fn, [&]() -> Status {
+    WEFT_RETURN_IF_ERROR(Required(request, fn, "request"));
+    *request = nullptr;
+    return Emit(request, weft::barrier_nonblocking(), fn);
+  });
+}
+
+}  // extern "C"

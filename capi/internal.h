@@ -1,0 +1,78 @@
+// What the C entry points share: status translation, the thread-local last error and
+// returned strings, tensor and array conversions. Internal to capi/ (not installed).
+#ifndef WEFT_CAPI_INTERNAL_H_
+#define WEFT_CAPI_INTERNAL_H_
+
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "comm/topology.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "weft/weft.h"
+
+// The opaque topology handle of the C ABI.
+struct weft_topology {
+  weft::Topology topo;
+};
+
+namespace weft {
+namespace capi {
+
+// Records `status` as this thread's last error and returns its code (WEFT_OK for OK).
+weft_status Fail(const Status& status);
+weft_status FailInvalid(const std::string& message);
+
+// Keeps `text` in thread-local storage until the next call that returns a string.
+const char* KeepString(std::string text);
+
+// Runs `body` (returning Status) and translates its result; no exception escapes.
+template <typename Body>
+weft_status Guard(const char* function, Body&& body) noexcept {
+  try {
+    Status status = body();
+    return status.ok() ? WEFT_OK : Fail(status);
+  } catch (const std::bad_alloc&) {
+    return Fail(absl::ResourceExhaustedError(absl::StrCat(function, ": out of memory")));
+  } catch (const std::exception& e) {
+    return Fail(Internal(function, ": unexpected exception: ", e.what()));
+  } catch (...) {
+    return Fail(Internal(function, ": unexpected exception"));
+  }
+}
+
+// A required pointer argument; the error names the function and the argument.
+Status Required(const void* pointer, const char* function, const char* argument);
+
+// A DLTensor borrowed as a view.
+StatusOr<TensorView> View(const DLTensor* tensor, const char* function, const char* argument);
+
+inline const char* NameOrEmpty(const char* name) { return name == nullptr ? "" : name; }
+
+// Copies `values` into a caller buffer: sets *count, fails (writing nothing) when the
+// buffer is too small.
+template <typename T>
+Status CopyOut(const std::vector<T>& values, T* buffer, size_t capacity, size_t* count,
+               const char* function) {
+  if (count == nullptr) return InvalidArgument(function, ": count is NULL");
+  *count = values.size();
+  if (values.size() > capacity) {
+    return absl::OutOfRangeError(absl::StrCat(function, ": the buffer holds ", capacity,
+                                              " elements but ", values.size(),
+                                              " are needed (call with capacity ",
+                                              values.size(), ")"));
+  }
+  if (!values.empty()) {
+    if (buffer == nullptr) return InvalidArgument(function, ": the buffer is NULL");
+    std::memcpy(buffer, values.data(), values.size() * sizeof(T));
+  }
+  return OkStatus();
+}
+
+}  // namespace capi
+}  // namespace weft
+
+#endif  // WEFT_CAPI_INTERNAL_H_
