@@ -257,7 +257,7 @@ weft_status GatherOpNonblocking(const char* fn, weft_request** request, const DL
 Status TopologyOut(weft_topology** out, weft::Topology topo, const char* fn) {
   WEFT_RETURN_IF_ERROR(Required(out, fn, "out"));
   if (!weft::is_initialized()) {
-    return weft::FailedPrecondition(fn, ": weft is not initialized; call weft_init() first");
+    return weft::FailedPrecondition(fn, ": weft is not initialized; call init() first");
   }
   *out = new weft_topology{std::move(topo)};
   return weft::OkStatus();
@@ -302,7 +302,7 @@ weft_status weft_comm_in_neighbor_ranks(int* ranks, size_t capacity, size_t* cou
   const char* fn = "weft_comm_in_neighbor_ranks";
   return Guard(fn, [&]() -> Status {
     if (!weft::is_initialized()) {
-      return weft::FailedPrecondition(fn, ": weft is not initialized; call weft_init() first");
+      return weft::FailedPrecondition(fn, ": weft is not initialized; call init() first");
     }
     return weft::capi::CopyOut(weft::in_neighbor_ranks(), ranks, capacity, count, fn);
   });
@@ -312,7 +312,7 @@ weft_status weft_comm_out_neighbor_ranks(int* ranks, size_t capacity, size_t* co
   const char* fn = "weft_comm_out_neighbor_ranks";
   return Guard(fn, [&]() -> Status {
     if (!weft::is_initialized()) {
-      return weft::FailedPrecondition(fn, ": weft is not initialized; call weft_init() first");
+      return weft::FailedPrecondition(fn, ": weft is not initialized; call init() first");
     }
     return weft::capi::CopyOut(weft::out_neighbor_ranks(), ranks, capacity, count, fn);
   });

@@ -49,6 +49,8 @@ Status CopyWeights(const RecvWeights& w, double* self_weight, int* ranks, double
   WEFT_RETURN_IF_ERROR(Required(self_weight, function, "self_weight"));
   WEFT_RETURN_IF_ERROR(Required(count, function, "count"));
   *count = w.neighbor_weights.size();
+  *self_weight = w.self_weight;
+  if (ranks == nullptr && weights == nullptr && capacity == 0) return OkStatus();
   if (*count > capacity) {
     return absl::OutOfRangeError(absl::StrCat(function, ": the buffers hold ", capacity,
                                               " entries but ", *count, " are needed"));

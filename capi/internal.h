@@ -52,13 +52,14 @@ StatusOr<TensorView> View(const DLTensor* tensor, const char* function, const ch
 
 inline const char* NameOrEmpty(const char* name) { return name == nullptr ? "" : name; }
 
-// Copies `values` into a caller buffer: sets *count, fails (writing nothing) when the
-// buffer is too small.
+// Copies `values` into a caller buffer and sets *count. A NULL buffer with capacity 0 only
+// asks for the count; a buffer too small fails, writing nothing.
 template <typename T>
 Status CopyOut(const std::vector<T>& values, T* buffer, size_t capacity, size_t* count,
                const char* function) {
   if (count == nullptr) return InvalidArgument(function, ": count is NULL");
   *count = values.size();
+  if (buffer == nullptr && capacity == 0) return OkStatus();
   if (values.size() > capacity) {
     return absl::OutOfRangeError(absl::StrCat(function, ": the buffer holds ", capacity,
                                               " elements but ", values.size(),

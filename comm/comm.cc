@@ -53,7 +53,7 @@ std::shared_ptr<State> Current() {
 }
 
 Status NotInitialized(const char* what) {
-  return FailedPrecondition(what, ": weft is not initialized; call weft::init() first");
+  return FailedPrecondition(what, ": weft is not initialized; call init() first");
 }
 
 void AtExit() {

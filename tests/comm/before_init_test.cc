@@ -9,7 +9,7 @@ namespace {
 
 void ExpectNotInitialized(const Status& st) {
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
-  EXPECT_NE(std::string(st.message()).find("call weft::init() first"), std::string::npos) << st;
+  EXPECT_NE(std::string(st.message()).find("call init() first"), std::string::npos) << st;
 }
 
 void ExpectEverythingRefused() {

@@ -31,14 +31,19 @@ def weft_mpi_test(name, srcs, deps = [], ranks = [1, 2, 4], size = "medium", env
         testonly = True,
         **kwargs
     )
+    weft_mpi_program_test(name, ":{}_bin".format(name), ranks = ranks, size = size, env = env, args = args, tags = tags)
+
+def weft_mpi_program_test(name, binary, ranks = [1, 2, 4], size = "medium", env = {}, args = [], tags = [], data = []):
+    """Runs an existing program (any language) under real `mpirun`, once per rank count:
+    tests `<name>_np<N>` and a test_suite `<name>` over them."""
     tests = []
     for n in ranks:
         test_name = "{}_np{}".format(name, n)
         native.sh_test(
             name = test_name,
             srcs = ["//tests:mpirun_test.sh"],
-            args = [str(n), "$(location :{}_bin)".format(name)] + args,
-            data = [":{}_bin".format(name)],
+            args = [str(n), "$(location {})".format(binary)] + args,
+            data = [binary] + data,
             size = size,
             env = env,
             # Multi-rank tests oversubscribe the machine; running them one at a time keeps

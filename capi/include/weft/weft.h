@@ -9,8 +9,8 @@
  *  - Objects the library creates are opaque handles with a create/destroy pair, returned
  *    through an out-parameter that comes first; destroy(NULL) does nothing.
  *  - Arrays are returned into caller buffers as (buffer, capacity, *count): *count is always
- *    set to the number of elements available, and a buffer too small is WEFT_ERR_OUT_OF_RANGE
- *    with nothing written (call with capacity 0 to ask for the size).
+ *    set to the number of elements available; (NULL, 0) only asks for that count; a buffer
+ *    too small is WEFT_ERR_OUT_OF_RANGE with nothing written.
  *  - Strings the library returns (const char*) stay valid until the next weft call on the
  *    same thread; copy them to keep them.
  *  - Tensors are DLPack DLTensors on the CPU (kDLCPU). weft reads an input and writes an
@@ -79,7 +79,8 @@ WEFT_API int weft_version_number(void);
 /* Starts MPI (unless the program already did) and weft's engine. The default topology is
  * the exponential graph over all ranks. Twice is an error; init after shutdown works. */
 WEFT_API weft_status weft_init(void);
-/* Waits until every rank has called it; ops that cannot complete then fail. */
+/* Errors name the portable call "init()" (weft_init here, weft.init in Python, ...).
+ * Waits until every rank has called it; ops that cannot complete then fail. */
 WEFT_API weft_status weft_shutdown(void);
 WEFT_API int weft_is_initialized(void);
 /* These return -1 before weft_init(). */

@@ -1,0 +1,573 @@
+/* The C ABI from a C99 program under mpirun: every group of calls with exact values, and
+ * the error paths. Any failed check prints the rank, line and weft_last_error() and exits
+ * non-zero, which makes mpirun abort the job (no hang). */
+/* nanosleep: POSIX on top of C99. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <weft/weft.h>
+
+static int g_rank = -1;
+
+#define CHECK(cond)                                                                      \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      fprintf(stderr, "rank %d: %s:%d: check failed: %s (last error: %s)\n", g_rank,     \
+              __FILE__, __LINE__, #cond, weft_last_error());                             \
+      exit(1);                                                                           \
+    }                                                                                    \
+  } while (0)
+
+#define OK(call)                                                                         \
+  do {                                                                                   \
+    weft_status ok_status_ = (call);                                                     \
+    if (ok_status_ != WEFT_OK) {                                                         \
+      fprintf(stderr, "rank %d: %s:%d: %s returned %s: %s\n", g_rank, __FILE__, __LINE__, \
+              #call, weft_status_string(ok_status_), weft_last_error());                 \
+      exit(1);                                                                           \
+    }                                                                                    \
+  } while (0)
+
+/* `call` fails with `code` and a message containing `text`. */
+#define FAILS(call, code, text)                                                          \
+  do {                                                                                   \
+    weft_status fails_status_ = (call);                                                  \
+    if (fails_status_ != (code) || strstr(weft_last_error(), (text)) == NULL) {          \
+      fprintf(stderr, "rank %d: %s:%d: %s returned %s (\"%s\"); expected %s mentioning " \
+              "\"%s\"\n", g_rank, __FILE__, __LINE__, #call,                             \
+              weft_status_string(fails_status_), weft_last_error(),                      \
+              weft_status_string(code), (text));                                         \
+      exit(1);                                                                           \
+    }                                                                                    \
+  } while (0)
+
+#define NEAR(a, b) (fabs((double)(a) - (double)(b)) < 1e-5)
+
+static DLTensor Tensor(void* data, DLDataTypeCode code, int bits, int ndim, int64_t* shape) {
+  DLTensor t;
+  memset(&t, 0, sizeof(t));
+  t.data = data;
+  t.device.device_type = kDLCPU;
+  t.device.device_id = 0;
+  t.ndim = ndim;
+  t.dtype.code = (uint8_t)code;
+  t.dtype.bits = (uint8_t)bits;
+  t.dtype.lanes = 1;
+  t.shape = shape;
+  t.strides = NULL;
+  t.byte_offset = 0;
+  return t;
+}
+
+static void TestBeforeInit(void) {
+  float x[4] = {1, 2, 3, 4};
+  int64_t shape[1] = {4};
+  DLTensor t = Tensor(x, kDLFloat, 32, 1, shape);
+  weft_topology* topo = NULL;
+  CHECK(weft_is_initialized() == 0);
+  CHECK(weft_rank() == -1 && weft_size() == -1 && weft_machine_size() == -1);
+  FAILS(weft_comm_allreduce(&t, &t, 1, NULL), WEFT_ERR_FAILED_PRECONDITION, "call init() first");
+  FAILS(weft_comm_barrier(), WEFT_ERR_FAILED_PRECONDITION, "not initialized");
+  FAILS(weft_comm_load_topology(&topo), WEFT_ERR_FAILED_PRECONDITION, "not initialized");
+  CHECK(topo == NULL);
+  FAILS(weft_timeline_start("/tmp/never.json"), WEFT_ERR_FAILED_PRECONDITION, "init");
+}
+
+static void TestVersionAndStatus(void) {
+  char expected[32];
+  snprintf(expected, sizeof(expected), "%d.%d.%d", WEFT_VERSION_MAJOR, WEFT_VERSION_MINOR,
+           WEFT_VERSION_PATCH);
+  CHECK(strcmp(weft_version(), expected) == 0);
+  CHECK(weft_version_number() == WEFT_VERSION_NUMBER);
+  CHECK(strcmp(weft_status_string(WEFT_OK), "ok") == 0);
+  CHECK(strcmp(weft_status_string(WEFT_ERR_INVALID_ARGUMENT), "invalid argument") == 0);
+  CHECK(strcmp(weft_status_string((weft_status)99), "unknown status code") == 0);
+}
+
+static void TestTopology(void) {
+  weft_topology *exp2 = NULL, *exp = NULL, *ring = NULL, *star = NULL, *mesh = NULL;
+  weft_topology *dense = NULL, *copy = NULL, *bad = NULL;
+  int ranks[8];
+  double weights[64], self_weight = 0;
+  size_t count = 0, i;
+  int flag = -1;
+  double matrix[9] = {0.5, 0.5, 0, 0, 0.5, 0.5, 0.5, 0, 0.5};
+  double w = 0;
+
+  OK(weft_topology_exponential_two(&exp2, 8));
+  CHECK(weft_topology_size(exp2) == 8);
+  CHECK(weft_topology_size(NULL) == -1);
+  OK(weft_topology_out_neighbors(ranks, 8, &count, exp2, 0));
+  CHECK(count == 3 && ranks[0] == 1 && ranks[1] == 2 && ranks[2] == 4);
+  OK(weft_topology_in_neighbors(ranks, 8, &count, exp2, 0));
+  CHECK(count == 3 && ranks[0] == 4 && ranks[1] == 6 && ranks[2] == 7);
+  /* A buffer too small: the count comes back and nothing is written. */
+  ranks[0] = -7;
+  FAILS(weft_topology_in_neighbors(ranks, 2, &count, exp2, 0), WEFT_ERR_OUT_OF_RANGE,
+        "3 are needed");
+  CHECK(count == 3 && ranks[0] == -7);
+  OK(weft_topology_in_neighbors(NULL, 0, &count, exp2, 5));
+  CHECK(count == 3);
+  FAILS(weft_topology_in_neighbors(ranks, 8, &count, exp2, 8), WEFT_ERR_INVALID_ARGUMENT,
+        "out of range");
+  OK(weft_topology_recv_weights(&self_weight, ranks, weights, 8, &count, exp2, 0));
+  CHECK(count == 3 && NEAR(self_weight, 0.25) && ranks[2] == 7 && NEAR(weights[2], 0.25));
+  OK(weft_topology_send_weights(&self_weight, ranks, weights, 8, &count, exp2, 0));
+  CHECK(count == 3 && ranks[2] == 4 && NEAR(weights[0], 0.25));
+  OK(weft_topology_weight_matrix(weights, 64, &count, exp2));
+  CHECK(count == 64);
+  for (i = 0; i < 8; ++i) {
+    double row = 0;
+    size_t j;
+    for (j = 0; j < 8; ++j) row += weights[i * 8 + j];
+    CHECK(NEAR(row, 1.0));
+  }
+  OK(weft_topology_weight(&w, exp2, 3, 7));
+  CHECK(NEAR(w, 0.25));
+  OK(weft_topology_weight(&w, exp2, 3, 6));
+  CHECK(w == 0.0);
+
+  OK(weft_topology_exponential(&exp, 8, 2));
+  OK(weft_topology_is_equivalent(&flag, exp2, exp));
+  CHECK(flag == 1);
+  OK(weft_topology_ring(&ring, 5, 0));
+  OK(weft_topology_is_regular(&flag, ring));
+  CHECK(flag == 1);
+  OK(weft_topology_is_equivalent(&flag, exp2, ring));
+  CHECK(flag == 0);
+  OK(weft_topology_star(&star, 4, 0));
+  OK(weft_topology_is_regular(&flag, star));
+  CHECK(flag == 0);
+  OK(weft_topology_weight(&w, star, 0, 0));
+  CHECK(NEAR(w, 0.25));
+  OK(weft_topology_mesh_grid_2d(&mesh, 6, 0, 0));
+  OK(weft_topology_out_neighbors(ranks, 8, &count, mesh, 0));
+  CHECK(count == 2); /* a 2 x 3 grid: the corner has two neighbors */
+  FAILS(weft_topology_mesh_grid_2d(&bad, 6, 4, 4), WEFT_ERR_INVALID_ARGUMENT,
+        "weft_topology_mesh_grid_2d");
+  CHECK(bad == NULL);
+  FAILS(weft_topology_ring(&bad, 0, 0), WEFT_ERR_INVALID_ARGUMENT, "weft_topology_ring");
+  FAILS(weft_topology_ring(NULL, 4, 0), WEFT_ERR_INVALID_ARGUMENT, "out is NULL");
+
+  OK(weft_topology_from_weight_matrix(&dense, 3, matrix));
+  OK(weft_topology_out_neighbors(ranks, 8, &count, dense, 2));
+  CHECK(count == 1 && ranks[0] == 0);
+  OK(weft_topology_clone(&copy, dense));
+  OK(weft_topology_add_edge(copy, 2, 1, 0.25));
+  OK(weft_topology_set_self_weight(copy, 2, 0.25));
+  OK(weft_topology_weight(&w, copy, 2, 1));
+  CHECK(NEAR(w, 0.25));
+  OK(weft_topology_weight(&w, dense, 2, 1)); /* the clone is independent */
+  CHECK(w == 0.0);
+  FAILS(weft_topology_add_edge(copy, 1, 1, 0.5), WEFT_ERR_INVALID_ARGUMENT, "");
+  FAILS(weft_topology_add_edge(copy, 0, 3, 0.5), WEFT_ERR_INVALID_ARGUMENT, "");
+
+  weft_topology_destroy(NULL);
+  weft_topology_destroy(exp2);
+  weft_topology_destroy(exp);
+  weft_topology_destroy(ring);
+  weft_topology_destroy(star);
+  weft_topology_destroy(mesh);
+  weft_topology_destroy(dense);
+  weft_topology_destroy(copy);
+}
+
+static void TestSchedules(void) {
+  weft_topology* exp2 = NULL;
+  weft_schedule* s = NULL;
+  int send[8], recv[8];
+  size_t ns = 0, nr = 0;
+  const int expected_targets[4] = {1, 2, 1, 2};
+  int step;
+
+  OK(weft_topology_exponential_two(&exp2, 4));
+  OK(weft_schedule_one_peer(&s, exp2, 0));
+  weft_topology_destroy(exp2); /* the schedule holds its own copy */
+  FAILS(weft_schedule_send_ranks(send, 8, &ns, s), WEFT_ERR_FAILED_PRECONDITION,
+        "weft_schedule_next");
+  for (step = 0; step < 4; ++step) {
+    OK(weft_schedule_next(s));
+    OK(weft_schedule_send_ranks(send, 8, &ns, s));
+    CHECK(ns == 1 && send[0] == expected_targets[step]);
+    /* Rank 0 of an exponential-2 graph on 4 ranks hears from rank 3 at even steps (3 -> 0
+     * is its first target) and from rank 2 at odd steps (2 -> 0 is its second). */
+    OK(weft_schedule_recv_ranks(recv, 8, &nr, s));
+    CHECK(nr == 1 && recv[0] == (step % 2 == 0 ? 3 : 2));
+  }
+  weft_schedule_destroy(s);
+
+  OK(weft_schedule_machine_exponential_two(&s, 4, 0));
+  OK(weft_schedule_next(s));
+  OK(weft_schedule_send_ranks(send, 8, &ns, s));
+  OK(weft_schedule_recv_ranks(recv, 8, &nr, s));
+  CHECK(ns == 1 && send[0] == 1 && nr == 1 && recv[0] == 3);
+  OK(weft_schedule_next(s));
+  OK(weft_schedule_send_ranks(send, 8, &ns, s));
+  CHECK(ns == 1 && send[0] == 2);
+  weft_schedule_destroy(s);
+
+  OK(weft_schedule_inner_outer_ring(&s, 8, 4, 0));
+  OK(weft_schedule_next(s));
+  OK(weft_schedule_send_ranks(send, 8, &ns, s));
+  CHECK(ns >= 1);
+  weft_schedule_destroy(s);
+  OK(weft_schedule_inner_outer_exponential_two(&s, 8, 4, 5));
+  OK(weft_schedule_next(s));
+  weft_schedule_destroy(s);
+  weft_schedule_destroy(NULL);
+  s = NULL;
+  FAILS(weft_schedule_one_peer(&s, NULL, 0), WEFT_ERR_INVALID_ARGUMENT, "topo is NULL");
+  FAILS(weft_schedule_inner_outer_ring(&s, 8, 3, 0), WEFT_ERR_INVALID_ARGUMENT, "");
+  CHECK(s == NULL);
+}
+
+/* y = x op over all ranks, x = rank + 1. */
+static void TestCollectives(int rank, int size) {
+  float x[4], y[4];
+  int32_t xi[3];
+  int64_t shape4[1] = {4}, shape3[1] = {3};
+  DLTensor in = Tensor(x, kDLFloat, 32, 1, shape4), out = Tensor(y, kDLFloat, 32, 1, shape4);
+  DLTensor ini = Tensor(xi, kDLInt, 32, 1, shape3);
+  DLManagedTensor* gathered = NULL;
+  int i, r;
+
+  for (i = 0; i < 4; ++i) x[i] = (float)(rank + 1 + i);
+  OK(weft_comm_allreduce(&in, &out, 1, "c.allreduce.avg"));
+  for (i = 0; i < 4; ++i) CHECK(NEAR(y[i], (size + 1) / 2.0 + i));
+  for (i = 0; i < 4; ++i) CHECK(NEAR(x[i], rank + 1 + i)); /* out of place */
+  OK(weft_comm_allreduce(&in, &in, 0, NULL)); /* in place, unnamed: a sum */
+  for (i = 0; i < 4; ++i) CHECK(NEAR(x[i], size * (size + 1) / 2.0 + size * i));
+
+  for (i = 0; i < 3; ++i) xi[i] = rank * 10 + i;
+  OK(weft_comm_broadcast(&ini, &ini, size - 1, "c.broadcast"));
+  for (i = 0; i < 3; ++i) CHECK(xi[i] == (size - 1) * 10 + i);
+
+  /* allgather: rank r contributes r + 1 rows of two values r. */
+  {
+    float rows[16];
+    int64_t shape[2];
+    DLTensor part;
+    int64_t total = 0;
+    int row = 0;
+    shape[0] = rank + 1;
+    shape[1] = 2;
+    for (i = 0; i < 2 * (rank + 1); ++i) rows[i] = (float)rank;
+    part = Tensor(rows, kDLFloat, 32, 2, shape);
+    OK(weft_comm_allgather(&gathered, &part, "c.allgather"));
+    CHECK(gathered != NULL && gathered->deleter != NULL);
+    for (r = 0; r < size; ++r) total += r + 1;
+    CHECK(gathered->dl_tensor.ndim == 2 && gathered->dl_tensor.shape[0] == total &&
+          gathered->dl_tensor.shape[1] == 2);
+    CHECK(gathered->dl_tensor.dtype.code == kDLFloat && gathered->dl_tensor.dtype.bits == 32);
+    CHECK(((uintptr_t)gathered->dl_tensor.data) % 64 == 0);
+    for (r = 0; r < size; ++r) {
+      int k;
+      for (k = 0; k < 2 * (r + 1); ++k) {
+        CHECK(((const float*)gathered->dl_tensor.data)[row * 2 + k] == (float)r);
+      }
+      row += r + 1;
+    }
+    gathered->deleter(gathered);
+  }
+  OK(weft_comm_barrier());
+}
+
+static double RankValue(int r) { return (double)r; }
+
+static void TestNeighborOps(int rank, int size) {
+  double x[2], y[2];
+  int64_t shape2[1] = {2};
+  DLTensor in = Tensor(x, kDLFloat, 64, 1, shape2), out = Tensor(y, kDLFloat, 64, 1, shape2);
+  int in_ranks[8];
+  size_t n_in = 0, k;
+  double expected;
+
+  x[0] = RankValue(rank);
+  x[1] = 2 * RankValue(rank);
+  OK(weft_comm_in_neighbor_ranks(in_ranks, 8, &n_in));
+
+  /* The default topology is unweighted: the uniform average over self and in-neighbors. */
+  OK(weft_comm_neighbor_allreduce(&in, &out, NULL, "c.nar.default"));
+  expected = RankValue(rank);
+  for (k = 0; k < n_in; ++k) expected += RankValue(in_ranks[k]);
+  expected /= (double)(n_in + 1);
+  CHECK(NEAR(y[0], expected) && NEAR(y[1], 2 * expected));
+
+  /* Explicit weights: half to self, the rest spread over the in-neighbors. */
+  {
+    weft_neighbor_allreduce_options o = WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_INIT;
+    double src_w[8];
+    for (k = 0; k < n_in; ++k) src_w[k] = 0.5 / (double)n_in;
+    o.has_weights = 1;
+    o.self_weight = n_in == 0 ? 1.0 : 0.5;
+    o.num_src = n_in;
+    o.src_ranks = in_ranks;
+    o.src_weights = src_w;
+    OK(weft_comm_neighbor_allreduce(&in, &out, &o, "c.nar.weighted"));
+    expected = o.self_weight * RankValue(rank);
+    for (k = 0; k < n_in; ++k) expected += src_w[k] * RankValue(in_ranks[k]);
+    CHECK(NEAR(y[0], expected));
+  }
+
+  /* Dynamic: send to the next rank only (scaled by 2), receive from the previous. */
+  {
+    weft_neighbor_allreduce_options o = WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_INIT;
+    int prev = (rank + size - 1) % size, next = (rank + 1) % size;
+    double src_w = 0.25, dst_w = 2.0;
+    o.has_weights = 1;
+    o.self_weight = 0.5;
+    o.num_src = size > 1 ? 1 : 0;
+    o.src_ranks = &prev;
+    o.src_weights = &src_w;
+    o.has_dst = 1;
+    o.num_dst = size > 1 ? 1 : 0;
+    o.dst_ranks = &next;
+    o.dst_weights = &dst_w;
+    OK(weft_comm_neighbor_allreduce(&in, &out, &o, "c.nar.dynamic"));
+    expected = 0.5 * RankValue(rank) + (size > 1 ? 0.25 * 2.0 * RankValue(prev) : 0.0);
+    CHECK(NEAR(y[0], expected));
+  }
+
+  /* neighbor_allgather: the in-neighbors' values in rank order. */
+  {
+    DLManagedTensor* g = NULL;
+    weft_neighbor_allgather_options o = WEFT_NEIGHBOR_ALLGATHER_OPTIONS_INIT;
+    int prev = (rank + size - 1) % size, next = (rank + 1) % size;
+    OK(weft_comm_neighbor_allgather(&g, &in, NULL, "c.nag"));
+    CHECK(g->dl_tensor.shape[0] == (int64_t)(2 * n_in));
+    for (k = 0; k < n_in; ++k) {
+      CHECK(((const double*)g->dl_tensor.data)[2 * k] == RankValue(in_ranks[k]));
+    }
+    g->deleter(g);
+    o.has_ranks = 1;
+    o.num_src = size > 1 ? 1 : 0;
+    o.src_ranks = &prev;
+    o.num_dst = size > 1 ? 1 : 0;
+    o.dst_ranks = &next;
+    OK(weft_comm_neighbor_allgather(&g, &in, &o, "c.nag.ring"));
+    CHECK(g->dl_tensor.shape[0] == (size > 1 ? 2 : 0));
+    if (size > 1) CHECK(((const double*)g->dl_tensor.data)[1] == 2 * RankValue(prev));
+    g->deleter(g);
+  }
+
+  /* Hierarchical with one machine: the average over the machine. */
+  OK(weft_comm_hierarchical_neighbor_allreduce(&in, &out, NULL, "c.hier"));
+  CHECK(NEAR(y[0], (size - 1) / 2.0));
+
+  if (size % 2 == 0) {
+    int peer = rank ^ 1;
+    OK(weft_comm_pair_gossip(&in, &out, peer, 0.75, 0.25, "c.gossip"));
+    CHECK(NEAR(y[0], 0.75 * rank + 0.25 * peer));
+  }
+}
+
+static int g_released = 0;
+static void Release(void* owner) { __atomic_add_fetch((int*)owner, 1, __ATOMIC_SEQ_CST); }
+
+static void TestRequests(int rank, int size) {
+  float x[4] = {1, 1, 1, 1}, y[4];
+  int64_t shape4[1] = {4};
+  DLTensor in = Tensor(x, kDLFloat, 32, 1, shape4), out = Tensor(y, kDLFloat, 32, 1, shape4);
+  weft_request *req = NULL, *gather = NULL, *barrier = NULL;
+  DLManagedTensor* g = NULL;
+  int done = 0;
+  int spins;
+
+  OK(weft_comm_allreduce_nonblocking(&req, &in, &out, 0, "c.nb.allreduce"));
+  OK(weft_comm_allgather_nonblocking(&gather, &in, "c.nb.allgather"));
+  OK(weft_comm_barrier_nonblocking(&barrier));
+  OK(weft_request_poll(&done, req));
+  CHECK(done == 0 || done == 1);
+  OK(weft_request_wait(req));
+  OK(weft_request_poll(&done, req));
+  CHECK(done == 1);
+  OK(weft_request_wait(req)); /* the same status again */
+  CHECK(NEAR(y[0], size));
+  FAILS(weft_request_take_output(&g, req), WEFT_ERR_INVALID_ARGUMENT, "only allgather");
+  OK(weft_request_wait(gather));
+  OK(weft_request_take_output(&g, gather));
+  CHECK(g->dl_tensor.shape[0] == 4 * size);
+  g->deleter(g);
+  FAILS(weft_request_take_output(&g, gather), WEFT_ERR_FAILED_PRECONDITION, "already taken");
+  OK(weft_request_wait(barrier));
+  weft_request_free(req);
+  weft_request_free(gather);
+  weft_request_free(barrier);
+  weft_request_free(NULL);
+
+  /* Freed before completion: the owner is released once the op is done. */
+  g_released = 0;
+  OK(weft_comm_allreduce_nonblocking(&req, &in, &out, 1, "c.nb.dropped"));
+  OK(weft_request_keep_alive(req, &g_released, Release));
+  CHECK(__atomic_load_n(&g_released, __ATOMIC_SEQ_CST) == 0);
+  weft_request_free(req);
+  OK(weft_comm_barrier());
+  for (spins = 0; spins < 5000 && __atomic_load_n(&g_released, __ATOMIC_SEQ_CST) == 0; ++spins) {
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
+  CHECK(__atomic_load_n(&g_released, __ATOMIC_SEQ_CST) == 1);
+  FAILS(weft_request_wait(NULL), WEFT_ERR_INVALID_ARGUMENT, "request is NULL");
+  FAILS(weft_comm_allreduce_nonblocking(NULL, &in, &out, 1, NULL), WEFT_ERR_INVALID_ARGUMENT,
+        "request is NULL");
+  (void)rank;
+}
+
+static void TestErrors(int rank, int size) {
+  float x[4] = {0}, y[5];
+  int16_t h[4];
+  int64_t shape4[1] = {4}, shape5[1] = {5};
+  DLTensor in = Tensor(x, kDLFloat, 32, 1, shape4), wrong = Tensor(y, kDLFloat, 32, 1, shape5);
+  DLTensor int16 = Tensor(h, kDLInt, 16, 1, shape4);
+  DLTensor cuda = Tensor(x, kDLFloat, 32, 1, shape4);
+  weft_neighbor_allreduce_options o = WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_INIT;
+  int dup[2] = {0, 0};
+  double dup_w[2] = {0.25, 0.25};
+  weft_status st;
+
+  cuda.device.device_type = kDLCUDA;
+  FAILS(weft_comm_allreduce(&in, &wrong, 1, NULL), WEFT_ERR_INVALID_ARGUMENT,
+        "the output must have the input's dtype and shape");
+  FAILS(weft_comm_allreduce(NULL, &in, 1, NULL), WEFT_ERR_INVALID_ARGUMENT, "in is NULL");
+  FAILS(weft_comm_allreduce(&int16, &int16, 1, NULL), WEFT_ERR_UNIMPLEMENTED,
+        "in: unsupported dtype");
+  CHECK(weft_comm_allreduce(&cuda, &cuda, 1, NULL) != WEFT_OK);
+  FAILS(weft_comm_broadcast(&in, &in, size, NULL), WEFT_ERR_INVALID_ARGUMENT, "root_rank");
+  o.version = 0;
+  FAILS(weft_comm_neighbor_allreduce(&in, &in, &o, NULL), WEFT_ERR_INVALID_ARGUMENT,
+        "WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_INIT");
+  o.version = WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_VERSION;
+  o.has_weights = 1;
+  o.self_weight = 0.5;
+  o.num_src = 2;
+  o.src_ranks = dup;
+  o.src_weights = dup_w;
+  FAILS(weft_comm_neighbor_allreduce(&in, &in, &o, NULL), WEFT_ERR_INVALID_ARGUMENT, "twice");
+  FAILS(weft_comm_pair_gossip(&in, &in, rank, 0.5, 0.5, NULL), WEFT_ERR_INVALID_ARGUMENT,
+        "itself");
+
+  /* A name whose shape differs across ranks: an error on every rank, not a hang. */
+  if (size > 1) {
+    st = weft_comm_allreduce(rank == 0 ? &wrong : &in, rank == 0 ? &wrong : &in, 1,
+                             "c.mismatch");
+    CHECK(st == WEFT_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(weft_last_error(), "shape differs across ranks") != NULL);
+  }
+  /* The engine still works afterwards. */
+  OK(weft_comm_allreduce(&in, &in, 1, "c.after.errors"));
+}
+
+static void TestProcessTopology(int rank, int size) {
+  weft_topology *ring = NULL, *loaded = NULL, *other = NULL;
+  int ranks[8];
+  size_t count = 0;
+  int flag = 0;
+
+  OK(weft_topology_ring(&ring, size, 0));
+  OK(weft_comm_set_topology(ring, 1));
+  CHECK(weft_comm_is_topo_weighted() == 1);
+  OK(weft_comm_load_topology(&loaded));
+  OK(weft_topology_is_equivalent(&flag, ring, loaded));
+  CHECK(flag == 1);
+  OK(weft_comm_out_neighbor_ranks(ranks, 8, &count));
+  CHECK(count == (size_t)(size > 2 ? 2 : size - 1));
+  /* Different graphs on different ranks: refused on every rank, nothing changes. */
+  if (size > 2) {
+    OK(weft_topology_ring(&other, size, rank == 0 ? 1 : 2));
+    FAILS(weft_comm_set_topology(other, 0), WEFT_ERR_INVALID_ARGUMENT, "");
+    CHECK(weft_comm_is_topo_weighted() == 1);
+    weft_topology_destroy(other);
+  }
+  FAILS(weft_comm_set_topology(NULL, 0), WEFT_ERR_INVALID_ARGUMENT, "topo is NULL");
+  weft_topology_destroy(loaded);
+  OK(weft_comm_load_machine_topology(&loaded));
+  CHECK(weft_topology_size(loaded) == weft_machine_size());
+  OK(weft_comm_set_machine_topology(loaded, 0));
+  weft_topology_destroy(loaded);
+  weft_topology_destroy(ring);
+}
+
+static void TestConfigAndTimeline(int rank) {
+  const char* value = NULL;
+  const char* dir = getenv("TEST_TMPDIR");
+  char path[512], file[512];
+  FILE* f;
+  char text[4096];
+  size_t n;
+  float x[1] = {1};
+  int64_t shape1[1] = {1};
+  DLTensor t = Tensor(x, kDLFloat, 32, 1, shape1);
+
+  OK(weft_config_get(&value, "WEFT_FUSION_THRESHOLD_BYTES"));
+  CHECK(value != NULL && strlen(value) > 0);
+  OK(weft_config_set("WEFT_FUSION_THRESHOLD_BYTES", "1024"));
+  OK(weft_config_get(&value, "WEFT_FUSION_THRESHOLD_BYTES"));
+  CHECK(strcmp(value, "1024") == 0);
+  OK(weft_config_unset("WEFT_FUSION_THRESHOLD_BYTES"));
+  FAILS(weft_config_set("WEFT_FUSION_THRESHOLD_BYTES", "lots"), WEFT_ERR_INVALID_ARGUMENT,
+        "an integer");
+  FAILS(weft_config_get(&value, "WEFT_NO_SUCH_SETTING"), WEFT_ERR_INVALID_ARGUMENT,
+        "not a weft setting");
+  FAILS(weft_config_unset("WEFT_NO_SUCH_SETTING"), WEFT_ERR_INVALID_ARGUMENT,
+        "not a weft setting");
+  CHECK(strstr(weft_config_describe(), "WEFT_TIMELINE") != NULL);
+
+  snprintf(path, sizeof(path), "%s/c_api_trace.%%r.json", dir ? dir : "/tmp");
+  snprintf(file, sizeof(file), "%s/c_api_trace.%d.json", dir ? dir : "/tmp", rank);
+  FAILS(weft_timeline_end_activity("nothing"), WEFT_ERR_FAILED_PRECONDITION, "no timeline");
+  OK(weft_timeline_start(path));
+  FAILS(weft_timeline_start(path), WEFT_ERR_FAILED_PRECONDITION, "already open");
+  OK(weft_timeline_start_activity("c.trace", "user.compute"));
+  OK(weft_timeline_end_activity("c.trace"));
+  FAILS(weft_timeline_end_activity("c.trace"), WEFT_ERR_FAILED_PRECONDITION, "start_activity");
+  OK(weft_comm_allreduce(&t, &t, 1, "c.trace"));
+  OK(weft_timeline_stop());
+  OK(weft_timeline_stop());
+  f = fopen(file, "r");
+  CHECK(f != NULL);
+  n = fread(text, 1, sizeof(text) - 1, f);
+  text[n] = '\0';
+  fclose(f);
+  CHECK(strstr(text, "user.compute") != NULL);
+  CHECK(strstr(text, "\"c.trace\"") != NULL);
+  CHECK(strstr(text, "communicate") != NULL || strstr(text, "negotiate") != NULL);
+}
+
+int main(void) {
+  int rank, size;
+  TestVersionAndStatus();
+  TestBeforeInit();
+  TestTopology();
+  TestSchedules();
+
+  OK(weft_init());
+  FAILS(weft_init(), WEFT_ERR_FAILED_PRECONDITION, "already initialized");
+  rank = g_rank = weft_rank();
+  size = weft_size();
+  CHECK(weft_is_initialized() == 1);
+  CHECK(rank >= 0 && rank < size);
+  CHECK(weft_local_size() >= 1 && weft_machine_size() >= 1);
+  CHECK(weft_local_rank() >= 0 && weft_machine_rank() >= 0);
+
+  TestCollectives(rank, size);
+  TestNeighborOps(rank, size);
+  TestRequests(rank, size);
+  TestErrors(rank, size);
+  TestProcessTopology(rank, size);
+  TestConfigAndTimeline(rank);
+
+  OK(weft_shutdown());
+  CHECK(weft_is_initialized() == 0 && weft_rank() == -1);
+  FAILS(weft_comm_barrier(), WEFT_ERR_FAILED_PRECONDITION, "not initialized");
+  /* init after shutdown works. */
+  OK(weft_init());
+  OK(weft_comm_barrier());
+  OK(weft_shutdown());
+  if (rank == 0) printf("c_api_test: all checks passed on %d ranks\n", size);
+  return 0;
+}
