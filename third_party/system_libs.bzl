@@ -24,7 +24,11 @@ def _first_existing(rctx, candidates):
 
 def _shell_words(rctx, argv):
     """Runs argv and returns its stdout split into words, or [] if it failed."""
-    tool = rctx.which(argv[0])
+    if "/" in argv[0]:
+        # An absolute tool (e.g. /usr/bin/python3: Debian's, not whichever comes first).
+        tool = rctx.path(argv[0]) if _exists(rctx, argv[0]) else None
+    else:
+        tool = rctx.which(argv[0])
     if tool == None:
         return []
     result = rctx.execute([tool] + argv[1:])

@@ -21,6 +21,7 @@ import difflib
 import os
 import re
 import sys
+import textwrap
 
 # Paths relative to the repository root (this file is bindings/julia/gen/generate.py).
 # abspath, not realpath: under Bazel the script is a symlink in a runfiles tree.
@@ -288,7 +289,9 @@ def read_header(text):
             if end < 0:
                 raise HeaderError(line, "unterminated comment")
             comment = text[i:end + 2]
-            if decl:
+            if not pp.active():
+                pass
+            elif decl:
                 # A comment inside a declaration (e.g. after an enum value) stays in it:
                 # it becomes that member's trailing comment.
                 decl.append(comment)
@@ -380,23 +383,41 @@ def strip_comments(text):
     return re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
 
 
-def trailing_comments(body):
-    """Members of a braced body with the comment that follows each on its line."""
+def members_with_comments(body):
+    """The members of a braced enum or struct body, each as (code, comment or None).
+    A comment on a member's line, after it, is that member's; any other comment goes to
+    the member that follows it."""
     members = []
-    for chunk in re.split(r"(?<=[;,])", body):
-        comment = re.search(r"/\*(.*?)\*/", chunk, re.S)
-        members.append(chunk)
-        if comment and len(members) > 1 and not strip_comments(chunk).strip():
-            members.pop()
-            members[-1] += chunk
-    result = []
-    for chunk in members:
-        code = strip_comments(chunk).strip().rstrip(";,").strip()
-        if not code:
+    code, comments = [], []
+    finished = None  # the member just ended by ',' or ';', while still on its line
+    depth, i = 0, 0
+    while i < len(body):
+        if body.startswith("/*", i):
+            end = body.index("*/", i) + 2
+            text = " ".join(body[i + 2:end - 2].split())
+            (finished[1] if finished is not None else comments).append(text)
+            i = end
             continue
-        comments = [" ".join(c.split()) for c in re.findall(r"/\*(.*?)\*/", chunk, re.S)]
-        result.append((code, "; ".join(comments) or None))
-    return result
+        c = body[i]
+        i += 1
+        if c == "\n":
+            finished = None
+            code.append(" ")
+        elif c in ",;" and depth == 0:
+            member = " ".join("".join(code).split())
+            if member:
+                finished = [member, comments]
+                members.append(finished)
+            code, comments = [], []
+        else:
+            depth += (c == "(") - (c == ")")
+            if not c.isspace():
+                finished = None
+            code.append(c)
+    member = " ".join("".join(code).split())
+    if member:
+        members.append([member, comments])
+    return [(m, "; ".join(c) or None) for m, c in members]
 
 
 class Model:
@@ -487,7 +508,7 @@ def parse_declaration(model, item):
     if m:
         body = item.text[item.text.index("{") + 1:item.text.rindex("}")]
         values, next_value = [], 0
-        for member, comment in trailing_comments(body):
+        for member, comment in members_with_comments(body):
             mm = re.fullmatch(r"(\w+)(?:\s*=\s*(-?\d+))?", member)
             if not mm:
                 raise HeaderError(item.line, "cannot read enum member %r" % member)
@@ -514,7 +535,7 @@ def parse_declaration(model, item):
         name = m.group(3)
         body = item.text[item.text.index("{") + 1:item.text.rindex("}")]
         fields = []
-        for member, comment in trailing_comments(body):
+        for member, comment in members_with_comments(body):
             base, depth, fname, fnptr = types.parse_declarator(member, item.line)
             if fname is None:
                 raise HeaderError(item.line, "unnamed field in %s" % name)
@@ -572,6 +593,11 @@ end
 """
 
 
+def banner(title):
+    line = "# ---- %s " % title
+    return line + "-" * max(3, 92 - len(line)) + "\n"
+
+
 def comment_block(lines, indent=""):
     return "".join(("%s# %s" % (indent, l)).rstrip() + "\n" for l in lines)
 
@@ -592,23 +618,51 @@ def emit_struct(out, name, fields, doc, mutable=False):
     out.append("end\n")
 
 
+WIDTH = 92  # the repository's line length
+
+
+def wrap_list(items, first_prefix, indent, last_suffix):
+    """Comma-separated items after first_prefix, continued on lines starting with
+    indent, with last_suffix after the final item; at most WIDTH columns where possible."""
+    lines, line = [], first_prefix
+    for k, item in enumerate(items):
+        word = item + ("," if k + 1 < len(items) else last_suffix)
+        if line not in (first_prefix, indent) and len(line) + 1 + len(word) > WIDTH:
+            lines.append(line.rstrip())
+            line = indent
+        if line in (first_prefix, indent):
+            line += word
+        else:
+            line += " " + word
+    lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
 def emit_function(out, name, ret, params, doc, prototype):
     out.append("\n")
     out.append(comment_block(doc))
-    out.append("# C: %s\n" % prototype)
-    names = ", ".join(p[0] for p in params)
-    types = ", ".join(p[1] for p in params)
-    types_tuple = "(%s,)" % types if len(params) == 1 else "(%s)" % types
-    out.append("function %s(%s)\n" % (name, names))
-    head = "    ccall((:%s, libweft()), %s, %s" % (name, ret, types_tuple)
+    out.append("".join("%s\n" % l for l in textwrap.wrap(
+        prototype, WIDTH, initial_indent="# C: ", subsequent_indent="#        ",
+        break_on_hyphens=False)))
+    names = [p[0] for p in params]
+    types = [p[1] for p in params]
+    out.append(wrap_list(names, "function %s(" % name, "        ", ")") if names
+               else "function %s()\n" % name)
     if not params:
-        out.append(head + ")\n")
-    elif len(head) + len(names) + 3 <= 92:
-        out.append("%s, %s)\n" % (head, names))
+        out.append("    ccall((:%s, libweft()), %s, ())\n" % (name, ret))
     else:
-        out.append("    ccall((:%s, libweft()), %s,\n" % (name, ret))
-        out.append("          %s,\n" % types_tuple)
-        out.append("          %s)\n" % names)
+        types_tuple = "(%s%s)" % (", ".join(types), "," if len(types) == 1 else "")
+        one_line = "    ccall((:%s, libweft()), %s, %s, %s)" % (
+            name, ret, types_tuple, ", ".join(names))
+        if len(one_line) <= WIDTH:
+            out.append(one_line + "\n")
+        else:
+            out.append("    ccall((:%s, libweft()), %s,\n" % (name, ret))
+            if len(types) == 1:
+                out.append("          %s,\n" % types_tuple)
+            else:
+                out.append(wrap_list(types, "          (", "           ", "),"))
+            out.append(wrap_list(names, "          ", "          ", ")"))
     out.append("end\n")
 
 
@@ -617,21 +671,28 @@ def generate(header_text):
     out = [PREAMBLE]
     exported = ["libweft"]
 
-    out.append("\n# ---- DLPack (dlpack/dlpack.h) " + "-" * 59 + "\n")
+    out.append("\n" + banner("DLPack (dlpack/dlpack.h)"))
     for name, value, comment in DLPACK_CONSTANTS:
         out.append("const %s = %s  # %s\n" % (name, value, comment))
         exported.append(name)
     for name, doc, fields in DLPACK_STRUCTS:
-        emit_struct(out, name, fields, [doc])
+        emit_struct(out, name, fields, textwrap.wrap(doc, 88))
         exported.append(name)
 
+    previous = None
     for kind, payload in model.sections:
+        if kind == "const" and previous not in ("const", "section"):
+            out.append("\n")
+        previous = kind
         if kind == "section":
-            out.append("\n# ---- %s %s\n" % (payload, "-" * max(3, 84 - len(payload))))
+            out.append("\n" + banner(payload))
         elif kind == "const":
             name, expr, doc = payload
             out.append(comment_block(doc))
-            out.append("const %s = %s\n" % (name, expr))
+            line = "const %s = %s" % (name, expr)
+            if len(line) > WIDTH:
+                line = "const %s =\n    %s" % (name, expr)
+            out.append(line + "\n")
             exported.append(name)
         elif kind == "enum":
             name, values, doc = payload
@@ -653,32 +714,22 @@ def generate(header_text):
             exported.append(name)
             if init:
                 init_name, values = init
-                out.append("\n# %s: the defaults, with any field but version given by "
-                           "keyword.\n" % init_name)
+                out.append("\n# %s: the defaults; any field but version may be given by\n"
+                           "# keyword.\n" % init_name)
                 out.append("function %s(;\n" % name)
                 kwargs = [(f[0], v) for f, v in zip(fields, values) if f[0] != "version"]
                 for k, (fname, value) in enumerate(kwargs):
                     sep = "," if k + 1 < len(kwargs) else ")"
                     out.append("        %s = %s%s\n" % (fname, value, sep))
-                args = ", ".join(v if f[0] == "version" else f[0]
-                                 for f, v in zip(fields, values))
-                out.append("    %s(%s)\n" % (name, args))
+                args = [v if f[0] == "version" else f[0] for f, v in zip(fields, values)]
+                out.append(wrap_list(args, "    %s(" % name, "        ", ")"))
                 out.append("end\n")
         elif kind == "function":
             emit_function(out, *payload)
             exported.append(payload[0])
 
     out.append("\n")
-    line = "export"
-    lines = []
-    for k, name in enumerate(exported):
-        word = " " + name + ("," if k + 1 < len(exported) else "")
-        if len(line) + len(word) > 92:
-            lines.append(line)
-            line = "   "
-        line += word
-    lines.append(line)
-    out.append("\n".join(lines) + "\n")
+    out.append(wrap_list(exported, "export ", "    ", ""))
     out.append("\nend  # module CAPI\n")
     text = "".join(out)
     if not text.isascii():

@@ -1,0 +1,410 @@
+"""weft for Python: decentralized and collective communication for distributed training.
+
+The names are Bluefog's, so a Bluefog program moves to weft by changing its import:
+
+    import weft as bf
+    bf.init()
+    x = np.full(4, bf.rank(), dtype=np.float32)
+    y = bf.neighbor_allreduce(x)
+
+Inputs are NumPy arrays, CPU torch.Tensors or anything that speaks DLPack; results have the
+input's type, dtype and shape. Ranks are matched by op name (or call order when unnamed), so
+every rank must make the same calls. Blocking calls release the GIL. Errors raise
+weft.WeftError subclasses carrying the status code and weft's message.
+"""
+
+import contextlib as _contextlib
+import warnings as _warnings
+
+from . import _errors
+from . import _tensors
+from . import lowlevel as _c
+from ._errors import *  # noqa: F401,F403  (the exception classes)
+from . import topology  # noqa: F401
+from .topology import Topology
+
+_c.weft_py_set_error_factory(_errors.make_error)
+
+__version__ = _c.weft_version()
+
+_prepare = _tensors.prepare
+_empty_like = _tensors.empty_like
+_NUMPY, _TORCH = _tensors.NUMPY, _tensors.TORCH
+
+# ---- process model -------------------------------------------------------------------------
+
+
+def init():
+    """Starts MPI (unless the program did) and weft's engine. Collective."""
+    _c.weft_init()
+
+
+def shutdown():
+    """Waits for every rank, then stops the engine. Collective."""
+    _c.weft_shutdown()
+
+
+def is_initialized():
+    return bool(_c.weft_is_initialized())
+
+
+rank = _c.weft_rank
+size = _c.weft_size
+local_rank = _c.weft_local_rank
+local_size = _c.weft_local_size
+machine_rank = _c.weft_machine_rank
+machine_size = _c.weft_machine_size
+
+# ---- topology ------------------------------------------------------------------------------
+
+
+def set_topology(topology=None, is_weighted=False):
+    """Sets the virtual topology (a weft Topology or a networkx DiGraph; None: the
+    exponential graph). Collective: every rank passes an equivalent graph.
+
+    Returns True on success. While ops are in flight it changes nothing and returns False
+    with a warning (as Bluefog does); a graph that is invalid or differs across ranks
+    raises InvalidArgumentError on every rank."""
+    if topology is None:
+        topology = Topology.exponential(size())
+    topo = Topology.coerce(topology)
+    try:
+        _c.weft_comm_set_topology(topo._ptr, bool(is_weighted))
+    except FailedPreconditionError as e:  # noqa: F405
+        _warnings.warn(f"set_topology did not change the topology: {e}", RuntimeWarning,
+                       stacklevel=2)
+        return False
+    return True
+
+
+def load_topology():
+    """A copy of the topology in force (a weft Topology; .to_networkx() converts it)."""
+    return Topology(_c.weft_comm_load_topology())
+
+
+def is_topo_weighted():
+    return bool(_c.weft_comm_is_topo_weighted())
+
+
+def in_neighbor_ranks():
+    return _c.weft_comm_in_neighbor_ranks(max(size(), 0))
+
+
+def out_neighbor_ranks():
+    return _c.weft_comm_out_neighbor_ranks(max(size(), 0))
+
+
+def set_machine_topology(topology, is_weighted=False):
+    """The graph between machines that hierarchical_neighbor_allreduce uses."""
+    topo = Topology.coerce(topology)
+    try:
+        _c.weft_comm_set_machine_topology(topo._ptr, bool(is_weighted))
+    except FailedPreconditionError as e:  # noqa: F405
+        _warnings.warn(f"set_machine_topology did not change the topology: {e}",
+                       RuntimeWarning, stacklevel=2)
+        return False
+    return True
+
+
+def load_machine_topology():
+    return Topology(_c.weft_comm_load_machine_topology())
+
+# ---- handles -----------------------------------------------------------------------------
+
+
+class Handle:
+    """A nonblocking op in flight: poll() it, then synchronize() (or wait()) for its result.
+
+    Dropping a handle early is safe: the op completes in the background and keeps its
+    arrays alive until then."""
+
+    __slots__ = ("_request", "_result", "_kind", "_gather", "_target", "_done")
+
+    def __init__(self, request, result, kind, gather=False, target=None):
+        self._request = request
+        self._result = result  # the output array (not for allgather ops)
+        self._kind = kind
+        self._gather = gather
+        self._target = target  # in-place on a non-contiguous input: copy back here
+        self._done = False
+
+    def __del__(self):
+        request = getattr(self, "_request", None)
+        if request is not None:
+            self._request = None
+            _c.weft_request_free(request)
+
+    def _finish(self):
+        if self._done:
+            return self._result
+        _c.weft_request_wait(self._request)
+        if self._gather:
+            self._result = _tensors.from_capsule(
+                _c.weft_request_take_output(self._request), self._kind)
+        elif self._target is not None:
+            self._result = _tensors.copy_back(self._target, self._result)
+        request, self._request = self._request, None
+        _c.weft_request_free(request)
+        self._done = True
+        return self._result
+
+
+def poll(handle):
+    """True once the op has completed (then synchronize() returns at once)."""
+    if handle._done:
+        return True
+    return _c.weft_request_poll(handle._request)
+
+
+def synchronize(handle):
+    """Waits for the op and returns its output; raises its error if it failed."""
+    return handle._finish()
+
+
+wait = synchronize
+
+
+def _start(request, keep, result, kind, gather=False, target=None):
+    # The C request holds `keep` (inputs, outputs and their capsules) until the op is done,
+    # whatever happens to the Python handle.
+    _c.weft_py_keep_alive(request, keep)
+    return Handle(request, result, kind, gather, target)
+
+# ---- ops ---------------------------------------------------------------------------------
+
+
+def _name(name):
+    return None if name is None else str(name)
+
+
+def allreduce(tensor, average=True, name=None):
+    """The sum (average=False) or mean of `tensor` over all ranks."""
+    x, cx, kind = _prepare(tensor)
+    y, cy = _empty_like(x, kind)
+    _c.weft_comm_allreduce(cx, cy, bool(average), _name(name))
+    return y
+
+
+def allreduce_(tensor, average=True, name=None):
+    """In-place allreduce; returns `tensor`."""
+    x, cx, _ = _prepare(tensor)
+    _c.weft_comm_allreduce(cx, cx, bool(average), _name(name))
+    return _tensors.copy_back(tensor, x)
+
+
+def allreduce_nonblocking(tensor, average=True, name=None):
+    x, cx, kind = _prepare(tensor)
+    y, cy = _empty_like(x, kind)
+    request = _c.weft_comm_allreduce_nonblocking(cx, cy, bool(average), _name(name))
+    return _start(request, (x, cx, y, cy), y, kind)
+
+
+def allreduce_nonblocking_(tensor, average=True, name=None):
+    x, cx, kind = _prepare(tensor)
+    request = _c.weft_comm_allreduce_nonblocking(cx, cx, bool(average), _name(name))
+    return _start(request, (x, cx), x, kind, target=tensor if x is not tensor else None)
+
+
+def broadcast(tensor, root_rank, name=None):
+    """root_rank's `tensor` on every rank."""
+    x, cx, kind = _prepare(tensor)
+    y, cy = _empty_like(x, kind)
+    _c.weft_comm_broadcast(cx, cy, int(root_rank), _name(name))
+    return y
+
+
+def broadcast_(tensor, root_rank, name=None):
+    x, cx, _ = _prepare(tensor)
+    _c.weft_comm_broadcast(cx, cx, int(root_rank), _name(name))
+    return _tensors.copy_back(tensor, x)
+
+
+def broadcast_nonblocking(tensor, root_rank, name=None):
+    x, cx, kind = _prepare(tensor)
+    y, cy = _empty_like(x, kind)
+    request = _c.weft_comm_broadcast_nonblocking(cx, cy, int(root_rank), _name(name))
+    return _start(request, (x, cx, y, cy), y, kind)
+
+
+def broadcast_nonblocking_(tensor, root_rank, name=None):
+    x, cx, kind = _prepare(tensor)
+    request = _c.weft_comm_broadcast_nonblocking(cx, cx, int(root_rank), _name(name))
+    return _start(request, (x, cx), x, kind, target=tensor if x is not tensor else None)
+
+
+def allgather(tensor, name=None):
+    """Every rank's `tensor` concatenated along dim 0 in rank order (dim 0 may differ)."""
+    x, cx, kind = _prepare(tensor)
+    return _tensors.from_capsule(_c.weft_comm_allgather(cx, _name(name)), kind)
+
+
+def allgather_nonblocking(tensor, name=None):
+    x, cx, kind = _prepare(tensor)
+    request = _c.weft_comm_allgather_nonblocking(cx, _name(name))
+    return _start(request, (x, cx), None, kind, gather=True)
+
+
+def _gather_options(src_ranks, dst_ranks):
+    if src_ranks is None and dst_ranks is None:
+        return None
+    if src_ranks is None or dst_ranks is None:
+        raise InvalidArgumentError(  # noqa: F405
+            1, "neighbor_allgather: src_ranks and dst_ranks go together: pass both or neither")
+    return (list(src_ranks), list(dst_ranks))
+
+
+def neighbor_allgather(tensor, src_ranks=None, dst_ranks=None, enable_topo_check=True,
+                       name=None):
+    """The in-neighbors' tensors (or src_ranks', in that order) concatenated along dim 0,
+    self excluded. weft always checks send and receive sets; enable_topo_check is kept
+    for Bluefog compatibility."""
+    x, cx, kind = _prepare(tensor)
+    out = _c.weft_comm_neighbor_allgather(cx, _gather_options(src_ranks, dst_ranks),
+                                          _name(name))
+    return _tensors.from_capsule(out, kind)
+
+
+def neighbor_allgather_nonblocking(tensor, src_ranks=None, dst_ranks=None,
+                                   enable_topo_check=True, name=None):
+    x, cx, kind = _prepare(tensor)
+    request = _c.weft_comm_neighbor_allgather_nonblocking(
+        cx, _gather_options(src_ranks, dst_ranks), _name(name))
+    return _start(request, (x, cx), None, kind, gather=True)
+
+
+def _allreduce_options(self_weight, src_weights, dst_weights, enable_topo_check):
+    if self_weight is None and src_weights is None and dst_weights is None:
+        return None if enable_topo_check else (None, None, None, False)
+    return (self_weight, src_weights, dst_weights, bool(enable_topo_check))
+
+
+def neighbor_allreduce(tensor, self_weight=None, src_weights=None, dst_weights=None,
+                       enable_topo_check=True, name=None):
+    """self_weight * x + sum_j src_weights[j] * (j's dst weight for this rank) * x_j.
+
+    Without weights: the topology's receive weights (weighted topology) or the uniform
+    average over self and in-neighbors. dst_weights ({rank: weight} or a list of ranks)
+    makes the call dynamic: this rank sends to exactly those ranks, this call only."""
+    x, cx, kind = _prepare(tensor)
+    y, cy = _empty_like(x, kind)
+    _c.weft_comm_neighbor_allreduce(
+        cx, cy, _allreduce_options(self_weight, src_weights, dst_weights, enable_topo_check),
+        _name(name))
+    return y
+
+
+def neighbor_allreduce_nonblocking(tensor, self_weight=None, src_weights=None,
+                                   dst_weights=None, enable_topo_check=True, name=None):
+    x, cx, kind = _prepare(tensor)
+    y, cy = _empty_like(x, kind)
+    request = _c.weft_comm_neighbor_allreduce_nonblocking(
+        cx, cy, _allreduce_options(self_weight, src_weights, dst_weights, enable_topo_check),
+        _name(name))
+    return _start(request, (x, cx, y, cy), y, kind)
+
+
+def _hierarchical_options(self_weight, src_machine_weights, dst_machine_weights):
+    if self_weight is None and src_machine_weights is None and dst_machine_weights is None:
+        return None
+    return (self_weight, src_machine_weights, dst_machine_weights)
+
+
+def hierarchical_neighbor_allreduce(tensor, self_weight=None, src_machine_weights=None,
+                                    dst_machine_weights=None, enable_topo_check=False,
+                                    name=None):
+    """Sum inside each machine, neighbor-allreduce between machines (machine-level weights,
+    keyed by machine index), broadcast back, divide by local_size()."""
+    x, cx, kind = _prepare(tensor)
+    y, cy = _empty_like(x, kind)
+    _c.weft_comm_hierarchical_neighbor_allreduce(
+        cx, cy, _hierarchical_options(self_weight, src_machine_weights, dst_machine_weights),
+        _name(name))
+    return y
+
+
+def hierarchical_neighbor_allreduce_nonblocking(tensor, self_weight=None,
+                                                src_machine_weights=None,
+                                                dst_machine_weights=None,
+                                                enable_topo_check=False, name=None):
+    x, cx, kind = _prepare(tensor)
+    y, cy = _empty_like(x, kind)
+    request = _c.weft_comm_hierarchical_neighbor_allreduce_nonblocking(
+        cx, cy, _hierarchical_options(self_weight, src_machine_weights, dst_machine_weights),
+        _name(name))
+    return _start(request, (x, cx, y, cy), y, kind)
+
+
+def pair_gossip(tensor, target_rank, self_weight=0.5, pair_weight=0.5, name=None):
+    """Both peers end with self_weight * own + pair_weight * the peer's tensor."""
+    x, cx, kind = _prepare(tensor)
+    y, cy = _empty_like(x, kind)
+    _c.weft_comm_pair_gossip(cx, cy, int(target_rank), float(self_weight), float(pair_weight),
+                             _name(name))
+    return y
+
+
+def pair_gossip_nonblocking(tensor, target_rank, self_weight=0.5, pair_weight=0.5, name=None):
+    x, cx, kind = _prepare(tensor)
+    y, cy = _empty_like(x, kind)
+    request = _c.weft_comm_pair_gossip_nonblocking(
+        cx, cy, int(target_rank), float(self_weight), float(pair_weight), _name(name))
+    return _start(request, (x, cx, y, cy), y, kind)
+
+
+def barrier():
+    _c.weft_comm_barrier()
+
+
+def barrier_nonblocking():
+    return Handle(_c.weft_comm_barrier_nonblocking(), None, _NUMPY)
+
+# ---- configuration and timeline -----------------------------------------------------------
+
+
+def config_get(name):
+    """The value in force of a WEFT_* setting, as text."""
+    return _c.weft_config_get(name)
+
+
+def config_set(name, value):
+    """Overrides a WEFT_* setting in this process (most are read at init())."""
+    if isinstance(value, bool):
+        value = "1" if value else "0"
+    _c.weft_config_set(name, str(value))
+
+
+def config_unset(name):
+    _c.weft_config_unset(name)
+
+
+def config_describe():
+    """A table of every WEFT_* setting: value in force, default, description."""
+    return _c.weft_config_describe()
+
+
+def timeline_start(path):
+    """Starts writing this rank's Chrome trace (open it in Perfetto)."""
+    _c.weft_timeline_start(str(path))
+
+
+def timeline_stop():
+    _c.weft_timeline_stop()
+
+
+def timeline_start_activity(tensor_name, activity_name):
+    """Marks the start of a user activity (e.g. "forward") on tensor_name's row."""
+    _c.weft_timeline_start_activity(tensor_name, activity_name)
+
+
+def timeline_end_activity(tensor_name):
+    _c.weft_timeline_end_activity(tensor_name)
+
+
+@_contextlib.contextmanager
+def timeline_context(tensor_name, activity_name):
+    """with weft.timeline_context("layer1", "forward"): ..."""
+    timeline_start_activity(tensor_name, activity_name)
+    try:
+        yield
+    finally:
+        timeline_end_activity(tensor_name)

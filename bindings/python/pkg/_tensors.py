@@ -1,0 +1,105 @@
+"""Framework arrays to DLPack capsules and back, without copies where possible.
+
+NumPy arrays and CPU torch.Tensors are recognized directly (results keep the input's type);
+anything else that speaks DLPack is viewed as a NumPy array (no copy), and its results come
+back as NumPy arrays. A contiguous input is never copied; a non-contiguous one is made contiguous first
+(and, for in-place ops, the result is copied back into it)."""
+
+import sys
+
+import numpy as np
+
+from . import _errors
+
+_SUPPORTED = "float32, float64, float16, bfloat16 (torch), int32, int64, int8 and uint8"
+
+NUMPY, TORCH = 0, 1
+
+
+class _Exporter:
+    """Hands a capsule weft produced to np.from_dlpack, which wants an object with
+    __dlpack__ and __dlpack_device__."""
+
+    __slots__ = ("_capsule",)
+
+    def __init__(self, capsule):
+        self._capsule = capsule
+
+    def __dlpack__(self, stream=None):
+        return self._capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def _unsupported(x, what, cause):
+    return _errors.UnimplementedError(
+        5, f"{what}: {type(x).__name__} of dtype {getattr(x, 'dtype', '?')} cannot be passed to "
+        f"weft ({cause}); weft supports {_SUPPORTED}")
+
+
+def prepare(x, what="tensor"):
+    """(array, capsule, kind): `array` is x or its contiguous copy; `capsule` borrows it."""
+    if type(x) is np.ndarray:
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
+        try:
+            return x, x.__dlpack__(), NUMPY
+        except BufferError as e:
+            if x.flags.writeable:
+                raise _unsupported(x, what, e) from None
+            # DLPack (before 1.0) cannot mark memory read-only, so NumPy refuses to export
+            # read-only arrays; weft only reads its input, but has to copy it here.
+            x = x.copy()
+            return x, x.__dlpack__(), NUMPY
+    torch = _torch()
+    if torch is not None and isinstance(x, torch.Tensor):
+        if x.requires_grad:
+            x = x.detach()
+        if not x.is_contiguous():
+            x = x.contiguous()
+        try:
+            return x, torch.utils.dlpack.to_dlpack(x), TORCH
+        except (RuntimeError, BufferError) as e:
+            raise _unsupported(x, what, e) from None
+    if hasattr(x, "__dlpack__"):
+        # Another DLPack producer (JAX, CuPy on the host, ...): a zero-copy NumPy view of
+        # its memory, so that results (and in-place writes) follow NumPy's path.
+        return prepare(np.from_dlpack(x), what)
+    if isinstance(x, (list, tuple, int, float)):
+        return prepare(np.asarray(x), what)
+    raise TypeError(
+        f"{what}: expected a NumPy array, a torch.Tensor or an object with __dlpack__, got "
+        f"{type(x).__name__}")
+
+
+def empty_like(x, kind):
+    """An uninitialized output with x's type, dtype and shape, and its capsule."""
+    if kind == TORCH:
+        torch = _torch()
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+        return out, torch.utils.dlpack.to_dlpack(out)
+    out = np.empty_like(x, order="C")
+    return out, out.__dlpack__()
+
+
+def from_capsule(capsule, kind):
+    """Wraps a capsule weft allocated (no copy) as the input kind's array type."""
+    if kind == TORCH:
+        return _torch().utils.dlpack.from_dlpack(capsule)
+    return np.from_dlpack(_Exporter(capsule))
+
+
+def copy_back(target, result):
+    """For in-place ops on non-contiguous inputs: writes the contiguous result back."""
+    if result is target:
+        return target
+    if isinstance(target, np.ndarray):
+        target[...] = result
+    else:
+        target.copy_(result)
+    return target

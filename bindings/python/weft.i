@@ -1,0 +1,393 @@
+/* SWIG interface: the low-level Python module weft.lowlevel over weft's C ABI.
+ *
+ * Every function of capi/include/weft/weft.h is wrapped as is, with typemaps that make it
+ * callable from Python:
+ *  - a weft_status other than WEFT_OK raises the exception built by the factory the
+ *    package registers (weft.WeftError subclasses), with weft_last_error() as message;
+ *  - out-parameters become return values (pointers, ints, doubles, strings, rank lists);
+ *  - DLTensor arguments take DLPack capsules ("dltensor"), borrowed for the call;
+ *  - library-allocated results come back as DLPack capsules that own them;
+ *  - option structs are built from plain tuples (the package's functions make them).
+ * With -threads, every call releases the GIL while weft runs. */
+%module(package="weft") lowlevel
+
+%{
+#include <Python.h>
+#include <weft/weft.h>
+
+static PyObject* weft_py_error_factory = NULL;
+
+/* Raises the exception for `status` (and the calling thread's last weft error). */
+static void weft_py_raise(weft_status status) {
+  const char* message = weft_last_error();
+  if (weft_py_error_factory != NULL) {
+    PyObject* error = PyObject_CallFunction(weft_py_error_factory, "is", (int)status, message);
+    if (error != NULL) {
+      PyErr_SetObject((PyObject*)Py_TYPE(error), error);
+      Py_DECREF(error);
+      return;
+    }
+    return; /* the factory raised */
+  }
+  PyErr_Format(PyExc_RuntimeError, "weft error %d: %s", (int)status, message);
+}
+
+/* A borrowed DLTensor from a DLPack capsule (still named "dltensor": not consumed). */
+static DLTensor* weft_py_tensor(PyObject* capsule, const char* argument) {
+  DLManagedTensor* managed;
+  if (!PyCapsule_IsValid(capsule, "dltensor")) {
+    PyErr_Format(PyExc_TypeError,
+                 "%s: expected a DLPack capsule named 'dltensor' (from x.__dlpack__()), got %s",
+                 argument, Py_TYPE(capsule)->tp_name);
+    return NULL;
+  }
+  managed = (DLManagedTensor*)PyCapsule_GetPointer(capsule, "dltensor");
+  return managed == NULL ? NULL : &managed->dl_tensor;
+}
+
+/* Capsule destructor for results weft allocated: frees them unless a consumer (NumPy,
+ * torch) took ownership, which renames the capsule "used_dltensor". */
+static void weft_py_capsule_destructor(PyObject* capsule) {
+  DLManagedTensor* managed;
+  if (!PyCapsule_IsValid(capsule, "dltensor")) return;
+  managed = (DLManagedTensor*)PyCapsule_GetPointer(capsule, "dltensor");
+  if (managed != NULL && managed->deleter != NULL) managed->deleter(managed);
+}
+
+/* Release function for weft_request_keep_alive: drops the reference the request held.
+ * It may run on weft's engine thread, so it takes the GIL; during interpreter shutdown
+ * the reference is left alone (the process is ending). */
+static void weft_py_release(void* owner) {
+  PyGILState_STATE gil;
+  if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+  gil = PyGILState_Ensure();
+  Py_DECREF((PyObject*)owner);
+  PyGILState_Release(gil);
+}
+
+static int weft_py_int_list(PyObject* list, int** out, size_t* n, const char* what) {
+  Py_ssize_t i, len;
+  PyObject* seq = PySequence_Fast(list, what);
+  if (seq == NULL) return -1;
+  len = PySequence_Fast_GET_SIZE(seq);
+  *out = (int*)PyMem_Malloc(sizeof(int) * (len > 0 ? (size_t)len : 1));
+  *n = (size_t)len;
+  for (i = 0; i < len; ++i) {
+    long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+    if (v == -1 && PyErr_Occurred()) {
+      Py_DECREF(seq);
+      return -1;
+    }
+    (*out)[i] = (int)v;
+  }
+  Py_DECREF(seq);
+  return 0;
+}
+
+/* A {rank: weight} dict (or a list of ranks, weight 1 each) as two arrays. */
+static int weft_py_weight_map(PyObject* obj, int** ranks, double** weights, size_t* n,
+                              const char* what) {
+  Py_ssize_t pos = 0, i = 0;
+  PyObject *key, *value;
+  if (!PyDict_Check(obj)) {
+    if (weft_py_int_list(obj, ranks, n, what) < 0) return -1;
+    *weights = NULL;
+    return 0;
+  }
+  *n = (size_t)PyDict_Size(obj);
+  *ranks = (int*)PyMem_Malloc(sizeof(int) * (*n > 0 ? *n : 1));
+  *weights = (double*)PyMem_Malloc(sizeof(double) * (*n > 0 ? *n : 1));
+  while (PyDict_Next(obj, &pos, &key, &value)) {
+    long r = PyLong_AsLong(key);
+    double w = PyFloat_AsDouble(value);
+    if (PyErr_Occurred()) return -1;
+    (*ranks)[i] = (int)r;
+    (*weights)[i] = w;
+    ++i;
+  }
+  return 0;
+}
+%}
+
+%init %{
+%}
+
+/* ---- status: raise on failure ---------------------------------------------------------- */
+%typemap(out) weft_status {
+  if ($1 != WEFT_OK) {
+    weft_py_raise($1);
+    SWIG_fail;
+  }
+  $result = Py_None;
+  Py_INCREF(Py_None);
+}
+/* weft_status_string takes the code as an int. */
+%typemap(in) weft_status status {
+  $1 = (weft_status)PyLong_AsLong($input);
+  if (PyErr_Occurred()) SWIG_fail;
+}
+
+/* ---- tensors ------------------------------------------------------------------------------ */
+%typemap(in) const DLTensor* in {
+  $1 = weft_py_tensor($input, "in");
+  if ($1 == NULL) SWIG_fail;
+}
+%typemap(in) DLTensor* out {
+  $1 = weft_py_tensor($input, "out");
+  if ($1 == NULL) SWIG_fail;
+}
+%typemap(in, numinputs=0) DLManagedTensor** out (DLManagedTensor* temp = NULL) {
+  $1 = &temp;
+}
+%typemap(argout) DLManagedTensor** out {
+  PyObject* capsule = PyCapsule_New(*$1, "dltensor", weft_py_capsule_destructor);
+  if (capsule == NULL) {
+    (*$1)->deleter(*$1);
+    SWIG_fail;
+  }
+  $result = SWIG_Python_AppendOutput($result, capsule);
+}
+
+/* ---- created objects ----------------------------------------------------------------------- */
+%define WEFT_OUT_HANDLE(TYPE, NAME)
+%typemap(in, numinputs=0) TYPE** NAME (TYPE* temp = NULL) { $1 = &temp; }
+%typemap(argout) TYPE** NAME {
+  $result = SWIG_Python_AppendOutput($result, SWIG_NewPointerObj(*$1, $*1_descriptor, 0));
+}
+%enddef
+WEFT_OUT_HANDLE(weft_topology, out)
+WEFT_OUT_HANDLE(weft_schedule, out)
+WEFT_OUT_HANDLE(weft_request, request)
+
+/* ---- scalar out-parameters ---------------------------------------------------------------- */
+%typemap(in, numinputs=0) int* done (int temp = 0), int* result (int temp = 0) { $1 = &temp; }
+%typemap(argout) int* done, int* result {
+  $result = SWIG_Python_AppendOutput($result, PyBool_FromLong(*$1));
+}
+%typemap(in, numinputs=0) double* weight (double temp = 0) { $1 = &temp; }
+%typemap(argout) double* weight {
+  $result = SWIG_Python_AppendOutput($result, PyFloat_FromDouble(*$1));
+}
+%typemap(in, numinputs=0) const char** value (const char* temp = NULL) { $1 = ($1_ltype)&temp; }
+%typemap(argout) const char** value {
+  $result = SWIG_Python_AppendOutput($result, PyUnicode_FromString(*$1));
+}
+
+/* ---- arrays: Python passes the capacity, gets a list ------------------------------------ */
+%typemap(in) (int* ranks, size_t capacity, size_t* count) (size_t n = 0) {
+  $2 = (size_t)PyLong_AsSize_t($input);
+  if (PyErr_Occurred()) SWIG_fail;
+  $1 = (int*)PyMem_Malloc(sizeof(int) * ($2 > 0 ? $2 : 1));
+  $3 = &n;
+}
+%typemap(argout) (int* ranks, size_t capacity, size_t* count) {
+  size_t i;
+  PyObject* list = PyList_New((Py_ssize_t)*$3);
+  for (i = 0; i < *$3; ++i) PyList_SET_ITEM(list, (Py_ssize_t)i, PyLong_FromLong($1[i]));
+  $result = SWIG_Python_AppendOutput($result, list);
+}
+%typemap(freearg) (int* ranks, size_t capacity, size_t* count) { PyMem_Free($1); }
+
+%typemap(in) (double* weights, size_t capacity, size_t* count) (size_t n = 0) {
+  $2 = (size_t)PyLong_AsSize_t($input);
+  if (PyErr_Occurred()) SWIG_fail;
+  $1 = (double*)PyMem_Malloc(sizeof(double) * ($2 > 0 ? $2 : 1));
+  $3 = &n;
+}
+%typemap(argout) (double* weights, size_t capacity, size_t* count) {
+  size_t i;
+  PyObject* list = PyList_New((Py_ssize_t)*$3);
+  for (i = 0; i < *$3; ++i) PyList_SET_ITEM(list, (Py_ssize_t)i, PyFloat_FromDouble($1[i]));
+  $result = SWIG_Python_AppendOutput($result, list);
+}
+%typemap(freearg) (double* weights, size_t capacity, size_t* count) { PyMem_Free($1); }
+
+/* recv/send weights: capacity in, (self_weight, {rank: weight}) out. */
+%typemap(in) (double* self_weight, int* ranks, double* weights, size_t capacity,
+              size_t* count) (double self = 0, size_t n = 0) {
+  $4 = (size_t)PyLong_AsSize_t($input);
+  if (PyErr_Occurred()) SWIG_fail;
+  $1 = &self;
+  $2 = (int*)PyMem_Malloc(sizeof(int) * ($4 > 0 ? $4 : 1));
+  $3 = (double*)PyMem_Malloc(sizeof(double) * ($4 > 0 ? $4 : 1));
+  $5 = &n;
+}
+%typemap(argout) (double* self_weight, int* ranks, double* weights, size_t capacity,
+                  size_t* count) {
+  size_t i;
+  PyObject* map = PyDict_New();
+  PyObject* pair;
+  for (i = 0; i < *$5; ++i) {
+    PyObject* k = PyLong_FromLong($2[i]);
+    PyObject* v = PyFloat_FromDouble($3[i]);
+    PyDict_SetItem(map, k, v);
+    Py_DECREF(k);
+    Py_DECREF(v);
+  }
+  pair = Py_BuildValue("(dN)", *$1, map);
+  $result = SWIG_Python_AppendOutput($result, pair);
+}
+%typemap(freearg) (double* self_weight, int* ranks, double* weights, size_t capacity,
+                   size_t* count) {
+  PyMem_Free($2);
+  PyMem_Free($3);
+}
+
+/* A dense weight matrix: any C-contiguous float64 buffer (the package checks its shape). */
+%typemap(in) const double* weights (Py_buffer view, int have_view = 0) {
+  if (PyObject_GetBuffer($input, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) SWIG_fail;
+  have_view = 1;
+  if (view.format == NULL || strcmp(view.format, "d") != 0) {
+    PyErr_SetString(PyExc_TypeError, "weights must be a C-contiguous float64 buffer");
+    SWIG_fail;
+  }
+  $1 = (double*)view.buf;
+}
+%typemap(freearg) const double* weights {
+  if (have_view$argnum) PyBuffer_Release(&view$argnum);
+}
+
+/* ---- option structs from tuples (None: the defaults) ------------------------------------ */
+/* (self_weight or None, src_weights dict or None, dst_weights dict/list or None,
+ *  enable_topo_check) */
+%typemap(in) const weft_neighbor_allreduce_options* options
+    (weft_neighbor_allreduce_options opts = WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_INIT,
+     int* src = NULL, double* src_w = NULL, int* dst = NULL, double* dst_w = NULL) {
+  PyObject *self_weight, *src_weights, *dst_weights;
+  int topo_check = 1;
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    if (!PyArg_ParseTuple($input, "OOOp", &self_weight, &src_weights, &dst_weights, &topo_check)) SWIG_fail;
+    if (self_weight != Py_None || src_weights != Py_None) {
+      opts.has_weights = 1;
+      opts.self_weight = self_weight == Py_None ? 1.0 : PyFloat_AsDouble(self_weight);
+      if (PyErr_Occurred()) SWIG_fail;
+      if (src_weights != Py_None &&
+          weft_py_weight_map(src_weights, &src, &src_w, &opts.num_src, "src_weights") < 0) SWIG_fail;
+      /* A rank list without weights cannot stand for src_weights. */
+      if (src_weights != Py_None && src_w == NULL && opts.num_src > 0) {
+        PyErr_SetString(PyExc_TypeError, "src_weights must be a dict {rank: weight}");
+        SWIG_fail;
+      }
+      opts.src_ranks = src;
+      opts.src_weights = src_w;
+      if (src_weights == Py_None) {
+        PyErr_SetString(PyExc_ValueError,
+                        "neighbor_allreduce: self_weight and src_weights go together: pass both or neither");
+        SWIG_fail;
+      }
+      if (self_weight == Py_None) {
+        PyErr_SetString(PyExc_ValueError,
+                        "neighbor_allreduce: self_weight and src_weights go together: pass both or neither");
+        SWIG_fail;
+      }
+    }
+    if (dst_weights != Py_None) {
+      opts.has_dst = 1;
+      if (weft_py_weight_map(dst_weights, &dst, &dst_w, &opts.num_dst, "dst_weights") < 0) SWIG_fail;
+      opts.dst_ranks = dst;
+      opts.dst_weights = dst_w;
+    }
+    opts.enable_topo_check = topo_check;
+    $1 = &opts;
+  }
+}
+%typemap(freearg) const weft_neighbor_allreduce_options* options {
+  PyMem_Free(src$argnum);
+  PyMem_Free(src_w$argnum);
+  PyMem_Free(dst$argnum);
+  PyMem_Free(dst_w$argnum);
+}
+
+/* (src_ranks, dst_ranks) */
+%typemap(in) const weft_neighbor_allgather_options* options
+    (weft_neighbor_allgather_options opts = WEFT_NEIGHBOR_ALLGATHER_OPTIONS_INIT,
+     int* src = NULL, int* dst = NULL) {
+  PyObject *src_ranks, *dst_ranks;
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    if (!PyArg_ParseTuple($input, "OO", &src_ranks, &dst_ranks)) SWIG_fail;
+    opts.has_ranks = 1;
+    if (weft_py_int_list(src_ranks, &src, &opts.num_src, "src_ranks must be a list of ranks") < 0) SWIG_fail;
+    if (weft_py_int_list(dst_ranks, &dst, &opts.num_dst, "dst_ranks must be a list of ranks") < 0) SWIG_fail;
+    opts.src_ranks = src;
+    opts.dst_ranks = dst;
+    $1 = &opts;
+  }
+}
+%typemap(freearg) const weft_neighbor_allgather_options* options {
+  PyMem_Free(src$argnum);
+  PyMem_Free(dst$argnum);
+}
+
+/* (self_weight or None, src_machine_weights dict or None, dst_machine_weights or None) */
+%typemap(in) const weft_hierarchical_options* options
+    (weft_hierarchical_options opts = WEFT_HIERARCHICAL_OPTIONS_INIT,
+     int* src = NULL, double* src_w = NULL, int* dst = NULL, double* dst_w = NULL) {
+  PyObject *self_weight, *src_weights, *dst_weights;
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    if (!PyArg_ParseTuple($input, "OOO", &self_weight, &src_weights, &dst_weights)) SWIG_fail;
+    if ((self_weight == Py_None) != (src_weights == Py_None)) {
+      PyErr_SetString(PyExc_ValueError,
+                      "hierarchical_neighbor_allreduce: self_weight and src_machine_weights go "
+                      "together: pass both or neither");
+      SWIG_fail;
+    }
+    if (self_weight != Py_None) {
+      opts.has_weights = 1;
+      opts.self_weight = PyFloat_AsDouble(self_weight);
+      if (PyErr_Occurred()) SWIG_fail;
+      if (weft_py_weight_map(src_weights, &src, &src_w, &opts.num_src, "src_machine_weights") < 0) SWIG_fail;
+      if (src_w == NULL && opts.num_src > 0) {
+        PyErr_SetString(PyExc_TypeError, "src_machine_weights must be a dict {machine: weight}");
+        SWIG_fail;
+      }
+      opts.src_machines = src;
+      opts.src_machine_weights = src_w;
+    }
+    if (dst_weights != Py_None) {
+      opts.has_dst = 1;
+      if (weft_py_weight_map(dst_weights, &dst, &dst_w, &opts.num_dst, "dst_machine_weights") < 0) SWIG_fail;
+      opts.dst_machines = dst;
+      opts.dst_machine_weights = dst_w;
+    }
+    $1 = &opts;
+  }
+}
+%typemap(freearg) const weft_hierarchical_options* options {
+  PyMem_Free(src$argnum);
+  PyMem_Free(src_w$argnum);
+  PyMem_Free(dst$argnum);
+  PyMem_Free(dst_w$argnum);
+}
+
+/* Function pointers do not cross into Python: weft_py_keep_alive below replaces it. */
+%ignore weft_request_keep_alive;
+/* The option structs themselves are built by the typemaps above. */
+%ignore weft_neighbor_allreduce_options;
+%ignore weft_neighbor_allgather_options;
+%ignore weft_hierarchical_options;
+
+%include "weft/weft.h"
+
+%inline %{
+/* Registers the callable (status, message) -> exception used for every failed call. */
+void weft_py_set_error_factory(PyObject* factory) {
+  Py_XINCREF(factory);
+  Py_XDECREF(weft_py_error_factory);
+  weft_py_error_factory = factory;
+}
+
+/* Keeps `owner` (the op's arrays) alive until the op completes and the request is freed. */
+weft_status weft_py_keep_alive(weft_request* request, PyObject* owner) {
+  weft_status status;
+  Py_INCREF(owner);
+  status = weft_request_keep_alive(request, owner, weft_py_release);
+  if (status != WEFT_OK) Py_DECREF(owner);
+  return status;
+}
+%}
