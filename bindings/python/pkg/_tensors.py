@@ -70,7 +70,7 @@ def prepare(x, what="tensor"):
         # Another DLPack producer (JAX, CuPy on the host, ...): a zero-copy NumPy view of
         # its memory, so that results (and in-place writes) follow NumPy's path.
         return prepare(np.from_dlpack(x), what)
-    if isinstance(x, (list, tuple, int, float)):
+    if isinstance(x, (list, tuple, int, float, np.generic)):
         return prepare(np.asarray(x), what)
     raise TypeError(
         f"{what}: expected a NumPy array, a torch.Tensor or an object with __dlpack__, got "

@@ -1,0 +1,420 @@
+/* SWIG interface for the Go binding: the low-level layer (package cweft) over weft.h.
+ *
+ * Generated at build time, never checked in:
+ *   swig -go -cgo -intgosize 64 -module cweft -I<dir of weft/weft.h> \
+ *        -outdir internal/cweft -o internal/cweft/weft_wrap.c weft.i
+ * (generate.sh runs exactly this). The idiomatic package weft.dev/weft is written by hand
+ * on top of what this file produces; nothing outside it should import cweft.
+ *
+ * What the typemaps are for, and the cgo rule each one respects
+ * (https://pkg.go.dev/cmd/cgo#hdr-Passing_pointers):
+ *  - Go may pass a Go pointer to C as a call argument if the memory it points to holds no
+ *    Go pointers, and C must not keep it after the call returns.
+ *  - Go must not store a Go pointer in C memory (so a Go-built DLTensor or option struct
+ *    whose pointer fields point at Go memory can never be handed to C).
+ * Hence:
+ *  - Out-parameters (int*, double*, size_t*) take a pointer to a Go variable of exactly
+ *    the C width (*int32, *float64, *uint64; SWIG's default *int would let C write 4 of
+ *    the 8 bytes of a Go int).
+ *  - Handle out-parameters (weft_topology**, weft_schedule**, weft_request**,
+ *    DLManagedTensor**) take a pointer to a Go uintptr-based handle (Swigcptr...): C writes
+ *    a C pointer into Go memory, which is allowed.
+ *  - (buffer, capacity) pairs of the (buffer, capacity, *count) convention take a Go slice:
+ *    buffer = its backing array, capacity = its length; *count is a *uint64.
+ *  - const char** (weft_config_get) comes back as *string, copied before the next call can
+ *    invalidate it.
+ *  - DLTensor: the ABI's ops take `const DLTensor*`, whose data and shape are pointers; a
+ *    DLTensor in Go memory pointing at Go data breaks the first rule and one in C memory
+ *    pointing at Go data breaks the second. So the DLTensor-taking ops are wrapped by the
+ *    weftgo_* entry points below, which take the tensor flattened into arguments (data
+ *    pointer, dtype, shape slice) and build the DLTensor on the C stack for the duration of
+ *    the call: a blocking op lends Go memory to weft without a copy. A nonblocking op (a
+ *    non-NULL request) keeps its buffers after the call returns, so its data must be C
+ *    memory (weftgo_alloc); shapes and options are copied by weft when the op is submitted
+ *    and may stay in Go memory.
+ *  - DLManagedTensor* results (allgather) are opaque handles to C memory: weftgo_managed_*
+ *    read them and call their deleter.
+ */
+%module cweft
+
+%{
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <weft/weft.h>
+%}
+
+/* Linking: users only add -L<dir of libweft.so> (and the include paths); see README.md. */
+%insert(cgo_comment_typedefs) %{
+#cgo LDFLAGS: -lweft
+%}
+
+/* Shorter Go names for the opaque handles and the status enum. */
+%rename(Topology) weft_topology;
+%rename(Schedule) weft_schedule;
+%rename(Request) weft_request;
+%rename(Status) weft_status;
+
+/* DLPack types are opaque here (weft.h's #include of dlpack.h is not followed by SWIG). */
+typedef struct DLManagedTensor DLManagedTensor;
+
+/* ---- replaced by the weftgo_* entry points below ---------------------------------------- */
+%ignore weft_comm_allreduce;
+%ignore weft_comm_allreduce_nonblocking;
+%ignore weft_comm_broadcast;
+%ignore weft_comm_broadcast_nonblocking;
+%ignore weft_comm_allgather;
+%ignore weft_comm_allgather_nonblocking;
+%ignore weft_comm_neighbor_allgather;
+%ignore weft_comm_neighbor_allgather_nonblocking;
+%ignore weft_comm_neighbor_allreduce;
+%ignore weft_comm_neighbor_allreduce_nonblocking;
+%ignore weft_comm_hierarchical_neighbor_allreduce;
+%ignore weft_comm_hierarchical_neighbor_allreduce_nonblocking;
+%ignore weft_comm_pair_gossip;
+%ignore weft_comm_pair_gossip_nonblocking;
+/* The option structs hold pointers: the weftgo_* entry points take their fields as
+ * arguments and build them on the C stack. */
+%ignore weft_neighbor_allreduce_options;
+%ignore weft_neighbor_allgather_options;
+%ignore weft_hierarchical_options;
+/* Takes a C function pointer; weftgo_request_free_after_completion wraps it. */
+%ignore weft_request_keep_alive;
+
+/* ---- scalar out-parameters --------------------------------------------------------------- */
+%define WEFTGO_SCALAR_OUT(CTYPE, GOTYPE)
+%typemap(gotype) CTYPE* WEFTGO_OUT "*GOTYPE"
+%typemap(in) CTYPE* WEFTGO_OUT %{ $1 = ($1_ltype)$input; %}
+%typemap(argout) CTYPE* WEFTGO_OUT ""
+%typemap(freearg) CTYPE* WEFTGO_OUT ""
+%enddef
+WEFTGO_SCALAR_OUT(int, int32)
+WEFTGO_SCALAR_OUT(double, float64)
+WEFTGO_SCALAR_OUT(size_t, uint64)
+
+%apply int* WEFTGO_OUT { int* result, int* done };
+%apply double* WEFTGO_OUT { double* weight, double* self_weight };
+%apply size_t* WEFTGO_OUT { size_t* count };
+
+/* ---- handle out-parameters --------------------------------------------------------------- */
+%typemap(gotype) weft_topology** "*SwigcptrTopology"
+%typemap(gotype) weft_schedule** "*SwigcptrSchedule"
+%typemap(gotype) weft_request** "*SwigcptrRequest"
+%typemap(gotype) DLManagedTensor** "*SwigcptrDLManagedTensor"
+%typemap(in) weft_topology**, weft_schedule**, weft_request**, DLManagedTensor**
+%{ $1 = ($1_ltype)$input; %}
+
+/* ---- (buffer, capacity) from a Go slice -------------------------------------------------- */
+%define WEFTGO_BUFFER(CTYPE, GOTYPE)
+%typemap(gotype) (CTYPE* WEFTGO_BUF, size_t capacity) "[]GOTYPE"
+%typemap(in) (CTYPE* WEFTGO_BUF, size_t capacity) %{
+  $1 = ($1_ltype)$input.array;
+  $2 = (size_t)$input.len;
+%}
+%enddef
+WEFTGO_BUFFER(int, int32)
+WEFTGO_BUFFER(double, float64)
+%apply (int* WEFTGO_BUF, size_t capacity) { (int* ranks, size_t capacity) };
+%apply (double* WEFTGO_BUF, size_t capacity) { (double* weights, size_t capacity) };
+
+/* An input array whose length the caller guarantees (weights: size * size). */
+%typemap(gotype) const double* weights "[]float64"
+%typemap(in) const double* weights %{ $1 = (const double*)$input.array; %}
+
+/* A (rank, weight) pair; the same layout in C and Go (checked by both). */
+%{
+typedef struct weftgo_rank_weight {
+  int32_t rank;
+  double weight;
+} weftgo_rank_weight;
+_Static_assert(sizeof(weftgo_rank_weight) == 16 && offsetof(weftgo_rank_weight, weight) == 8,
+               "weftgo_rank_weight must match cweft.RankWeight");
+%}
+%insert(go_wrapper) %{
+// RankWeight is a (rank, weight) pair, laid out like the C struct weftgo_rank_weight.
+type RankWeight struct {
+	Rank   int32
+	Weight float64
+}
+%}
+
+/* recv/send weights fill two arrays; Go gets them as one []RankWeight (so the two can never
+ * have different lengths). The C arrays are temporaries copied into the slice afterwards. */
+%typemap(gotype) (int* ranks, double* weights, size_t capacity) "[]RankWeight"
+%typemap(in) (int* ranks, double* weights, size_t capacity) {
+  $3 = (size_t)$input.len;
+  $1 = (int*)calloc($3 + 1, sizeof(int));
+  $2 = (double*)calloc($3 + 1, sizeof(double));
+  if ($1 == NULL || $2 == NULL) {
+    free($1);
+    free($2);
+    _swig_gopanic("weft: out of memory");
+  }
+}
+%typemap(argout) (int* ranks, double* weights, size_t capacity) {
+  weftgo_rank_weight* dst = (weftgo_rank_weight*)$input.array;
+  for (size_t i = 0; i < $3; ++i) {
+    dst[i].rank = $1[i];
+    dst[i].weight = $2[i];
+  }
+}
+%typemap(freearg) (int* ranks, double* weights, size_t capacity) {
+  free($1);
+  free($2);
+}
+
+/* ---- const char** ------------------------------------------------------------------------ */
+/* C writes a C pointer into a Go unsafe.Pointer (allowed: it is not a Go pointer); the
+ * string is copied into Go memory before the next weft call on this thread can free it. */
+%typemap(gotype) const char** value "*string"
+%typemap(imtype) const char** value "*unsafe.Pointer"
+%typemap(goin) const char** value %{ $result = new(unsafe.Pointer) %}
+%typemap(in) const char** value %{ $1 = ($1_ltype)$input; %}
+%typemap(goargout) const char** value %{
+	if *$input != nil {
+		*$1 = C.GoString((*C.char)(*$input))
+	}
+%}
+
+/* ---- slices passed for the duration of one call ----------------------------------------- */
+%typemap(gotype) (const int64_t* shape, size_t ndim) "[]int64"
+%typemap(in) (const int64_t* shape, size_t ndim) %{
+  $1 = (const int64_t*)$input.array;
+  $2 = (size_t)$input.len;
+%}
+%typemap(gotype) (const int* ranks, size_t num) "[]int32"
+%typemap(in) (const int* ranks, size_t num) %{
+  $1 = (const int*)$input.array;
+  $2 = (size_t)$input.len;
+%}
+%apply (const int* ranks, size_t num) {
+  (const int* src_ranks, size_t num_src), (const int* dst_ranks, size_t num_dst)
+};
+%typemap(gotype) (const weftgo_rank_weight* pairs, size_t num) "[]RankWeight"
+%typemap(in) (const weftgo_rank_weight* pairs, size_t num) %{
+  $1 = (const weftgo_rank_weight*)$input.array;
+  $2 = (size_t)$input.len;
+%}
+%apply (const weftgo_rank_weight* pairs, size_t num) {
+  (const weftgo_rank_weight* src, size_t num_src), (const weftgo_rank_weight* dst, size_t num_dst)
+};
+
+/* Tensor data: a Go or C pointer passed as a real pointer argument (cgo checks it), or
+ * C memory coming back from weftgo_alloc / weftgo_managed_data. */
+%typemap(gotype) void* "unsafe.Pointer"
+%typemap(in) void* %{ $1 = $input; %}
+%typemap(out) void* %{ $result = $1; %}
+
+/* ---- the C ABI itself -------------------------------------------------------------------- */
+%include "weft/weft.h"
+
+/* ---- weftgo_*: tensors and options flattened into arguments ------------------------------ */
+%{
+/* Frees a buffer from weftgo_alloc (the release of weft_request_keep_alive). */
+static void weftgo_release(void* owner) { free(owner); }
+
+/* A CPU DLTensor over `data` (dtype (code, bits), lanes 1), shape borrowed, contiguous. */
+static DLTensor weftgo_tensor(void* data, int code, int bits, const int64_t* shape,
+                              size_t ndim) {
+  DLTensor t;
+  t.data = data;
+  t.device.device_type = kDLCPU;
+  t.device.device_id = 0;
+  t.ndim = (int)ndim;
+  t.dtype.code = (uint8_t)code;
+  t.dtype.bits = (uint8_t)bits;
+  t.dtype.lanes = 1;
+  t.shape = (int64_t*)shape;
+  t.strides = NULL;
+  t.byte_offset = 0;
+  return t;
+}
+
+/* Splits (rank, weight) pairs into the two arrays the ABI takes. On success the caller frees
+ * *ranks (one block holds both arrays). */
+static int weftgo_split(const weftgo_rank_weight* pairs, size_t num, int** ranks,
+                        double** weights) {
+  *ranks = NULL;
+  *weights = NULL;
+  if (num == 0) return 1;
+  /* doubles first, so that both arrays are aligned */
+  void* block = malloc(num * (sizeof(double) + sizeof(int)));
+  if (block == NULL) return 0;
+  *weights = (double*)block;
+  *ranks = (int*)(*weights + num);
+  for (size_t i = 0; i < num; ++i) {
+    (*ranks)[i] = pairs[i].rank;
+    (*weights)[i] = pairs[i].weight;
+  }
+  return 1;
+}
+
+%}
+
+%inline %{
+/* Every weftgo_* op: request NULL runs it blocking (in and out may be Go memory, lent for the
+ * call); request non-NULL starts it nonblocking and then in and out must be C memory that
+ * stays valid until the request has completed. in == out is in place. */
+
+weft_status weftgo_allreduce(weft_request** request, void* in, void* out, int code, int bits,
+                             const int64_t* shape, size_t ndim, int average, const char* name) {
+  DLTensor i = weftgo_tensor(in, code, bits, shape, ndim);
+  DLTensor o = weftgo_tensor(out, code, bits, shape, ndim);
+  return request == NULL ? weft_comm_allreduce(&i, &o, average, name)
+                         : weft_comm_allreduce_nonblocking(request, &i, &o, average, name);
+}
+
+weft_status weftgo_broadcast(weft_request** request, void* in, void* out, int code, int bits,
+                             const int64_t* shape, size_t ndim, int root_rank,
+                             const char* name) {
+  DLTensor i = weftgo_tensor(in, code, bits, shape, ndim);
+  DLTensor o = weftgo_tensor(out, code, bits, shape, ndim);
+  return request == NULL ? weft_comm_broadcast(&i, &o, root_rank, name)
+                         : weft_comm_broadcast_nonblocking(request, &i, &o, root_rank, name);
+}
+
+/* Blocking (request NULL): the result is stored in *out. Nonblocking: take it from the
+ * request with weft_request_take_output. */
+weft_status weftgo_allgather(weft_request** request, DLManagedTensor** out, void* in, int code,
+                             int bits, const int64_t* shape, size_t ndim, const char* name) {
+  DLTensor i = weftgo_tensor(in, code, bits, shape, ndim);
+  return request == NULL ? weft_comm_allgather(out, &i, name)
+                         : weft_comm_allgather_nonblocking(request, &i, name);
+}
+
+/* has_ranks = 0: the topology's neighbors (src/dst must be empty). */
+weft_status weftgo_neighbor_allgather(weft_request** request, DLManagedTensor** out, void* in,
+                                      int code, int bits, const int64_t* shape, size_t ndim,
+                                      int has_ranks, const int* src_ranks, size_t num_src,
+                                      const int* dst_ranks, size_t num_dst, const char* name) {
+  DLTensor i = weftgo_tensor(in, code, bits, shape, ndim);
+  weft_neighbor_allgather_options o = WEFT_NEIGHBOR_ALLGATHER_OPTIONS_INIT;
+  o.has_ranks = has_ranks;
+  o.num_src = num_src;
+  o.src_ranks = src_ranks;
+  o.num_dst = num_dst;
+  o.dst_ranks = dst_ranks;
+  return request == NULL ? weft_comm_neighbor_allgather(out, &i, &o, name)
+                         : weft_comm_neighbor_allgather_nonblocking(request, &i, &o, name);
+}
+
+weft_status weftgo_neighbor_allreduce(weft_request** request, void* in, void* out, int code,
+                                      int bits, const int64_t* shape, size_t ndim,
+                                      int has_weights, double self_weight,
+                                      const weftgo_rank_weight* src, size_t num_src,
+                                      int has_dst, const weftgo_rank_weight* dst,
+                                      size_t num_dst, const char* name) {
+  DLTensor i = weftgo_tensor(in, code, bits, shape, ndim);
+  DLTensor t = weftgo_tensor(out, code, bits, shape, ndim);
+  int *src_ranks, *dst_ranks;
+  double *src_weights, *dst_weights;
+  if (!weftgo_split(src, num_src, &src_ranks, &src_weights)) return WEFT_ERR_RESOURCE_EXHAUSTED;
+  if (!weftgo_split(dst, num_dst, &dst_ranks, &dst_weights)) {
+    free(src_weights);
+    return WEFT_ERR_RESOURCE_EXHAUSTED;
+  }
+  weft_neighbor_allreduce_options o = WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_INIT;
+  o.has_weights = has_weights;
+  o.self_weight = self_weight;
+  o.num_src = num_src;
+  o.src_ranks = src_ranks;
+  o.src_weights = src_weights;
+  o.has_dst = has_dst;
+  o.num_dst = num_dst;
+  o.dst_ranks = dst_ranks;
+  o.dst_weights = dst_weights;
+  weft_status status =
+      request == NULL ? weft_comm_neighbor_allreduce(&i, &t, &o, name)
+                      : weft_comm_neighbor_allreduce_nonblocking(request, &i, &t, &o, name);
+  free(src_weights); /* the blocks start with the weights */
+  free(dst_weights);
+  return status;
+}
+
+/* Weights keyed by machine index. */
+weft_status weftgo_hierarchical_neighbor_allreduce(
+    weft_request** request, void* in, void* out, int code, int bits, const int64_t* shape,
+    size_t ndim, int has_weights, double self_weight, const weftgo_rank_weight* src,
+    size_t num_src, int has_dst, const weftgo_rank_weight* dst, size_t num_dst,
+    const char* name) {
+  DLTensor i = weftgo_tensor(in, code, bits, shape, ndim);
+  DLTensor t = weftgo_tensor(out, code, bits, shape, ndim);
+  int *src_machines, *dst_machines;
+  double *src_weights, *dst_weights;
+  if (!weftgo_split(src, num_src, &src_machines, &src_weights)) {
+    return WEFT_ERR_RESOURCE_EXHAUSTED;
+  }
+  if (!weftgo_split(dst, num_dst, &dst_machines, &dst_weights)) {
+    free(src_weights);
+    return WEFT_ERR_RESOURCE_EXHAUSTED;
+  }
+  weft_hierarchical_options o = WEFT_HIERARCHICAL_OPTIONS_INIT;
+  o.has_weights = has_weights;
+  o.self_weight = self_weight;
+  o.num_src = num_src;
+  o.src_machines = src_machines;
+  o.src_machine_weights = src_weights;
+  o.has_dst = has_dst;
+  o.num_dst = num_dst;
+  o.dst_machines = dst_machines;
+  o.dst_machine_weights = dst_weights;
+  weft_status status =
+      request == NULL
+          ? weft_comm_hierarchical_neighbor_allreduce(&i, &t, &o, name)
+          : weft_comm_hierarchical_neighbor_allreduce_nonblocking(request, &i, &t, &o, name);
+  free(src_weights);
+  free(dst_weights);
+  return status;
+}
+
+weft_status weftgo_pair_gossip(weft_request** request, void* in, void* out, int code, int bits,
+                               const int64_t* shape, size_t ndim, int peer, double self_weight,
+                               double pair_weight, const char* name) {
+  DLTensor i = weftgo_tensor(in, code, bits, shape, ndim);
+  DLTensor o = weftgo_tensor(out, code, bits, shape, ndim);
+  return request == NULL
+             ? weft_comm_pair_gossip(&i, &o, peer, self_weight, pair_weight, name)
+             : weft_comm_pair_gossip_nonblocking(request, &i, &o, peer, self_weight,
+                                                 pair_weight, name);
+}
+
+/* ---- C memory for nonblocking ops -------------------------------------------------------- */
+
+/* 64-byte aligned, at least one line (so that an empty buffer is a valid pointer); NULL when
+ * out of memory. */
+void* weftgo_alloc(size_t nbytes) {
+  size_t rounded = (nbytes + 63) / 64 * 64;
+  return aligned_alloc(64, rounded == 0 ? 64 : rounded);
+}
+
+void weftgo_free(void* p) { free(p); }
+
+/* Frees `buffer` (from weftgo_alloc) once the op has completed and the request is freed: lets
+ * Go free a request early without freeing memory the engine still uses. */
+weft_status weftgo_request_free_after_completion(weft_request* request, void* buffer) {
+  return weft_request_keep_alive(request, buffer, weftgo_release);
+}
+
+/* ---- DLManagedTensor results ------------------------------------------------------------- */
+
+void* weftgo_managed_data(const DLManagedTensor* t) {
+  return (char*)t->dl_tensor.data + t->dl_tensor.byte_offset;
+}
+
+int64_t weftgo_managed_numel(const DLManagedTensor* t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->dl_tensor.ndim; ++d) n *= t->dl_tensor.shape[d];
+  return n;
+}
+
+/* code * 256 + bits, to check against what the caller expects. */
+int weftgo_managed_dtype(const DLManagedTensor* t) {
+  return t->dl_tensor.dtype.code * 256 + t->dl_tensor.dtype.bits;
+}
+
+void weftgo_managed_delete(DLManagedTensor* t) {
+  if (t != NULL && t->deleter != NULL) t->deleter(t);
+}
+%}

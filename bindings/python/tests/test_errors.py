@@ -1,0 +1,83 @@
+"""Bad input: a clear WeftError on every rank, never a hang or a crash."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import weft
+
+
+def test_error_classes():
+    e = weft.InvalidArgumentError(1, "why")
+    assert isinstance(e, weft.WeftError) and isinstance(e, ValueError)
+    assert e.status == 1 and e.message == "why"
+    assert issubclass(weft.DeadlineExceededError, TimeoutError)
+
+
+def test_bad_arguments():
+    x = np.ones(4, dtype=np.float32)
+    with pytest.raises(weft.InvalidArgumentError, match="root_rank"):
+        weft.broadcast(x, weft.size())
+    with pytest.raises(weft.InvalidArgumentError, match="itself"):
+        weft.pair_gossip(x, weft.rank())
+    with pytest.raises(ValueError, match="go together"):
+        weft.neighbor_allreduce(x, self_weight=0.5)
+    with pytest.raises(weft.InvalidArgumentError, match="go together"):
+        weft.neighbor_allgather(x, src_ranks=[0])
+    with pytest.raises(weft.InvalidArgumentError, match="out of range"):
+        weft.neighbor_allreduce(x, self_weight=0.5, src_weights={weft.size() + 3: 0.5})
+    with pytest.raises(weft.InvalidArgumentError, match="reserved"):
+        weft.allreduce(x, name="#mine")
+    with pytest.raises(weft.UnimplementedError, match="cannot be passed"):
+        weft.allreduce(np.ones(3, dtype=bool))
+    with pytest.raises(weft.UnimplementedError):
+        weft.allreduce(np.ones(3, dtype=np.complex64))
+    with pytest.raises(TypeError, match="expected a NumPy array"):
+        weft.allreduce(object())
+    with pytest.raises(weft.InvalidArgumentError, match="at least one dimension"):
+        weft.allgather(np.float32(3.0))
+    # The engine keeps working after every refusal.
+    assert np.all(weft.allreduce(x, average=False) == weft.size())
+
+
+def test_mismatch_across_ranks_fails_everywhere():
+    if weft.size() == 1:
+        pytest.skip("needs two ranks")
+    shape = 5 if weft.rank() == 0 else 4
+    with pytest.raises(weft.InvalidArgumentError, match="shape differs across ranks"):
+        weft.allreduce(np.ones(shape), name="py.mismatch")
+    dtype = torch.float64 if weft.rank() == 0 else torch.float32
+    h = weft.allreduce_nonblocking(torch.ones(3, dtype=dtype), name="py.mismatch.dtype")
+    with pytest.raises(weft.InvalidArgumentError, match="dtype"):
+        weft.synchronize(h)
+
+
+def test_set_topology_mismatch_fails_everywhere():
+    n = weft.size()
+    if n < 3:
+        pytest.skip("needs two different rings")
+    ring = weft.topology.RingGraph(n, connect_style=1 if weft.rank() == 0 else 2)
+    with pytest.raises(weft.InvalidArgumentError):
+        weft.set_topology(ring)
+    assert weft.topology.IsTopologyEquivalent(weft.load_topology(),
+                                              weft.topology.ExponentialGraph(n))
+    with pytest.raises(weft.InvalidArgumentError, match="ranks but weft runs"):
+        weft.set_topology(weft.topology.RingGraph(n + 1))
+
+
+def test_calls_before_init_fail_clearly():
+    code = (
+        "import numpy as np, weft\n"
+        "assert weft.rank() == -1 and not weft.is_initialized()\n"
+        "try:\n"
+        "    weft.allreduce(np.ones(2))\n"
+        "except weft.FailedPreconditionError as e:\n"
+        "    assert 'call init() first' in str(e), e\n"
+        "    print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"

@@ -1,0 +1,243 @@
+"""Every op from Python with exact values, on NumPy arrays and torch tensors."""
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import weft
+
+KINDS = ["numpy", "torch"]
+DTYPES = ["float32", "float64", "float16", "int32", "int64"]
+
+
+def make(kind, values, dtype="float32"):
+    a = np.asarray(values).astype(dtype)
+    return torch.from_numpy(a) if kind == "torch" else a
+
+
+def as_numpy(x):
+    return x.numpy() if isinstance(x, torch.Tensor) else x
+
+
+def check_type(result, like):
+    assert type(result) is type(like)
+    assert result.dtype == like.dtype
+    assert tuple(result.shape) == tuple(like.shape)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_allreduce(kind, dtype):
+    r, n = weft.rank(), weft.size()
+    x = make(kind, np.full((2, 3), r + 1), dtype)
+    y = weft.allreduce(x, average=False, name=f"ar.sum.{kind}.{dtype}")
+    check_type(y, x)
+    assert np.all(as_numpy(y) == n * (n + 1) // 2)
+    assert np.all(as_numpy(x) == r + 1)  # out of place leaves the input alone
+    if dtype.startswith("float"):
+        y = weft.allreduce(x, name=f"ar.avg.{kind}.{dtype}")
+        assert np.allclose(as_numpy(y).astype(np.float64), (n + 1) / 2)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_allreduce_in_place_and_nonblocking(kind):
+    r, n = weft.rank(), weft.size()
+    x = make(kind, [r, r, r], "float64")
+    same = weft.allreduce_(x, average=False)
+    assert same is x and np.all(as_numpy(x) == n * (n - 1) / 2)
+    x = make(kind, [r, 2 * r], "float64")
+    h = weft.allreduce_nonblocking(x, average=True, name="ar.nb")
+    y = weft.synchronize(h)
+    assert weft.poll(h)
+    assert np.allclose(as_numpy(y), [(n - 1) / 2, n - 1])
+    assert weft.wait(h) is y  # waiting again returns the same result
+    h = weft.allreduce_nonblocking_(x, average=False)
+    assert weft.synchronize(h) is x and np.allclose(as_numpy(x), [n * (n - 1) / 2, n * (n - 1)])
+
+
+def test_bfloat16_torch():
+    n = weft.size()
+    x = torch.full((4,), 1.5, dtype=torch.bfloat16)
+    y = weft.allreduce(x, average=False)
+    assert y.dtype == torch.bfloat16 and torch.all(y == 1.5 * n)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_broadcast(kind):
+    r, n = weft.rank(), weft.size()
+    for root in range(n):
+        x = make(kind, [[r, 10 * r]], "int64")
+        y = weft.broadcast(x, root, name=f"bc.{kind}.{root}")
+        check_type(y, x)
+        assert as_numpy(y).tolist() == [[root, 10 * root]]
+    x = make(kind, [r], "float32")
+    assert weft.broadcast_(x, n - 1) is x and as_numpy(x)[0] == n - 1
+    x = make(kind, [r], "float32")
+    assert as_numpy(weft.synchronize(weft.broadcast_nonblocking(x, 0)))[0] == 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_allgather(kind):
+    r, n = weft.rank(), weft.size()
+    x = make(kind, np.full((r + 1, 2), r), "float32")  # dim 0 differs per rank
+    y = weft.allgather(x, name=f"ag.{kind}")
+    assert type(y) is type(x) and y.dtype == x.dtype
+    expected = np.concatenate([np.full((q + 1, 2), q) for q in range(n)]).astype(np.float32)
+    assert np.array_equal(as_numpy(y), expected)
+    h = weft.allgather_nonblocking(x)
+    assert np.array_equal(as_numpy(weft.synchronize(h)), expected)
+
+
+def neighbor_average(r, values_of):
+    """The uniform average over self and the in-neighbors of the topology in force."""
+    ins = weft.in_neighbor_ranks()
+    return (values_of(r) + sum(values_of(j) for j in ins)) / (len(ins) + 1)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_neighbor_allreduce(kind):
+    r, n = weft.rank(), weft.size()
+    x = make(kind, [r, 2 * r], "float64")
+    y = weft.neighbor_allreduce(x, name=f"nar.{kind}")
+    check_type(y, x)
+    expected = neighbor_average(r, lambda q: q)
+    assert np.allclose(as_numpy(y), [expected, 2 * expected])
+
+    # Weights matched by rank: give each in-neighbor a distinct weight.
+    ins = weft.in_neighbor_ranks()
+    src = {j: 0.1 * (k + 1) for k, j in enumerate(ins)}
+    y = weft.neighbor_allreduce(x, self_weight=0.5, src_weights=src)
+    assert np.allclose(as_numpy(y)[0], 0.5 * r + sum(w * j for j, w in src.items()))
+
+    h = weft.neighbor_allreduce_nonblocking(x, self_weight=0.5, src_weights=src)
+    assert np.allclose(as_numpy(weft.synchronize(h))[0], 0.5 * r + sum(w * j for j, w in src.items()))
+
+
+def test_neighbor_allreduce_dynamic():
+    r, n = weft.rank(), weft.size()
+    x = np.array([float(r)])
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    if n == 1:
+        y = weft.neighbor_allreduce(x, self_weight=0.5, src_weights={}, dst_weights=[])
+        assert y[0] == 0.5 * r
+        return
+    # A list of ranks: weight 1 on the sender's side.
+    y = weft.neighbor_allreduce(x, self_weight=0.5, src_weights={prv: 0.5}, dst_weights=[nxt])
+    assert np.isclose(y[0], 0.5 * r + 0.5 * prv)
+    # A dict: the sender scales by its weight too.
+    y = weft.neighbor_allreduce(x, self_weight=0.25, src_weights={prv: 0.5},
+                                dst_weights={nxt: 1.5})
+    assert np.isclose(y[0], 0.25 * r + 0.5 * 1.5 * prv)
+
+
+def test_neighbor_allgather():
+    r, n = weft.rank(), weft.size()
+    x = np.array([[r, -r]], dtype=np.int32)
+    y = weft.neighbor_allgather(x)
+    ins = weft.in_neighbor_ranks()
+    assert y.tolist() == [[j, -j] for j in ins]
+    if n > 1:
+        nxt, prv = (r + 1) % n, (r - 1) % n
+        y = weft.neighbor_allgather(x, src_ranks=[prv], dst_ranks=[nxt])
+        assert y.tolist() == [[prv, -prv]]
+        h = weft.neighbor_allgather_nonblocking(x, src_ranks=[prv], dst_ranks=[nxt])
+        assert weft.synchronize(h).tolist() == [[prv, -prv]]
+
+
+def test_hierarchical_neighbor_allreduce():
+    # All ranks of a test run share one machine: the result is the machine average.
+    r, n = weft.rank(), weft.size()
+    x = torch.tensor([float(r)])
+    y = weft.hierarchical_neighbor_allreduce(x)
+    assert torch.allclose(y, torch.tensor([(n - 1) / 2]))
+    h = weft.hierarchical_neighbor_allreduce_nonblocking(x, name="hier.nb")
+    assert torch.allclose(weft.synchronize(h), torch.tensor([(n - 1) / 2]))
+
+
+def test_pair_gossip():
+    r, n = weft.rank(), weft.size()
+    if n % 2:
+        pytest.skip("pairs need an even number of ranks")
+    x = np.array([float(r)])
+    peer = r ^ 1
+    y = weft.pair_gossip(x, peer, self_weight=0.75, pair_weight=0.25)
+    assert np.isclose(y[0], 0.75 * r + 0.25 * peer)
+    y = weft.synchronize(weft.pair_gossip_nonblocking(x, peer))
+    assert np.isclose(y[0], 0.5 * (r + peer))
+
+
+def test_barrier():
+    weft.barrier()
+    weft.synchronize(weft.barrier_nonblocking())
+
+
+def test_non_contiguous_and_read_only_inputs():
+    n = weft.size()
+    base = np.arange(8, dtype=np.float32)
+    strided = base[::2]  # not contiguous: weft works on a contiguous copy
+    y = weft.allreduce(strided, average=False)
+    assert np.array_equal(y, n * base[::2])
+    weft.allreduce_(strided, average=False)  # the in-place result is copied back
+    assert np.array_equal(base[::2], n * np.arange(0, 8, 2)) and base[1] == 1
+    frozen = np.ones(3)
+    frozen.setflags(write=False)
+    assert np.array_equal(weft.allreduce(frozen, average=False), np.full(3, float(n)))
+    t = torch.ones(2, 3).t()  # a transposed view
+    assert torch.equal(weft.allreduce(t, average=False), torch.full((3, 2), float(n)))
+    g = torch.ones(2, requires_grad=True)
+    assert torch.equal(weft.allreduce(g, average=False), torch.full((2,), float(n)))
+
+
+def test_dropped_handle_is_safe():
+    # The handle goes away before the op completes: the op keeps its arrays alive.
+    for i in range(20):
+        weft.allreduce_nonblocking(np.ones(1000), name=f"dropped.{i}")
+    weft.barrier()
+    y = weft.allreduce(np.ones(4), average=False)
+    assert np.all(y == weft.size())
+
+
+def test_blocking_call_releases_the_gil():
+    if weft.size() == 1:
+        pytest.skip("needs a second rank to wait for")
+    count = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            count[0] += 1
+
+    if weft.rank() == 0:
+        time.sleep(0.5)  # everyone else waits for rank 0 inside allreduce
+    thread = threading.Thread(target=spin)
+    thread.start()
+    weft.allreduce(np.ones(1), name="gil")
+    stop.set()
+    thread.join()
+    if weft.rank() != 0:
+        # Had the GIL been held during the wait, the spinning thread would not have run.
+        assert count[0] > 1000, count[0]
+
+
+def test_config_and_timeline(tmp_path_factory):
+    assert weft.config_get("WEFT_FUSION_THRESHOLD_BYTES").isdigit()
+    weft.config_set("WEFT_FUSION_THRESHOLD_BYTES", 4096)
+    assert weft.config_get("WEFT_FUSION_THRESHOLD_BYTES") == "4096"
+    weft.config_unset("WEFT_FUSION_THRESHOLD_BYTES")
+    assert "WEFT_TIMELINE" in weft.config_describe()
+    with pytest.raises(weft.InvalidArgumentError, match="an integer"):
+        weft.config_set("WEFT_FUSION_THRESHOLD_BYTES", "lots")
+    with pytest.raises(weft.InvalidArgumentError, match="not a weft setting"):
+        weft.config_get("WEFT_NO_SUCH_THING")
+
+    path = tmp_path_factory.mktemp(f"trace{weft.rank()}") / "trace.json"
+    weft.timeline_start(str(path))
+    with weft.timeline_context("py.trace", "py.compute"):
+        weft.allreduce(np.ones(2), name="py.trace")
+    weft.timeline_stop()
+    files = list(path.parent.iterdir())
+    assert len(files) == 1
+    text = files[0].read_text()
+    assert "py.compute" in text and '"py.trace"' in text
