@@ -51,12 +51,6 @@
 #cgo LDFLAGS: -lweft
 %}
 
-/* Shorter Go names for the opaque handles and the status enum. */
-%rename(Topology) weft_topology;
-%rename(Schedule) weft_schedule;
-%rename(Request) weft_request;
-%rename(Status) weft_status;
-
 /* DLPack types are opaque here (weft.h's #include of dlpack.h is not followed by SWIG). */
 typedef struct DLManagedTensor DLManagedTensor;
 
@@ -99,10 +93,10 @@ WEFTGO_SCALAR_OUT(size_t, uint64)
 %apply size_t* WEFTGO_OUT { size_t* count };
 
 /* ---- handle out-parameters --------------------------------------------------------------- */
-%typemap(gotype) weft_topology** "*SwigcptrTopology"
-%typemap(gotype) weft_schedule** "*SwigcptrSchedule"
-%typemap(gotype) weft_request** "*SwigcptrRequest"
-%typemap(gotype) DLManagedTensor** "*SwigcptrDLManagedTensor"
+%typemap(gotype) weft_topology** "*SwigcptrStruct_SS_weft_topology"
+%typemap(gotype) weft_schedule** "*SwigcptrStruct_SS_weft_schedule"
+%typemap(gotype) weft_request** "*SwigcptrStruct_SS_weft_request"
+%typemap(gotype) DLManagedTensor** "*SwigcptrStruct_SS_DLManagedTensor"
 %typemap(in) weft_topology**, weft_schedule**, weft_request**, DLManagedTensor**
 %{ $1 = ($1_ltype)$input; %}
 
@@ -121,7 +115,7 @@ WEFTGO_BUFFER(double, float64)
 
 /* An input array whose length the caller guarantees (weights: size * size). */
 %typemap(gotype) const double* weights "[]float64"
-%typemap(in) const double* weights %{ $1 = (const double*)$input.array; %}
+%typemap(in) const double* weights %{ $1 = ($1_ltype)$input.array; %}
 
 /* A (rank, weight) pair; the same layout in C and Go (checked by both). */
 %{
@@ -181,12 +175,12 @@ type RankWeight struct {
 /* ---- slices passed for the duration of one call ----------------------------------------- */
 %typemap(gotype) (const int64_t* shape, size_t ndim) "[]int64"
 %typemap(in) (const int64_t* shape, size_t ndim) %{
-  $1 = (const int64_t*)$input.array;
+  $1 = ($1_ltype)$input.array;
   $2 = (size_t)$input.len;
 %}
 %typemap(gotype) (const int* ranks, size_t num) "[]int32"
 %typemap(in) (const int* ranks, size_t num) %{
-  $1 = (const int*)$input.array;
+  $1 = ($1_ltype)$input.array;
   $2 = (size_t)$input.len;
 %}
 %apply (const int* ranks, size_t num) {
@@ -194,7 +188,7 @@ type RankWeight struct {
 };
 %typemap(gotype) (const weftgo_rank_weight* pairs, size_t num) "[]RankWeight"
 %typemap(in) (const weftgo_rank_weight* pairs, size_t num) %{
-  $1 = (const weftgo_rank_weight*)$input.array;
+  $1 = ($1_ltype)$input.array;
   $2 = (size_t)$input.len;
 %}
 %apply (const weftgo_rank_weight* pairs, size_t num) {
@@ -403,8 +397,9 @@ void* weftgo_managed_data(const DLManagedTensor* t) {
   return (char*)t->dl_tensor.data + t->dl_tensor.byte_offset;
 }
 
-int64_t weftgo_managed_numel(const DLManagedTensor* t) {
-  int64_t n = 1;
+/* long long: the Go int64 (SWIG has no int64_t without stdint.i, whose typedef differs). */
+long long weftgo_managed_numel(const DLManagedTensor* t) {
+  long long n = 1;
   for (int d = 0; d < t->dl_tensor.ndim; ++d) n *= t->dl_tensor.shape[d];
   return n;
 }

@@ -107,8 +107,12 @@ def syntax_problems(trees, shown_names=None):
             if e["kind"] == "MISSING":
                 problems.append("%s: syntax error: missing %r" % (where, e["node"]))
             else:
-                problems.append("%s: syntax error (tree-sitter ERROR through line %d) at %r"
-                                % (where, e["end_line"], e["text"][:40]))
+                message = "%s: syntax error (a tree-sitter ERROR through line %d)" % (
+                    where, e["end_line"])
+                if e.get("last_piece"):
+                    message += "; the last piece it could place is at line %d: %r" % (
+                        e["last_piece"]["line"], e["last_piece"]["text"])
+                problems.append(message)
     return problems
 
 

@@ -139,9 +139,18 @@ function describe(parser, file) {
                modules: []};
   walk(tree.rootNode, (node) => {
     if (node.type === "ERROR" || node.isMissing) {
-      out.errors.push(Object.assign({kind: node.isMissing ? "MISSING" : "ERROR",
-                                     node: node.type, text: node.text.slice(0, 80)},
-                                    position(node)));
+      const error = Object.assign({kind: node.isMissing ? "MISSING" : "ERROR",
+                                   node: node.type, text: node.text.slice(0, 80)},
+                                  position(node));
+      // An ERROR often spans from the start of an unclosed block (even line 1) to the end
+      // of the file; its last piece is usually where the parser lost track.
+      const pieces = parts(node);
+      if (node.type === "ERROR" && pieces.length) {
+        const last = pieces[pieces.length - 1];
+        error.last_piece = {line: last.startPosition.row + 1,
+                            text: last.text.split("\n")[0].slice(0, 60)};
+      }
+      out.errors.push(error);
     } else if (node.type === "call_expression" && parts(node)[0] &&
                parts(node)[0].text === "ccall" && parts(node)[1]) {
       out.ccalls.push(describeCcall(node));

@@ -1,0 +1,1076 @@
+"""
+    Weft
+
+Julia binding of weft, decentralized training's communication library, over its stable C
+ABI (`capi/include/weft/weft.h`). The names and keyword arguments are Bluefog's:
+
+    import Weft as bf
+    bf.init()
+    x = fill(Float64(bf.rank()), 4)
+    y = bf.neighbor_allreduce(x)          # average with the in-neighbors
+    bf.shutdown()
+
+Conventions (bindings/julia/README.md has the details):
+- ranks are 0-based, as in MPI and Bluefog;
+- a Julia array with dims (d1, ..., dN) is handed to weft as the row-major tensor of shape
+  (dN, ..., d1): the same memory, no copy. So `allgather` concatenates along Julia's LAST
+  dimension (vectors: one after the other);
+- element types: Float16, Float32, Float64, Int8, Int32, Int64, UInt8;
+- every failure throws a [`WeftError`](@ref).
+
+`Weft.size()`, `Weft.rank()`, `Weft.init()`, `Weft.shutdown()`, `Weft.broadcast` and
+`Weft.broadcast!` are not exported: their names belong to Base (or to LinearAlgebra).
+"""
+module Weft
+
+include("capi.jl")
+using .CAPI
+
+export WeftError, Topology, Schedule, Handle,
+    # process model (rank(), size(), init(), shutdown() are Weft.-qualified)
+    is_initialized, local_rank, local_size, machine_rank, machine_size,
+    set_topology, load_topology, is_topo_weighted, set_machine_topology,
+    load_machine_topology, in_neighbor_ranks, out_neighbor_ranks,
+    # ops (broadcast and broadcast! are Weft.-qualified)
+    allreduce, allreduce!, allreduce_nonblocking, allreduce_nonblocking!,
+    broadcast_nonblocking, broadcast_nonblocking!,
+    allgather, allgather_nonblocking, neighbor_allgather, neighbor_allgather_nonblocking,
+    neighbor_allreduce, neighbor_allreduce!, neighbor_allreduce_nonblocking,
+    neighbor_allreduce_nonblocking!, hierarchical_neighbor_allreduce,
+    hierarchical_neighbor_allreduce!, hierarchical_neighbor_allreduce_nonblocking,
+    hierarchical_neighbor_allreduce_nonblocking!, pair_gossip, pair_gossip!,
+    pair_gossip_nonblocking, pair_gossip_nonblocking!, barrier, barrier_nonblocking,
+    poll, synchronize,
+    # topologies
+    ExponentialTwoGraph, ExponentialGraph, SymmetricExponentialGraph, MeshGrid2DGraph,
+    StarGraph, RingGraph, FullyConnectedGraph, weight_matrix, num_ranks, in_neighbors,
+    out_neighbors, GetRecvWeights, GetSendWeights, IsRegularGraph, IsTopologyEquivalent,
+    GetDynamicOnePeerSendRecvRanks, GetExp2DynamicSendRecvMachineRanks,
+    GetInnerOuterRingDynamicSendRecvRanks, GetInnerOuterExpo2DynamicSendRecvRanks,
+    # settings and timeline
+    config_set, config_get, config_unset, config_describe,
+    timeline_start, timeline_stop, timeline_start_activity, timeline_end_activity,
+    timeline_context
+
+# ---- errors ------------------------------------------------------------------------------
+
+"""
+    WeftError(status, message)
+
+A weft call failed. `status` is the `weft_status` code (e.g.
+`Weft.CAPI.WEFT_ERR_INVALID_ARGUMENT`); `message` is the library's explanation
+(`weft_last_error()`): what was expected, what was found.
+"""
+struct WeftError <: Exception
+    status::Int
+    message::String
+end
+
+# Status code -> its C name, read from the generated constants (no library call needed).
+const _STATUS_NAMES = Dict{Int,String}(
+    Int(getfield(CAPI, n)) => String(n)
+    for n in names(CAPI) if n === :WEFT_OK || startswith(String(n), "WEFT_ERR_"))
+
+function Base.showerror(io::IO, e::WeftError)
+    name = get(_STATUS_NAMES, e.status, string(e.status))
+    print(io, "WeftError(", name, "): ", e.message)
+end
+
+_string_or_empty(p::Ptr{Cchar}) = p == C_NULL ? "" : unsafe_string(p)
+
+# The message must be read right after the failing call: weft_last_error() is per thread,
+# and no task switch can happen between two ccalls.
+function _check(status::Integer)
+    status == WEFT_OK && return nothing
+    throw(WeftError(Int(status), _string_or_empty(weft_last_error())))
+end
+
+_not_initialized(what) = WeftError(Int(WEFT_ERR_FAILED_PRECONDITION),
+                                   "$what: weft is not initialized; call Weft.init() first")
+
+# ---- process model -----------------------------------------------------------------------
+
+"""
+    Weft.init()
+
+Starts MPI (unless the program already did) and weft's engine; the default topology is
+`ExponentialGraph(Weft.size())`. Run the program under `mpirun -np N julia script.jl`.
+The shared library comes from `ENV["LIBWEFT"]` (read when Weft is loaded).
+"""
+function init()
+    major = div(weft_version_number(), 10000)
+    major == WEFT_VERSION_MAJOR || throw(WeftError(Int(WEFT_ERR_FAILED_PRECONDITION),
+        "the loaded libweft is version $(version()), this binding was generated for " *
+        "$WEFT_VERSION_MAJOR.x; set LIBWEFT to a matching library"))
+    _check(weft_init())
+    return nothing
+end
+
+"""
+    Weft.shutdown()
+
+Waits until every rank has called it, then stops the engine; ops that cannot complete
+then fail. `Weft.init()` may be called again afterwards.
+"""
+function shutdown()
+    _check(weft_shutdown())
+    _free_dropped_requests()
+    return nothing
+end
+
+is_initialized() = weft_is_initialized() != 0
+
+function _process_number(value::Integer, what)
+    value < 0 && throw(_not_initialized(what))
+    return Int(value)
+end
+
+"""
+    Weft.size()
+
+The number of ranks. Not exported, and not a method of `Base.size`: inside this module
+arrays are measured with `Base.size`.
+"""
+size() = _process_number(weft_size(), "size()")
+
+"This process's rank, 0-based. Not exported (LinearAlgebra exports a `rank`)."
+rank() = _process_number(weft_rank(), "rank()")
+
+"This process's rank among the ranks on its machine, 0-based."
+local_rank() = _process_number(weft_local_rank(), "local_rank()")
+
+"The number of ranks on this machine."
+local_size() = _process_number(weft_local_size(), "local_size()")
+
+"This machine's index, 0-based."
+machine_rank() = _process_number(weft_machine_rank(), "machine_rank()")
+
+"The number of machines."
+machine_size() = _process_number(weft_machine_size(), "machine_size()")
+
+"The version of the loaded libweft."
+version() = VersionNumber(_string_or_empty(weft_version()))
+
+# ---- arrays as DLPack tensors ------------------------------------------------------------
+
+"The element types weft exchanges."
+const WeftElType = Union{Float16,Float32,Float64,Int8,Int32,Int64,UInt8}
+
+_dtype(::Type{T}) where {T<:AbstractFloat} = DLDataType(kDLFloat, 8 * sizeof(T), 1)
+_dtype(::Type{T}) where {T<:Signed} = DLDataType(kDLInt, 8 * sizeof(T), 1)
+_dtype(::Type{T}) where {T<:Unsigned} = DLDataType(kDLUInt, 8 * sizeof(T), 1)
+
+# A Julia array as weft sees it. Julia stores arrays column-major and a DLTensor with
+# strides NULL is row-major, so dims (d1, ..., dN) are described as shape (dN, ..., d1):
+# the same bytes in the same order, no copy. The DLTensor points into `array` and `shape`;
+# keep this object alive (GC.@preserve, or a Handle) while weft may use it.
+struct _Tensor{T,N}
+    array::Array{T,N}
+    shape::Vector{Int64}
+    dl::Base.RefValue{DLTensor}
+end
+
+function _Tensor(x::Array{T,N}) where {T<:WeftElType,N}
+    shape = Int64[Base.size(x, d) for d in N:-1:1]
+    dl = DLTensor(Ptr{Cvoid}(pointer(x)), DLDevice(kDLCPU, 0), N, _dtype(T),
+                  pointer(shape), Ptr{Int64}(C_NULL), 0)
+    return _Tensor{T,N}(x, shape, Ref(dl))
+end
+
+_Tensor(x::Array{T}) where {T} =
+    throw(ArgumentError("weft cannot exchange elements of type $T; use one of $WeftElType"))
+
+# Inputs of out-of-place ops may be any array (a view, a range): copied to a dense Array.
+_dense(x::Array) = x
+_dense(x::AbstractArray) = Array(x)
+
+_name(::Nothing) = ""  # ops without a name are matched across ranks by call order
+_name(name::Union{AbstractString,Symbol}) = String(name)
+
+# A tensor weft allocated (allgather results) copied into a new Array{T,N}; weft's copy
+# is freed at once with its DLPack deleter. (Wrapping weft's buffer with unsafe_wrap would
+# save the copy but leave the deleter to a GC finalizer, on an arbitrary thread.)
+function _take_managed(managed::Ptr{DLManagedTensor}, ::Type{T}, ::Val{N}) where {T,N}
+    managed == C_NULL &&
+        throw(WeftError(Int(WEFT_ERR_INTERNAL), "weft returned no tensor"))
+    try
+        t = unsafe_load(managed).dl_tensor
+        if t.ndim != N || t.dtype != _dtype(T)
+            throw(WeftError(Int(WEFT_ERR_INTERNAL),
+                "weft returned a $(t.ndim)-dimensional tensor of $(t.dtype); expected " *
+                "$N dimensions of $T"))
+        end
+        shape = Int[unsafe_load(t.shape, k) for k in 1:N]  # row-major: (dN, ..., d1)
+        if t.strides != C_NULL
+            expected = 1
+            for k in N:-1:1
+                if shape[k] != 1 && unsafe_load(t.strides, k) != expected
+                    throw(WeftError(Int(WEFT_ERR_INTERNAL),
+                                    "weft returned a non-contiguous tensor"))
+                end
+                expected *= shape[k]
+            end
+        end
+        result = Array{T,N}(undef, ntuple(d -> shape[N + 1 - d], Val(N)))
+        if length(result) > 0
+            unsafe_copyto!(pointer(result), Ptr{T}(t.data + t.byte_offset), length(result))
+        end
+        return result
+    finally
+        deleter = unsafe_load(managed).deleter
+        deleter == C_NULL || ccall(deleter, Cvoid, (Ptr{DLManagedTensor},), managed)
+    end
+end
+
+# ---- nonblocking ops: handles ------------------------------------------------------------
+
+"""
+    Handle
+
+A nonblocking op in flight, as returned by the `*_nonblocking` functions. [`poll`](@ref)
+says whether it has completed; `wait(h)` (or [`synchronize`](@ref)) waits and returns its
+result: the output array, `nothing` for a barrier. Waiting again returns the same result
+(or throws the same error).
+
+The handle keeps the op's arrays alive: weft reads the input and writes the output until
+the op completes, after the call that started it has returned. Dropping a handle without
+waiting is allowed; the arrays then stay alive until a later weft call finds the op done.
+"""
+mutable struct Handle
+    request::Ptr{weft_request}  # C_NULL once freed
+    keep::Any                   # what weft uses until the op completes (the _Tensors, ...)
+    finish::Any                 # request -> the op's result, after a successful wait
+    lock::ReentrantLock
+    done::Bool
+    result::Any
+    error::Union{Nothing,Exception}
+end
+
+# Every request in flight, its arrays, and its Handle held weakly. When the program drops
+# a Handle before the op completes, this entry keeps the arrays alive; a later call
+# (_free_dropped_requests) frees the request once the op is done. Handles have no
+# finalizer on purpose: freeing a request from the GC could release the arrays under a
+# running op.
+struct _InFlight
+    handle::WeakRef
+    request::Ptr{weft_request}
+    keep::Any
+end
+const _in_flight = _InFlight[]
+const _in_flight_lock = ReentrantLock()
+
+function _free_dropped_requests()
+    lock(_in_flight_lock) do
+        filter!(_in_flight) do entry
+            entry.handle.value === nothing || return true  # its Handle frees it
+            done = Ref{Cint}(0)
+            status = weft_request_poll(done, entry.request)
+            status == WEFT_OK && done[] == 0 && return true  # still running: keep arrays
+            weft_request_free(entry.request)
+            return false
+        end
+    end
+    return nothing
+end
+
+# Starts a nonblocking op: start(out::Ref{Ptr{weft_request}}) calls weft; keep holds what
+# the op uses; finish(request) makes the result once it completed.
+function _start(start, keep, finish)
+    _free_dropped_requests()
+    request = Ref{Ptr{weft_request}}(C_NULL)
+    GC.@preserve keep _check(start(request))
+    handle = Handle(request[], keep, finish, ReentrantLock(), false, nothing, nothing)
+    lock(_in_flight_lock) do
+        push!(_in_flight, _InFlight(WeakRef(handle), handle.request, keep))
+    end
+    return handle
+end
+
+"""
+    poll(h::Handle) -> Bool
+
+Whether the op has completed (successfully or not); never blocks.
+"""
+function poll(h::Handle)
+    lock(h.lock) do
+        h.done && return true
+        done = Ref{Cint}(0)
+        _check(weft_request_poll(done, h.request))
+        return done[] != 0
+    end
+end
+
+"""
+    synchronize(h::Handle)
+    wait(h::Handle)
+
+Waits for the op and returns its result (the output array; `nothing` for a barrier), or
+throws its [`WeftError`](@ref). Blocks the calling thread inside weft.
+"""
+function synchronize(h::Handle)
+    lock(h.lock) do
+        h.done || _complete!(h)
+    end
+    h.error === nothing || throw(h.error)
+    return h.result
+end
+
+Base.wait(h::Handle) = synchronize(h)
+
+function _complete!(h::Handle)
+    status = weft_request_wait(h.request)
+    try
+        if status == WEFT_OK
+            h.result = h.finish(h.request)
+        else
+            h.error = WeftError(Int(status), _string_or_empty(weft_last_error()))
+        end
+    catch e
+        h.error = e
+    finally
+        request = h.request
+        lock(_in_flight_lock) do
+            filter!(entry -> entry.request != request, _in_flight)
+        end
+        weft_request_free(request)
+        h.request = Ptr{weft_request}(C_NULL)
+        h.keep = nothing
+        h.done = true
+    end
+    return nothing
+end
+
+function Base.show(io::IO, h::Handle)
+    print(io, "Weft.Handle(", h.done ? (h.error === nothing ? "done" : "failed") :
+                              "in flight", ")")
+end
+
+# ---- ops ---------------------------------------------------------------------------------
+# Each op comes as f(x) (a new output array), f!(x) (in place; x must be an Array),
+# f_nonblocking(x) and f_nonblocking!(x) (a Handle whose result is the output array).
+
+_output_of(t::_Tensor) = _ -> t.array
+
+"""
+    allreduce(x; average=true, name=nothing)
+    allreduce!(x; average=true, name=nothing)
+
+Sum (`average=false`) or mean over all ranks, elementwise.
+"""
+function allreduce(x::AbstractArray; average::Bool=true, name=nothing)
+    input = _Tensor(_dense(x))
+    output = _Tensor(similar(input.array))
+    GC.@preserve input output _check(
+        weft_comm_allreduce(input.dl, output.dl, average, _name(name)))
+    return output.array
+end
+
+function allreduce!(x::Array; average::Bool=true, name=nothing)
+    t = _Tensor(x)
+    GC.@preserve t _check(weft_comm_allreduce(t.dl, t.dl, average, _name(name)))
+    return x
+end
+
+function allreduce_nonblocking(x::AbstractArray; average::Bool=true, name=nothing)
+    input = _Tensor(_dense(x))
+    output = _Tensor(similar(input.array))
+    cname = _name(name)
+    return _start((input, output, cname), _output_of(output)) do request
+        weft_comm_allreduce_nonblocking(request, input.dl, output.dl, average, cname)
+    end
+end
+
+function allreduce_nonblocking!(x::Array; average::Bool=true, name=nothing)
+    t = _Tensor(x)
+    cname = _name(name)
+    return _start((t, cname), _output_of(t)) do request
+        weft_comm_allreduce_nonblocking(request, t.dl, t.dl, average, cname)
+    end
+end
+
+"""
+    Weft.broadcast(x, root_rank; name=nothing)
+    Weft.broadcast!(x, root_rank; name=nothing)
+
+Every rank ends with `root_rank`'s `x`. Not exported: `broadcast` is Base's.
+"""
+function broadcast(x::AbstractArray, root_rank::Integer; name=nothing)
+    input = _Tensor(_dense(x))
+    output = _Tensor(similar(input.array))
+    GC.@preserve input output _check(
+        weft_comm_broadcast(input.dl, output.dl, root_rank, _name(name)))
+    return output.array
+end
+
+function broadcast!(x::Array, root_rank::Integer; name=nothing)
+    t = _Tensor(x)
+    GC.@preserve t _check(weft_comm_broadcast(t.dl, t.dl, root_rank, _name(name)))
+    return x
+end
+
+function broadcast_nonblocking(x::AbstractArray, root_rank::Integer; name=nothing)
+    input = _Tensor(_dense(x))
+    output = _Tensor(similar(input.array))
+    cname = _name(name)
+    return _start((input, output, cname), _output_of(output)) do request
+        weft_comm_broadcast_nonblocking(request, input.dl, output.dl, root_rank, cname)
+    end
+end
+
+function broadcast_nonblocking!(x::Array, root_rank::Integer; name=nothing)
+    t = _Tensor(x)
+    cname = _name(name)
+    return _start((t, cname), _output_of(t)) do request
+        weft_comm_broadcast_nonblocking(request, t.dl, t.dl, root_rank, cname)
+    end
+end
+
+# The result of an allgather-like request: weft's tensor, copied into a Julia Array.
+function _gathered(::_Tensor{T,N}) where {T,N}
+    return request -> begin
+        out = Ref{Ptr{DLManagedTensor}}(C_NULL)
+        _check(weft_request_take_output(out, request))
+        _take_managed(out[], T, Val(N))
+    end
+end
+
+"""
+    allgather(x; name=nothing)
+
+Every rank's `x`, concatenated in rank order along Julia's LAST dimension (weft
+concatenates along the first dimension of the row-major view, which is Julia's last).
+Vectors: one after the other; matrices: side by side (`hcat`). That dimension may differ
+between ranks; the others must match.
+"""
+function allgather(x::AbstractArray{T,N}; name=nothing) where {T,N}
+    input = _Tensor(_dense(x))
+    out = Ref{Ptr{DLManagedTensor}}(C_NULL)
+    GC.@preserve input _check(weft_comm_allgather(out, input.dl, _name(name)))
+    return _take_managed(out[], T, Val(N))
+end
+
+function allgather_nonblocking(x::AbstractArray; name=nothing)
+    input = _Tensor(_dense(x))
+    cname = _name(name)
+    return _start((input, cname), _gathered(input)) do request
+        weft_comm_allgather_nonblocking(request, input.dl, cname)
+    end
+end
+
+_ranks(ranks) = Cint[r for r in ranks]
+
+# (options pointer or C_NULL, what must stay alive with it)
+function _neighbor_allgather_options(src_ranks, dst_ranks)
+    src_ranks === nothing && dst_ranks === nothing && return (C_NULL, nothing)
+    if src_ranks === nothing || dst_ranks === nothing
+        throw(ArgumentError("src_ranks and dst_ranks go together: give both or neither"))
+    end
+    src, dst = _ranks(src_ranks), _ranks(dst_ranks)
+    options = Ref(weft_neighbor_allgather_options(
+        has_ranks = 1, num_src = length(src), src_ranks = pointer(src),
+        num_dst = length(dst), dst_ranks = pointer(dst)))
+    return (options, (src, dst))
+end
+
+"""
+    neighbor_allgather(x; src_ranks=nothing, dst_ranks=nothing, name=nothing)
+
+The in-neighbors' `x` (self excluded), concatenated along Julia's last dimension in rank
+order, or in the order of `src_ranks`. With `src_ranks` and `dst_ranks` (together), this
+call receives from and sends to those ranks instead of the topology's neighbors.
+"""
+function neighbor_allgather(x::AbstractArray{T,N}; src_ranks=nothing, dst_ranks=nothing,
+                            name=nothing) where {T,N}
+    input = _Tensor(_dense(x))
+    options, arrays = _neighbor_allgather_options(src_ranks, dst_ranks)
+    out = Ref{Ptr{DLManagedTensor}}(C_NULL)
+    GC.@preserve input options arrays _check(
+        weft_comm_neighbor_allgather(out, input.dl, options, _name(name)))
+    return _take_managed(out[], T, Val(N))
+end
+
+function neighbor_allgather_nonblocking(x::AbstractArray; src_ranks=nothing,
+                                        dst_ranks=nothing, name=nothing)
+    input = _Tensor(_dense(x))
+    options, arrays = _neighbor_allgather_options(src_ranks, dst_ranks)
+    cname = _name(name)
+    return _start((input, options, arrays, cname), _gathered(input)) do request
+        weft_comm_neighbor_allgather_nonblocking(request, input.dl, options, cname)
+    end
+end
+
+# {rank => weight} as rank and weight arrays, sorted by rank (weights go with ranks,
+# never with positions).
+function _rank_weights(weights::AbstractDict)
+    ranks = sort!(collect(keys(weights)))
+    return (Cint[r for r in ranks], Cdouble[weights[r] for r in ranks])
+end
+
+# dst_weights: {rank => weight}, or a list of ranks (weight 1 each: NULL weights).
+_destinations(weights::AbstractDict) = _rank_weights(weights)
+_destinations(ranks::AbstractVector{<:Integer}) = (_ranks(ranks), nothing)
+
+function _check_weight_arguments(self_weight, src_weights, dst_weights, src_name, dst_name)
+    if (self_weight === nothing) != (src_weights === nothing)
+        throw(ArgumentError("self_weight and $src_name go together: give both or neither"))
+    end
+    if dst_weights !== nothing && self_weight === nothing
+        throw(ArgumentError("$dst_name needs self_weight and $src_name"))
+    end
+    return self_weight !== nothing
+end
+
+function _neighbor_allreduce_options(self_weight, src_weights, dst_weights,
+                                     enable_topo_check::Bool)
+    has_weights = _check_weight_arguments(self_weight, src_weights, dst_weights,
+                                          "src_weights", "dst_weights")
+    if !has_weights
+        options = Ref(weft_neighbor_allreduce_options(
+            enable_topo_check = enable_topo_check))
+        return (options, nothing)
+    end
+    src_r, src_w = _rank_weights(src_weights)
+    dst_r, dst_w = dst_weights === nothing ? (Cint[], nothing) : _destinations(dst_weights)
+    options = Ref(weft_neighbor_allreduce_options(
+        has_weights = 1, self_weight = self_weight,
+        num_src = length(src_r), src_ranks = pointer(src_r), src_weights = pointer(src_w),
+        has_dst = dst_weights !== nothing, num_dst = length(dst_r),
+        dst_ranks = pointer(dst_r),
+        dst_weights = dst_w === nothing ? C_NULL : pointer(dst_w),
+        enable_topo_check = enable_topo_check))
+    return (options, (src_r, src_w, dst_r, dst_w))
+end
+
+"""
+    neighbor_allreduce(x; self_weight=nothing, src_weights=nothing, dst_weights=nothing,
+                       enable_topo_check=true, name=nothing)
+    neighbor_allreduce!(x; ...)
+
+`self_weight * x + sum(src_weights[j] * x_j)` over the senders j. Without weights: the
+topology's receive weights (a uniform average on an unweighted topology).
+`src_weights` is a `Dict{Int,Float64}` (rank => weight) and goes with `self_weight`;
+`dst_weights` (a Dict rank => weight, or a vector of ranks, weight 1) makes this call send
+to exactly those ranks, and needs both.
+"""
+function neighbor_allreduce(x::AbstractArray; self_weight=nothing, src_weights=nothing,
+                            dst_weights=nothing, enable_topo_check::Bool=true, name=nothing)
+    input = _Tensor(_dense(x))
+    output = _Tensor(similar(input.array))
+    options, arrays = _neighbor_allreduce_options(self_weight, src_weights, dst_weights,
+                                                  enable_topo_check)
+    GC.@preserve input output options arrays _check(
+        weft_comm_neighbor_allreduce(input.dl, output.dl, options, _name(name)))
+    return output.array
+end
+
+function neighbor_allreduce!(x::Array; self_weight=nothing, src_weights=nothing,
+                             dst_weights=nothing, enable_topo_check::Bool=true,
+                             name=nothing)
+    t = _Tensor(x)
+    options, arrays = _neighbor_allreduce_options(self_weight, src_weights, dst_weights,
+                                                  enable_topo_check)
+    GC.@preserve t options arrays _check(
+        weft_comm_neighbor_allreduce(t.dl, t.dl, options, _name(name)))
+    return x
+end
+
+function neighbor_allreduce_nonblocking(x::AbstractArray; self_weight=nothing,
+                                        src_weights=nothing, dst_weights=nothing,
+                                        enable_topo_check::Bool=true, name=nothing)
+    input = _Tensor(_dense(x))
+    output = _Tensor(similar(input.array))
+    options, arrays = _neighbor_allreduce_options(self_weight, src_weights, dst_weights,
+                                                  enable_topo_check)
+    cname = _name(name)
+    keep = (input, output, options, arrays, cname)
+    return _start(keep, _output_of(output)) do request
+        weft_comm_neighbor_allreduce_nonblocking(request, input.dl, output.dl, options,
+                                                 cname)
+    end
+end
+
+function neighbor_allreduce_nonblocking!(x::Array; self_weight=nothing, src_weights=nothing,
+                                         dst_weights=nothing, enable_topo_check::Bool=true,
+                                         name=nothing)
+    t = _Tensor(x)
+    options, arrays = _neighbor_allreduce_options(self_weight, src_weights, dst_weights,
+                                                  enable_topo_check)
+    cname = _name(name)
+    return _start((t, options, arrays, cname), _output_of(t)) do request
+        weft_comm_neighbor_allreduce_nonblocking(request, t.dl, t.dl, options, cname)
+    end
+end
+
+function _hierarchical_options(self_weight, src_machine_weights, dst_machine_weights)
+    has_weights = _check_weight_arguments(self_weight, src_machine_weights,
+                                          dst_machine_weights, "src_machine_weights",
+                                          "dst_machine_weights")
+    has_weights || return (C_NULL, nothing)
+    src_m, src_w = _rank_weights(src_machine_weights)
+    dst_m, dst_w = dst_machine_weights === nothing ? (Cint[], nothing) :
+                   _destinations(dst_machine_weights)
+    options = Ref(weft_hierarchical_options(
+        has_weights = 1, self_weight = self_weight,
+        num_src = length(src_m), src_machines = pointer(src_m),
+        src_machine_weights = pointer(src_w),
+        has_dst = dst_machine_weights !== nothing, num_dst = length(dst_m),
+        dst_machines = pointer(dst_m),
+        dst_machine_weights = dst_w === nothing ? C_NULL : pointer(dst_w)))
+    return (options, (src_m, src_w, dst_m, dst_w))
+end
+
+"""
+    hierarchical_neighbor_allreduce(x; self_weight=nothing, src_machine_weights=nothing,
+                                    dst_machine_weights=nothing, name=nothing)
+    hierarchical_neighbor_allreduce!(x; ...)
+
+Sums `x` inside each machine, exchanges the sums between machines (machine-level
+weights keyed by machine index, as [`neighbor_allreduce`](@ref)'s), and divides by
+`local_size()`.
+"""
+function hierarchical_neighbor_allreduce(x::AbstractArray; self_weight=nothing,
+                                         src_machine_weights=nothing,
+                                         dst_machine_weights=nothing, name=nothing)
+    input = _Tensor(_dense(x))
+    output = _Tensor(similar(input.array))
+    options, arrays = _hierarchical_options(self_weight, src_machine_weights,
+                                            dst_machine_weights)
+    GC.@preserve input output options arrays _check(
+        weft_comm_hierarchical_neighbor_allreduce(input.dl, output.dl, options,
+                                                  _name(name)))
+    return output.array
+end
+
+function hierarchical_neighbor_allreduce!(x::Array; self_weight=nothing,
+                                          src_machine_weights=nothing,
+                                          dst_machine_weights=nothing, name=nothing)
+    t = _Tensor(x)
+    options, arrays = _hierarchical_options(self_weight, src_machine_weights,
+                                            dst_machine_weights)
+    GC.@preserve t options arrays _check(
+        weft_comm_hierarchical_neighbor_allreduce(t.dl, t.dl, options, _name(name)))
+    return x
+end
+
+function hierarchical_neighbor_allreduce_nonblocking(x::AbstractArray; self_weight=nothing,
+                                                     src_machine_weights=nothing,
+                                                     dst_machine_weights=nothing,
+                                                     name=nothing)
+    input = _Tensor(_dense(x))
+    output = _Tensor(similar(input.array))
+    options, arrays = _hierarchical_options(self_weight, src_machine_weights,
+                                            dst_machine_weights)
+    cname = _name(name)
+    return _start((input, output, options, arrays, cname), _output_of(output)) do request
+        weft_comm_hierarchical_neighbor_allreduce_nonblocking(request, input.dl, output.dl,
+                                                              options, cname)
+    end
+end
+
+function hierarchical_neighbor_allreduce_nonblocking!(x::Array; self_weight=nothing,
+                                                      src_machine_weights=nothing,
+                                                      dst_machine_weights=nothing,
+                                                      name=nothing)
+    t = _Tensor(x)
+    options, arrays = _hierarchical_options(self_weight, src_machine_weights,
+                                            dst_machine_weights)
+    cname = _name(name)
+    return _start((t, options, arrays, cname), _output_of(t)) do request
+        weft_comm_hierarchical_neighbor_allreduce_nonblocking(request, t.dl, t.dl, options,
+                                                              cname)
+    end
+end
+
+"""
+    pair_gossip(x, peer; self_weight=0.5, pair_weight=0.5, name=nothing)
+    pair_gossip!(x, peer; ...)
+
+`self_weight * x + pair_weight * (peer's x)`, on both peers (each calls it with the
+other's rank).
+"""
+function pair_gossip(x::AbstractArray, peer::Integer; self_weight::Real=0.5,
+                     pair_weight::Real=0.5, name=nothing)
+    input = _Tensor(_dense(x))
+    output = _Tensor(similar(input.array))
+    GC.@preserve input output _check(weft_comm_pair_gossip(
+        input.dl, output.dl, peer, self_weight, pair_weight, _name(name)))
+    return output.array
+end
+
+function pair_gossip!(x::Array, peer::Integer; self_weight::Real=0.5, pair_weight::Real=0.5,
+                      name=nothing)
+    t = _Tensor(x)
+    GC.@preserve t _check(weft_comm_pair_gossip(
+        t.dl, t.dl, peer, self_weight, pair_weight, _name(name)))
+    return x
+end
+
+function pair_gossip_nonblocking(x::AbstractArray, peer::Integer; self_weight::Real=0.5,
+                                 pair_weight::Real=0.5, name=nothing)
+    input = _Tensor(_dense(x))
+    output = _Tensor(similar(input.array))
+    cname = _name(name)
+    return _start((input, output, cname), _output_of(output)) do request
+        weft_comm_pair_gossip_nonblocking(request, input.dl, output.dl, peer, self_weight,
+                                          pair_weight, cname)
+    end
+end
+
+function pair_gossip_nonblocking!(x::Array, peer::Integer; self_weight::Real=0.5,
+                                  pair_weight::Real=0.5, name=nothing)
+    t = _Tensor(x)
+    cname = _name(name)
+    return _start((t, cname), _output_of(t)) do request
+        weft_comm_pair_gossip_nonblocking(request, t.dl, t.dl, peer, self_weight,
+                                          pair_weight, cname)
+    end
+end
+
+"Waits until every rank has called it."
+barrier() = _check(weft_comm_barrier())
+
+barrier_nonblocking() = _start(weft_comm_barrier_nonblocking, nothing, _ -> nothing)
+
+# ---- topologies --------------------------------------------------------------------------
+
+"""
+    Topology
+
+A weighted directed graph over ranks, owned by weft: `W[i, j]` (`weight_matrix`) is the
+weight of the edge from rank i-1 to rank j-1 (Julia indices are 1-based, ranks 0-based),
+applied by the receiver; `W[i, i]` is rank i-1's self weight. Pure data: usable before
+`Weft.init()`. Made by the generators (`ExponentialGraph(n)`, ...) or from a matrix:
+
+    Topology(W::AbstractMatrix{<:Real})
+    Topology(n::Integer)   # n ranks, no edges, self weights 1
+"""
+mutable struct Topology
+    ptr::Ptr{weft_topology}
+
+    function Topology(ptr::Ptr{weft_topology})
+        ptr == C_NULL && throw(ArgumentError("a Topology needs a weft_topology"))
+        return finalizer(_destroy!, new(ptr))
+    end
+end
+
+# weft_topology_destroy only frees memory (no locks, no MPI): safe from a finalizer.
+function _destroy!(topo::Topology)
+    ptr = topo.ptr
+    topo.ptr = Ptr{weft_topology}(C_NULL)
+    weft_topology_destroy(ptr)
+    return nothing
+end
+
+# Passing a Topology to a CAPI function passes its pointer; ccall keeps the Topology (and
+# so the pointer) alive during the call.
+Base.cconvert(::Type{Ptr{weft_topology}}, topo::Topology) = topo
+Base.unsafe_convert(::Type{Ptr{weft_topology}}, topo::Topology) = topo.ptr
+
+function _new_topology(make)
+    out = Ref{Ptr{weft_topology}}(C_NULL)
+    _check(make(out))
+    return Topology(out[])
+end
+
+Topology(n::Integer) = _new_topology(out -> weft_topology_create(out, n))
+
+function Topology(weights::AbstractMatrix{<:Real})
+    n = Base.size(weights, 1)
+    n == Base.size(weights, 2) ||
+        throw(ArgumentError("a weight matrix is square; got $(Base.size(weights))"))
+    # permutedims: weft reads the matrix row by row, Julia stores it column by column.
+    row_major = Matrix{Cdouble}(permutedims(weights))
+    return _new_topology(out -> weft_topology_from_weight_matrix(out, n, row_major))
+end
+
+"Rank i sends to i + 2^k (mod n); equal weights per row."
+ExponentialTwoGraph(n::Integer) =
+    _new_topology(out -> weft_topology_exponential_two(out, n))
+
+"Rank i sends to i + base^k (mod n) for every base^k < n; equal weights per row."
+ExponentialGraph(n::Integer; base::Integer=2) =
+    _new_topology(out -> weft_topology_exponential(out, n, base))
+
+"Rank i connects to i + base^k and i - base^k (mod n); equal weights per row."
+SymmetricExponentialGraph(n::Integer; base::Integer=4) =
+    _new_topology(out -> weft_topology_symmetric_exponential(out, n, base))
+
+"""
+    MeshGrid2DGraph(n; shape=nothing)
+
+A 4-neighbor grid of `shape = (rows, cols)` ranks; by default rows is the largest divisor
+of n not above sqrt(n).
+"""
+function MeshGrid2DGraph(n::Integer; shape::Union{Nothing,Tuple{Integer,Integer}}=nothing)
+    rows, cols = shape === nothing ? (0, 0) : shape
+    return _new_topology(out -> weft_topology_mesh_grid_2d(out, n, rows, cols))
+end
+
+"Every rank connected to `center`."
+StarGraph(n::Integer; center::Integer=0) =
+    _new_topology(out -> weft_topology_star(out, n, center))
+
+"style 0: both directions, 1/3 each; 1: i -> i-1 with 1/2; 2: i -> i+1 with 1/2."
+RingGraph(n::Integer; style::Integer=0) =
+    _new_topology(out -> weft_topology_ring(out, n, style))
+
+"Every rank connected to every other; 1/n everywhere."
+FullyConnectedGraph(n::Integer) =
+    _new_topology(out -> weft_topology_fully_connected(out, n))
+
+Base.copy(topo::Topology) = _new_topology(out -> weft_topology_clone(out, topo))
+
+"The number of ranks of `topo`."
+num_ranks(topo::Topology) = Int(weft_topology_size(topo))
+
+function Base.show(io::IO, topo::Topology)
+    if topo.ptr == C_NULL
+        print(io, "Weft.Topology(freed)")
+    else
+        print(io, "Weft.Topology(", num_ranks(topo), " ranks)")
+    end
+end
+
+# Reads arrays the header's way, f(buffers..., capacity, count): ask for the size, then
+# fill buffers of that size; again if it grew in between (another task changed it).
+function _read_arrays(f, types::Type...)
+    buffers = map(T -> Vector{T}(undef, 0), types)
+    count = Ref{Csize_t}(0)
+    while true
+        capacity = length(first(buffers))
+        status = f(buffers..., Csize_t(capacity), count)
+        n = Int(count[])
+        if status == WEFT_OK && n <= capacity
+            return map(b -> resize!(b, n), buffers)
+        elseif (status == WEFT_OK || status == WEFT_ERR_OUT_OF_RANGE) && n > capacity
+            foreach(b -> resize!(b, n), buffers)
+        else
+            _check(status)
+        end
+    end
+end
+
+_read_ranks(f) = Int[r for r in first(_read_arrays(f, Cint))]
+
+"""
+    weight_matrix(topo) -> Matrix{Float64}
+
+`W[i, j]`: the weight of the edge from rank i-1 to rank j-1 (0 without an edge).
+"""
+function weight_matrix(topo::Topology)
+    n = num_ranks(topo)
+    arrays = _read_arrays(Cdouble) do buffer, capacity, count
+        weft_topology_weight_matrix(buffer, capacity, count, topo)
+    end
+    return permutedims(reshape(first(arrays), n, n))  # weft's rows become the matrix's rows
+end
+
+"The ranks that send to `rank` in `topo`, sorted."
+in_neighbors(topo::Topology, rank::Integer) = _read_ranks() do buffer, capacity, count
+    weft_topology_in_neighbors(buffer, capacity, count, topo, rank)
+end
+
+"The ranks `rank` sends to in `topo`, sorted."
+out_neighbors(topo::Topology, rank::Integer) = _read_ranks() do buffer, capacity, count
+    weft_topology_out_neighbors(buffer, capacity, count, topo, rank)
+end
+
+"The weight of the edge from -> to (the self weight when equal; 0 without an edge)."
+function edge_weight(topo::Topology, from::Integer, to::Integer)
+    weight = Ref{Cdouble}(0)
+    _check(weft_topology_weight(weight, topo, from, to))
+    return weight[]
+end
+
+"Adds (or re-weights) the edge from -> to. Not exported (Graphs.jl has an add_edge!)."
+add_edge!(topo::Topology, from::Integer, to::Integer, weight::Real) =
+    (_check(weft_topology_add_edge(topo, from, to, weight)); topo)
+
+set_self_weight!(topo::Topology, rank::Integer, weight::Real) =
+    (_check(weft_topology_set_self_weight(topo, rank, weight)); topo)
+
+function _weights(read, topo::Topology, rank::Integer)
+    self_weight = Ref{Cdouble}(0)
+    ranks, weights = _read_arrays(Cint, Cdouble) do r, w, capacity, count
+        read(self_weight, r, w, capacity, count, topo, rank)
+    end
+    return (self_weight[], Dict{Int,Float64}(Int(r) => w for (r, w) in zip(ranks, weights)))
+end
+
+"""
+    GetRecvWeights(topo, rank) -> (self_weight, Dict(rank => weight))
+
+What `rank` applies: its self weight and the weight of each in-neighbor's edge.
+"""
+GetRecvWeights(topo::Topology, rank::Integer) =
+    _weights(weft_topology_recv_weights, topo, rank)
+
+"""
+    GetSendWeights(topo, rank) -> (self_weight, Dict(rank => weight))
+
+Row `rank` of the weight matrix: its self weight and the weight of each out-edge.
+"""
+GetSendWeights(topo::Topology, rank::Integer) =
+    _weights(weft_topology_send_weights, topo, rank)
+
+"Every rank has the same in-degree and the same out-degree."
+function IsRegularGraph(topo::Topology)
+    result = Ref{Cint}(0)
+    _check(weft_topology_is_regular(result, topo))
+    return result[] != 0
+end
+
+"Same number of ranks and same edges (weights ignored)."
+function IsTopologyEquivalent(a::Topology, b::Topology)
+    result = Ref{Cint}(0)
+    _check(weft_topology_is_equivalent(result, a, b))
+    return result[] != 0
+end
+
+# ---- dynamic schedules -------------------------------------------------------------------
+
+"""
+    Schedule
+
+An infinite iterator of steps, each `(send_ranks, recv_ranks)` (vectors of 0-based ranks).
+It is stateful, like a Python generator: each iteration continues where the last stopped.
+
+    steps = GetDynamicOnePeerSendRecvRanks(topo, Weft.rank())
+    for (send, recv) in Iterators.take(steps, 10)
+        ...
+    end
+"""
+mutable struct Schedule
+    ptr::Ptr{weft_schedule}
+
+    function Schedule(ptr::Ptr{weft_schedule})
+        ptr == C_NULL && throw(ArgumentError("a Schedule needs a weft_schedule"))
+        return finalizer(_destroy!, new(ptr))
+    end
+end
+
+function _destroy!(schedule::Schedule)
+    ptr = schedule.ptr
+    schedule.ptr = Ptr{weft_schedule}(C_NULL)
+    weft_schedule_destroy(ptr)
+    return nothing
+end
+
+Base.cconvert(::Type{Ptr{weft_schedule}}, s::Schedule) = s
+Base.unsafe_convert(::Type{Ptr{weft_schedule}}, s::Schedule) = s.ptr
+
+function _new_schedule(make)
+    out = Ref{Ptr{weft_schedule}}(C_NULL)
+    _check(make(out))
+    return Schedule(out[])
+end
+
+Base.IteratorSize(::Type{Schedule}) = Base.IsInfinite()
+Base.eltype(::Type{Schedule}) = Tuple{Vector{Int},Vector{Int}}
+
+function Base.iterate(s::Schedule, state=nothing)
+    _check(weft_schedule_next(s))
+    send = _read_ranks() do buffer, capacity, count
+        weft_schedule_send_ranks(buffer, capacity, count, s)
+    end
+    recv = _read_ranks() do buffer, capacity, count
+        weft_schedule_recv_ranks(buffer, capacity, count, s)
+    end
+    return ((send, recv), nothing)
+end
+
+"One peer per step over `topo`: `rank`'s out-neighbors in turn, clockwise."
+GetDynamicOnePeerSendRecvRanks(topo::Topology, rank::Integer) =
+    _new_schedule(out -> weft_schedule_one_peer(out, topo, rank))
+
+"Machine-level exponential-2 steps; the ranks are machine indices."
+GetExp2DynamicSendRecvMachineRanks(machine_size::Integer, machine_rank::Integer) =
+    _new_schedule(out -> weft_schedule_machine_exponential_two(out, machine_size,
+                                                                machine_rank))
+
+"Inner-outer ring: one local rank per step talks to other machines, the rest inside."
+GetInnerOuterRingDynamicSendRecvRanks(world_size::Integer, local_size::Integer,
+                                      rank::Integer) =
+    _new_schedule(out -> weft_schedule_inner_outer_ring(out, world_size, local_size, rank))
+
+"Inner-outer exponential-2: as the ring, with exponential-2 steps between machines."
+GetInnerOuterExpo2DynamicSendRecvRanks(world_size::Integer, local_size::Integer,
+                                       rank::Integer) =
+    _new_schedule(out -> weft_schedule_inner_outer_exponential_two(out, world_size,
+                                                                    local_size, rank))
+
+# ---- the process's topology --------------------------------------------------------------
+
+"""
+    set_topology(topo; is_weighted=false)
+
+Collective: every rank passes an equivalent graph. Throws (changing nothing) while ops are
+in flight. `topo` is copied.
+"""
+set_topology(topo::Topology; is_weighted::Bool=false) =
+    _check(weft_comm_set_topology(topo, is_weighted))
+
+"A copy of the topology in force."
+load_topology() = _new_topology(weft_comm_load_topology)
+
+is_topo_weighted() = weft_comm_is_topo_weighted() != 0
+
+"The graph between machines that `hierarchical_neighbor_allreduce` uses."
+set_machine_topology(topo::Topology; is_weighted::Bool=false) =
+    _check(weft_comm_set_machine_topology(topo, is_weighted))
+
+load_machine_topology() = _new_topology(weft_comm_load_machine_topology)
+
+"The ranks this rank receives from, sorted."
+in_neighbor_ranks() = _read_ranks(weft_comm_in_neighbor_ranks)
+
+"The ranks this rank sends to, sorted."
+out_neighbor_ranks() = _read_ranks(weft_comm_out_neighbor_ranks)
+
+# ---- settings ----------------------------------------------------------------------------
+
+"Overrides a WEFT_* setting in this process (validated at once; most are read at init)."
+config_set(name::AbstractString, value) = _check(weft_config_set(name, string(value)))
+
+"Drops an override made with `config_set`."
+config_unset(name::AbstractString) = _check(weft_config_unset(name))
+
+"The value of a WEFT_* setting in force, as text."
+function config_get(name::AbstractString)
+    value = Ref{Ptr{Cchar}}(C_NULL)
+    _check(weft_config_get(value, name))
+    return _string_or_empty(value[])
+end
+
+"A table of every setting: value in force, default, description."
+config_describe() = _string_or_empty(weft_config_describe())
+
+# ---- timeline (Chrome trace) -------------------------------------------------------------
+
+"Starts writing this rank's trace to `path` (needs `Weft.init()`)."
+timeline_start(path::AbstractString) = _check(weft_timeline_start(path))
+
+timeline_stop() = _check(weft_timeline_stop())
+
+"Starts a user span (e.g. \"forward\") on the timeline row of `tensor_name`."
+timeline_start_activity(tensor_name::AbstractString, activity::AbstractString) =
+    _check(weft_timeline_start_activity(tensor_name, activity))
+
+timeline_end_activity(tensor_name::AbstractString) =
+    _check(weft_timeline_end_activity(tensor_name))
+
+"""
+    timeline_context(f, tensor_name, activity)
+
+Runs `f()` inside a user span: `timeline_context("x", "forward") do ... end`.
+"""
+function timeline_context(f, tensor_name::AbstractString, activity::AbstractString)
+    timeline_start_activity(tensor_name, activity)
+    try
+        return f()
+    finally
+        timeline_end_activity(tensor_name)
+    end
+end
+
+end  # module Weft
