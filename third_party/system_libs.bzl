@@ -209,9 +209,8 @@ def weft_system_libraries():
         probe_header = "absl/status/status.h",
         header_dirs = ["absl"],
         lib_prefix_glob = "absl_",
-        # Only the few abseil libraries weft uses end up as dependencies (a Python import
-        # of the bindings would otherwise load all ~60).
-        as_needed = True,
+        # Not --as-needed: in Bazel's dynamic test linking the intermediate libraries carry
+        # no dependencies of their own, so the test binary must keep every abseil library.
     )
     system_library(
         name = "gtest",

@@ -36,10 +36,11 @@ class HeaderError(Exception):
     """The header has a construct this generator does not understand."""
 
     def __init__(self, line, message):
-        super().__init__("%s:%d: %s" % (HEADER_REL, line, message))
+        super().__init__(message)
+        self.line = line  # 0 when the problem is not on one line
 
 
-# ---- C types -> Julia types -------------------------------------------------------------
+# ---- C types -> Julia types --------------------------------------------------------------
 
 # Scalar C types by spelling (qualifiers removed). Enums are C ints on every ABI Julia runs
 # on, so weft_status is Cint.
@@ -123,7 +124,8 @@ class TypeMapper:
         self.enums = set()
 
     def parse_declarator(self, text, line):
-        """'const DLTensor* in' -> (base spelling, pointer depth, name or None, is fnptr)."""
+        """'const DLTensor* in' -> (base spelling, pointer depth, name or None,
+        is a function pointer)."""
         text = " ".join(text.split())
         fnptr = re.fullmatch(r"(.+?)\(\s*\*\s*(\w*)\s*\)\s*\((.*)\)", text)
         if fnptr:
@@ -169,13 +171,13 @@ class TypeMapper:
         return jl
 
 
-# ---- reading the header ----------------------------------------------------------------
+# ---- reading the header ------------------------------------------------------------------
 
 class Item:
     """One top-level thing in the header, with the comment just above it."""
 
     def __init__(self, kind, line, text, doc):
-        self.kind = kind  # 'define', 'decl', 'section', 'include'
+        self.kind = kind  # 'define', 'decl' or 'section'
         self.line = line
         self.text = text
         self.doc = doc  # list of comment lines (may be empty)
@@ -290,7 +292,7 @@ def read_header(text):
                 raise HeaderError(line, "unterminated comment")
             comment = text[i:end + 2]
             if not pp.active():
-                pass
+                pass  # inside #ifdef __cplusplus and the like
             elif decl:
                 # A comment inside a declaration (e.g. after an enum value) stays in it:
                 # it becomes that member's trailing comment.
@@ -300,7 +302,7 @@ def read_header(text):
             else:
                 lines = comment_lines(comment)
                 section = SECTION_RE.match(lines[0]) if len(lines) == 1 else None
-                if section and pp.active():
+                if section:
                     items.append(Item("section", line, section.group(1), []))
                     pending_doc = []
                 else:
@@ -327,7 +329,8 @@ def read_header(text):
             i = eol
             result = pp.directive(directive.strip(), start_line)
             if result and result[0] == "define":
-                items.append(Item("define", start_line, (result[1], result[2]), pending_doc))
+                items.append(Item("define", start_line, (result[1], result[2]),
+                                  pending_doc))
                 pending_doc = []
             continue
         if c == "\n":
@@ -361,7 +364,7 @@ def read_header(text):
     return items
 
 
-# ---- the model: what capi.jl will hold ----------------------------------------------------
+# ---- the model: what capi.jl will hold ---------------------------------------------------
 
 def split_top_level(text, sep=","):
     parts, depth, cur = [], 0, []
@@ -431,10 +434,10 @@ class Model:
         self.sections.append((kind, payload))
 
 
-def julia_int_expr(value, known, line):
+def julia_int_expr(value, known):
     """A #define's value when it is an integer expression over integers and earlier
     macros, written in Julia; else None."""
-    tokens = re.findall(r"\d+[uUlL]*|[A-Za-z_]\w*|[-+*/()]|\S", value)
+    tokens = re.findall(r"\d+[uUlL]*|[A-Za-z_]\w*|\S", value)
     out = []
     for t in tokens:
         if re.fullmatch(r"\d+[uUlL]*", t):
@@ -457,7 +460,6 @@ def julia_int_expr(value, known, line):
 
 def build_model(items):
     model = Model()
-    types = model.types
     for item in items:
         if item.kind == "section":
             model.add("section", item.text)
@@ -467,13 +469,15 @@ def build_model(items):
                 continue  # the export attribute, and the include guard
             if value.startswith("{"):
                 if not name.endswith("_INIT"):
-                    raise HeaderError(item.line, "brace initializer %s is not an _INIT" % name)
+                    raise HeaderError(item.line,
+                                      "brace initializer %s is not an _INIT" % name)
                 inner = value.strip()[1:-1]
                 model.inits[name] = [v.strip() for v in split_top_level(inner)]
                 continue
-            expr = julia_int_expr(value, model.int_macros, item.line)
+            expr = julia_int_expr(value, model.int_macros)
             if expr is None:
-                raise HeaderError(item.line, "cannot translate #define %s %s" % (name, value))
+                raise HeaderError(item.line,
+                                  "cannot translate #define %s %s" % (name, value))
             model.int_macros[name] = expr
             model.add("const", (name, expr, item.doc))
         elif item.kind == "decl":
@@ -566,7 +570,7 @@ def parse_declaration(model, item):
     raise HeaderError(item.line, "unsupported declaration: %r" % code[:80])
 
 
-# ---- writing capi.jl --------------------------------------------------------------------
+# ---- writing capi.jl ---------------------------------------------------------------------
 
 PREAMBLE = """\
 # generated by bindings/julia/gen/generate.py from capi/include/weft/weft.h; do not edit
@@ -602,7 +606,7 @@ def comment_block(lines, indent=""):
     return "".join(("%s# %s" % (indent, l)).rstrip() + "\n" for l in lines)
 
 
-def emit_struct(out, name, fields, doc, mutable=False):
+def emit_struct(out, name, fields, doc):
     out.append("\n")
     out.append(comment_block(doc))
     if not fields:
@@ -749,7 +753,8 @@ def main(argv):
     try:
         text = generate(header)
     except HeaderError as e:
-        print("generate.py: %s" % e, file=sys.stderr)
+        where = args.header + (":%d" % e.line if e.line else "")
+        print("generate.py: %s: %s" % (where, e), file=sys.stderr)
         return 2
     if args.check:
         try:
@@ -761,7 +766,8 @@ def main(argv):
             return 0
         sys.stdout.writelines(difflib.unified_diff(
             current.splitlines(True), text.splitlines(True),
-            fromfile=OUTPUT_REL + " (checked in)", tofile=OUTPUT_REL + " (from the header)"))
+            fromfile=OUTPUT_REL + " (checked in)",
+            tofile=OUTPUT_REL + " (from the header)"))
         print("\n%s is stale: run /usr/bin/python3 %s" % (OUTPUT_REL, GENERATOR_REL),
               file=sys.stderr)
         return 1

@@ -73,7 +73,7 @@ def node_modules_dir():
     return modules
 
 
-# ---- (a) the generator ------------------------------------------------------------------
+# ---- (a) the generator -------------------------------------------------------------------
 
 def generator_problems(root, header, capi):
     proc = subprocess.run(
@@ -85,7 +85,7 @@ def generator_problems(root, header, capi):
         capi, GENERATOR_REL, proc.returncode, proc.stdout[-6000:], proc.stderr)]
 
 
-# ---- (b) tree-sitter ----------------------------------------------------------------------
+# ---- (b) tree-sitter ---------------------------------------------------------------------
 
 def parse_julia(root, files):
     """{file: tree summary} from parse_julia.js."""
@@ -116,7 +116,7 @@ def syntax_problems(trees, shown_names=None):
     return problems
 
 
-# ---- (c) the header as SWIG reads it ---------------------------------------------------
+# ---- (c) the header as SWIG reads it -----------------------------------------------------
 
 def run_swig(header, workdir, module):
     out = os.path.join(workdir, module + ".xml")
@@ -350,7 +350,8 @@ def signature_problems(weft, dlpack, header_text, tree, shown_name):
                 where, len(values), len(got)))
         fn = call.get("enclosing")
         if not fn or fn["name"] != name:
-            problems.append("%s: the ccall is not inside a function named %s" % (where, name))
+            problems.append("%s: the ccall is not inside a function named %s" % (
+                where, name))
         elif fn["params"] != values:
             problems.append("%s: %s(%s) passes (%s) to C; expected its parameters in order"
                             % (where, name, ", ".join(fn["params"]), ", ".join(values)))
@@ -457,7 +458,7 @@ def same_c_value(julia, c):
         return julia == c
 
 
-# ---- (d) the checker must catch corrupted copies ----------------------------------------
+# ---- (d) the checker must catch corrupted copies -----------------------------------------
 
 def remove_item(text, items, k):
     """Removes items[k] from a comma-separated list in text, with one comma."""
@@ -537,7 +538,7 @@ def self_test(root, capi_text, capi_tree, weft, dlpack, header_text, workdir):
     return failures, report
 
 
-# ---- main ---------------------------------------------------------------------------------
+# ---- main --------------------------------------------------------------------------------
 
 def julia_files(root):
     found = []

@@ -82,7 +82,8 @@ function describeCcall(call) {
   // (:symbol, library)
   if (target.type === "tuple_expression") {
     const [sym, lib] = parts(target);
-    info.symbol = sym && sym.type === "quote_expression" ? sym.text.replace(/^:/, "") : null;
+    const quoted = sym && sym.type === "quote_expression";
+    info.symbol = quoted ? sym.text.replace(/^:/, "") : null;
     info.library = lib ? lib.text : null;
   } else {
     info.symbol = null;
@@ -102,8 +103,9 @@ function describeStruct(node) {
       .filter((c) => c.type === "typed_expression")
       .map((f) => ({name: parts(f)[0].text, type: parts(f)[1].text}));
   const untyped = parts(node).filter((c) => c !== head && c.type !== "typed_expression");
-  return Object.assign({name: head ? head.text : null, mutable: /^mutable\b/.test(node.text),
-                        fields, others: untyped.map((u) => u.text)}, position(node));
+  return Object.assign({name: head ? head.text : null,
+                        mutable: /^mutable\b/.test(node.text), fields,
+                        others: untyped.map((u) => u.text)}, position(node));
 }
 
 function describeConst(node) {
