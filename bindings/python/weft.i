@@ -374,6 +374,10 @@ WEFT_OUT_HANDLE(weft_request, request)
 
 %include "weft/weft.h"
 
+/* These touch Python objects: they must keep the GIL (every other call releases it). */
+%nothread weft_py_set_error_factory;
+%nothread weft_py_keep_alive;
+
 %inline %{
 /* Registers the callable (status, message) -> exception used for every failed call. */
 void weft_py_set_error_factory(PyObject* factory) {

@@ -18,8 +18,9 @@ Conventions (bindings/julia/README.md has the details):
 - element types: Float16, Float32, Float64, Int8, Int32, Int64, UInt8;
 - every failure throws a [`WeftError`](@ref).
 
-`Weft.size()`, `Weft.rank()`, `Weft.init()`, `Weft.shutdown()`, `Weft.broadcast` and
-`Weft.broadcast!` are not exported: their names belong to Base (or to LinearAlgebra).
+`Weft.size()`, `Weft.rank()`, `Weft.init()`, `Weft.shutdown()`, `Weft.broadcast`,
+`Weft.broadcast!` and `Weft.synchronize` are not exported: Base, LinearAlgebra or CUDA.jl
+use those names. `import Weft as bf` gives Bluefog's `bf.` spelling for everything.
 """
 module Weft
 
@@ -40,7 +41,7 @@ export WeftError, Topology, Schedule, Handle,
     hierarchical_neighbor_allreduce!, hierarchical_neighbor_allreduce_nonblocking,
     hierarchical_neighbor_allreduce_nonblocking!, pair_gossip, pair_gossip!,
     pair_gossip_nonblocking, pair_gossip_nonblocking!, barrier, barrier_nonblocking,
-    poll, synchronize,
+    poll,  # wait(h) is Base.wait; Weft.synchronize(h) is qualified (CUDA.jl exports one)
     # topologies
     ExponentialTwoGraph, ExponentialGraph, SymmetricExponentialGraph, MeshGrid2DGraph,
     StarGraph, RingGraph, FullyConnectedGraph, weight_matrix, num_ranks, in_neighbors,
@@ -889,10 +890,10 @@ add_edge!(topo::Topology, from::Integer, to::Integer, weight::Real) =
 set_self_weight!(topo::Topology, rank::Integer, weight::Real) =
     (_check(weft_topology_set_self_weight(topo, rank, weight)); topo)
 
-function _weights(read, topo::Topology, rank::Integer)
+function _weights(query, topo::Topology, rank::Integer)
     self_weight = Ref{Cdouble}(0)
     ranks, weights = _read_arrays(Cint, Cdouble) do r, w, capacity, count
-        read(self_weight, r, w, capacity, count, topo, rank)
+        query(self_weight, r, w, capacity, count, topo, rank)
     end
     return (self_weight[], Dict{Int,Float64}(Int(r) => w for (r, w) in zip(ranks, weights)))
 end

@@ -75,7 +75,7 @@ end
 
     h = allreduce_nonblocking(fill(Float16(1), 8); average=false, name="nonblocking")
     @test wait(h) == fill(Float16(n), 8)
-    @test synchronize(h) == fill(Float16(n), 8)  # waiting again: the same result
+    @test Weft.synchronize(h) == fill(Float16(n), 8)  # waiting again: the same result
     @test poll(h)
 
     # A dropped handle: its arrays must stay alive until the op completes.
@@ -88,7 +88,9 @@ end
         @test pair_gossip([Float64(r)], peer) ≈ [(r + peer) / 2]
     end
 
-    @test_throws WeftError allreduce(fill(1.0, r + 1); name="mismatched shapes")
+    if n > 1  # shapes differ between ranks: an error on every rank, not a hang
+        @test_throws WeftError allreduce(fill(1.0, r + 1); name="mismatched shapes")
+    end
     @test !isempty(config_describe())
     Weft.shutdown()
 end
