@@ -62,17 +62,29 @@ def set_topology(topology=None, is_weighted=False):
     """Sets the virtual topology (a weft Topology or a networkx DiGraph; None: the
     exponential graph). Collective: every rank passes an equivalent graph.
 
-    Returns True on success. While ops are in flight it changes nothing and returns False
-    with a warning (as Bluefog does); a graph that is invalid or differs across ranks
-    raises InvalidArgumentError on every rank."""
+    As in Bluefog, returns True on success, and False with a RuntimeWarning giving the
+    reason when the ranks refuse it, changing nothing: ops in flight on some rank, or
+    graphs that differ across ranks. A graph of the wrong size raises
+    InvalidArgumentError at once."""
     if topology is None:
         topology = Topology.exponential(size())
     topo = Topology.coerce(topology)
+    _check_topology_size(topo, size(), "set_topology", "ranks")
+    return _refusable(_c.weft_comm_set_topology, topo, is_weighted, "set_topology")
+
+
+def _check_topology_size(topo, expected, function, unit):
+    if expected >= 0 and topo.size != expected:
+        raise InvalidArgumentError(  # noqa: F405
+            1, f"{function}: the topology has {topo.size} {unit} but weft runs {expected}")
+
+
+def _refusable(call, topo, is_weighted, function):
     try:
-        _c.weft_comm_set_topology(topo._ptr, bool(is_weighted))
-    except FailedPreconditionError as e:  # noqa: F405
-        _warnings.warn(f"set_topology did not change the topology: {e}", RuntimeWarning,
-                       stacklevel=2)
+        call(topo._ptr, bool(is_weighted))
+    except WeftError as e:  # noqa: F405
+        _warnings.warn(f"{function} did not change the topology: {e}", RuntimeWarning,
+                       stacklevel=3)
         return False
     return True
 
@@ -95,15 +107,12 @@ def out_neighbor_ranks():
 
 
 def set_machine_topology(topology, is_weighted=False):
-    """The graph between machines that hierarchical_neighbor_allreduce uses."""
+    """The graph between machines that hierarchical_neighbor_allreduce uses; returns
+    True, or False with a warning, as set_topology."""
     topo = Topology.coerce(topology)
-    try:
-        _c.weft_comm_set_machine_topology(topo._ptr, bool(is_weighted))
-    except FailedPreconditionError as e:  # noqa: F405
-        _warnings.warn(f"set_machine_topology did not change the topology: {e}",
-                       RuntimeWarning, stacklevel=2)
-        return False
-    return True
+    _check_topology_size(topo, machine_size(), "set_machine_topology", "machines")
+    return _refusable(_c.weft_comm_set_machine_topology, topo, is_weighted,
+                      "set_machine_topology")
 
 
 def load_machine_topology():

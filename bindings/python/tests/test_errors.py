@@ -54,17 +54,29 @@ def test_mismatch_across_ranks_fails_everywhere():
         weft.synchronize(h)
 
 
-def test_set_topology_mismatch_fails_everywhere():
+def test_set_topology_refusals():
     n = weft.size()
-    if n < 3:
-        pytest.skip("needs two different rings")
-    ring = weft.topology.RingGraph(n, connect_style=1 if weft.rank() == 0 else 2)
-    with pytest.raises(weft.InvalidArgumentError):
-        weft.set_topology(ring)
-    assert weft.topology.IsTopologyEquivalent(weft.load_topology(),
-                                              weft.topology.ExponentialGraph(n))
+    default = weft.topology.ExponentialGraph(n)
     with pytest.raises(weft.InvalidArgumentError, match="ranks but weft runs"):
         weft.set_topology(weft.topology.RingGraph(n + 1))
+    if n < 3:
+        return
+    # Different graphs on different ranks: refused everywhere, nothing changes.
+    ring = weft.topology.RingGraph(n, connect_style=1 if weft.rank() == 0 else 2)
+    with pytest.warns(RuntimeWarning, match="did not change the topology"):
+        assert weft.set_topology(ring) is False
+    assert weft.topology.IsTopologyEquivalent(weft.load_topology(), default)
+    # An op in flight on the last rank: refused everywhere (Bluefog's False).
+    x = np.ones(2, dtype=np.float32)
+    last = weft.rank() == n - 1
+    pending = weft.allreduce_nonblocking(x, name="held") if last else None
+    with pytest.warns(RuntimeWarning, match="in flight on rank"):
+        assert weft.set_topology(weft.topology.RingGraph(n)) is False
+    if last:
+        weft.synchronize(pending)
+    else:
+        weft.allreduce(x, name="held")
+    assert weft.topology.IsTopologyEquivalent(weft.load_topology(), default)
 
 
 def test_calls_before_init_fail_clearly():
