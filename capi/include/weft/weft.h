@@ -21,7 +21,8 @@
  *    defaults.
  *  - Ops are matched across ranks by name, or by call order when name is NULL or "".
  *    Every rank must call every op. The output may be the input (in place).
- *  - Thread-safe: any thread may call any function after weft_init().
+ *  - Thread-safe: any thread may call any function after weft_init(); one topology or
+ *    schedule object must not be changed (add_edge, next) by two threads at once.
  */
 #ifndef WEFT_WEFT_H_
 #define WEFT_WEFT_H_
