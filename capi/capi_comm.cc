@@ -275,6 +275,10 @@ weft_status weft_shutdown(void) {
   return Guard("weft_shutdown", [] { return weft::shutdown(); });
 }
 
+weft_status weft_finalize(void) {
+  return Guard("weft_finalize", [] { return weft::finalize(); });
+}
+
 int weft_is_initialized(void) { return weft::is_initialized() ? 1 : 0; }
 int weft_rank(void) { return weft::rank(); }
 int weft_size(void) { return weft::size(); }

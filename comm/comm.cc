@@ -57,13 +57,8 @@ Status NotInitialized(const char* what) {
 }
 
 void AtExit() {
-  if (Current() != nullptr) {
-    Status s = shutdown();
-    if (!s.ok()) WEFT_LOG(Warning) << "shutdown at exit: " << s;
-  }
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (g_own_mpi && !finalized) MPI_Finalize();
+  Status s = finalize();
+  if (!s.ok()) WEFT_LOG(Warning) << "shutdown at exit: " << s;
 }
 
 std::string TimelineFile(const std::string& path, int rank, int size) {
@@ -377,6 +372,15 @@ Status shutdown() {
 }
 
 bool is_initialized() { return Current() != nullptr; }
+
+Status finalize() {
+  Status status;
+  if (Current() != nullptr) status = shutdown();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (g_own_mpi && !finalized) MPI_Finalize();
+  return status;
+}
 
 Status timeline_start(const std::string& path) {
   auto state = Current();

@@ -60,6 +60,11 @@ Status init();
 // complete then fail. MPI itself is finalized at process exit if weft started it.
 Status shutdown();
 bool is_initialized();
+// Finalizes MPI if weft started it, after shutdown() when weft is still initialized (so it
+// is collective then); nothing more when the program started MPI itself. Afterwards init()
+// fails. This normally happens at process exit (a C atexit handler); runtimes that end a
+// process without running those (Go) call it last.
+Status finalize();
 // These return -1 before init().
 int rank();
 int size();

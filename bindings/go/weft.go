@@ -49,6 +49,16 @@ func MachineRank() int { return cweft.Weft_machine_rank() }
 // MachineSize is the number of machines; -1 before Init.
 func MachineSize() int { return cweft.Weft_machine_size() }
 
+// Finalize finalizes MPI if weft started it, after Shutdown when weft is still initialized
+// (then it is collective); Init fails afterwards. A program started by mpirun calls it last.
+//
+// Why: weft finalizes MPI by itself in a C atexit handler, but a Go program never runs those
+// (returning from main and os.Exit end the process directly), so without Finalize mpirun
+// would report every rank as having exited without MPI_Finalize.
+func Finalize() error {
+	return call(func() cstatus { return cweft.Weft_finalize() })
+}
+
 // ---- configuration (WEFT_* settings) ----------------------------------------------------
 
 // ConfigSet overrides a WEFT_* setting in this process (it wins over the environment). The

@@ -81,8 +81,6 @@ typedef struct DLManagedTensor DLManagedTensor;
 %define WEFTGO_SCALAR_OUT(CTYPE, GOTYPE)
 %typemap(gotype) CTYPE* WEFTGO_OUT "*GOTYPE"
 %typemap(in) CTYPE* WEFTGO_OUT %{ $1 = ($1_ltype)$input; %}
-%typemap(argout) CTYPE* WEFTGO_OUT ""
-%typemap(freearg) CTYPE* WEFTGO_OUT ""
 %enddef
 WEFTGO_SCALAR_OUT(int, int32)
 WEFTGO_SCALAR_OUT(double, float64)
@@ -226,23 +224,23 @@ static DLTensor weftgo_tensor(void* data, int code, int bits, const int64_t* sha
   return t;
 }
 
-/* Splits (rank, weight) pairs into the two arrays the ABI takes. On success the caller frees
- * *ranks (one block holds both arrays). */
-static int weftgo_split(const weftgo_rank_weight* pairs, size_t num, int** ranks,
-                        double** weights) {
+/* Splits (rank, weight) pairs into the two arrays the ABI takes; the caller frees *weights
+ * (one block holds both arrays). Out of memory is a Go panic, as for Go's own allocations
+ * (a status would come without a weft_last_error() message). */
+static void weftgo_split(const weftgo_rank_weight* pairs, size_t num, int** ranks,
+                         double** weights) {
   *ranks = NULL;
   *weights = NULL;
-  if (num == 0) return 1;
+  if (num == 0) return;
   /* doubles first, so that both arrays are aligned */
   void* block = malloc(num * (sizeof(double) + sizeof(int)));
-  if (block == NULL) return 0;
+  if (block == NULL) _swig_gopanic("weft: out of memory");
   *weights = (double*)block;
   *ranks = (int*)(*weights + num);
   for (size_t i = 0; i < num; ++i) {
     (*ranks)[i] = pairs[i].rank;
     (*weights)[i] = pairs[i].weight;
   }
-  return 1;
 }
 
 %}
@@ -304,11 +302,8 @@ weft_status weftgo_neighbor_allreduce(weft_request** request, void* in, void* ou
   DLTensor t = weftgo_tensor(out, code, bits, shape, ndim);
   int *src_ranks, *dst_ranks;
   double *src_weights, *dst_weights;
-  if (!weftgo_split(src, num_src, &src_ranks, &src_weights)) return WEFT_ERR_RESOURCE_EXHAUSTED;
-  if (!weftgo_split(dst, num_dst, &dst_ranks, &dst_weights)) {
-    free(src_weights);
-    return WEFT_ERR_RESOURCE_EXHAUSTED;
-  }
+  weftgo_split(src, num_src, &src_ranks, &src_weights);
+  weftgo_split(dst, num_dst, &dst_ranks, &dst_weights);
   weft_neighbor_allreduce_options o = WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_INIT;
   o.has_weights = has_weights;
   o.self_weight = self_weight;
@@ -337,13 +332,8 @@ weft_status weftgo_hierarchical_neighbor_allreduce(
   DLTensor t = weftgo_tensor(out, code, bits, shape, ndim);
   int *src_machines, *dst_machines;
   double *src_weights, *dst_weights;
-  if (!weftgo_split(src, num_src, &src_machines, &src_weights)) {
-    return WEFT_ERR_RESOURCE_EXHAUSTED;
-  }
-  if (!weftgo_split(dst, num_dst, &dst_machines, &dst_weights)) {
-    free(src_weights);
-    return WEFT_ERR_RESOURCE_EXHAUSTED;
-  }
+  weftgo_split(src, num_src, &src_machines, &src_weights);
+  weftgo_split(dst, num_dst, &dst_machines, &dst_weights);
   weft_hierarchical_options o = WEFT_HIERARCHICAL_OPTIONS_INIT;
   o.has_weights = has_weights;
   o.self_weight = self_weight;
@@ -374,6 +364,12 @@ weft_status weftgo_pair_gossip(weft_request** request, void* in, void* out, int 
                                                  pair_weight, name);
 }
 
+/* ---- process exit ------------------------------------------------------------------------ */
+
+/* Ends the process through the C library's exit(), so that atexit handlers run: weft's
+ * finalizes MPI (when weft started it). Go never calls exit(): returning from main and
+ * os.Exit end the process with the exit_group system call, and mpirun then reports the rank
+ * as having exited without MPI_Finalize. */
 /* ---- C memory for nonblocking ops -------------------------------------------------------- */
 
 /* 64-byte aligned, at least one line (so that an empty buffer is a valid pointer); NULL when

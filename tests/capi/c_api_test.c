@@ -567,7 +567,11 @@ int main(void) {
   /* init after shutdown works. */
   OK(weft_init());
   OK(weft_comm_barrier());
-  OK(weft_shutdown());
+  /* finalize shuts down first, then ends MPI: init cannot come back. */
+  OK(weft_finalize());
+  CHECK(weft_is_initialized() == 0);
+  FAILS(weft_init(), WEFT_ERR_FAILED_PRECONDITION, "already finalized");
+  OK(weft_finalize()); /* twice is harmless */
   if (rank == 0) printf("c_api_test: all checks passed on %d ranks\n", size);
   return 0;
 }

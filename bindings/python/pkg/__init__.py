@@ -44,6 +44,12 @@ def shutdown():
     _c.weft_shutdown()
 
 
+def finalize():
+    """Finalizes MPI if weft started it (after shutdown() if still initialized); init()
+    fails afterwards. Python runs it at exit by itself."""
+    _c.weft_finalize()
+
+
 def is_initialized():
     return bool(_c.weft_is_initialized())
 

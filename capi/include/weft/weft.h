@@ -84,6 +84,10 @@ WEFT_API weft_status weft_init(void);
  * Waits until every rank has called it; ops that cannot complete then fail. */
 WEFT_API weft_status weft_shutdown(void);
 WEFT_API int weft_is_initialized(void);
+/* Finalizes MPI if weft started it (after weft_shutdown() if still initialized); nothing
+ * more if the program started MPI. Then weft_init() fails. It runs by itself at process
+ * exit (atexit); call it last where exit handlers do not run (Go's runtime). */
+WEFT_API weft_status weft_finalize(void);
 /* These return -1 before weft_init(). */
 WEFT_API int weft_rank(void);
 WEFT_API int weft_size(void);

@@ -119,6 +119,19 @@ function shutdown()
     return nothing
 end
 
+"""
+    Weft.finalize()
+
+Finalizes MPI if weft started it (after `shutdown()` when still initialized); `init()`
+fails afterwards. Julia runs it at exit by itself (through the C library's exit handler).
+Not exported: `Base.finalize` runs an object's finalizers.
+"""
+function finalize()
+    _check(weft_finalize())
+    _free_dropped_requests()
+    return nothing
+end
+
 is_initialized() = weft_is_initialized() != 0
 
 function _process_number(value::Integer, what)

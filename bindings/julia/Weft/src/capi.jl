@@ -125,6 +125,14 @@ function weft_is_initialized()
     ccall((:weft_is_initialized, libweft()), Cint, ())
 end
 
+# Finalizes MPI if weft started it (after weft_shutdown() if still initialized); nothing
+# more if the program started MPI. Then weft_init() fails. It runs by itself at process
+# exit (atexit); call it last where exit handlers do not run (Go's runtime).
+# C: weft_status weft_finalize(void)
+function weft_finalize()
+    ccall((:weft_finalize, libweft()), Cint, ())
+end
+
 # These return -1 before weft_init().
 # C: int weft_rank(void)
 function weft_rank()
@@ -804,9 +812,9 @@ export libweft, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, DLDevice, DLDataTy
     WEFT_ERR_DEADLINE_EXCEEDED, WEFT_ERR_ABORTED, WEFT_ERR_UNAVAILABLE,
     WEFT_ERR_RESOURCE_EXHAUSTED, WEFT_ERR_INTERNAL, WEFT_ERR_UNKNOWN, weft_status_string,
     weft_last_error, weft_version, weft_version_number, weft_init, weft_shutdown,
-    weft_is_initialized, weft_rank, weft_size, weft_local_rank, weft_local_size,
-    weft_machine_rank, weft_machine_size, weft_topology, weft_topology_create,
-    weft_topology_from_weight_matrix, weft_topology_exponential,
+    weft_is_initialized, weft_finalize, weft_rank, weft_size, weft_local_rank,
+    weft_local_size, weft_machine_rank, weft_machine_size, weft_topology,
+    weft_topology_create, weft_topology_from_weight_matrix, weft_topology_exponential,
     weft_topology_exponential_two, weft_topology_symmetric_exponential,
     weft_topology_mesh_grid_2d, weft_topology_star, weft_topology_ring,
     weft_topology_fully_connected, weft_topology_clone, weft_topology_destroy,

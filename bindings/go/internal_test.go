@@ -1,0 +1,104 @@
+package weft
+
+import (
+	"runtime"
+	"testing"
+	"time"
+	"unsafe"
+
+	"weft.dev/weft/internal/cweft"
+)
+
+// cweft.RankWeight crosses into C as weftgo_rank_weight (weft.i checks the C side).
+func TestRankWeightLayout(t *testing.T) {
+	var p cweft.RankWeight
+	if unsafe.Sizeof(p) != 16 || unsafe.Offsetof(p.Weight) != 8 {
+		t.Fatalf("RankWeight: size %d, Weight at %d; weft.i expects 16 and 8",
+			unsafe.Sizeof(p), unsafe.Offsetof(p.Weight))
+	}
+}
+
+// The Status constants are the values of weft_status in the header SWIG read.
+func TestStatusValuesMatchTheHeader(t *testing.T) {
+	for _, c := range []struct {
+		goValue Status
+		cValue  cweft.Enum_SS_weft_status
+	}{
+		{OK, cweft.WEFT_OK},
+		{InvalidArgument, cweft.WEFT_ERR_INVALID_ARGUMENT},
+		{FailedPrecondition, cweft.WEFT_ERR_FAILED_PRECONDITION},
+		{NotFound, cweft.WEFT_ERR_NOT_FOUND},
+		{OutOfRange, cweft.WEFT_ERR_OUT_OF_RANGE},
+		{Unimplemented, cweft.WEFT_ERR_UNIMPLEMENTED},
+		{DeadlineExceeded, cweft.WEFT_ERR_DEADLINE_EXCEEDED},
+		{Aborted, cweft.WEFT_ERR_ABORTED},
+		{Unavailable, cweft.WEFT_ERR_UNAVAILABLE},
+		{ResourceExhausted, cweft.WEFT_ERR_RESOURCE_EXHAUSTED},
+		{Internal, cweft.WEFT_ERR_INTERNAL},
+		{Unknown, cweft.WEFT_ERR_UNKNOWN},
+	} {
+		if int(c.goValue) != int(c.cValue) {
+			t.Errorf("%v is %d in Go but %d in weft.h", c.goValue, int(c.goValue), int(c.cValue))
+		}
+	}
+	if VersionNumber() != cweft.WEFT_VERSION_NUMBER {
+		t.Errorf("the loaded library is %d, the header %d", VersionNumber(), cweft.WEFT_VERSION_NUMBER)
+	}
+}
+
+// The (buffer, capacity, *count) retry: a result larger than the first buffer.
+func TestFetchGrowsTheBuffer(t *testing.T) {
+	topo, err := FullyConnectedGraph(40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer topo.Close()
+	in, err := topo.InNeighbors(0)
+	if err != nil || len(in) != 39 || in[38] != 39 {
+		t.Fatalf("InNeighbors(0) of 40 = %v, %v", in, err)
+	}
+	_, recv, err := topo.RecvWeights(5)
+	if err != nil || len(recv) != 39 || recv[39] != 1.0/40 {
+		t.Fatalf("RecvWeights(5) of 40 = %v, %v", recv, err)
+	}
+}
+
+// A dropped request is finalized (which frees it): nothing it references leads back to it.
+// The test swaps the finalizer for one that also reports.
+func TestDroppedRequestsAreFinalized(t *testing.T) {
+	finalized := make(chan string, 2)
+	watch := func(r *Request, what string) {
+		runtime.SetFinalizer(r, nil)
+		runtime.SetFinalizer(r, func(r *Request) {
+			r.Free()
+			finalized <- what
+		})
+	}
+	func() {
+		g, err := AllgatherNonblocking([]float64{1, 2}, AllgatherOptions{Name: "finalized.gather"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		watch(g.Request, "gather")
+		x := []int32{1}
+		r, err := AllreduceNonblocking(x, make([]int32, 1), AllreduceOptions{Name: "finalized.allreduce"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		watch(r, "allreduce")
+	}()
+	deadline := time.After(30 * time.Second)
+	for seen := 0; seen < 2; {
+		runtime.GC()
+		select {
+		case <-finalized:
+			seen++
+		case <-time.After(10 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("only %d of 2 dropped requests were finalized", seen)
+		}
+	}
+	if err := Barrier(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,609 @@
+package weft
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"unsafe"
+
+	"weft.dev/weft/internal/cweft"
+)
+
+// Element is the element type of the slices the ops take.
+type Element interface {
+	float32 | float64 | int32 | int64
+}
+
+// ---- options ------------------------------------------------------------------------------
+
+// Every op takes at most one options struct; its zero value means the defaults. Name
+// matches the op across ranks ("" matches by call order, so every rank must then call the
+// same ops in the same order). Shape describes the slice as a tensor (nil: 1-D of its
+// length); ranks must agree on it, except for dim 0 in the allgather ops.
+
+// ReduceOp is what Allreduce computes.
+type ReduceOp int
+
+const (
+	Average ReduceOp = iota // the mean over ranks (the default)
+	Sum                     // the sum over ranks
+)
+
+type AllreduceOptions struct {
+	Op    ReduceOp
+	Name  string
+	Shape []int64
+}
+
+type BroadcastOptions struct {
+	Name  string
+	Shape []int64
+}
+
+type AllgatherOptions struct {
+	Name  string
+	Shape []int64
+}
+
+// NeighborAllgatherOptions: with SrcRanks or DstRanks non-nil this call receives from
+// exactly SrcRanks (the result in that order) and sends to exactly DstRanks (nil or empty:
+// none) instead of the topology's neighbors.
+type NeighborAllgatherOptions struct {
+	SrcRanks []int
+	DstRanks []int
+	Name     string
+	Shape    []int64
+}
+
+// Weights are explicit receive weights: y = Self*x + sum over j of Src[j] * x_j, where the
+// keys of Src are the ranks received from (nil or empty: none, y = Self*x). Self and Src
+// go together, as weft requires. Sends still follow the topology unless DstWeights is
+// given, and every rank's sends must match what the receivers expect.
+type Weights struct {
+	Self float64
+	Src  map[int]float64
+}
+
+// NeighborAllreduceOptions: Weights nil uses the topology's receive weights (a uniform
+// average over self and in-neighbors on an unweighted topology). DstWeights non-nil (needs
+// Weights) makes this call dynamic: it sends to exactly those ranks, scaled by the weight,
+// and the topology is left alone.
+type NeighborAllreduceOptions struct {
+	Weights    *Weights
+	DstWeights map[int]float64
+	Name       string
+	Shape      []int64
+}
+
+// HierarchicalNeighborAllreduceOptions: as NeighborAllreduceOptions, keyed by machine index
+// (Weights.Src and DstWeights name machines).
+type HierarchicalNeighborAllreduceOptions struct {
+	Weights    *Weights
+	DstWeights map[int]float64
+	Name       string
+	Shape      []int64
+}
+
+// PairGossipOptions: both peers end with SelfWeight*own + PairWeight*peer's; both zero
+// means 0.5 each.
+type PairGossipOptions struct {
+	SelfWeight float64
+	PairWeight float64
+	Name       string
+	Shape      []int64
+}
+
+// ---- blocking ops ---------------------------------------------------------------------------
+//
+// A blocking op lends the slices' backing arrays to weft for the duration of the call (no
+// copy): cgo allows passing Go memory that holds no Go pointers to C while the call runs.
+// The output may be the input (in place).
+
+// Allreduce writes the mean (or sum, Op: Sum) over all ranks of in into out.
+func Allreduce[T Element](in, out []T, opts ...AllreduceOptions) error {
+	const fn = "weft.Allreduce"
+	o, l, err := allreduceArgs[T](fn, in, out, opts)
+	if err != nil {
+		return err
+	}
+	return call(func() cstatus {
+		return cweft.Weftgo_allreduce(nil, dataOf(in), dataOf(out), l.code, l.bits, l.shape,
+			boolInt(o.Op == Average), o.Name)
+	})
+}
+
+// Broadcast writes root's in into out on every rank.
+func Broadcast[T Element](in, out []T, root int, opts ...BroadcastOptions) error {
+	const fn = "weft.Broadcast"
+	o, l, err := inOutArgs[T](fn, in, out, opts, func(o BroadcastOptions) []int64 { return o.Shape })
+	if err != nil {
+		return err
+	}
+	return call(func() cstatus {
+		return cweft.Weftgo_broadcast(nil, dataOf(in), dataOf(out), l.code, l.bits, l.shape,
+			root, o.Name)
+	})
+}
+
+// Allgather returns every rank's in concatenated along dim 0 in rank order (dim 0 may
+// differ between ranks). The result comes from weft's own memory, copied into a new slice.
+func Allgather[T Element](in []T, opts ...AllgatherOptions) ([]T, error) {
+	const fn = "weft.Allgather"
+	o, l, err := inArgs[T](fn, in, opts, func(o AllgatherOptions) []int64 { return o.Shape })
+	if err != nil {
+		return nil, err
+	}
+	var m managedHandle
+	err = call(func() cstatus {
+		return cweft.Weftgo_allgather(nil, &m, dataOf(in), l.code, l.bits, l.shape, o.Name)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return copyManaged[T](fn, m)
+}
+
+// NeighborAllgather returns the in-neighbors' in concatenated in rank order (or from
+// SrcRanks, in that order); this rank's own in is not included.
+func NeighborAllgather[T Element](in []T, opts ...NeighborAllgatherOptions) ([]T, error) {
+	const fn = "weft.NeighborAllgather"
+	o, l, err := inArgs[T](fn, in, opts, func(o NeighborAllgatherOptions) []int64 { return o.Shape })
+	if err != nil {
+		return nil, err
+	}
+	r, err := neighborRanks(fn, o)
+	if err != nil {
+		return nil, err
+	}
+	var m managedHandle
+	err = call(func() cstatus {
+		return cweft.Weftgo_neighbor_allgather(nil, &m, dataOf(in), l.code, l.bits, l.shape,
+			r.has, r.src, r.dst, o.Name)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return copyManaged[T](fn, m)
+}
+
+// NeighborAllreduce writes the weighted average of this rank's in and its in-neighbors'
+// into out (see NeighborAllreduceOptions for the weights).
+func NeighborAllreduce[T Element](in, out []T, opts ...NeighborAllreduceOptions) error {
+	const fn = "weft.NeighborAllreduce"
+	o, l, err := inOutArgs[T](fn, in, out, opts, func(o NeighborAllreduceOptions) []int64 { return o.Shape })
+	if err != nil {
+		return err
+	}
+	w, err := weightArgs(fn, o.Weights, o.DstWeights)
+	if err != nil {
+		return err
+	}
+	return call(func() cstatus {
+		return cweft.Weftgo_neighbor_allreduce(nil, dataOf(in), dataOf(out), l.code, l.bits,
+			l.shape, w.has, w.self, w.src, w.hasDst, w.dst, o.Name)
+	})
+}
+
+// HierarchicalNeighborAllreduce sums in inside each machine, exchanges the sums between
+// machines over the machine topology (or the given machine weights), and writes the result
+// divided by LocalSize() into out on every rank of the machine.
+func HierarchicalNeighborAllreduce[T Element](in, out []T, opts ...HierarchicalNeighborAllreduceOptions) error {
+	const fn = "weft.HierarchicalNeighborAllreduce"
+	o, l, err := inOutArgs[T](fn, in, out, opts, func(o HierarchicalNeighborAllreduceOptions) []int64 { return o.Shape })
+	if err != nil {
+		return err
+	}
+	w, err := weightArgs(fn, o.Weights, o.DstWeights)
+	if err != nil {
+		return err
+	}
+	return call(func() cstatus {
+		return cweft.Weftgo_hierarchical_neighbor_allreduce(nil, dataOf(in), dataOf(out), l.code,
+			l.bits, l.shape, w.has, w.self, w.src, w.hasDst, w.dst, o.Name)
+	})
+}
+
+// PairGossip exchanges in with peer (which must call it with this rank as its peer); both
+// end with SelfWeight*own + PairWeight*peer's in out.
+func PairGossip[T Element](in, out []T, peer int, opts ...PairGossipOptions) error {
+	const fn = "weft.PairGossip"
+	o, l, err := inOutArgs[T](fn, in, out, opts, func(o PairGossipOptions) []int64 { return o.Shape })
+	if err != nil {
+		return err
+	}
+	self, pair := gossipWeights(o)
+	return call(func() cstatus {
+		return cweft.Weftgo_pair_gossip(nil, dataOf(in), dataOf(out), l.code, l.bits, l.shape,
+			peer, self, pair, o.Name)
+	})
+}
+
+// Barrier returns once every rank has called it.
+func Barrier() error { return call(cweft.Weft_comm_barrier) }
+
+// ---- nonblocking ops ------------------------------------------------------------------------
+//
+// These copy in into C memory and return at once; see Request for when out is written.
+
+// AllreduceNonblocking starts Allreduce.
+func AllreduceNonblocking[T Element](in, out []T, opts ...AllreduceOptions) (*Request, error) {
+	const fn = "weft.AllreduceNonblocking"
+	o, l, err := allreduceArgs[T](fn, in, out, opts)
+	if err != nil {
+		return nil, err
+	}
+	return startInOut(fn, in, out, func(req *reqHandle, cin, cout unsafe.Pointer) cstatus {
+		return cweft.Weftgo_allreduce(req, cin, cout, l.code, l.bits, l.shape,
+			boolInt(o.Op == Average), o.Name)
+	})
+}
+
+// BroadcastNonblocking starts Broadcast.
+func BroadcastNonblocking[T Element](in, out []T, root int, opts ...BroadcastOptions) (*Request, error) {
+	const fn = "weft.BroadcastNonblocking"
+	o, l, err := inOutArgs[T](fn, in, out, opts, func(o BroadcastOptions) []int64 { return o.Shape })
+	if err != nil {
+		return nil, err
+	}
+	return startInOut(fn, in, out, func(req *reqHandle, cin, cout unsafe.Pointer) cstatus {
+		return cweft.Weftgo_broadcast(req, cin, cout, l.code, l.bits, l.shape, root, o.Name)
+	})
+}
+
+// AllgatherNonblocking starts Allgather; the GatherRequest's Result is the gathered slice.
+func AllgatherNonblocking[T Element](in []T, opts ...AllgatherOptions) (*GatherRequest[T], error) {
+	const fn = "weft.AllgatherNonblocking"
+	o, l, err := inArgs[T](fn, in, opts, func(o AllgatherOptions) []int64 { return o.Shape })
+	if err != nil {
+		return nil, err
+	}
+	return startGather(fn, in, func(req *reqHandle, cin unsafe.Pointer) cstatus {
+		return cweft.Weftgo_allgather(req, nil, cin, l.code, l.bits, l.shape, o.Name)
+	})
+}
+
+// NeighborAllgatherNonblocking starts NeighborAllgather.
+func NeighborAllgatherNonblocking[T Element](in []T, opts ...NeighborAllgatherOptions) (*GatherRequest[T], error) {
+	const fn = "weft.NeighborAllgatherNonblocking"
+	o, l, err := inArgs[T](fn, in, opts, func(o NeighborAllgatherOptions) []int64 { return o.Shape })
+	if err != nil {
+		return nil, err
+	}
+	r, err := neighborRanks(fn, o)
+	if err != nil {
+		return nil, err
+	}
+	return startGather(fn, in, func(req *reqHandle, cin unsafe.Pointer) cstatus {
+		return cweft.Weftgo_neighbor_allgather(req, nil, cin, l.code, l.bits, l.shape, r.has,
+			r.src, r.dst, o.Name)
+	})
+}
+
+// NeighborAllreduceNonblocking starts NeighborAllreduce.
+func NeighborAllreduceNonblocking[T Element](in, out []T, opts ...NeighborAllreduceOptions) (*Request, error) {
+	const fn = "weft.NeighborAllreduceNonblocking"
+	o, l, err := inOutArgs[T](fn, in, out, opts, func(o NeighborAllreduceOptions) []int64 { return o.Shape })
+	if err != nil {
+		return nil, err
+	}
+	w, err := weightArgs(fn, o.Weights, o.DstWeights)
+	if err != nil {
+		return nil, err
+	}
+	return startInOut(fn, in, out, func(req *reqHandle, cin, cout unsafe.Pointer) cstatus {
+		return cweft.Weftgo_neighbor_allreduce(req, cin, cout, l.code, l.bits, l.shape, w.has,
+			w.self, w.src, w.hasDst, w.dst, o.Name)
+	})
+}
+
+// HierarchicalNeighborAllreduceNonblocking starts HierarchicalNeighborAllreduce.
+func HierarchicalNeighborAllreduceNonblocking[T Element](in, out []T, opts ...HierarchicalNeighborAllreduceOptions) (*Request, error) {
+	const fn = "weft.HierarchicalNeighborAllreduceNonblocking"
+	o, l, err := inOutArgs[T](fn, in, out, opts, func(o HierarchicalNeighborAllreduceOptions) []int64 { return o.Shape })
+	if err != nil {
+		return nil, err
+	}
+	w, err := weightArgs(fn, o.Weights, o.DstWeights)
+	if err != nil {
+		return nil, err
+	}
+	return startInOut(fn, in, out, func(req *reqHandle, cin, cout unsafe.Pointer) cstatus {
+		return cweft.Weftgo_hierarchical_neighbor_allreduce(req, cin, cout, l.code, l.bits,
+			l.shape, w.has, w.self, w.src, w.hasDst, w.dst, o.Name)
+	})
+}
+
+// PairGossipNonblocking starts PairGossip.
+func PairGossipNonblocking[T Element](in, out []T, peer int, opts ...PairGossipOptions) (*Request, error) {
+	const fn = "weft.PairGossipNonblocking"
+	o, l, err := inOutArgs[T](fn, in, out, opts, func(o PairGossipOptions) []int64 { return o.Shape })
+	if err != nil {
+		return nil, err
+	}
+	self, pair := gossipWeights(o)
+	return startInOut(fn, in, out, func(req *reqHandle, cin, cout unsafe.Pointer) cstatus {
+		return cweft.Weftgo_pair_gossip(req, cin, cout, l.code, l.bits, l.shape, peer, self,
+			pair, o.Name)
+	})
+}
+
+// BarrierNonblocking starts Barrier.
+func BarrierNonblocking() (*Request, error) {
+	var h reqHandle
+	if err := call(func() cstatus { return cweft.Weft_comm_barrier_nonblocking(&h) }); err != nil {
+		return nil, err
+	}
+	return newRequest(h, nil, nil), nil
+}
+
+// ---- argument checking --------------------------------------------------------------------
+
+type managedHandle = cweft.SwigcptrStruct_SS_DLManagedTensor
+
+// DLPack type codes (dlpack.h).
+const (
+	dlInt   = 0
+	dlFloat = 2
+)
+
+// layout is a slice described as a DLPack tensor.
+type layout struct {
+	code, bits int
+	shape      []int64
+}
+
+func dtypeOf[T Element]() (code, bits int) {
+	var zero T
+	switch any(zero).(type) {
+	case float32:
+		return dlFloat, 32
+	case float64:
+		return dlFloat, 64
+	case int32:
+		return dlInt, 32
+	default: // int64
+		return dlInt, 64
+	}
+}
+
+func sizeOf[T Element]() int {
+	var zero T
+	return int(unsafe.Sizeof(zero))
+}
+
+// dataOf is the slice's backing array (nil when empty: weft never reads an empty tensor).
+func dataOf[T Element](s []T) unsafe.Pointer {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(&s[0])
+}
+
+func layoutOf[T Element](fn string, n int, shape []int64) (layout, error) {
+	code, bits := dtypeOf[T]()
+	if shape == nil {
+		return layout{code, bits, []int64{int64(n)}}, nil
+	}
+	numel := int64(1)
+	for _, d := range shape {
+		if d < 0 {
+			return layout{}, invalid("%s: Shape %v has a negative dimension", fn, shape)
+		}
+		numel *= d
+	}
+	if numel != int64(n) {
+		return layout{}, invalid("%s: Shape %v holds %d elements but the slice has %d", fn,
+			shape, numel, n)
+	}
+	return layout{code, bits, shape}, nil
+}
+
+func single[O any](fn string, opts []O) (O, error) {
+	var o O
+	if len(opts) > 1 {
+		return o, invalid("%s: pass at most one options struct (got %d)", fn, len(opts))
+	}
+	if len(opts) == 1 {
+		o = opts[0]
+	}
+	return o, nil
+}
+
+func inArgs[T Element, O any](fn string, in []T, opts []O, shapeOf func(O) []int64) (O, layout, error) {
+	o, err := single(fn, opts)
+	if err != nil {
+		return o, layout{}, err
+	}
+	l, err := layoutOf[T](fn, len(in), shapeOf(o))
+	return o, l, err
+}
+
+// inOutArgs also checks that out can hold the result: the same length as in.
+func inOutArgs[T Element, O any](fn string, in, out []T, opts []O, shapeOf func(O) []int64) (O, layout, error) {
+	o, l, err := inArgs(fn, in, opts, shapeOf)
+	if err != nil {
+		return o, l, err
+	}
+	if len(out) != len(in) {
+		return o, l, invalid("%s: out has %d elements but in has %d; out must have in's "+
+			"length (pass in itself for in place)", fn, len(out), len(in))
+	}
+	return o, l, nil
+}
+
+func allreduceArgs[T Element](fn string, in, out []T, opts []AllreduceOptions) (AllreduceOptions, layout, error) {
+	o, l, err := inOutArgs(fn, in, out, opts, func(o AllreduceOptions) []int64 { return o.Shape })
+	if err == nil && o.Op != Average && o.Op != Sum {
+		err = invalid("%s: Op is %d; expected weft.Average or weft.Sum", fn, int(o.Op))
+	}
+	return o, l, err
+}
+
+func toInt32s(fn, what string, ranks []int) ([]int32, error) {
+	out := make([]int32, len(ranks))
+	for i, r := range ranks {
+		if r < math.MinInt32 || r > math.MaxInt32 {
+			return nil, invalid("%s: %s has rank %d, which is out of range", fn, what, r)
+		}
+		out[i] = int32(r)
+	}
+	return out, nil
+}
+
+// rankWeights turns a map into (rank, weight) pairs sorted by rank (weft matches weights to
+// senders by rank, so the order only makes calls reproducible).
+func rankWeights(fn, what string, m map[int]float64) ([]cweft.RankWeight, error) {
+	pairs := make([]cweft.RankWeight, 0, len(m))
+	for r, w := range m {
+		if r < math.MinInt32 || r > math.MaxInt32 {
+			return nil, invalid("%s: %s has rank %d, which is out of range", fn, what, r)
+		}
+		pairs = append(pairs, cweft.RankWeight{Rank: int32(r), Weight: w})
+	}
+	sort.Slice(pairs, func(i, j int) bool { return pairs[i].Rank < pairs[j].Rank })
+	return pairs, nil
+}
+
+type neighborRankArgs struct {
+	has      int
+	src, dst []int32
+}
+
+func neighborRanks(fn string, o NeighborAllgatherOptions) (neighborRankArgs, error) {
+	if o.SrcRanks == nil && o.DstRanks == nil {
+		return neighborRankArgs{}, nil
+	}
+	src, err := toInt32s(fn, "SrcRanks", o.SrcRanks)
+	if err != nil {
+		return neighborRankArgs{}, err
+	}
+	dst, err := toInt32s(fn, "DstRanks", o.DstRanks)
+	if err != nil {
+		return neighborRankArgs{}, err
+	}
+	return neighborRankArgs{1, src, dst}, nil
+}
+
+type weightArgList struct {
+	has, hasDst int
+	self        float64
+	src, dst    []cweft.RankWeight
+}
+
+func weightArgs(fn string, w *Weights, dstWeights map[int]float64) (weightArgList, error) {
+	var a weightArgList
+	var err error
+	if w != nil {
+		a.has, a.self = 1, w.Self
+		if a.src, err = rankWeights(fn, "Weights.Src", w.Src); err != nil {
+			return a, err
+		}
+	}
+	if dstWeights != nil {
+		a.hasDst = 1
+		if a.dst, err = rankWeights(fn, "DstWeights", dstWeights); err != nil {
+			return a, err
+		}
+	}
+	return a, nil
+}
+
+func gossipWeights(o PairGossipOptions) (self, pair float64) {
+	if o.SelfWeight == 0 && o.PairWeight == 0 {
+		return 0.5, 0.5
+	}
+	return o.SelfWeight, o.PairWeight
+}
+
+// ---- C memory for nonblocking ops and results ----------------------------------------------
+
+func allocC(fn string, nbytes int) (unsafe.Pointer, error) {
+	p := cweft.Weftgo_alloc(int64(nbytes))
+	if p == nil {
+		return nil, &Error{Status: ResourceExhausted,
+			Message: fmt.Sprintf("%s: cannot allocate %d bytes of C memory", fn, nbytes)}
+	}
+	return p, nil
+}
+
+// startInOut copies in into C memory, starts the op there (one buffer when in and out are
+// the same slice) and returns a Request that copies the C result into out on success.
+func startInOut[T Element](fn string, in, out []T,
+	start func(req *reqHandle, cin, cout unsafe.Pointer) cstatus) (*Request, error) {
+	n, size := len(in), sizeOf[T]()
+	inPlace := n > 0 && &in[0] == &out[0]
+	buffers := 2
+	if inPlace {
+		buffers = 1
+	}
+	buf, err := allocC(fn, buffers*n*size)
+	if err != nil {
+		return nil, err
+	}
+	cin := unsafe.Slice((*T)(buf), n)
+	copy(cin, in)
+	coutPtr := buf
+	if !inPlace {
+		coutPtr = unsafe.Add(buf, n*size)
+	}
+	cout := unsafe.Slice((*T)(coutPtr), n)
+	var h reqHandle
+	if err := call(func() cstatus { return start(&h, buf, coutPtr) }); err != nil {
+		cweft.Weftgo_free(buf)
+		return nil, err
+	}
+	return newRequest(h, buf, func(reqHandle) error {
+		copy(out, cout)
+		return nil
+	}), nil
+}
+
+// startGather copies in into C memory and starts a gathering op; the result is taken from
+// the request when it completes.
+func startGather[T Element](fn string, in []T,
+	start func(req *reqHandle, cin unsafe.Pointer) cstatus) (*GatherRequest[T], error) {
+	buf, err := allocC(fn, len(in)*sizeOf[T]())
+	if err != nil {
+		return nil, err
+	}
+	copy(unsafe.Slice((*T)(buf), len(in)), in)
+	var h reqHandle
+	if err := call(func() cstatus { return start(&h, buf) }); err != nil {
+		cweft.Weftgo_free(buf)
+		return nil, err
+	}
+	// The result goes to a cell shared with the GatherRequest, not to the GatherRequest
+	// itself: a reference from the Request's finish back to it would make a cycle through
+	// the finalized Request, which Go then never finalizes.
+	result := new([]T)
+	r := newRequest(h, buf, func(h reqHandle) error {
+		var m managedHandle
+		if err := call(func() cstatus { return cweft.Weft_request_take_output(&m, h) }); err != nil {
+			return err
+		}
+		var err error
+		*result, err = copyManaged[T](fn, m)
+		return err
+	})
+	return &GatherRequest[T]{Request: r, result: result}, nil
+}
+
+// copyManaged copies a library-allocated result into a new slice and calls its deleter.
+func copyManaged[T Element](fn string, m managedHandle) ([]T, error) {
+	if m == 0 {
+		return nil, &Error{Status: Internal, Message: fn + ": the library returned no output"}
+	}
+	defer cweft.Weftgo_managed_delete(m)
+	code, bits := dtypeOf[T]()
+	if got := cweft.Weftgo_managed_dtype(m); got != code*256+bits {
+		return nil, &Error{Status: Internal, Message: fmt.Sprintf(
+			"%s: the output has DLPack dtype (%d, %d), expected (%d, %d)", fn, got/256, got%256,
+			code, bits)}
+	}
+	n := cweft.Weftgo_managed_numel(m)
+	out := make([]T, n)
+	if n > 0 {
+		copy(out, unsafe.Slice((*T)(cweft.Weftgo_managed_data(m)), n))
+	}
+	return out, nil
+}
