@@ -27,6 +27,14 @@ trap 'rm -rf "$tmp"' EXIT
 cp "$bin/bench/binding_bench" "$tmp/"
 cp -rL "$bin/bindings/python/weft" "$tmp/weft"
 export WEFT_TEST_MPI_TIMEOUT=${BINDING_BENCH_TIMEOUT:-900}
+# glibc serves 1 MiB blocks with fresh mmap'ed pages or recycled heap depending on its
+# dynamic thresholds, and fresh pages cost page faults (~0.7 ms per MiB and call on the
+# 2-core development VM, in whichever process touches them first, peer ranks included), so
+# 1 MiB figures swung 3-4x from run to run in every language. Pinning the thresholds keeps
+# freed blocks in the heap; BINDING_BENCH_GLIBC_DEFAULTS=1 measures without it.
+if [ "${BINDING_BENCH_GLIBC_DEFAULTS:-0}" != 1 ]; then
+  export MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=134217728
+fi
 
 results="$tmp/results.txt"
 echo "### binding_bench on $np ranks ($(nproc) cores on this machine)"

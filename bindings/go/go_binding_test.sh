@@ -34,19 +34,15 @@ include=$root/capi/include
 
 work=${TEST_TMPDIR:-$(mktemp -d)}/go
 rm -rf "$work"
-mkdir -p "$work/src/internal/cweft" "$work/src/examples/consensus" "$work/cache" \
-  "$work/path" "$work/tmp"
+mkdir -p "$work/src/internal/cweft" "$work/src/examples/consensus"
 src=$root/bindings/go
 cp -L "$src"/go.mod "$src"/weft.i "$src"/generate.sh "$src"/*.go "$work/src/"
 cp -L "$src"/internal/cweft/doc.go "$work/src/internal/cweft/"
 cp -L "$src"/examples/consensus/main.go "$work/src/examples/consensus/"
 
 # A hermetic go command: nothing from the user's environment, no network, no HOME needed.
-export GOCACHE=$work/cache GOPATH=$work/path GOTMPDIR=$work/tmp GOENV=off GOFLAGS= \
-  GO111MODULE=on GOPROXY=off GOWORK=off CGO_ENABLED=1
-export CGO_CFLAGS="-I$include -O2"
-export CGO_LDFLAGS="-L$libdir -Wl,-rpath,$libdir"
-export HOME=${HOME:-$work}
+# shellcheck source=goenv.sh
+source "$src/goenv.sh" "$work" "$include" "$libdir"
 
 unformatted=$(cd "$work/src" && "${GOFMT:-gofmt}" -l .)
 if [[ -n "$unformatted" ]]; then
