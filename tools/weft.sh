@@ -52,7 +52,11 @@ setup_tree_sitter() {
   mkdir -p "$WEFT_NODE_DIR"
   # tree-sitter-julia 0.23 declares a peer dependency on a newer tree-sitter than the 0.21
   # it works with, hence --legacy-peer-deps.
-  npm install --prefix "$WEFT_NODE_DIR" --legacy-peer-deps --no-audit --no-fund \
+  # Node trusts only its own CA list; behind a TLS-inspecting proxy whose CA is installed
+  # system-wide (update-ca-certificates), npm needs the system bundle too.
+  local ca=/etc/ssl/certs/ca-certificates.crt
+  NODE_EXTRA_CA_CERTS="${NODE_EXTRA_CA_CERTS:-$([ -f "$ca" ] && echo "$ca")}" \
+    npm install --prefix "$WEFT_NODE_DIR" --legacy-peer-deps --no-audit --no-fund \
     tree-sitter@0.21.1 tree-sitter-julia@0.23.1
   NODE_PATH="$WEFT_NODE_DIR/node_modules" node -e "$node_check"
 }
