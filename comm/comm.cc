@@ -4,13 +4,16 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <cstdlib>
 #include <cstring>
 #include <set>
 
 #include "absl/strings/str_join.h"
 #include "comm/engine.h"
+#include "comm/window.h"
 #include "core/config.h"
 #include "core/logging.h"
 #include "core/timeline.h"
@@ -40,6 +43,8 @@ struct State {
   bool weighted = false;
   std::shared_ptr<const Topology> machine_topology;
   bool machine_weighted = false;
+  std::mutex win_mu;
+  std::map<std::string, std::shared_ptr<comm::Window>> windows;  // win_mu
 };
 
 std::mutex g_mu;
@@ -272,6 +277,14 @@ Status init() {
   MPI_Finalized(&finalized);
   if (finalized) return FailedPrecondition("init: MPI was already finalized in this process");
   if (!initialized) {
+    // Open MPI 4.1 prefers osc/rdma for windows, which over the vader BTL crashes under
+    // contention (segfaults in mca_btl_vader_emu_acswap and poll_handle_frag, seen with
+    // concurrent locks and compare-and-swap on one window). osc/ucx is only considered
+    // when listed, so list it first and rank rdma last: Open MPI then uses UCX for windows
+    // (rdma only if it was built without UCX). A user's own settings win; a program that
+    // initializes MPI itself decides alone (comm/README.md).
+    setenv("OMPI_MCA_osc", "ucx,sm,rdma", /*overwrite=*/0);
+    setenv("OMPI_MCA_osc_rdma_priority", "1", /*overwrite=*/0);
     int provided = 0;
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
       return Internal("init: MPI_Init_thread failed");
@@ -362,6 +375,13 @@ Status shutdown() {
     std::lock_guard<std::mutex> lock(g_mu);
     g_state.reset();
   }
+  // Windows still alive: every rank is here (shutdown is collective) and frees them in the
+  // same (name) order.
+  for (auto& [name, window] : state->windows) {
+    Status s = window->Free();
+    if (!s.ok()) WEFT_LOG(Warning) << "shutdown: freeing window '" << name << "': " << s;
+  }
+  state->windows.clear();
   comm::Context& ctx = state->ctx;
   for (MPI_Comm* c : {&ctx.control, &ctx.data, &ctx.local, &ctx.cross}) {
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
@@ -432,6 +452,17 @@ Status set_topology(const Topology& topo, bool is_weighted) {
   if (topo.size() != state->ctx.size) {
     return InvalidArgument("set_topology: the topology has ", topo.size(),
                            " ranks but weft runs ", state->ctx.size);
+  }
+  {
+    // Windows are collective, so every rank refuses alike (no rank waits for the others).
+    std::lock_guard<std::mutex> lock(state->win_mu);
+    if (!state->windows.empty()) {
+      std::vector<std::string> names;
+      for (const auto& entry : state->windows) names.push_back(entry.first);
+      return FailedPrecondition("set_topology: windows exist (", absl::StrJoin(names, ", "),
+                                "); their buffers follow the topology they were created "
+                                "with: win_free them first");
+    }
   }
   auto r = NewRequest(*state, OpType::kSetTopology, TensorView(), TensorView(), "");
   r->new_topology = std::make_shared<const Topology>(topo);
@@ -626,6 +657,356 @@ StatusOr<Handle> barrier_nonblocking() {
   auto r = NewRequest(*state, OpType::kBarrier, TensorView(), TensorView(), "");
   return Submit(*state, r);
 }
+
+// --- windows ---------------------------------------------------------------------------
+
+namespace {
+
+StatusOr<std::shared_ptr<comm::Window>> FindWindow(State& state, const char* op,
+                                                   const std::string& name) {
+  if (name.empty()) return InvalidArgument(op, ": the window name is empty");
+  std::lock_guard<std::mutex> lock(state.win_mu);
+  auto it = state.windows.find(name);
+  if (it == state.windows.end()) {
+    return absl::NotFoundError(absl::StrCat(op, ": there is no window named '", name,
+                                            "' on rank ", state.ctx.rank,
+                                            " (win_create it first)"));
+  }
+  return it->second;
+}
+
+Status CheckWindowTensor(const comm::Window& w, const TensorView& x, const char* op) {
+  WEFT_RETURN_IF_ERROR(CheckTensor(x, op, "input"));
+  const TensorView& t = w.tensor();
+  if (x.dtype() != t.dtype() || x.shape() != t.shape()) {
+    return InvalidArgument(op, " '", w.name(), "': the tensor is ", x.ToString(),
+                           " but the window holds ", t.ToString());
+  }
+  return OkStatus();
+}
+
+// Explicit (rank -> weight) pairs, each checked with `valid`, or the defaults with weight 1.
+StatusOr<std::vector<std::pair<int, double>>> WindowRanks(
+    const std::optional<std::map<int, double>>& given, const std::vector<int>& defaults,
+    const std::function<bool(int)>& valid, const std::string& op, const char* what,
+    const char* relation) {
+  std::vector<std::pair<int, double>> out;
+  if (!given.has_value()) {
+    for (int r : defaults) out.emplace_back(r, 1.0);
+    return out;
+  }
+  for (const auto& [r, w] : *given) {
+    if (!std::isfinite(w)) return InvalidArgument(op, ": ", what, " gives rank ", r, " the weight ", w);
+    if (!valid(r)) {
+      return InvalidArgument(op, ": ", what, " names rank ", r, ", which is not ", relation,
+                             " in the topology the window was created with");
+    }
+    out.emplace_back(r, w);
+  }
+  return out;
+}
+
+StatusOr<Handle> SubmitWindowOp(State& state, std::string display,
+                                std::function<std::optional<Status>()> action) {
+  auto r = std::make_shared<Request>();
+  r->desc.rank = state.ctx.rank;
+  r->desc.op = OpType::kWinLocal;
+  r->desc.key = "#win";
+  r->desc.display = std::move(display);
+  r->action = std::move(action);
+  return Submit(state, r);
+}
+
+// An op guarded by window mutexes: takes them (retrying at later rounds of progress while
+// another rank holds one), runs `body`, releases them.
+std::function<std::optional<Status>()> WithMutexes(std::shared_ptr<comm::Window> w,
+                                                   std::vector<int> ranks, bool require,
+                                                   std::function<Status()> body) {
+  std::sort(ranks.begin(), ranks.end());
+  return [w, ranks, require, body]() -> std::optional<Status> {
+    if (require) {
+      auto all = w->TryLockMutexes(ranks);
+      if (!all.ok()) return all.status();
+      if (!*all) return std::nullopt;
+    }
+    Status s = body();
+    if (require) {
+      Status unlocked = w->UnlockMutexes(ranks);
+      if (s.ok()) s = unlocked;
+    }
+    return s;
+  };
+}
+
+StatusOr<Handle> WinPut(const TensorView& x, const std::string& name,
+                        const WinPutOptions& options, bool accumulate) {
+  const char* op = accumulate ? "win_accumulate" : "win_put";
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin(op, name));
+  WEFT_ASSIGN_OR_RETURN(auto w, FindWindow(*state, op, name));
+  WEFT_RETURN_IF_ERROR(CheckWindowTensor(*w, x, op));
+  const std::string display = absl::StrCat(op, " '", name, "'");
+  if (!std::isfinite(options.self_weight)) {
+    return InvalidArgument(display, ": self_weight is ", options.self_weight);
+  }
+  const int self = state->ctx.rank;
+  WEFT_ASSIGN_OR_RETURN(
+      auto dsts, WindowRanks(options.dst_weights, w->out_neighbors(),
+                             [&](int r) { return w->HasSlot(r, self); }, display,
+                             "dst_weights", "an out-neighbor of this rank"));
+  std::vector<int> ranks;
+  for (const auto& d : dsts) ranks.push_back(d.first);
+  const double self_weight = options.self_weight;
+  return SubmitWindowOp(
+      *state, display,
+      WithMutexes(w, ranks, options.require_mutex, [w, x, dsts, accumulate, self_weight] {
+        WEFT_RETURN_IF_ERROR(w->Put(x, dsts, accumulate));
+        return w->ScaleSelf(x, self_weight);
+      }));
+}
+
+// Runs a local window op now (the caller drives the engine) and returns its status.
+Status RunWindowOp(State& state, std::string display, std::function<Status()> body) {
+  CallerWaits blocking;
+  WEFT_ASSIGN_OR_RETURN(Handle h, SubmitWindowOp(state, std::move(display),
+                                                 [body]() -> std::optional<Status> {
+                                                   return body();
+                                                 }));
+  return wait(h);
+}
+
+}  // namespace
+
+Status win_create(const TensorView& x, const std::string& name, bool zero_init) {
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin("win_create", name));
+  if (name.empty()) return InvalidArgument("win_create: the window needs a name");
+  WEFT_RETURN_IF_ERROR(CheckTensor(x, "win_create", "input"));
+  {
+    std::lock_guard<std::mutex> lock(state->win_mu);
+    if (state->windows.count(name)) {
+      return InvalidArgument("win_create: a window named '", name, "' exists already");
+    }
+  }
+  auto r = NewRequest(*state, OpType::kWinCreate, x, TensorView(), "win_create:" + name);
+  std::shared_ptr<const Topology> topo = Topo(*state).first;
+  State* raw = state.get();
+  r->action = [raw, x, name, zero_init, topo]() -> std::optional<Status> {
+    auto w = comm::Window::Create(raw->ctx.data, name, x, *topo, zero_init);
+    if (!w.ok()) return w.status();
+    std::lock_guard<std::mutex> lock(raw->win_mu);
+    raw->windows[name] = *w;
+    raw->engine->windows.fetch_add(1);
+    return OkStatus();
+  };
+  CallerWaits blocking;
+  WEFT_ASSIGN_OR_RETURN(Handle h, Submit(*state, r));
+  return wait(h);
+}
+
+Status win_free(const std::string& name) {
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin("win_free", name));
+  std::vector<std::string> names;
+  {
+    std::lock_guard<std::mutex> lock(state->win_mu);
+    if (name.empty()) {
+      for (const auto& entry : state->windows) names.push_back(entry.first);
+    } else if (state->windows.count(name)) {
+      names.push_back(name);
+    } else {
+      return absl::NotFoundError(
+          absl::StrCat("win_free: there is no window named '", name, "' on rank ",
+                       state->ctx.rank));
+    }
+  }
+  auto r = NewRequest(*state, OpType::kWinFree, TensorView(), TensorView(),
+                      "win_free:" + (name.empty() ? std::string("*") : name));
+  State* raw = state.get();
+  r->action = [raw, names]() -> std::optional<Status> {
+    Status status;
+    for (const std::string& n : names) {
+      std::shared_ptr<comm::Window> w;
+      {
+        std::lock_guard<std::mutex> lock(raw->win_mu);
+        auto it = raw->windows.find(n);
+        if (it == raw->windows.end()) continue;
+        w = it->second;
+        raw->windows.erase(it);
+      }
+      raw->engine->windows.fetch_sub(1);
+      Status s = w->Free();
+      if (status.ok()) status = s;
+    }
+    return status;
+  };
+  CallerWaits blocking;
+  WEFT_ASSIGN_OR_RETURN(Handle h, Submit(*state, r));
+  return wait(h);
+}
+
+StatusOr<Handle> win_put_nonblocking(const TensorView& x, const std::string& name,
+                                     const WinPutOptions& options) {
+  return WinPut(x, name, options, /*accumulate=*/false);
+}
+
+Status win_put(const TensorView& x, const std::string& name, const WinPutOptions& options) {
+  CallerWaits blocking;
+  WEFT_ASSIGN_OR_RETURN(Handle h, WinPut(x, name, options, false));
+  return wait(h);
+}
+
+StatusOr<Handle> win_accumulate_nonblocking(const TensorView& x, const std::string& name,
+                                            const WinPutOptions& options) {
+  return WinPut(x, name, options, /*accumulate=*/true);
+}
+
+Status win_accumulate(const TensorView& x, const std::string& name,
+                      const WinPutOptions& options) {
+  CallerWaits blocking;
+  WEFT_ASSIGN_OR_RETURN(Handle h, WinPut(x, name, options, true));
+  return wait(h);
+}
+
+StatusOr<Handle> win_get_nonblocking(const std::string& name, const WinGetOptions& options) {
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin("win_get", name));
+  WEFT_ASSIGN_OR_RETURN(auto w, FindWindow(*state, "win_get", name));
+  const std::string display = absl::StrCat("win_get '", name, "'");
+  const int self = state->ctx.rank;
+  WEFT_ASSIGN_OR_RETURN(
+      auto srcs, WindowRanks(options.src_weights, w->in_neighbors(),
+                             [&](int r) { return w->HasSlot(self, r); }, display,
+                             "src_weights", "an in-neighbor of this rank"));
+  std::vector<int> ranks;
+  for (const auto& s : srcs) ranks.push_back(s.first);
+  return SubmitWindowOp(*state, display,
+                        WithMutexes(w, ranks, options.require_mutex,
+                                    [w, srcs] { return w->Get(srcs); }));
+}
+
+Status win_get(const std::string& name, const WinGetOptions& options) {
+  CallerWaits blocking;
+  WEFT_ASSIGN_OR_RETURN(Handle h, win_get_nonblocking(name, options));
+  return wait(h);
+}
+
+Status win_update(const std::string& name, const WinUpdateOptions& options) {
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin("win_update", name));
+  WEFT_ASSIGN_OR_RETURN(auto w, FindWindow(*state, "win_update", name));
+  const std::string display = absl::StrCat("win_update '", name, "'");
+  if (options.self_weight.has_value() != options.neighbor_weights.has_value()) {
+    return InvalidArgument(display, ": self_weight and neighbor_weights go together: pass "
+                                    "both or neither");
+  }
+  const int self = state->ctx.rank;
+  double self_weight = 1.0 / static_cast<double>(w->in_neighbors().size() + 1);
+  std::optional<std::map<int, double>> uniform;
+  if (options.self_weight.has_value()) {
+    self_weight = *options.self_weight;
+    if (!std::isfinite(self_weight)) {
+      return InvalidArgument(display, ": self_weight is ", self_weight);
+    }
+  } else {
+    uniform.emplace();
+    for (int r : w->in_neighbors()) (*uniform)[r] = self_weight;
+  }
+  WEFT_ASSIGN_OR_RETURN(
+      auto neighbors,
+      WindowRanks(options.self_weight.has_value() ? options.neighbor_weights : uniform, {},
+                  [&](int r) { return w->HasSlot(self, r); }, display, "neighbor_weights",
+                  "an in-neighbor of this rank"));
+  const bool reset = options.reset;
+  CallerWaits blocking;
+  WEFT_ASSIGN_OR_RETURN(
+      Handle h, SubmitWindowOp(*state, display,
+                               WithMutexes(w, {self}, options.require_mutex,
+                                           [w, self_weight, neighbors, reset] {
+                                             return w->Update(self_weight, neighbors, reset);
+                                           })));
+  return wait(h);
+}
+
+Status win_update_then_collect(const std::string& name, bool require_mutex) {
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin("win_update_then_collect", name));
+  WEFT_ASSIGN_OR_RETURN(auto w, FindWindow(*state, "win_update_then_collect", name));
+  CallerWaits blocking;
+  WEFT_ASSIGN_OR_RETURN(
+      Handle h, SubmitWindowOp(*state, absl::StrCat("win_update_then_collect '", name, "'"),
+                               WithMutexes(w, {state->ctx.rank}, require_mutex,
+                                           [w] { return w->UpdateThenCollect(); })));
+  return wait(h);
+}
+
+StatusOr<std::map<int, int64_t>> win_version(const std::string& name) {
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin("win_version", name));
+  WEFT_ASSIGN_OR_RETURN(auto w, FindWindow(*state, "win_version", name));
+  auto result = std::make_shared<std::map<int, int64_t>>();
+  WEFT_RETURN_IF_ERROR(RunWindowOp(*state, absl::StrCat("win_version '", name, "'"),
+                                   [w, result]() -> Status {
+                                     WEFT_ASSIGN_OR_RETURN(*result, w->Versions());
+                                     return OkStatus();
+                                   }));
+  return *result;
+}
+
+StatusOr<double> win_associated_p(const std::string& name) {
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin("win_associated_p", name));
+  WEFT_ASSIGN_OR_RETURN(auto w, FindWindow(*state, "win_associated_p", name));
+  auto result = std::make_shared<double>(0.0);
+  WEFT_RETURN_IF_ERROR(RunWindowOp(*state, absl::StrCat("win_associated_p '", name, "'"),
+                                   [w, result]() -> Status {
+                                     WEFT_ASSIGN_OR_RETURN(*result, w->AssociatedP());
+                                     return OkStatus();
+                                   }));
+  return *result;
+}
+
+namespace {
+StatusOr<std::vector<int>> MutexRanks(const State& state, const char* op,
+                                      const std::vector<int>& ranks) {
+  if (ranks.empty()) return std::vector<int>{state.ctx.rank};
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    WEFT_RETURN_IF_ERROR(CheckRank(sorted[i], state.ctx.size, op, "rank"));
+    if (i > 0 && sorted[i] == sorted[i - 1]) {
+      return InvalidArgument(op, ": rank ", sorted[i], " is listed twice");
+    }
+  }
+  return sorted;
+}
+}  // namespace
+
+Status win_mutex_acquire(const std::string& name, const std::vector<int>& ranks) {
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin("win_mutex_acquire", name));
+  WEFT_ASSIGN_OR_RETURN(auto w, FindWindow(*state, "win_mutex_acquire", name));
+  WEFT_ASSIGN_OR_RETURN(auto sorted, MutexRanks(*state, "win_mutex_acquire", ranks));
+  CallerWaits blocking;
+  WEFT_ASSIGN_OR_RETURN(
+      Handle h, SubmitWindowOp(*state, absl::StrCat("win_mutex_acquire '", name, "'"),
+                               [w, sorted]() -> std::optional<Status> {
+                                 auto all = w->TryLockMutexes(sorted);
+                                 if (!all.ok()) return all.status();
+                                 if (!*all) return std::nullopt;
+                                 return OkStatus();
+                               }));
+  return wait(h);
+}
+
+Status win_mutex_release(const std::string& name, const std::vector<int>& ranks) {
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin("win_mutex_release", name));
+  WEFT_ASSIGN_OR_RETURN(auto w, FindWindow(*state, "win_mutex_release", name));
+  WEFT_ASSIGN_OR_RETURN(auto sorted, MutexRanks(*state, "win_mutex_release", ranks));
+  return RunWindowOp(*state, absl::StrCat("win_mutex_release '", name, "'"),
+                     [w, sorted] { return w->UnlockMutexes(sorted); });
+}
+
+std::vector<std::string> win_names() {
+  std::vector<std::string> names;
+  auto state = Current();
+  if (state == nullptr) return names;
+  std::lock_guard<std::mutex> lock(state->win_mu);
+  for (const auto& entry : state->windows) names.push_back(entry.first);
+  return names;
+}
+
 
 bool poll(const Handle& handle) {
   if (!handle.request_) return true;

@@ -162,6 +162,67 @@ Status pair_gossip(const TensorView& in, const TensorView& out, int peer,
 StatusOr<Handle> barrier_nonblocking();
 Status barrier();
 
+// --- one-sided windows ------------------------------------------------------------------
+// shared/design/comm.md, "One-sided windows". A window associates a tensor x with a name;
+// every rank holds one receive buffer per in-neighbor (of the topology in force at
+// creation) and exposes x for win_get. Puts and gets are one-sided: the other rank calls
+// nothing. set_topology is refused while windows exist.
+struct WinPutOptions {
+  // After the put, the local tensor (and p) are multiplied by self_weight.
+  double self_weight = 1.0;
+  // Destination -> weight (the put writes weight * x); default: every out-neighbor, 1.
+  std::optional<std::map<int, double>> dst_weights;
+  // Hold the destinations' window mutexes around the put.
+  bool require_mutex = false;
+};
+
+struct WinGetOptions {
+  // Source -> weight (the buffer for j receives weight * x_j); default: every in-neighbor.
+  std::optional<std::map<int, double>> src_weights;
+  bool require_mutex = false;
+};
+
+struct WinUpdateOptions {
+  // Both or neither: x <- self_weight * x + sum_j neighbor_weights[j] * buf_j. Default:
+  // the uniform average over x and every buffer.
+  std::optional<double> self_weight;
+  std::optional<std::map<int, double>> neighbor_weights;
+  bool reset = false;          // zero the buffers used
+  bool require_mutex = false;  // hold this rank's own mutex
+};
+
+// Collective. `x` must stay alive (and in place) until win_free; buffers start as copies
+// of x, or zeros. The name must be new.
+Status win_create(const TensorView& x, const std::string& name, bool zero_init = false);
+// Collective. "" frees every window.
+Status win_free(const std::string& name = "");
+// Writes weight * x into each destination's buffer for this rank.
+StatusOr<Handle> win_put_nonblocking(const TensorView& x, const std::string& name,
+                                     const WinPutOptions& options = {});
+Status win_put(const TensorView& x, const std::string& name, const WinPutOptions& options = {});
+// The same, but adds to the destination's buffer (atomically per element).
+StatusOr<Handle> win_accumulate_nonblocking(const TensorView& x, const std::string& name,
+                                            const WinPutOptions& options = {});
+Status win_accumulate(const TensorView& x, const std::string& name,
+                      const WinPutOptions& options = {});
+// Reads weight * x_j from each source into the local buffer for j.
+StatusOr<Handle> win_get_nonblocking(const std::string& name, const WinGetOptions& options = {});
+Status win_get(const std::string& name, const WinGetOptions& options = {});
+// Local: combines the buffers into the window's tensor (in place).
+Status win_update(const std::string& name, const WinUpdateOptions& options = {});
+// Local: x <- x + sum_j buf_j (a sum, not an average), then every buffer is zeroed.
+Status win_update_then_collect(const std::string& name, bool require_mutex = false);
+// Puts (and gets) into each buffer since its last update, by in-neighbor.
+StatusOr<std::map<int, int64_t>> win_version(const std::string& name);
+// The scalar p that follows the same weights as x (push-sum); starts at 1.
+StatusOr<double> win_associated_p(const std::string& name);
+// The window mutexes of `ranks` (empty: this rank's own), taken in rank order; waits while
+// another rank holds one. Release with win_mutex_release.
+Status win_mutex_acquire(const std::string& name, const std::vector<int>& ranks = {});
+Status win_mutex_release(const std::string& name, const std::vector<int>& ranks = {});
+// Names of the windows alive, sorted.
+std::vector<std::string> win_names();
+
 // --- timeline ---------------------------------------------------------------------------
 // Starts writing this rank's Chrome trace to `path` (named as WEFT_TIMELINE is: one file per
 // rank when several run, '%r' replaced by the rank). Fails if one is already being written.

@@ -132,7 +132,7 @@ std::string Coordinator::Validate(const Entry& e) const {
                           diff);
     }
   } else if (op != OpType::kBarrier && op != OpType::kSetTopology &&
-             op != OpType::kShutdown) {
+             op != OpType::kShutdown && op != OpType::kWinFree) {
     diff = Disagreement(
         all, [](const Descriptor& d) { return d.shape; },
         [](const Descriptor& d) { return ShapeToString(d.shape); });

@@ -304,7 +304,7 @@ TEST(ProtocolTest, OutOfRangeEnumsAreErrors) {
   // device type (1), ...
   const size_t op_at = 8, dtype_at = 8 + 1 + 5 + 5, device_at = dtype_at + 1;
   std::string bad_op = good;
-  bad_op[op_at] = static_cast<char>(static_cast<int>(OpType::kShutdown) + 1);
+  bad_op[op_at] = static_cast<char>(static_cast<int>(kLastWireOpType) + 1);
   EXPECT_FALSE(ParseDescriptors(bad_op).ok());
   std::string bad_dtype = good;
   bad_dtype[dtype_at] = static_cast<char>(kNumDTypes);

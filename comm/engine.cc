@@ -72,8 +72,8 @@ StatusOr<Handle> Engine::Submit(std::shared_ptr<Request> r, bool caller_waits) {
     if (d.key.empty()) {
       d.key = absl::StrCat("#", next_unnamed_++);
       d.display = absl::StrCat("unnamed ", OpName(d.op), " ", d.key);
-    } else if (d.key[0] == '#') {  // internal ops with a fixed key (shutdown)
-      d.display = OpName(d.op);
+    } else if (d.key[0] == '#') {  // internal ops with a fixed key (shutdown, window ops)
+      if (d.display.empty()) d.display = OpName(d.op);
     } else {
       if (!names_in_flight_.insert(d.key).second) {
         return InvalidArgument(OpName(d.op), " '", d.key,
@@ -97,7 +97,7 @@ StatusOr<Handle> Engine::Submit(std::shared_ptr<Request> r, bool caller_waits) {
 }
 
 bool Engine::Busy() const {
-  return !outstanding_.empty() || !sends_.empty() ||
+  return !outstanding_.empty() || !sends_.empty() || !local_.empty() ||
          (coordinator_ != nullptr && coordinator_->pending() > 0);
 }
 
@@ -135,6 +135,8 @@ void Engine::Loop() {
       sleep_us = kMaxSleepMicros.Get();
     } else if (busy) {
       sleep_us = std::min<int64_t>(std::max<int64_t>(sleep_us * 2, 10), kMaxSleepMicros.Get());
+    } else if (windows.load() > 0) {
+      sleep_us = kMaxSleepMicros.Get();  // others' one-sided ops may need our progress
     } else {
       sleep_us = ctx_.rank == 0 ? 10000 : 100000;  // rank 0 still watches for stalls
     }
@@ -216,15 +218,20 @@ bool Engine::Progress() {
       if (timeline_->enabled()) {
         timeline_->Span(r->desc.display, "queue", r->submitted_us, now, r->in.ToString());
       }
+      if (r->desc.op == OpType::kWinLocal) {
+        local_.push_back(r);
+        continue;
+      }
       outstanding_[r->desc.key] = r;
       descriptors.push_back(r->desc);
     }
-    SendDescriptors(std::move(descriptors));
+    if (!descriptors.empty()) SendDescriptors(std::move(descriptors));
     // outstanding_ owns them now; holding them here would outlive their completion below
     // (and with it whatever Handle::keep_alive tied to them).
     batch.clear();
     progressed = true;
   }
+  progressed |= RunLocal();
   if (coordinator_ != nullptr) {
     progressed |= PollDescriptors();
     progressed |= RunCoordinator();
@@ -232,6 +239,24 @@ bool Engine::Progress() {
     progressed |= PollResponses();
   }
   ReapSends();
+  return progressed;
+}
+
+bool Engine::RunLocal() {
+  bool progressed = false;
+  // In order: a window op waiting for a mutex holds back this rank's later window ops.
+  while (!local_.empty()) {
+    std::shared_ptr<Request> r = local_.front();
+    const int64_t start = NowMicros();
+    std::optional<Status> result = r->action();
+    if (!result.has_value()) break;
+    local_.pop_front();
+    if (timeline_->enabled()) {
+      timeline_->Span(r->desc.display, "communicate", start, NowMicros());
+    }
+    Finish(r, std::move(*result));
+    progressed = true;
+  }
   return progressed;
 }
 
@@ -387,6 +412,14 @@ void Engine::Execute(const Response& response, std::vector<std::shared_ptr<Reque
       if (on_set_topology) on_set_topology(*group[0]);
       break;
     case OpType::kShutdown: break;  // handled in Process
+    case OpType::kWinCreate:
+    case OpType::kWinFree: {
+      const int64_t start = NowMicros();
+      status = group[0]->action().value_or(OkStatus());
+      Trace(group, "communicate", start);
+      break;
+    }
+    case OpType::kWinLocal: break;  // never negotiated
   }
   for (auto& r : group) Finish(r, status);
 }
@@ -410,6 +443,11 @@ void Engine::FailAll(const Status& status) {
   for (auto& entry : pending) {
     Status s(status.code(), absl::StrCat(entry.second->desc.display, ": ", status.message()));
     Finish(entry.second, s);
+  }
+  auto local = std::move(local_);
+  local_.clear();
+  for (auto& r : local) {
+    Finish(r, Status(status.code(), absl::StrCat(r->desc.display, ": ", status.message())));
   }
 }
 

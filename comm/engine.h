@@ -9,6 +9,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
+#include <optional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -42,6 +44,10 @@ struct Request {
   std::vector<std::pair<int, double>> send;  // destination -> scale applied before sending
   std::shared_ptr<const Topology> new_topology;  // set_topology
   bool new_topology_weighted = false;
+  // Window ops: run on the thread making progress (kWinCreate/kWinFree when the ranks
+  // agree, kWinLocal as soon as dequeued). No value: not done yet, try again at the next
+  // round of progress (a mutex held elsewhere).
+  std::function<std::optional<Status>()> action;
 
   int64_t submitted_us = 0;
   int64_t dequeued_us = 0;
@@ -97,6 +103,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   Status DriveUntilDone(Request& r);
   // Called by poll(): one round of progress if no other thread is making it.
   void TryProgress();
+
+  // Windows alive: while there are some, the idle engine thread keeps polling MPI so that
+  // one-sided operations from other ranks progress on transports that need it.
+  std::atomic<int> windows{0};
 
   // Called by the thread making progress when a set_topology op succeeds.
   std::function<void(const Request&)> on_set_topology;
@@ -156,6 +166,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::mutex progress_mu_;
   // Engine state (progress_mu_).
   std::map<std::string, std::shared_ptr<Request>> outstanding_;
+  std::deque<std::shared_ptr<Request>> local_;  // kWinLocal, in submission order
+  bool RunLocal();
   std::unique_ptr<Coordinator> coordinator_;  // rank 0
   std::vector<std::pair<MPI_Request, std::shared_ptr<const std::string>>> sends_;
   bool shutdown_done_ = false;

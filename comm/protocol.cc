@@ -81,6 +81,9 @@ const char* OpName(OpType op) {
     case OpType::kBarrier: return "barrier";
     case OpType::kSetTopology: return "set_topology";
     case OpType::kShutdown: return "shutdown";
+    case OpType::kWinCreate: return "win_create";
+    case OpType::kWinFree: return "win_free";
+    case OpType::kWinLocal: return "window op";
   }
   return "unknown op";
 }
@@ -137,7 +140,7 @@ StatusOr<std::vector<Descriptor>> ParseDescriptors(const std::string& bytes) {
               r.Vec(&d.shape) && r.Pod(&d.root) && r.Pod(&average) && r.Vec(&d.send_ranks) &&
               r.Vec(&d.recv_ranks) && r.Pod(&d.machine) && r.Pod(&d.local_rank) &&
               r.Str(&d.fusion_signature) && r.Pod(&d.fingerprint) && r.Pod(&d.in_flight);
-    if (!ok || op > static_cast<uint8_t>(OpType::kShutdown) || dtype >= kNumDTypes ||
+    if (!ok || op > static_cast<uint8_t>(kLastWireOpType) || dtype >= kNumDTypes ||
         device_type > static_cast<uint8_t>(Device::Type::kCUDA)) {
       return Internal("malformed descriptor batch");
     }
@@ -178,7 +181,7 @@ StatusOr<std::vector<Response>> ParseResponses(const std::string& bytes) {
   for (Response& resp : rs) {
     uint8_t op;
     uint32_t nkeys, ndims;
-    if (!r.Pod(&op) || op > static_cast<uint8_t>(OpType::kShutdown) || !r.Pod(&nkeys) ||
+    if (!r.Pod(&op) || op > static_cast<uint8_t>(kLastWireOpType) || !r.Pod(&nkeys) ||
         !r.Fits(nkeys, sizeof(uint32_t))) {
       return Internal("malformed response batch");
     }

@@ -25,7 +25,12 @@ enum class OpType : uint8_t {
   kBarrier = 7,
   kSetTopology = 8,
   kShutdown = 9,
+  kWinCreate = 10,  // collective, negotiated like the others
+  kWinFree = 11,
+  kWinLocal = 12,   // one-sided window ops: never negotiated, run where submitted
 };
+// The last op that travels between ranks (kWinLocal never does): parsers reject the rest.
+constexpr OpType kLastWireOpType = OpType::kWinFree;
 const char* OpName(OpType op);
 
 // One rank's account of one request.

@@ -1,0 +1,397 @@
+#include "comm/window.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "comm/reduce.h"
+
+namespace weft {
+namespace comm {
+namespace {
+
+Status Check(int code, const std::string& what) {
+  if (code == MPI_SUCCESS) return OkStatus();
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  return Internal(what, " failed: ", std::string(text, len));
+}
+
+// Predefined MPI types for MPI_Accumulate's element-wise atomic sum; 16-bit floats have
+// none (they take the get-add-put path under an exclusive lock).
+MPI_Datatype AccumulateType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return MPI_FLOAT;
+    case DType::kFloat64: return MPI_DOUBLE;
+    case DType::kInt32: return MPI_INT32_T;
+    case DType::kInt64: return MPI_INT64_T;
+    case DType::kInt8: return MPI_INT8_T;
+    case DType::kUInt8: return MPI_UINT8_T;
+    default: return MPI_DATATYPE_NULL;
+  }
+}
+
+constexpr size_t kMaxBytes = static_cast<size_t>(INT_MAX);
+
+}  // namespace
+
+StatusOr<std::shared_ptr<Window>> Window::Create(MPI_Comm comm, const std::string& name,
+                                                 const TensorView& x, const Topology& topo,
+                                                 bool zero_init) {
+  std::shared_ptr<Window> w(new Window());
+  w->name_ = name;
+  w->comm_ = comm;
+  MPI_Comm_rank(comm, &w->rank_);
+  w->x_ = x;
+  w->topo_ = std::make_shared<const Topology>(topo);
+  w->in_ = topo.in_neighbors(w->rank_);
+  w->out_ = topo.out_neighbors(w->rank_);
+  w->nbytes_ = x.nbytes();
+  if (w->nbytes_ > kMaxBytes) {
+    // Every rank has the same shape, so every rank fails here, before any collective.
+    return InvalidArgument("win_create '", name, "': ", x.ToString(), " is ", w->nbytes_,
+                           " bytes; windows hold at most ", kMaxBytes, " bytes");
+  }
+  const int k = static_cast<int>(w->in_.size());
+  const size_t total = w->SlotOffset(k, k);
+  int code = MPI_Win_allocate(static_cast<MPI_Aint>(total), 1, MPI_INFO_NULL, comm, &w->base_,
+                              &w->data_win_);
+  WEFT_RETURN_IF_ERROR(Check(code, "MPI_Win_allocate"));
+  MPI_Win_set_errhandler(w->data_win_, MPI_ERRORS_RETURN);
+  code = MPI_Win_create(w->nbytes_ > 0 ? x.data() : nullptr,
+                        static_cast<MPI_Aint>(w->nbytes_), 1, MPI_INFO_NULL, comm,
+                        &w->self_win_);
+  WEFT_RETURN_IF_ERROR(Check(code, "MPI_Win_create"));
+  MPI_Win_set_errhandler(w->self_win_, MPI_ERRORS_RETURN);
+
+  // Initialize before any neighbor can put: the barrier below orders it.
+  std::memset(w->base_, 0, w->SlotOffset(k, 0));
+  const double p_init = zero_init ? 0.0 : 1.0;
+  const double p_self = 1.0;
+  std::memcpy(w->base_ + 8, &p_self, 8);
+  for (int s = 0; s < k; ++s) {
+    std::memcpy(w->base_ + POffset(k, s), &p_init, 8);
+    char* slot = w->base_ + w->SlotOffset(k, s);
+    if (zero_init) {
+      std::memset(slot, 0, w->nbytes_);
+    } else if (w->nbytes_ > 0) {
+      std::memcpy(slot, x.data(), w->nbytes_);
+    }
+  }
+  WEFT_RETURN_IF_ERROR(Check(MPI_Barrier(comm), "MPI_Barrier"));
+  return w;
+}
+
+Window::~Window() {
+  // Free() is collective; a window dropped without it (a failed process) leaks its MPI
+  // windows rather than calling a collective from a destructor.
+}
+
+Status Window::Free() {
+  Status status;
+  if (self_win_ != MPI_WIN_NULL) status = Check(MPI_Win_free(&self_win_), "MPI_Win_free");
+  if (data_win_ != MPI_WIN_NULL) {
+    Status s = Check(MPI_Win_free(&data_win_), "MPI_Win_free");
+    if (status.ok()) status = s;
+  }
+  base_ = nullptr;
+  return status;
+}
+
+size_t Window::SlotOffset(int k, int slot) const {
+  const size_t meta = 16 + 16 * static_cast<size_t>(k);
+  const size_t start = (meta + 63) / 64 * 64;
+  return start + nbytes_ * static_cast<size_t>(slot);
+}
+
+int Window::SlotAt(int dst, int src) const {
+  const std::vector<int>& in = topo_->in_neighbors(dst);
+  auto it = std::lower_bound(in.begin(), in.end(), src);
+  if (it == in.end() || *it != src) return -1;
+  return static_cast<int>(it - in.begin());
+}
+
+bool Window::HasSlot(int dst, int src) const {
+  return dst >= 0 && dst < topo_->size() && SlotAt(dst, src) >= 0;
+}
+
+Status Window::CheckAlive() const {
+  if (!freed()) return OkStatus();
+  return FailedPrecondition("window '", name_, "' was freed before this op ran");
+}
+
+Status Window::LockSelf() {
+  return Check(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank_, 0, data_win_), "MPI_Win_lock");
+}
+
+Status Window::UnlockSelf() { return Check(MPI_Win_unlock(rank_, data_win_), "MPI_Win_unlock"); }
+
+Status Window::Put(const TensorView& x, const std::vector<std::pair<int, double>>& dsts,
+                   bool accumulate) {
+  WEFT_RETURN_IF_ERROR(CheckAlive());
+  const size_t count = static_cast<size_t>(x.numel());
+  const DType dtype = x.dtype();
+  double p_self = 0;
+  {
+    WEFT_RETURN_IF_ERROR(LockSelf());
+    std::memcpy(&p_self, base_ + 8, 8);
+    WEFT_RETURN_IF_ERROR(UnlockSelf());
+  }
+  const MPI_Datatype acc_type = AccumulateType(dtype);
+  std::vector<char> fetched;
+  for (const auto& [dst, weight] : dsts) {
+    const int slot = SlotAt(dst, rank_);
+    const int k = static_cast<int>(topo_->in_neighbors(dst).size());
+    const void* data = x.data();
+    if (weight != 1.0) {
+      scratch_.resize(nbytes_);
+      WeightedSum(scratch_.data(), dtype, count, {{x.data(), weight}});
+      data = scratch_.data();
+    }
+    const MPI_Aint slot_at = static_cast<MPI_Aint>(SlotOffset(k, slot));
+    const int n = static_cast<int>(nbytes_);
+    const double p = weight * p_self;
+    const int64_t one = 1;
+    // 16-bit floats accumulate by get-add-put, which needs the target to itself.
+    const bool exclusive = accumulate && acc_type == MPI_DATATYPE_NULL;
+    WEFT_RETURN_IF_ERROR(Check(
+        MPI_Win_lock(exclusive ? MPI_LOCK_EXCLUSIVE : MPI_LOCK_SHARED, dst, 0, data_win_),
+        "MPI_Win_lock"));
+    Status st;
+    if (!accumulate) {
+      st = Check(MPI_Put(data, n, MPI_BYTE, dst, slot_at, n, MPI_BYTE, data_win_), "MPI_Put");
+      if (st.ok()) {
+        st = Check(MPI_Accumulate(&p, 1, MPI_DOUBLE, dst, static_cast<MPI_Aint>(POffset(k, slot)),
+                                  1, MPI_DOUBLE, MPI_REPLACE, data_win_),
+                   "MPI_Accumulate");
+      }
+    } else if (!exclusive) {
+      const int elems = static_cast<int>(count);
+      st = Check(MPI_Accumulate(data, elems, acc_type, dst, slot_at, elems, acc_type, MPI_SUM,
+                                data_win_),
+                 "MPI_Accumulate");
+      if (st.ok()) {
+        st = Check(MPI_Accumulate(&p, 1, MPI_DOUBLE, dst, static_cast<MPI_Aint>(POffset(k, slot)),
+                                  1, MPI_DOUBLE, MPI_SUM, data_win_),
+                   "MPI_Accumulate");
+      }
+    } else {
+      fetched.resize(nbytes_);
+      st = Check(MPI_Get(fetched.data(), n, MPI_BYTE, dst, slot_at, n, MPI_BYTE, data_win_),
+                 "MPI_Get");
+      if (st.ok()) st = Check(MPI_Win_flush(dst, data_win_), "MPI_Win_flush");
+      if (st.ok()) {
+        AddInPlace(fetched.data(), data, dtype, count);
+        st = Check(MPI_Put(fetched.data(), n, MPI_BYTE, dst, slot_at, n, MPI_BYTE, data_win_),
+                   "MPI_Put");
+      }
+      if (st.ok()) {
+        st = Check(MPI_Accumulate(&p, 1, MPI_DOUBLE, dst, static_cast<MPI_Aint>(POffset(k, slot)),
+                                  1, MPI_DOUBLE, MPI_SUM, data_win_),
+                   "MPI_Accumulate");
+      }
+    }
+    if (st.ok()) {
+      st = Check(MPI_Accumulate(&one, 1, MPI_INT64_T, dst,
+                                static_cast<MPI_Aint>(VersionOffset(slot)), 1, MPI_INT64_T,
+                                MPI_SUM, data_win_),
+                 "MPI_Accumulate");
+    }
+    Status unlocked = Check(MPI_Win_unlock(dst, data_win_), "MPI_Win_unlock");
+    WEFT_RETURN_IF_ERROR(st);
+    WEFT_RETURN_IF_ERROR(unlocked);
+  }
+  return OkStatus();
+}
+
+Status Window::Get(const std::vector<std::pair<int, double>>& srcs) {
+  WEFT_RETURN_IF_ERROR(CheckAlive());
+  const size_t count = static_cast<size_t>(x_.numel());
+  const int k = static_cast<int>(in_.size());
+  std::vector<char> fetched(nbytes_);
+  const int n = static_cast<int>(nbytes_);
+  for (const auto& [src, weight] : srcs) {
+    const int slot = SlotAt(rank_, src);
+    double p = 0;
+    WEFT_RETURN_IF_ERROR(
+        Check(MPI_Win_lock(MPI_LOCK_SHARED, src, 0, self_win_), "MPI_Win_lock"));
+    Status st = n == 0 ? OkStatus()
+                       : Check(MPI_Get(fetched.data(), n, MPI_BYTE, src, 0, n, MPI_BYTE,
+                                       self_win_),
+                               "MPI_Get");
+    Status unlocked = Check(MPI_Win_unlock(src, self_win_), "MPI_Win_unlock");
+    WEFT_RETURN_IF_ERROR(st);
+    WEFT_RETURN_IF_ERROR(unlocked);
+    WEFT_RETURN_IF_ERROR(
+        Check(MPI_Win_lock(MPI_LOCK_SHARED, src, 0, data_win_), "MPI_Win_lock"));
+    st = Check(MPI_Get(&p, 1, MPI_DOUBLE, src, 8, 1, MPI_DOUBLE, data_win_), "MPI_Get");
+    unlocked = Check(MPI_Win_unlock(src, data_win_), "MPI_Win_unlock");
+    WEFT_RETURN_IF_ERROR(st);
+    WEFT_RETURN_IF_ERROR(unlocked);
+
+    WEFT_RETURN_IF_ERROR(LockSelf());
+    WeightedSum(base_ + SlotOffset(k, slot), x_.dtype(), count, {{fetched.data(), weight}});
+    const double wp = weight * p;
+    std::memcpy(base_ + POffset(k, slot), &wp, 8);
+    int64_t version = 0;
+    std::memcpy(&version, base_ + VersionOffset(slot), 8);
+    ++version;
+    std::memcpy(base_ + VersionOffset(slot), &version, 8);
+    WEFT_RETURN_IF_ERROR(UnlockSelf());
+  }
+  return OkStatus();
+}
+
+Status Window::Update(double self_weight, const std::vector<std::pair<int, double>>& neighbors,
+                      bool reset) {
+  WEFT_RETURN_IF_ERROR(CheckAlive());
+  const size_t count = static_cast<size_t>(x_.numel());
+  const int k = static_cast<int>(in_.size());
+  // Others read x (win_get) under a shared lock on the self window: keep them out while x
+  // changes, and puts out of the buffers.
+  WEFT_RETURN_IF_ERROR(
+      Check(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank_, 0, self_win_), "MPI_Win_lock"));
+  Status st = LockSelf();
+  if (st.ok()) {
+    std::vector<WeightedTerm> terms{{x_.data(), self_weight}};
+    double p = 0;
+    std::memcpy(&p, base_ + 8, 8);
+    p *= self_weight;
+    for (const auto& [src, weight] : neighbors) {
+      const int slot = SlotAt(rank_, src);
+      terms.push_back({base_ + SlotOffset(k, slot), weight});
+      double ps = 0;
+      std::memcpy(&ps, base_ + POffset(k, slot), 8);
+      p += weight * ps;
+    }
+    WeightedSum(x_.data(), x_.dtype(), count, terms);
+    std::memcpy(base_ + 8, &p, 8);
+    const int64_t zero = 0;
+    const double zero_p = 0;
+    for (const auto& [src, weight] : neighbors) {
+      const int slot = SlotAt(rank_, src);
+      std::memcpy(base_ + VersionOffset(slot), &zero, 8);
+      if (reset) {
+        std::memset(base_ + SlotOffset(k, slot), 0, nbytes_);
+        std::memcpy(base_ + POffset(k, slot), &zero_p, 8);
+      }
+    }
+    st = UnlockSelf();
+  }
+  Status unlocked = Check(MPI_Win_unlock(rank_, self_win_), "MPI_Win_unlock");
+  WEFT_RETURN_IF_ERROR(st);
+  return unlocked;
+}
+
+Status Window::UpdateThenCollect() {
+  std::vector<std::pair<int, double>> all;
+  for (int src : in_) all.emplace_back(src, 1.0);
+  return Update(1.0, all, /*reset=*/true);
+}
+
+Status Window::ScaleSelf(const TensorView& x, double factor) {
+  WEFT_RETURN_IF_ERROR(CheckAlive());
+  if (factor == 1.0) return OkStatus();
+  WEFT_RETURN_IF_ERROR(
+      Check(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank_, 0, self_win_), "MPI_Win_lock"));
+  Status st = LockSelf();
+  if (st.ok()) {
+    Scale(x.data(), x.dtype(), static_cast<size_t>(x.numel()), factor);
+    double p = 0;
+    std::memcpy(&p, base_ + 8, 8);
+    p *= factor;
+    std::memcpy(base_ + 8, &p, 8);
+    st = UnlockSelf();
+  }
+  Status unlocked = Check(MPI_Win_unlock(rank_, self_win_), "MPI_Win_unlock");
+  WEFT_RETURN_IF_ERROR(st);
+  return unlocked;
+}
+
+StatusOr<std::map<int, int64_t>> Window::Versions() {
+  WEFT_RETURN_IF_ERROR(CheckAlive());
+  WEFT_RETURN_IF_ERROR(LockSelf());
+  std::map<int, int64_t> versions;
+  for (size_t s = 0; s < in_.size(); ++s) {
+    int64_t v = 0;
+    std::memcpy(&v, base_ + VersionOffset(static_cast<int>(s)), 8);
+    versions[in_[s]] = v;
+  }
+  WEFT_RETURN_IF_ERROR(UnlockSelf());
+  return versions;
+}
+
+StatusOr<double> Window::AssociatedP() {
+  WEFT_RETURN_IF_ERROR(CheckAlive());
+  WEFT_RETURN_IF_ERROR(LockSelf());
+  double p = 0;
+  std::memcpy(&p, base_ + 8, 8);
+  WEFT_RETURN_IF_ERROR(UnlockSelf());
+  return p;
+}
+
+StatusOr<bool> Window::TryLockMutexes(const std::vector<int>& ranks) {
+  WEFT_RETURN_IF_ERROR(CheckAlive());
+  const int64_t mine = rank_ + 1;
+  for (int r : ranks) {
+    if (std::binary_search(held_.begin(), held_.end(), r)) continue;
+    const int64_t free_value = 0;
+    int64_t found = -1;
+    if (r == rank_) {
+      // Our own word: under the exclusive self lock no other rank's compare-and-swap can
+      // run, so a plain read-modify-write is atomic. (Open MPI 4.1's osc/rdma over the
+      // vader BTL crashes on an atomic aimed at the calling process itself.)
+      WEFT_RETURN_IF_ERROR(LockSelf());
+      std::memcpy(&found, base_, 8);
+      if (found == 0) std::memcpy(base_, &mine, 8);
+      WEFT_RETURN_IF_ERROR(UnlockSelf());
+      if (found != 0) return false;
+      held_.insert(std::upper_bound(held_.begin(), held_.end(), r), r);
+      continue;
+    }
+    WEFT_RETURN_IF_ERROR(Check(MPI_Win_lock(MPI_LOCK_SHARED, r, 0, data_win_), "MPI_Win_lock"));
+    Status st = Check(MPI_Compare_and_swap(&mine, &free_value, &found, MPI_INT64_T, r, 0,
+                                           data_win_),
+                      "MPI_Compare_and_swap");
+    Status unlocked = Check(MPI_Win_unlock(r, data_win_), "MPI_Win_unlock");
+    WEFT_RETURN_IF_ERROR(st);
+    WEFT_RETURN_IF_ERROR(unlocked);
+    if (found != 0) return false;  // held by rank found - 1; keep what we have, retry
+    held_.insert(std::upper_bound(held_.begin(), held_.end(), r), r);
+  }
+  return true;
+}
+
+Status Window::UnlockMutexes(const std::vector<int>& ranks) {
+  WEFT_RETURN_IF_ERROR(CheckAlive());
+  const int64_t free_value = 0;
+  for (int r : ranks) {
+    auto it = std::lower_bound(held_.begin(), held_.end(), r);
+    if (it == held_.end() || *it != r) continue;
+    // Compare-and-swap back, the operation that takes it: MPI promises atomicity only
+    // among concurrent operations of one kind on a location.
+    const int64_t mine = rank_ + 1;
+    int64_t previous = 0;
+    if (r == rank_) {  // as in TryLockMutexes
+      WEFT_RETURN_IF_ERROR(LockSelf());
+      std::memcpy(base_, &free_value, 8);
+      WEFT_RETURN_IF_ERROR(UnlockSelf());
+      held_.erase(it);
+      continue;
+    }
+    WEFT_RETURN_IF_ERROR(Check(MPI_Win_lock(MPI_LOCK_SHARED, r, 0, data_win_), "MPI_Win_lock"));
+    Status st = Check(MPI_Compare_and_swap(&free_value, &mine, &previous, MPI_INT64_T, r, 0,
+                                           data_win_),
+                      "MPI_Compare_and_swap");
+    Status unlocked = Check(MPI_Win_unlock(r, data_win_), "MPI_Win_unlock");
+    WEFT_RETURN_IF_ERROR(st);
+    WEFT_RETURN_IF_ERROR(unlocked);
+    held_.erase(it);
+  }
+  return OkStatus();
+}
+
+}  // namespace comm
+}  // namespace weft
