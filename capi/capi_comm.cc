@@ -214,6 +214,14 @@ Status Emit(weft_request** request, StatusOr<weft::Handle> handle, const char* f
   return weft::OkStatus();
 }
 
+}  // namespace
+
+Status weft::capi::EmitRequest(weft_request** request, StatusOr<weft::Handle> handle) {
+  return Emit(request, std::move(handle), "");
+}
+
+namespace {
+
 // The common shape of ops with an input and a same-layout output.
 template <typename Start>
 weft_status InOutOp(const char* fn, weft_request** request, const DLTensor* in, DLTensor* out,

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/comm.h"
 #include "comm/topology.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -43,6 +44,9 @@ weft_status Guard(const char* function, Body&& body) noexcept {
     return Fail(Internal(function, ": unexpected exception"));
   }
 }
+
+// Wraps a started op in a new request for the caller (capi_comm.cc).
+Status EmitRequest(weft_request** request, StatusOr<Handle> handle);
 
 // A required pointer argument; the error names the function and the argument.
 Status Required(const void* pointer, const char* function, const char* argument);

@@ -328,6 +328,94 @@ WEFT_API weft_status weft_comm_pair_gossip_nonblocking(weft_request** request,
 WEFT_API weft_status weft_comm_barrier(void);
 WEFT_API weft_status weft_comm_barrier_nonblocking(weft_request** request);
 
+/* ---- one-sided windows ---------------------------------------------------------------- */
+/* shared/design/comm.md, "One-sided windows". A window associates a tensor x with a name;
+ * every rank holds one receive buffer per in-neighbor (topology at creation) and exposes x
+ * for gets. Puts and gets are one-sided. weft_comm_set_topology fails while windows exist.
+ * Nonblocking forms return requests (weft_request_poll/wait/free). */
+
+/* self_weight multiplies the local x (and p) after the put. has_dst = 0: every
+ * out-neighbor with weight 1; else dst_ranks with dst_weights (NULL: 1 each).
+ * require_mutex: hold the destinations' window mutexes around the put. */
+#define WEFT_WIN_PUT_OPTIONS_VERSION 1
+typedef struct weft_win_put_options {
+  unsigned int version;
+  double self_weight;
+  int has_dst;
+  size_t num_dst;
+  const int* dst_ranks;
+  const double* dst_weights;
+  int require_mutex;
+} weft_win_put_options;
+#define WEFT_WIN_PUT_OPTIONS_INIT { WEFT_WIN_PUT_OPTIONS_VERSION, 1.0, 0, 0, NULL, NULL, 0 }
+
+/* has_src = 0: every in-neighbor with weight 1. */
+#define WEFT_WIN_GET_OPTIONS_VERSION 1
+typedef struct weft_win_get_options {
+  unsigned int version;
+  int has_src;
+  size_t num_src;
+  const int* src_ranks;
+  const double* src_weights;
+  int require_mutex;
+} weft_win_get_options;
+#define WEFT_WIN_GET_OPTIONS_INIT { WEFT_WIN_GET_OPTIONS_VERSION, 0, 0, NULL, NULL, 0 }
+
+/* has_weights = 0: the uniform average over x and every buffer; else
+ * x <- self_weight * x + sum_k neighbor_weights[k] * buf[neighbor_ranks[k]].
+ * reset: zero the buffers used. require_mutex: hold this rank's own mutex. */
+#define WEFT_WIN_UPDATE_OPTIONS_VERSION 1
+typedef struct weft_win_update_options {
+  unsigned int version;
+  int has_weights;
+  double self_weight;
+  size_t num_neighbors;
+  const int* neighbor_ranks;
+  const double* neighbor_weights;
+  int reset;
+  int require_mutex;
+} weft_win_update_options;
+#define WEFT_WIN_UPDATE_OPTIONS_INIT \
+  { WEFT_WIN_UPDATE_OPTIONS_VERSION, 0, 1.0, 0, NULL, NULL, 0, 0 }
+
+/* Collective. x must stay alive (and in place) until the window is freed: gets read it,
+ * updates write it. Buffers start as copies of x (zero_init: zeros). */
+WEFT_API weft_status weft_win_create(DLTensor* x, const char* name, int zero_init);
+/* Collective. NULL or "": every window. An unknown name is WEFT_ERR_NOT_FOUND. */
+WEFT_API weft_status weft_win_free(const char* name);
+/* Writes weight * x into each destination's buffer for this rank. x has the window's dtype
+ * and shape (usually it is the window's own tensor). */
+WEFT_API weft_status weft_win_put(DLTensor* x, const char* name,
+                                  const weft_win_put_options* options);
+WEFT_API weft_status weft_win_put_nonblocking(weft_request** request, DLTensor* x,
+                                              const char* name,
+                                              const weft_win_put_options* options);
+/* The same, adding into the destination's buffer (atomically per element). */
+WEFT_API weft_status weft_win_accumulate(DLTensor* x, const char* name,
+                                         const weft_win_put_options* options);
+WEFT_API weft_status weft_win_accumulate_nonblocking(weft_request** request, DLTensor* x,
+                                                     const char* name,
+                                                     const weft_win_put_options* options);
+/* Reads weight * x_j of each source into this rank's buffer for j. */
+WEFT_API weft_status weft_win_get(const char* name, const weft_win_get_options* options);
+WEFT_API weft_status weft_win_get_nonblocking(weft_request** request, const char* name,
+                                              const weft_win_get_options* options);
+/* Local: combines the buffers into the window's tensor, in place. */
+WEFT_API weft_status weft_win_update(const char* name, const weft_win_update_options* options);
+/* Local: x <- x + sum of every buffer (a sum, not an average); then zeroes the buffers. */
+WEFT_API weft_status weft_win_update_then_collect(const char* name, int require_mutex);
+/* Puts (and gets) into each buffer since its last update: (in-neighbor, count) pairs. */
+WEFT_API weft_status weft_win_version(int* ranks, int64_t* versions, size_t capacity,
+                                      size_t* count, const char* name);
+/* The scalar p following x's weights (push-sum); starts at 1. */
+WEFT_API weft_status weft_win_associated_p(double* p, const char* name);
+/* The window mutexes of ranks (num_ranks = 0: this rank's own), taken in rank order;
+ * waits while another rank holds one. */
+WEFT_API weft_status weft_win_mutex_acquire(const char* name, const int* ranks,
+                                            size_t num_ranks);
+WEFT_API weft_status weft_win_mutex_release(const char* name, const int* ranks,
+                                            size_t num_ranks);
+
 /* ---- configuration (WEFT_* settings) ------------------------------------------------ */
 
 /* Overrides a setting in this process (wins over the environment); validated at once.

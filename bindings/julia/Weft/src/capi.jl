@@ -750,6 +750,204 @@ function weft_comm_barrier_nonblocking(request)
           request)
 end
 
+# ---- one-sided windows -------------------------------------------------------------------
+# self_weight multiplies the local x (and p) after the put. has_dst = 0: every
+# out-neighbor with weight 1; else dst_ranks with dst_weights (NULL: 1 each).
+# require_mutex: hold the destinations' window mutexes around the put.
+const WEFT_WIN_PUT_OPTIONS_VERSION = 1
+
+struct weft_win_put_options
+    version::Cuint
+    self_weight::Cdouble
+    has_dst::Cint
+    num_dst::Csize_t
+    dst_ranks::Ptr{Cint}
+    dst_weights::Ptr{Cdouble}
+    require_mutex::Cint
+end
+
+# WEFT_WIN_PUT_OPTIONS_INIT: the defaults; any field but version may be given by
+# keyword.
+function weft_win_put_options(;
+        self_weight = 1.0,
+        has_dst = 0,
+        num_dst = 0,
+        dst_ranks = C_NULL,
+        dst_weights = C_NULL,
+        require_mutex = 0)
+    weft_win_put_options(WEFT_WIN_PUT_OPTIONS_VERSION, self_weight, has_dst, num_dst,
+        dst_ranks, dst_weights, require_mutex)
+end
+
+# has_src = 0: every in-neighbor with weight 1.
+const WEFT_WIN_GET_OPTIONS_VERSION = 1
+
+struct weft_win_get_options
+    version::Cuint
+    has_src::Cint
+    num_src::Csize_t
+    src_ranks::Ptr{Cint}
+    src_weights::Ptr{Cdouble}
+    require_mutex::Cint
+end
+
+# WEFT_WIN_GET_OPTIONS_INIT: the defaults; any field but version may be given by
+# keyword.
+function weft_win_get_options(;
+        has_src = 0,
+        num_src = 0,
+        src_ranks = C_NULL,
+        src_weights = C_NULL,
+        require_mutex = 0)
+    weft_win_get_options(WEFT_WIN_GET_OPTIONS_VERSION, has_src, num_src, src_ranks,
+        src_weights, require_mutex)
+end
+
+# has_weights = 0: the uniform average over x and every buffer; else
+# x <- self_weight * x + sum_k neighbor_weights[k] * buf[neighbor_ranks[k]].
+# reset: zero the buffers used. require_mutex: hold this rank's own mutex.
+const WEFT_WIN_UPDATE_OPTIONS_VERSION = 1
+
+struct weft_win_update_options
+    version::Cuint
+    has_weights::Cint
+    self_weight::Cdouble
+    num_neighbors::Csize_t
+    neighbor_ranks::Ptr{Cint}
+    neighbor_weights::Ptr{Cdouble}
+    reset::Cint
+    require_mutex::Cint
+end
+
+# WEFT_WIN_UPDATE_OPTIONS_INIT: the defaults; any field but version may be given by
+# keyword.
+function weft_win_update_options(;
+        has_weights = 0,
+        self_weight = 1.0,
+        num_neighbors = 0,
+        neighbor_ranks = C_NULL,
+        neighbor_weights = C_NULL,
+        reset = 0,
+        require_mutex = 0)
+    weft_win_update_options(WEFT_WIN_UPDATE_OPTIONS_VERSION, has_weights, self_weight,
+        num_neighbors, neighbor_ranks, neighbor_weights, reset, require_mutex)
+end
+
+# Collective. x must stay alive (and in place) until the window is freed: gets read it,
+# updates write it. Buffers start as copies of x (zero_init: zeros).
+# C: weft_status weft_win_create(DLTensor* x, const char* name, int zero_init)
+function weft_win_create(x, name, zero_init)
+    ccall((:weft_win_create, libweft()), Cint,
+          (Ptr{DLTensor}, Cstring, Cint),
+          x, name, zero_init)
+end
+
+# Collective. NULL or "": every window. An unknown name is WEFT_ERR_NOT_FOUND.
+# C: weft_status weft_win_free(const char* name)
+function weft_win_free(name)
+    ccall((:weft_win_free, libweft()), Cint, (Cstring,), name)
+end
+
+# Writes weight * x into each destination's buffer for this rank. x has the window's dtype
+# and shape (usually it is the window's own tensor).
+# C: weft_status weft_win_put(DLTensor* x, const char* name, const weft_win_put_options*
+#        options)
+function weft_win_put(x, name, options)
+    ccall((:weft_win_put, libweft()), Cint,
+          (Ptr{DLTensor}, Cstring, Ptr{weft_win_put_options}),
+          x, name, options)
+end
+
+# C: weft_status weft_win_put_nonblocking(weft_request** request, DLTensor* x, const char*
+#        name, const weft_win_put_options* options)
+function weft_win_put_nonblocking(request, x, name, options)
+    ccall((:weft_win_put_nonblocking, libweft()), Cint,
+          (Ptr{Ptr{weft_request}}, Ptr{DLTensor}, Cstring, Ptr{weft_win_put_options}),
+          request, x, name, options)
+end
+
+# The same, adding into the destination's buffer (atomically per element).
+# C: weft_status weft_win_accumulate(DLTensor* x, const char* name, const
+#        weft_win_put_options* options)
+function weft_win_accumulate(x, name, options)
+    ccall((:weft_win_accumulate, libweft()), Cint,
+          (Ptr{DLTensor}, Cstring, Ptr{weft_win_put_options}),
+          x, name, options)
+end
+
+# C: weft_status weft_win_accumulate_nonblocking(weft_request** request, DLTensor* x, const
+#        char* name, const weft_win_put_options* options)
+function weft_win_accumulate_nonblocking(request, x, name, options)
+    ccall((:weft_win_accumulate_nonblocking, libweft()), Cint,
+          (Ptr{Ptr{weft_request}}, Ptr{DLTensor}, Cstring, Ptr{weft_win_put_options}),
+          request, x, name, options)
+end
+
+# Reads weight * x_j of each source into this rank's buffer for j.
+# C: weft_status weft_win_get(const char* name, const weft_win_get_options* options)
+function weft_win_get(name, options)
+    ccall((:weft_win_get, libweft()), Cint,
+          (Cstring, Ptr{weft_win_get_options}),
+          name, options)
+end
+
+# C: weft_status weft_win_get_nonblocking(weft_request** request, const char* name, const
+#        weft_win_get_options* options)
+function weft_win_get_nonblocking(request, name, options)
+    ccall((:weft_win_get_nonblocking, libweft()), Cint,
+          (Ptr{Ptr{weft_request}}, Cstring, Ptr{weft_win_get_options}),
+          request, name, options)
+end
+
+# Local: combines the buffers into the window's tensor, in place.
+# C: weft_status weft_win_update(const char* name, const weft_win_update_options* options)
+function weft_win_update(name, options)
+    ccall((:weft_win_update, libweft()), Cint,
+          (Cstring, Ptr{weft_win_update_options}),
+          name, options)
+end
+
+# Local: x <- x + sum of every buffer (a sum, not an average); then zeroes the buffers.
+# C: weft_status weft_win_update_then_collect(const char* name, int require_mutex)
+function weft_win_update_then_collect(name, require_mutex)
+    ccall((:weft_win_update_then_collect, libweft()), Cint,
+          (Cstring, Cint),
+          name, require_mutex)
+end
+
+# Puts (and gets) into each buffer since its last update: (in-neighbor, count) pairs.
+# C: weft_status weft_win_version(int* ranks, int64_t* versions, size_t capacity, size_t*
+#        count, const char* name)
+function weft_win_version(ranks, versions, capacity, count, name)
+    ccall((:weft_win_version, libweft()), Cint,
+          (Ptr{Cint}, Ptr{Int64}, Csize_t, Ptr{Csize_t}, Cstring),
+          ranks, versions, capacity, count, name)
+end
+
+# The scalar p following x's weights (push-sum); starts at 1.
+# C: weft_status weft_win_associated_p(double* p, const char* name)
+function weft_win_associated_p(p, name)
+    ccall((:weft_win_associated_p, libweft()), Cint, (Ptr{Cdouble}, Cstring), p, name)
+end
+
+# The window mutexes of ranks (num_ranks = 0: this rank's own), taken in rank order;
+# waits while another rank holds one.
+# C: weft_status weft_win_mutex_acquire(const char* name, const int* ranks, size_t
+#        num_ranks)
+function weft_win_mutex_acquire(name, ranks, num_ranks)
+    ccall((:weft_win_mutex_acquire, libweft()), Cint,
+          (Cstring, Ptr{Cint}, Csize_t),
+          name, ranks, num_ranks)
+end
+
+# C: weft_status weft_win_mutex_release(const char* name, const int* ranks, size_t
+#        num_ranks)
+function weft_win_mutex_release(name, ranks, num_ranks)
+    ccall((:weft_win_mutex_release, libweft()), Cint,
+          (Cstring, Ptr{Cint}, Csize_t),
+          name, ranks, num_ranks)
+end
+
 # ---- configuration (WEFT_* settings) -----------------------------------------------------
 
 # Overrides a setting in this process (wins over the environment); validated at once.
@@ -839,6 +1037,12 @@ export libweft, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, DLDevice, DLDataTy
     weft_comm_neighbor_allreduce_nonblocking, weft_comm_hierarchical_neighbor_allreduce,
     weft_comm_hierarchical_neighbor_allreduce_nonblocking, weft_comm_pair_gossip,
     weft_comm_pair_gossip_nonblocking, weft_comm_barrier, weft_comm_barrier_nonblocking,
+    WEFT_WIN_PUT_OPTIONS_VERSION, weft_win_put_options, WEFT_WIN_GET_OPTIONS_VERSION,
+    weft_win_get_options, WEFT_WIN_UPDATE_OPTIONS_VERSION, weft_win_update_options,
+    weft_win_create, weft_win_free, weft_win_put, weft_win_put_nonblocking,
+    weft_win_accumulate, weft_win_accumulate_nonblocking, weft_win_get,
+    weft_win_get_nonblocking, weft_win_update, weft_win_update_then_collect,
+    weft_win_version, weft_win_associated_p, weft_win_mutex_acquire, weft_win_mutex_release,
     weft_config_set, weft_config_unset, weft_config_get, weft_config_describe,
     weft_timeline_start, weft_timeline_stop, weft_timeline_start_activity,
     weft_timeline_end_activity
