@@ -538,6 +538,107 @@ static void TestConfigAndTimeline(int rank) {
   CHECK(strstr(text, "communicate") != NULL || strstr(text, "negotiate") != NULL);
 }
 
+static void TestWindows(int rank, int size) {
+  double x[3], wrong_data[4];
+  int32_t acc[2];
+  int64_t shape3[1] = {3}, shape4[1] = {4}, shape2[1] = {2};
+  DLTensor t = Tensor(x, kDLFloat, 64, 1, shape3);
+  DLTensor wrong = Tensor(wrong_data, kDLFloat, 64, 1, shape4);
+  DLTensor ta = Tensor(acc, kDLInt, 32, 1, shape2);
+  int in_ranks[8], version_ranks[8];
+  int64_t versions[8];
+  size_t n_in = 0, nv = 0, k;
+  double p = 0, expected;
+  int i;
+  weft_request* req = NULL;
+  weft_topology* ring = NULL;
+  weft_win_put_options put = WEFT_WIN_PUT_OPTIONS_INIT;
+  weft_win_update_options update = WEFT_WIN_UPDATE_OPTIONS_INIT;
+
+  for (i = 0; i < 3; ++i) x[i] = (rank + 1.0) * (i + 1);
+  FAILS(weft_win_put(&t, "c.none", NULL), WEFT_ERR_NOT_FOUND, "no window named 'c.none'");
+  OK(weft_win_create(&t, "c.win", 0));
+  OK(weft_comm_in_neighbor_ranks(in_ranks, 8, &n_in));
+  OK(weft_comm_barrier());
+  OK(weft_win_put(&t, "c.win", NULL));
+  OK(weft_comm_barrier()); /* every put has landed */
+  OK(weft_win_version(version_ranks, versions, 8, &nv, "c.win"));
+  CHECK(nv == n_in);
+  for (k = 0; k < nv; ++k) CHECK(version_ranks[k] == in_ranks[k] && versions[k] == 1);
+  OK(weft_win_update("c.win", NULL)); /* the uniform average */
+  for (i = 0; i < 3; ++i) {
+    expected = rank + 1.0;
+    for (k = 0; k < n_in; ++k) expected += in_ranks[k] + 1.0;
+    CHECK(NEAR(x[i], expected * (i + 1) / (double)(n_in + 1)));
+  }
+  OK(weft_win_associated_p(&p, "c.win"));
+  CHECK(NEAR(p, 1.0));
+
+  /* Nonblocking get with weights, then an update that reads only the buffers. */
+  {
+    weft_win_get_options get = WEFT_WIN_GET_OPTIONS_INIT;
+    double w2[8], nw[8];
+    for (k = 0; k < n_in; ++k) {
+      w2[k] = 2.0;
+      nw[k] = 0.5 / (double)n_in;
+    }
+    OK(weft_comm_barrier());
+    for (i = 0; i < 3; ++i) x[i] = rank + 1.0; /* every rank's x is now rank + 1 */
+    OK(weft_comm_barrier());
+    get.has_src = 1;
+    get.num_src = n_in;
+    get.src_ranks = in_ranks;
+    get.src_weights = w2;
+    OK(weft_win_get_nonblocking(&req, "c.win", &get));
+    OK(weft_request_wait(req));
+    weft_request_free(req);
+    OK(weft_comm_barrier());
+    update.has_weights = 1;
+    update.self_weight = 0.0;
+    update.num_neighbors = n_in;
+    update.neighbor_ranks = in_ranks;
+    update.neighbor_weights = nw;
+    OK(weft_win_update("c.win", &update));
+    expected = 0;
+    for (k = 0; k < n_in; ++k) expected += nw[k] * 2.0 * (in_ranks[k] + 1.0);
+    CHECK(NEAR(x[0], expected));
+  }
+
+  /* Errors: a wrong shape, a bad struct, set_topology while windows exist. */
+  FAILS(weft_win_put(&wrong, "c.win", NULL), WEFT_ERR_INVALID_ARGUMENT, "the window holds");
+  put.version = 0;
+  FAILS(weft_win_put(&t, "c.win", &put), WEFT_ERR_INVALID_ARGUMENT,
+        "WEFT_WIN_PUT_OPTIONS_INIT");
+  put.version = WEFT_WIN_PUT_OPTIONS_VERSION;
+  OK(weft_topology_ring(&ring, size, 0));
+  FAILS(weft_comm_set_topology(ring, 0), WEFT_ERR_FAILED_PRECONDITION, "windows exist");
+  OK(weft_win_mutex_acquire("c.win", NULL, 0));
+  OK(weft_win_mutex_release("c.win", NULL, 0));
+
+  /* An int32 window: accumulate twice, collect the sum. */
+  acc[0] = rank;
+  acc[1] = 10 * rank;
+  OK(weft_win_create(&ta, "c.acc", 1));
+  OK(weft_win_accumulate(&ta, "c.acc", NULL));
+  OK(weft_win_accumulate_nonblocking(&req, &ta, "c.acc", NULL));
+  OK(weft_request_wait(req));
+  weft_request_free(req);
+  OK(weft_comm_barrier());
+  OK(weft_win_update_then_collect("c.acc", 0));
+  expected = rank;
+  for (k = 0; k < n_in; ++k) expected += 2.0 * in_ranks[k];
+  CHECK(acc[0] == (int32_t)expected && acc[1] == (int32_t)(10 * expected));
+
+  OK(weft_win_free("c.win"));
+  FAILS(weft_win_free("c.win"), WEFT_ERR_NOT_FOUND, "no window named 'c.win'");
+  OK(weft_win_free(NULL)); /* every window left: c.acc */
+  OK(weft_comm_set_topology(ring, 0)); /* allowed again */
+  weft_topology_destroy(ring);
+  OK(weft_topology_exponential(&ring, size, 2));
+  OK(weft_comm_set_topology(ring, 0));
+  weft_topology_destroy(ring);
+}
+
 int main(void) {
   int rank, size;
   TestVersionAndStatus();
@@ -559,6 +660,7 @@ int main(void) {
   TestRequests(rank, size);
   TestErrors(rank, size);
   TestProcessTopology(rank, size);
+  TestWindows(rank, size);
   TestConfigAndTimeline(rank);
 
   OK(weft_shutdown());
