@@ -132,6 +132,10 @@ static int weft_py_weight_map(PyObject* obj, int** ranks, double** weights, size
   $1 = weft_py_tensor($input, "in");
   if ($1 == NULL) SWIG_fail;
 }
+%typemap(in) DLTensor* x {
+  $1 = weft_py_tensor($input, "x");
+  if ($1 == NULL) SWIG_fail;
+}
 %typemap(in) DLTensor* out {
   $1 = weft_py_tensor($input, "out");
   if ($1 == NULL) SWIG_fail;
@@ -365,12 +369,141 @@ WEFT_OUT_HANDLE(weft_request, request)
   PyMem_Free(dst_w$argnum);
 }
 
+/* Window options: (self_weight, dst_weights dict/list or None, require_mutex) */
+%typemap(in) const weft_win_put_options* options
+    (weft_win_put_options opts = WEFT_WIN_PUT_OPTIONS_INIT, int* dst = NULL, double* dst_w = NULL) {
+  PyObject *self_weight, *dst_weights;
+  int require_mutex = 0;
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    if (!PyArg_ParseTuple($input, "OOp", &self_weight, &dst_weights, &require_mutex)) SWIG_fail;
+    if (self_weight != Py_None) {
+      opts.self_weight = PyFloat_AsDouble(self_weight);
+      if (PyErr_Occurred()) SWIG_fail;
+    }
+    if (dst_weights != Py_None) {
+      opts.has_dst = 1;
+      if (weft_py_weight_map(dst_weights, &dst, &dst_w, &opts.num_dst, "dst_weights") < 0) SWIG_fail;
+      opts.dst_ranks = dst;
+      opts.dst_weights = dst_w;
+    }
+    opts.require_mutex = require_mutex;
+    $1 = &opts;
+  }
+}
+%typemap(freearg) const weft_win_put_options* options {
+  PyMem_Free(dst$argnum);
+  PyMem_Free(dst_w$argnum);
+}
+
+/* (src_weights dict/list or None, require_mutex) */
+%typemap(in) const weft_win_get_options* options
+    (weft_win_get_options opts = WEFT_WIN_GET_OPTIONS_INIT, int* src = NULL, double* src_w = NULL) {
+  PyObject* src_weights;
+  int require_mutex = 0;
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    if (!PyArg_ParseTuple($input, "Op", &src_weights, &require_mutex)) SWIG_fail;
+    if (src_weights != Py_None) {
+      opts.has_src = 1;
+      if (weft_py_weight_map(src_weights, &src, &src_w, &opts.num_src, "src_weights") < 0) SWIG_fail;
+      opts.src_ranks = src;
+      opts.src_weights = src_w;
+    }
+    opts.require_mutex = require_mutex;
+    $1 = &opts;
+  }
+}
+%typemap(freearg) const weft_win_get_options* options {
+  PyMem_Free(src$argnum);
+  PyMem_Free(src_w$argnum);
+}
+
+/* (self_weight or None, neighbor_weights dict or None, reset, require_mutex) */
+%typemap(in) const weft_win_update_options* options
+    (weft_win_update_options opts = WEFT_WIN_UPDATE_OPTIONS_INIT, int* nbr = NULL, double* nbr_w = NULL) {
+  PyObject *self_weight, *neighbor_weights;
+  int reset = 0, require_mutex = 0;
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    if (!PyArg_ParseTuple($input, "OOpp", &self_weight, &neighbor_weights, &reset, &require_mutex)) SWIG_fail;
+    if ((self_weight == Py_None) != (neighbor_weights == Py_None)) {
+      PyErr_SetString(PyExc_ValueError,
+                      "win_update: self_weight and neighbor_weights go together: pass both or neither");
+      SWIG_fail;
+    }
+    if (self_weight != Py_None) {
+      opts.has_weights = 1;
+      opts.self_weight = PyFloat_AsDouble(self_weight);
+      if (PyErr_Occurred()) SWIG_fail;
+      if (weft_py_weight_map(neighbor_weights, &nbr, &nbr_w, &opts.num_neighbors, "neighbor_weights") < 0) SWIG_fail;
+      if (nbr_w == NULL && opts.num_neighbors > 0) {
+        PyErr_SetString(PyExc_TypeError, "neighbor_weights must be a dict {rank: weight}");
+        SWIG_fail;
+      }
+      opts.neighbor_ranks = nbr;
+      opts.neighbor_weights = nbr_w;
+    }
+    opts.reset = reset;
+    opts.require_mutex = require_mutex;
+    $1 = &opts;
+  }
+}
+%typemap(freearg) const weft_win_update_options* options {
+  PyMem_Free(nbr$argnum);
+  PyMem_Free(nbr_w$argnum);
+}
+
+/* win_version: capacity in, {rank: version} out. */
+%typemap(in) (int* ranks, int64_t* versions, size_t capacity, size_t* count) (size_t n = 0) {
+  $3 = (size_t)PyLong_AsSize_t($input);
+  if (PyErr_Occurred()) SWIG_fail;
+  $1 = (int*)PyMem_Malloc(sizeof(int) * ($3 > 0 ? $3 : 1));
+  $2 = (int64_t*)PyMem_Malloc(sizeof(int64_t) * ($3 > 0 ? $3 : 1));
+  $4 = &n;
+}
+%typemap(argout) (int* ranks, int64_t* versions, size_t capacity, size_t* count) {
+  size_t i;
+  PyObject* map = PyDict_New();
+  for (i = 0; i < *$4; ++i) {
+    PyObject* k = PyLong_FromLong($1[i]);
+    PyObject* v = PyLong_FromLongLong((long long)$2[i]);
+    PyDict_SetItem(map, k, v);
+    Py_DECREF(k);
+    Py_DECREF(v);
+  }
+  $result = SWIG_Python_AppendOutput($result, map);
+}
+%typemap(freearg) (int* ranks, int64_t* versions, size_t capacity, size_t* count) {
+  PyMem_Free($1);
+  PyMem_Free($2);
+}
+
+%typemap(in, numinputs=0) double* p (double temp = 0) { $1 = &temp; }
+%typemap(argout) double* p {
+  $result = SWIG_Python_AppendOutput($result, PyFloat_FromDouble(*$1));
+}
+
+/* Mutex ranks: a list (empty: this rank). */
+%typemap(in) (const int* ranks, size_t num_ranks) {
+  int* rank_array = NULL;
+  if (weft_py_int_list($input, &rank_array, &$2, "ranks must be a sequence of ranks") < 0) SWIG_fail;
+  $1 = rank_array;
+}
+%typemap(freearg) (const int* ranks, size_t num_ranks) { PyMem_Free((void*)$1); }
+
 /* Function pointers do not cross into Python: weft_py_keep_alive below replaces it. */
 %ignore weft_request_keep_alive;
 /* The option structs themselves are built by the typemaps above. */
 %ignore weft_neighbor_allreduce_options;
 %ignore weft_neighbor_allgather_options;
 %ignore weft_hierarchical_options;
+%ignore weft_win_put_options;
+%ignore weft_win_get_options;
+%ignore weft_win_update_options;
 
 %include "weft/weft.h"
 

@@ -423,3 +423,156 @@ def timeline_context(tensor_name, activity_name):
         yield
     finally:
         timeline_end_activity(tensor_name)
+
+# ---- one-sided windows (Bluefog's win_* names) ----------------------------------------------
+
+# name -> (array, capsule): weft keeps a pointer to the window's memory until win_free.
+_windows = {}
+
+
+def win_create(tensor, name, zero_init=False):
+    """Creates the window `name` over `tensor` (collective). Every rank gets one buffer per
+    in-neighbor, a copy of its own tensor (or zeros). The tensor itself is the window's
+    memory: win_get reads it and win_update writes it in place, so it must be a contiguous,
+    writable array; weft holds a reference to it until win_free. Returns True."""
+    x, cx, kind = _prepare(tensor)
+    if x is not tensor:
+        raise InvalidArgumentError(  # noqa: F405
+            1, f"win_create '{name}': the tensor must be contiguous, writable and not require "
+            f"grad: weft updates it in place")
+    _c.weft_win_create(cx, str(name), bool(zero_init))
+    _windows[str(name)] = (x, cx, kind)
+    return True
+
+
+def win_free(name=None):
+    """Frees one window, or every window (collective). Returns True."""
+    _c.weft_win_free(None if name is None else str(name))
+    if name is None:
+        _windows.clear()
+    else:
+        _windows.pop(str(name), None)
+    return True
+
+
+def _win_put_options(self_weight, dst_weights, require_mutex):
+    if self_weight is None and dst_weights is None and not require_mutex:
+        return None
+    return (self_weight, dst_weights, bool(require_mutex))
+
+
+def _win_put(call, tensor, name, self_weight, dst_weights, require_mutex):
+    x, cx, _ = _prepare(tensor)
+    call(cx, str(name), _win_put_options(self_weight, dst_weights, require_mutex))
+    if x is not tensor and self_weight is not None:
+        _tensors.copy_back(tensor, x)  # self_weight scaled the contiguous copy
+    return True
+
+
+def win_put(tensor, name, self_weight=None, dst_weights=None, require_mutex=False):
+    """Writes dst_weights[d] * tensor into each destination d's buffer for this rank
+    (default: every out-neighbor, weight 1), then multiplies the local tensor (and p) by
+    self_weight. One-sided: the destinations call nothing. Returns True."""
+    return _win_put(_c.weft_win_put, tensor, name, self_weight, dst_weights, require_mutex)
+
+
+def win_accumulate(tensor, name, self_weight=None, dst_weights=None, require_mutex=False):
+    """As win_put, but adds into the destinations' buffers."""
+    return _win_put(_c.weft_win_accumulate, tensor, name, self_weight, dst_weights,
+                    require_mutex)
+
+
+def _win_put_nonblocking(call, tensor, name, self_weight, dst_weights, require_mutex):
+    x, cx, kind = _prepare(tensor)
+    request = call(cx, str(name), _win_put_options(self_weight, dst_weights, require_mutex))
+    return _start(request, (x, cx), True, kind)
+
+
+def win_put_nonblocking(tensor, name, self_weight=None, dst_weights=None,
+                        require_mutex=False):
+    return _win_put_nonblocking(_c.weft_win_put_nonblocking, tensor, name, self_weight,
+                                dst_weights, require_mutex)
+
+
+def win_accumulate_nonblocking(tensor, name, self_weight=None, dst_weights=None,
+                               require_mutex=False):
+    return _win_put_nonblocking(_c.weft_win_accumulate_nonblocking, tensor, name,
+                                self_weight, dst_weights, require_mutex)
+
+
+def _win_get_options(src_weights, require_mutex):
+    if src_weights is None and not require_mutex:
+        return None
+    return (src_weights, bool(require_mutex))
+
+
+def win_get(name, src_weights=None, require_mutex=False):
+    """Reads src_weights[j] * x_j of each source j (default: every in-neighbor, weight 1)
+    into this rank's buffer for j. Returns True."""
+    _c.weft_win_get(str(name), _win_get_options(src_weights, require_mutex))
+    return True
+
+
+def win_get_nonblocking(name, src_weights=None, require_mutex=False):
+    request = _c.weft_win_get_nonblocking(str(name), _win_get_options(src_weights,
+                                                                      require_mutex))
+    return Handle(request, True, _NUMPY)
+
+
+def _window_tensor(name, clone):
+    entry = _windows.get(str(name))
+    if entry is None:
+        return None
+    x = entry[0]
+    return x.clone() if clone and entry[2] == _TORCH else (x.copy() if clone else x)
+
+
+def win_update(name, self_weight=None, neighbor_weights=None, reset=False, clone=False,
+               require_mutex=False):
+    """x <- self_weight * x + sum_j neighbor_weights[j] * buffer_j (default: the uniform
+    average over x and every buffer), in place on the window's tensor, which it returns
+    (clone=True: a copy). reset zeroes the buffers used."""
+    options = None
+    if self_weight is not None or neighbor_weights is not None or reset or require_mutex:
+        options = (self_weight, neighbor_weights, bool(reset), bool(require_mutex))
+    _c.weft_win_update(str(name), options)
+    return _window_tensor(name, clone)
+
+
+def win_update_then_collect(name, require_mutex=False):
+    """x <- x + sum of every buffer (a sum, not an average), then zeroes the buffers;
+    returns the window's tensor."""
+    _c.weft_win_update_then_collect(str(name), bool(require_mutex))
+    return _window_tensor(name, False)
+
+
+win_poll = poll
+win_wait = synchronize
+
+
+def get_win_version(name):
+    """{in_neighbor: puts into its buffer since the last update}."""
+    return _c.weft_win_version(max(size(), 1), str(name))
+
+
+def win_associated_p(name):
+    """The scalar p that follows the window's weights (push-sum); starts at 1."""
+    return _c.weft_win_associated_p(str(name))
+
+
+def win_names():
+    return sorted(_windows)
+
+
+@_contextlib.contextmanager
+def win_mutex(name, for_self=False, ranks=None):
+    """with weft.win_mutex(name, ranks=[0]): ... holds those ranks' window mutexes (default:
+    this rank's out-neighbors; for_self=True: this rank's own)."""
+    if ranks is None:
+        ranks = [] if for_self else out_neighbor_ranks()
+    ranks = sorted(int(r) for r in ranks)
+    _c.weft_win_mutex_acquire(str(name), ranks)
+    try:
+        yield
+    finally:
+        _c.weft_win_mutex_release(str(name), ranks)
