@@ -18,6 +18,15 @@ func TestRankWeightLayout(t *testing.T) {
 	}
 }
 
+// cweft.RankVersion crosses into C as weftgo_rank_version (weft.i checks the C side).
+func TestRankVersionLayout(t *testing.T) {
+	var p cweft.RankVersion
+	if unsafe.Sizeof(p) != 16 || unsafe.Offsetof(p.Version) != 8 {
+		t.Fatalf("RankVersion: size %d, Version at %d; weft.i expects 16 and 8",
+			unsafe.Sizeof(p), unsafe.Offsetof(p.Version))
+	}
+}
+
 // The Status constants are the values of weft_status in the header SWIG read.
 func TestStatusValuesMatchTheHeader(t *testing.T) {
 	for _, c := range []struct {

@@ -123,6 +123,12 @@ func checkShutdownAndReinit() []string {
 			problems = append(problems, p)
 		}
 	}
+	// A window left alive: Shutdown frees it in weft, and the Window then only releases
+	// its memory.
+	w, err := weft.WinCreate("reinit.win", []float64{1, 2}, false)
+	if err != nil {
+		return []string{fmt.Sprintf("WinCreate: %v", err)}
+	}
 	if err := weft.Shutdown(); err != nil {
 		return []string{fmt.Sprintf("Shutdown: %v", err)}
 	}
@@ -134,6 +140,13 @@ func checkShutdownAndReinit() []string {
 		return append(problems, fmt.Sprintf("Init after Shutdown: %v", err))
 	}
 	add(wantStatus("a second Init", weft.Init(), weft.FailedPrecondition))
+	add(wantStatus("Put to a window that Shutdown freed", w.Put(), weft.NotFound,
+		"no window named 'reinit.win'"))
+	if err := w.Free(); err != nil {
+		add(fmt.Sprintf("Free of a window that Shutdown freed: %v", err))
+	}
+	_, err = w.Data()
+	add(wantStatus("Data after Free", err, weft.FailedPrecondition, "freed"))
 	x := []int64{int64(weft.Rank() + 1)}
 	if err := weft.Allreduce(x, x, weft.AllreduceOptions{Op: weft.Sum}); err != nil {
 		add(fmt.Sprintf("Allreduce after re-Init: %v", err))

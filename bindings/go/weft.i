@@ -76,6 +76,19 @@ typedef struct DLManagedTensor DLManagedTensor;
 %ignore weft_hierarchical_options;
 /* Takes a C function pointer; weftgo_request_free_after_completion wraps it. */
 %ignore weft_request_keep_alive;
+/* One-sided windows: the tensor-taking calls and the option structs (pointer fields) are
+ * replaced by weftgo_win_*; the name-only calls are wrapped as they are. */
+%ignore weft_win_create;
+%ignore weft_win_put;
+%ignore weft_win_put_nonblocking;
+%ignore weft_win_accumulate;
+%ignore weft_win_accumulate_nonblocking;
+%ignore weft_win_get;
+%ignore weft_win_get_nonblocking;
+%ignore weft_win_update;
+%ignore weft_win_put_options;
+%ignore weft_win_get_options;
+%ignore weft_win_update_options;
 
 /* ---- scalar out-parameters --------------------------------------------------------------- */
 %define WEFTGO_SCALAR_OUT(CTYPE, GOTYPE)
@@ -87,7 +100,7 @@ WEFTGO_SCALAR_OUT(double, float64)
 WEFTGO_SCALAR_OUT(size_t, uint64)
 
 %apply int* WEFTGO_OUT { int* result, int* done };
-%apply double* WEFTGO_OUT { double* weight, double* self_weight };
+%apply double* WEFTGO_OUT { double* weight, double* self_weight, double* p };
 %apply size_t* WEFTGO_OUT { size_t* count };
 
 /* ---- handle out-parameters --------------------------------------------------------------- */
@@ -157,6 +170,48 @@ type RankWeight struct {
   free($2);
 }
 
+/* A window's (in-neighbor, version) pair; the same layout in C and Go (checked by both). */
+%{
+typedef struct weftgo_rank_version {
+  int64_t rank;
+  int64_t version;
+} weftgo_rank_version;
+_Static_assert(sizeof(weftgo_rank_version) == 16 && offsetof(weftgo_rank_version, version) == 8,
+               "weftgo_rank_version must match cweft.RankVersion");
+%}
+%insert(go_wrapper) %{
+// RankVersion is an (in-neighbor, version) pair, laid out like the C struct
+// weftgo_rank_version.
+type RankVersion struct {
+	Rank    int64
+	Version int64
+}
+%}
+
+/* weft_win_version fills two arrays; Go gets one []RankVersion (C temporaries, copied). */
+%typemap(gotype) (int* ranks, int64_t* versions, size_t capacity) "[]RankVersion"
+%typemap(in) (int* ranks, int64_t* versions, size_t capacity) {
+  $3 = (size_t)$input.len;
+  $1 = (int*)calloc($3 + 1, sizeof(int));
+  $2 = (int64_t*)calloc($3 + 1, sizeof(int64_t));
+  if ($1 == NULL || $2 == NULL) {
+    free($1);
+    free($2);
+    _swig_gopanic("weft: out of memory");
+  }
+}
+%typemap(argout) (int* ranks, int64_t* versions, size_t capacity) {
+  weftgo_rank_version* dst = (weftgo_rank_version*)$input.array;
+  for (size_t i = 0; i < $3; ++i) {
+    dst[i].rank = $1[i];
+    dst[i].version = $2[i];
+  }
+}
+%typemap(freearg) (int* ranks, int64_t* versions, size_t capacity) {
+  free($1);
+  free($2);
+}
+
 /* ---- const char** ------------------------------------------------------------------------ */
 /* C writes a C pointer into a Go unsafe.Pointer (allowed: it is not a Go pointer); the
  * string is copied into Go memory before the next weft call on this thread can free it. */
@@ -182,7 +237,8 @@ type RankWeight struct {
   $2 = (size_t)$input.len;
 %}
 %apply (const int* ranks, size_t num) {
-  (const int* src_ranks, size_t num_src), (const int* dst_ranks, size_t num_dst)
+  (const int* src_ranks, size_t num_src), (const int* dst_ranks, size_t num_dst),
+  (const int* ranks, size_t num_ranks)
 };
 %typemap(gotype) (const weftgo_rank_weight* pairs, size_t num) "[]RankWeight"
 %typemap(in) (const weftgo_rank_weight* pairs, size_t num) %{
@@ -204,8 +260,35 @@ type RankWeight struct {
 
 /* ---- weftgo_*: tensors and options flattened into arguments ------------------------------ */
 %{
+#include <stdatomic.h>
+
 /* Frees a buffer from weftgo_alloc (the release of weft_request_keep_alive). */
 static void weftgo_release(void* owner) { free(owner); }
+
+/* Shared C memory (weftgo_shared_alloc): a reference count in the 64 bytes before the data.
+ * A window's tensor is one: the Go Window holds a reference until weft_win_free has
+ * succeeded, each blocking call on it one for the call, and each nonblocking op one until
+ * it has completed and its request is freed, so that the memory outlives every user. */
+static atomic_long* weftgo_shared_refs(void* data) {
+  return (atomic_long*)((char*)data - 64);
+}
+static void weftgo_shared_release(void* data) {
+  if (atomic_fetch_sub(weftgo_shared_refs(data), 1) == 1) free((char*)data - 64);
+}
+_Static_assert(sizeof(atomic_long) <= 64, "the reference count must fit the header");
+
+/* After a nonblocking op on shared `data` has started (status OK): one more reference,
+ * dropped by weft once the op has completed and its request is freed. */
+static weft_status weftgo_hold(weft_request** request, weft_status status, void* data) {
+  if (request == NULL || status != WEFT_OK || data == NULL) return status;
+  atomic_fetch_add(weftgo_shared_refs(data), 1);
+  if (weft_request_keep_alive(*request, data, weftgo_shared_release) != WEFT_OK) {
+    /* Not expected for a fresh request; stay safe: finish the op, then drop the reference. */
+    weft_request_wait(*request);
+    weftgo_shared_release(data);
+  }
+  return WEFT_OK;
+}
 
 /* A CPU DLTensor over `data` (dtype (code, bits), lanes 1), shape borrowed, contiguous. */
 static DLTensor weftgo_tensor(void* data, int code, int bits, const int64_t* shape,
@@ -363,6 +446,97 @@ weft_status weftgo_pair_gossip(weft_request** request, void* in, void* out, int 
              : weft_comm_pair_gossip_nonblocking(request, &i, &o, peer, self_weight,
                                                  pair_weight, name);
 }
+
+/* ---- one-sided windows ------------------------------------------------------------------- */
+/* `data` is shared C memory (weftgo_shared_alloc): weft keeps the pointer until the window is
+ * freed. */
+
+weft_status weftgo_win_create(void* data, int code, int bits, const int64_t* shape, size_t ndim,
+                              const char* name, int zero_init) {
+  DLTensor x = weftgo_tensor(data, code, bits, shape, ndim);
+  return weft_win_create(&x, name, zero_init);
+}
+
+/* Put (accumulate = 0) or accumulate of shared `data`; request non-NULL: nonblocking, and
+ * the op holds a reference to `data` until it has completed. */
+weft_status weftgo_win_put(weft_request** request, int accumulate, void* data, int code,
+                           int bits, const int64_t* shape, size_t ndim, const char* name,
+                           double self_weight, int has_dst, const weftgo_rank_weight* dst,
+                           size_t num_dst, int require_mutex) {
+  DLTensor x = weftgo_tensor(data, code, bits, shape, ndim);
+  int* dst_ranks;
+  double* dst_weights;
+  weftgo_split(dst, num_dst, &dst_ranks, &dst_weights);
+  weft_win_put_options o = WEFT_WIN_PUT_OPTIONS_INIT;
+  o.self_weight = self_weight;
+  o.has_dst = has_dst;
+  o.num_dst = num_dst;
+  o.dst_ranks = dst_ranks;
+  o.dst_weights = dst_weights;
+  o.require_mutex = require_mutex;
+  weft_status status;
+  if (request == NULL) {
+    status = accumulate ? weft_win_accumulate(&x, name, &o) : weft_win_put(&x, name, &o);
+  } else {
+    status = accumulate ? weft_win_accumulate_nonblocking(request, &x, name, &o)
+                        : weft_win_put_nonblocking(request, &x, name, &o);
+    status = weftgo_hold(request, status, data);
+  }
+  free(dst_weights);
+  return status;
+}
+
+/* has_src = 0: every in-neighbor with weight 1. */
+weft_status weftgo_win_get(weft_request** request, const char* name, int has_src,
+                           const weftgo_rank_weight* src, size_t num_src, int require_mutex) {
+  int* src_ranks;
+  double* src_weights;
+  weftgo_split(src, num_src, &src_ranks, &src_weights);
+  weft_win_get_options o = WEFT_WIN_GET_OPTIONS_INIT;
+  o.has_src = has_src;
+  o.num_src = num_src;
+  o.src_ranks = src_ranks;
+  o.src_weights = src_weights;
+  o.require_mutex = require_mutex;
+  weft_status status = request == NULL ? weft_win_get(name, &o)
+                                       : weft_win_get_nonblocking(request, name, &o);
+  free(src_weights);
+  return status;
+}
+
+/* has_weights = 0: the uniform average over x and every buffer. */
+weft_status weftgo_win_update(const char* name, int has_weights, double self_weight,
+                              const weftgo_rank_weight* src, size_t num_src, int reset,
+                              int require_mutex) {
+  int* ranks;
+  double* weights;
+  weftgo_split(src, num_src, &ranks, &weights);
+  weft_win_update_options o = WEFT_WIN_UPDATE_OPTIONS_INIT;
+  o.has_weights = has_weights;
+  o.self_weight = self_weight;
+  o.num_neighbors = num_src;
+  o.neighbor_ranks = ranks;
+  o.neighbor_weights = weights;
+  o.reset = reset;
+  o.require_mutex = require_mutex;
+  weft_status status = weft_win_update(name, &o);
+  free(weights);
+  return status;
+}
+
+/* 64-byte aligned shared memory holding one reference; NULL when out of memory. */
+void* weftgo_shared_alloc(size_t nbytes) {
+  size_t rounded = (nbytes + 63) / 64 * 64;
+  char* block = (char*)aligned_alloc(64, 64 + rounded);
+  if (block == NULL) return NULL;
+  atomic_init((atomic_long*)block, 1);
+  return block + 64;
+}
+
+void weftgo_shared_ref(void* data) { atomic_fetch_add(weftgo_shared_refs(data), 1); }
+
+/* Drops a reference; the last one frees the memory. */
+void weftgo_shared_unref(void* data) { weftgo_shared_release(data); }
 
 /* ---- process exit ------------------------------------------------------------------------ */
 

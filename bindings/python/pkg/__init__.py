@@ -568,9 +568,14 @@ def win_names():
 def win_mutex(name, for_self=False, ranks=None):
     """with weft.win_mutex(name, ranks=[0]): ... holds those ranks' window mutexes (default:
     this rank's out-neighbors; for_self=True: this rank's own)."""
-    if ranks is None:
-        ranks = [] if for_self else out_neighbor_ranks()
+    if for_self:
+        ranks = [rank()]
+    elif ranks is None:
+        ranks = out_neighbor_ranks()
     ranks = sorted(int(r) for r in ranks)
+    if not ranks:  # no out-neighbors (one rank): nothing to hold; [] would mean "self" in C
+        yield
+        return
     _c.weft_win_mutex_acquire(str(name), ranks)
     try:
         yield

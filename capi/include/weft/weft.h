@@ -334,7 +334,8 @@ WEFT_API weft_status weft_comm_barrier_nonblocking(weft_request** request);
  * for gets. Puts and gets are one-sided. weft_comm_set_topology fails while windows exist.
  * Nonblocking forms return requests (weft_request_poll/wait/free). */
 
-/* self_weight multiplies the local x (and p) after the put. has_dst = 0: every
+/* self_weight multiplies the tensor passed to the put (normally the window's own) and the
+ * window's p after the put. has_dst = 0: every
  * out-neighbor with weight 1; else dst_ranks with dst_weights (NULL: 1 each).
  * require_mutex: hold the destinations' window mutexes around the put. */
 #define WEFT_WIN_PUT_OPTIONS_VERSION 1

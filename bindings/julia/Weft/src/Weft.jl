@@ -48,6 +48,10 @@ export WeftError, Topology, Schedule, Handle,
     out_neighbors, GetRecvWeights, GetSendWeights, IsRegularGraph, IsTopologyEquivalent,
     GetDynamicOnePeerSendRecvRanks, GetExp2DynamicSendRecvMachineRanks,
     GetInnerOuterRingDynamicSendRecvRanks, GetInnerOuterExpo2DynamicSendRecvRanks,
+    # one-sided windows
+    win_create, win_free, win_put, win_put_nonblocking, win_accumulate,
+    win_accumulate_nonblocking, win_get, win_get_nonblocking, win_update,
+    win_update_then_collect, get_win_version, win_associated_p, win_mutex,
     # settings and timeline
     config_set, config_get, config_unset, config_describe,
     timeline_start, timeline_stop, timeline_start_activity, timeline_end_activity,
@@ -115,6 +119,7 @@ then fail. `Weft.init()` may be called again afterwards.
 """
 function shutdown()
     _check(weft_shutdown())
+    _forget_windows()  # weft freed them
     _free_dropped_requests()
     return nothing
 end
@@ -128,6 +133,7 @@ Not exported: `Base.finalize` runs an object's finalizers.
 """
 function finalize()
     _check(weft_finalize())
+    _forget_windows()
     _free_dropped_requests()
     return nothing
 end
@@ -744,6 +750,242 @@ end
 barrier() = _check(weft_comm_barrier())
 
 barrier_nonblocking() = _start(weft_comm_barrier_nonblocking, nothing, _ -> nothing)
+
+# ---- one-sided windows -------------------------------------------------------------------
+# shared/design/comm.md, "One-sided windows". A window associates an array with a name:
+# every rank holds one receive buffer per in-neighbor (of the topology in force at
+# win_create) and exposes its array to the others' win_get. Puts and gets are one-sided:
+# the other rank calls nothing. set_topology throws while windows exist.
+
+# The arrays of the windows alive, by name. weft keeps a pointer into each array from
+# win_create until win_free (gets read it, updates write it in place), long after the
+# ccall returned: this table keeps the array (and its _Tensor) from being collected.
+const _windows = Dict{String,_Tensor}()
+const _windows_lock = ReentrantLock()
+
+# Shutdown frees every window in weft: forget the arrays too.
+_forget_windows() = lock(() -> empty!(_windows), _windows_lock)
+
+_window_array(name) = lock(_windows_lock) do
+    t = get(_windows, String(name), nothing)
+    t === nothing ? nothing : t.array
+end
+
+"""
+    win_create(x::Array, name; zero_init=false)
+
+Creates the window `name` over `x` (collective: every rank calls it with the same name,
+element type and dims). The receive buffers start as copies of this rank's `x`, or zeros
+with `zero_init`. weft then reads and writes `x` itself, in place, until
+[`win_free`](@ref): the window keeps `x` alive; do not `resize!` it.
+"""
+function win_create(x::Array, name::Union{AbstractString,Symbol}; zero_init::Bool=false)
+    t = _Tensor(x)
+    cname = String(name)
+    GC.@preserve t _check(weft_win_create(t.dl, cname, zero_init))
+    lock(() -> (_windows[cname] = t), _windows_lock)
+    return nothing
+end
+
+"""
+    win_free(name=nothing)
+
+Frees the window `name`, or every window (collective).
+"""
+function win_free(name=nothing)
+    cname = _name(name)
+    _check(weft_win_free(cname))
+    lock(_windows_lock) do
+        isempty(cname) ? empty!(_windows) : delete!(_windows, cname)
+    end
+    return nothing
+end
+
+# (options Ref, what must stay alive with it) of a put or accumulate.
+function _win_put_options(self_weight, dst_weights, require_mutex::Bool)
+    dst_r, dst_w = dst_weights === nothing ? (Cint[], nothing) : _destinations(dst_weights)
+    options = Ref(weft_win_put_options(
+        self_weight = self_weight === nothing ? 1.0 : Float64(self_weight),
+        has_dst = dst_weights !== nothing, num_dst = length(dst_r),
+        dst_ranks = isempty(dst_r) ? C_NULL : pointer(dst_r),
+        dst_weights = dst_w === nothing || isempty(dst_w) ? C_NULL : pointer(dst_w),
+        require_mutex = require_mutex))
+    return (options, (dst_r, dst_w))
+end
+
+function _win_put(put, x::Array, name, self_weight, dst_weights, require_mutex)
+    t = _Tensor(x)
+    options, arrays = _win_put_options(self_weight, dst_weights, require_mutex)
+    GC.@preserve t options arrays _check(put(t.dl, String(name), options))
+    return nothing
+end
+
+function _win_put_nonblocking(put, x::Array, name, self_weight, dst_weights, require_mutex)
+    t = _Tensor(x)
+    options, arrays = _win_put_options(self_weight, dst_weights, require_mutex)
+    cname = String(name)
+    return _start((t, options, arrays, cname), _ -> nothing) do request
+        put(request, t.dl, cname, options)
+    end
+end
+
+"""
+    win_put(x, name; self_weight=nothing, dst_weights=nothing, require_mutex=false)
+    win_put_nonblocking(x, name; ...) -> Handle
+
+Writes `weight * x` into each destination's buffer for this rank, then multiplies `x` (in
+place) and the window's associated p by `self_weight` (`nothing`: 1). `x` has the
+window's element type and dims; usually it is the window's own array. `dst_weights`:
+`Dict(rank => weight)`, or a vector of ranks (weight 1 each); `nothing`: every
+out-neighbor with weight 1. `require_mutex` holds the destinations' window mutexes around
+the put. `wait` on the handle returns `nothing`.
+"""
+win_put(x::Array, name; self_weight=nothing, dst_weights=nothing,
+        require_mutex::Bool=false) =
+    _win_put(weft_win_put, x, name, self_weight, dst_weights, require_mutex)
+
+win_put_nonblocking(x::Array, name; self_weight=nothing, dst_weights=nothing,
+                    require_mutex::Bool=false) =
+    _win_put_nonblocking(weft_win_put_nonblocking, x, name, self_weight, dst_weights,
+                         require_mutex)
+
+"""
+    win_accumulate(x, name; self_weight=nothing, dst_weights=nothing, require_mutex=false)
+    win_accumulate_nonblocking(x, name; ...) -> Handle
+
+As [`win_put`](@ref), adding into the destinations' buffers (atomically per element).
+"""
+win_accumulate(x::Array, name; self_weight=nothing, dst_weights=nothing,
+               require_mutex::Bool=false) =
+    _win_put(weft_win_accumulate, x, name, self_weight, dst_weights, require_mutex)
+
+win_accumulate_nonblocking(x::Array, name; self_weight=nothing, dst_weights=nothing,
+                           require_mutex::Bool=false) =
+    _win_put_nonblocking(weft_win_accumulate_nonblocking, x, name, self_weight,
+                         dst_weights, require_mutex)
+
+function _win_get_options(src_weights, require_mutex::Bool)
+    src_r, src_w = src_weights === nothing ? (Cint[], nothing) : _destinations(src_weights)
+    options = Ref(weft_win_get_options(
+        has_src = src_weights !== nothing, num_src = length(src_r),
+        src_ranks = isempty(src_r) ? C_NULL : pointer(src_r),
+        src_weights = src_w === nothing || isempty(src_w) ? C_NULL : pointer(src_w),
+        require_mutex = require_mutex))
+    return (options, (src_r, src_w))
+end
+
+"""
+    win_get(name; src_weights=nothing, require_mutex=false)
+    win_get_nonblocking(name; ...) -> Handle
+
+Reads `weight * x_j` of each source j into this rank's buffer for j. `src_weights`:
+`Dict(rank => weight)`, or a vector of ranks (weight 1 each); `nothing`: every in-neighbor
+with weight 1. `require_mutex` holds the sources' window mutexes.
+"""
+function win_get(name; src_weights=nothing, require_mutex::Bool=false)
+    options, arrays = _win_get_options(src_weights, require_mutex)
+    GC.@preserve options arrays _check(weft_win_get(String(name), options))
+    return nothing
+end
+
+function win_get_nonblocking(name; src_weights=nothing, require_mutex::Bool=false)
+    options, arrays = _win_get_options(src_weights, require_mutex)
+    cname = String(name)
+    return _start((options, arrays, cname), _ -> nothing) do request
+        weft_win_get_nonblocking(request, cname, options)
+    end
+end
+
+"""
+    win_update(name; self_weight=nothing, neighbor_weights=nothing, reset=false,
+               require_mutex=false) -> the window's array
+
+Combines the receive buffers into the window's array, in place (local: no other rank takes
+part): `x = self_weight * x + sum(neighbor_weights[j] * buffer_j)`, by default the uniform
+average over `x` and every buffer. `self_weight` and `neighbor_weights`
+(`Dict(rank => weight)`, in-neighbors) go together. `reset` zeroes the buffers used;
+`require_mutex` holds this rank's own window mutex.
+"""
+function win_update(name; self_weight=nothing, neighbor_weights=nothing, reset::Bool=false,
+                    require_mutex::Bool=false)
+    has_weights = _check_weight_arguments(self_weight, neighbor_weights, nothing,
+                                          "neighbor_weights", "")
+    ranks, weights = has_weights ? _rank_weights(neighbor_weights) : (Cint[], Cdouble[])
+    options = Ref(weft_win_update_options(
+        has_weights = has_weights, self_weight = has_weights ? Float64(self_weight) : 1.0,
+        num_neighbors = length(ranks),
+        neighbor_ranks = isempty(ranks) ? C_NULL : pointer(ranks),
+        neighbor_weights = isempty(weights) ? C_NULL : pointer(weights),
+        reset = reset, require_mutex = require_mutex))
+    GC.@preserve options ranks weights _check(weft_win_update(String(name), options))
+    return _window_array(name)
+end
+
+"""
+    win_update_then_collect(name; require_mutex=false) -> the window's array
+
+Adds every receive buffer into the window's array (a sum, not an average:
+`x = x + sum(buffer_j)`), then zeroes the buffers. Local.
+"""
+function win_update_then_collect(name; require_mutex::Bool=false)
+    _check(weft_win_update_then_collect(String(name), require_mutex))
+    return _window_array(name)
+end
+
+"""
+    get_win_version(name) -> Dict{Int,Int}
+
+For each in-neighbor, the number of puts (and gets) into its buffer since the buffer was
+last updated.
+"""
+function get_win_version(name)
+    cname = String(name)
+    ranks, versions = _read_arrays(Cint, Int64) do r, v, capacity, count
+        weft_win_version(r, v, capacity, count, cname)
+    end
+    return Dict{Int,Int}(Int(r) => Int(v) for (r, v) in zip(ranks, versions))
+end
+
+"""
+    win_associated_p(name) -> Float64
+
+The scalar that follows the window's weights (push-sum); it starts at 1.
+"""
+function win_associated_p(name)
+    p = Ref{Cdouble}(0)
+    _check(weft_win_associated_p(p, String(name)))
+    return p[]
+end
+
+"""
+    win_mutex(f, name; ranks=nothing, for_self=false)
+
+Runs `f()` holding the window mutexes of `ranks` (by default the out-neighbors; with
+`for_self`, this rank's own too), taken in rank order, and releases them afterwards:
+
+    win_mutex("x"; ranks=[0]) do
+        win_accumulate(x, "x"; dst_weights=[0])
+    end
+
+A put with `require_mutex=true` takes the same mutexes itself: do not nest the two.
+"""
+function win_mutex(f, name; ranks=nothing, for_self::Bool=false)
+    list = ranks === nothing ? (for_self ? Int[] : out_neighbor_ranks()) : collect(Int, ranks)
+    for_self && !isempty(list) && push!(list, rank())
+    if isempty(list) && !for_self
+        return f()  # no mutex to take (an empty list would mean this rank's own)
+    end
+    held = Cint[r for r in unique!(sort!(list))]
+    cname = String(name)
+    GC.@preserve held _check(weft_win_mutex_acquire(
+        cname, isempty(held) ? C_NULL : pointer(held), length(held)))
+    try
+        return f()
+    finally
+        GC.@preserve held _check(weft_win_mutex_release(
+            cname, isempty(held) ? C_NULL : pointer(held), length(held)))
+    end
+end
 
 # ---- topologies --------------------------------------------------------------------------
 

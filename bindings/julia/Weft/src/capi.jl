@@ -751,7 +751,8 @@ function weft_comm_barrier_nonblocking(request)
 end
 
 # ---- one-sided windows -------------------------------------------------------------------
-# self_weight multiplies the local x (and p) after the put. has_dst = 0: every
+# self_weight multiplies the tensor passed to the put (normally the window's own) and the
+# window's p after the put. has_dst = 0: every
 # out-neighbor with weight 1; else dst_ranks with dst_weights (NULL: 1 each).
 # require_mutex: hold the destinations' window mutexes around the put.
 const WEFT_WIN_PUT_OPTIONS_VERSION = 1

@@ -91,6 +91,110 @@ end
     if n > 1  # shapes differ between ranks: an error on every rank, not a hang
         @test_throws WeftError allreduce(fill(1.0, r + 1); name="mismatched shapes")
     end
+    @testset "windows" begin
+        # FullyConnectedGraph(n) is in force: every other rank is an in- and out-neighbor.
+        others = [k for k in 0:n-1 if k != r]
+        x = fill(Float64(r + 1), 3)
+        win_create(x, "w.put")
+        @test get_win_version("w.put") == Dict(k => 0 for k in others)
+        @test win_associated_p("w.put") == 1.0
+        barrier()  # nobody puts before everyone has looked
+        @test win_put(x, "w.put") === nothing
+        barrier()  # every put has landed
+        @test get_win_version("w.put") == Dict(k => 1 for k in others)
+        @test win_update("w.put") === x  # in place: the uniform average of 1..n
+        @test x ≈ fill((n + 1) / 2, 3)
+        @test get_win_version("w.put") == Dict(k => 0 for k in others)
+        err = try
+            set_topology(RingGraph(n))
+        catch e
+            e
+        end
+        @test err isa WeftError && err.status == Weft.CAPI.WEFT_ERR_FAILED_PRECONDITION &&
+              occursin("windows exist (w.put)", err.message)
+        @test_throws ArgumentError win_update("w.put"; self_weight=0.5)
+        barrier()
+        win_free("w.put")
+
+        # self_weight and dst_weights scale x and p; explicit update weights.
+        x = fill(Float64(r + 1), 2)
+        win_create(x, "w.weights")
+        win_put(x, "w.weights"; self_weight=0.5, dst_weights=Dict(k => 0.5 for k in others))
+        @test x == fill(0.5 * (r + 1), 2)
+        @test win_associated_p("w.weights") ≈ 0.5
+        barrier()
+        win_update("w.weights"; self_weight=1.0, neighbor_weights=Dict(k => 1.0 for k in others))
+        @test x ≈ fill(0.5 * n * (n + 1) / 2, 2)
+        @test win_associated_p("w.weights") ≈ 0.5 * n
+        barrier()
+
+        # Accumulate twice into zeroed buffers, then collect: a sum. A 2 x 3 matrix.
+        a = fill(Int32(r), 2, 3)
+        win_create(a, "w.acc"; zero_init=true)
+        win_accumulate(a, "w.acc")
+        @test wait(win_accumulate_nonblocking(a, "w.acc")) === nothing
+        barrier()
+        @test get_win_version("w.acc") == Dict(k => 2 for k in others)
+        @test win_update_then_collect("w.acc") === a
+        collected = fill(Int32(r + 2 * sum(others; init=0)), 2, 3)
+        @test a == collected
+        @test win_update_then_collect("w.acc"; require_mutex=true) == collected  # zeroed
+        barrier()
+
+        # Get reads the sources' arrays, weighted.
+        g = fill(Float32(r + 1), 4)
+        win_create(g, "w.get"; zero_init=true)
+        barrier()
+        win_get("w.get"; src_weights=Dict(k => 2.0 for k in others))
+        barrier()  # nobody changes its array before every get is done
+        win_update("w.get"; self_weight=0.0, neighbor_weights=Dict(k => 0.25 for k in others))
+        @test g ≈ fill(Float32(0.5 * sum(others .+ 1; init=0)), 4)
+        h = win_get_nonblocking("w.get")
+        @test wait(h) === nothing && poll(h)
+        @test get_win_version("w.get") == Dict(k => 1 for k in others)
+        barrier()
+
+        # Accumulates into rank 0 while it collects, all under its mutex: nothing lost.
+        if n > 1
+            m = [Int64(r == 0 ? 0 : 1)]
+            win_create(m, "w.mutex"; zero_init=true)
+            rounds = 20
+            for i in 1:rounds
+                if r == 0
+                    win_update_then_collect("w.mutex"; require_mutex=true)
+                elseif isodd(i)
+                    win_accumulate(m, "w.mutex"; dst_weights=[0], require_mutex=true)
+                else
+                    win_mutex("w.mutex"; ranks=[0]) do
+                        win_accumulate(m, "w.mutex"; dst_weights=Dict(0 => 1.0))
+                    end
+                end
+            end
+            barrier()
+            r == 0 && @test win_update_then_collect("w.mutex") == [rounds * (n - 1)]
+            barrier()
+        end
+        win_mutex(() -> nothing, "w.get"; for_self=true)
+
+        # Errors: no such window, a wrong shape.
+        err = try
+            win_put([1.0], "w.none")
+        catch e
+            e
+        end
+        @test err isa WeftError && err.status == Weft.CAPI.WEFT_ERR_NOT_FOUND
+        err = try
+            win_put(fill(1.0, 3), "w.weights")
+        catch e
+            e
+        end
+        @test err isa WeftError && err.status == Weft.CAPI.WEFT_ERR_INVALID_ARGUMENT
+        barrier()
+        win_free()  # every window
+        @test_throws WeftError win_associated_p("w.get")
+        set_topology(RingGraph(n))  # allowed again
+    end
+
     @test !isempty(config_describe())
     Weft.shutdown()
 end
