@@ -11,8 +11,12 @@
 #include <cstring>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "comm/engine.h"
+#ifdef WEFT_WITH_NCCL
+#include "comm/nccl/nccl_ops.h"
+#endif
 #include "comm/window.h"
 #include "core/config.h"
 #include "core/logging.h"
@@ -81,9 +85,25 @@ std::string TimelineFile(const std::string& path, int rank, int size) {
 Status CheckTensor(const TensorView& t, const char* op, const char* which) {
   if (!t.defined()) return InvalidArgument(op, ": the ", which, " tensor has no data");
   if (t.device().type != Device::Type::kCPU) {
+#ifdef WEFT_WITH_NCCL
+    // Windows expose host memory to one-sided MPI/UCX operations; CUDA memory would need
+    // host staging on every put, get and update, which is not written yet.
+    if (absl::StartsWith(op, "win_")) {
+      return Unimplemented(op, ": the ", which, " tensor is on ", t.device().ToString(),
+                           "; windows on CUDA tensors are not supported yet (move the tensor "
+                           "to the CPU)");
+    }
+    // The same code as a build without NCCL: CUDA ops cannot run in this process.
+    const std::string why = comm::nccl::DeviceUnavailable(t.device().index);
+    if (!why.empty()) {
+      return Unimplemented(op, ": the ", which, " tensor is on ", t.device().ToString(),
+                           " but no such CUDA device is usable here: ", why);
+    }
+#else
     return Unimplemented(op, ": the ", which, " tensor is on ", t.device().ToString(),
                          "; CUDA tensors need weft's NCCL backend, which this build does not "
                          "include (move the tensor to the CPU)");
+#endif
   }
   if (!t.is_contiguous()) {
     return InvalidArgument(op, ": the ", which, " tensor ", t.ToString(),
@@ -97,6 +117,10 @@ Status CheckSameLayout(const TensorView& in, const TensorView& out, const char* 
   WEFT_RETURN_IF_ERROR(CheckTensor(out, op, "output"));
   if (in.dtype() != out.dtype() || in.shape() != out.shape()) {
     return InvalidArgument(op, ": the output must have the input's dtype and shape: input ",
+                           in.ToString(), ", output ", out.ToString());
+  }
+  if (in.device() != out.device()) {
+    return InvalidArgument(op, ": the output must be on the input's device: input ",
                            in.ToString(), ", output ", out.ToString());
   }
   return OkStatus();

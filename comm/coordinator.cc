@@ -116,9 +116,11 @@ std::string Coordinator::Validate(const Entry& e) const {
       [](const Descriptor& d) { return std::string(DTypeName(d.dtype)); });
   if (!diff.empty()) return absl::StrCat(what, ": dtype differs across ranks: ", diff);
   diff = Disagreement(
-      all, [](const Descriptor& d) { return d.device; },
+      all, [](const Descriptor& d) { return d.device.type; },
       [](const Descriptor& d) { return d.device.ToString(); });
-  if (!diff.empty()) return absl::StrCat(what, ": device differs across ranks: ", diff);
+  // The kind of device must agree (one backend runs the op everywhere); its index need not:
+  // with one GPU per process, rank r usually holds cuda:r.
+  if (!diff.empty()) return absl::StrCat(what, ": device type differs across ranks: ", diff);
   const OpType op = first.op;
   if (op == OpType::kAllgather || op == OpType::kNeighborAllgather) {
     diff = Disagreement(

@@ -6,6 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "core/config.h"
 #include "core/logging.h"
+#ifdef WEFT_WITH_NCCL
+#include "comm/nccl/nccl_ops.h"
+#endif
 
 namespace weft {
 namespace comm {
@@ -27,6 +30,47 @@ const config::IntSetting kSpinMicros(
 const config::IntSetting kMaxSleepMicros(
     "WEFT_ENGINE_MAX_SLEEP_MICROS", 1000,
     "Longest sleep between polls while ops are outstanding.");
+
+// CUDA tensors run on NCCL unless these force the MPI path (through host memory). Declared
+// in every build so that a job's environment means the same everywhere; every rank must
+// see the same values (they choose which collectives run).
+const config::BoolSetting kAllreduceByMpi(
+    "WEFT_ALLREDUCE_BY_MPI", false,
+    "CUDA tensors: run allreduce on MPI, staged through host memory, instead of NCCL.");
+const config::BoolSetting kBroadcastByMpi(
+    "WEFT_BROADCAST_BY_MPI", false,
+    "CUDA tensors: run broadcast on MPI, staged through host memory, instead of NCCL.");
+const config::BoolSetting kAllgatherByMpi(
+    "WEFT_ALLGATHER_BY_MPI", false,
+    "CUDA tensors: run allgather on MPI, staged through host memory, instead of NCCL.");
+const config::BoolSetting kNeighborAllgatherByMpi(
+    "WEFT_NEIGHBOR_ALLGATHER_BY_MPI", false,
+    "CUDA tensors: run neighbor_allgather on MPI, staged through host memory, instead of "
+    "NCCL.");
+const config::BoolSetting kNeighborAllreduceByMpi(
+    "WEFT_NEIGHBOR_ALLREDUCE_BY_MPI", false,
+    "CUDA tensors: run neighbor_allreduce on MPI, staged through host memory, instead of "
+    "NCCL.");
+const config::BoolSetting kHierarchicalByMpi(
+    "WEFT_HIERARCHICAL_NEIGHBOR_ALLREDUCE_BY_MPI", false,
+    "CUDA tensors: run hierarchical_neighbor_allreduce on MPI, staged through host memory, "
+    "instead of NCCL.");
+const config::BoolSetting kPairGossipByMpi(
+    "WEFT_PAIR_GOSSIP_BY_MPI", false,
+    "CUDA tensors: run pair_gossip on MPI, staged through host memory, instead of NCCL.");
+
+[[maybe_unused]] bool ForcedToMpi(OpType op) {
+  switch (op) {
+    case OpType::kAllreduce: return kAllreduceByMpi.Get();
+    case OpType::kBroadcast: return kBroadcastByMpi.Get();
+    case OpType::kAllgather: return kAllgatherByMpi.Get();
+    case OpType::kNeighborAllgather: return kNeighborAllgatherByMpi.Get();
+    case OpType::kNeighborAllreduce: return kNeighborAllreduceByMpi.Get();
+    case OpType::kHierarchicalNeighborAllreduce: return kHierarchicalByMpi.Get();
+    case OpType::kPairGossip: return kPairGossipByMpi.Get();
+    default: return true;  // no tensors on a device
+  }
+}
 
 constexpr int kDescriptorTag = 1;
 constexpr int kResponseTag = 2;
@@ -97,7 +141,7 @@ StatusOr<Handle> Engine::Submit(std::shared_ptr<Request> r, bool caller_waits) {
 }
 
 bool Engine::Busy() const {
-  return !outstanding_.empty() || !sends_.empty() || !local_.empty() ||
+  return !outstanding_.empty() || !sends_.empty() || !local_.empty() || !on_device_.empty() ||
          (coordinator_ != nullptr && coordinator_->pending() > 0);
 }
 
@@ -232,6 +276,7 @@ bool Engine::Progress() {
     progressed = true;
   }
   progressed |= RunLocal();
+  progressed |= PollDevice();
   if (coordinator_ != nullptr) {
     progressed |= PollDescriptors();
     progressed |= RunCoordinator();
@@ -393,15 +438,22 @@ void Engine::Process(const std::vector<Response>& responses) {
 void Engine::Execute(const Response& response, std::vector<std::shared_ptr<Request>>& group) {
   Status status;
   switch (response.op) {
-    case OpType::kAllreduce: status = RunAllreduce(group); break;
-    case OpType::kBroadcast: status = RunBroadcast(group); break;
-    case OpType::kAllgather: status = RunAllgather(group, response); break;
+    case OpType::kAllreduce:
+    case OpType::kBroadcast:
+    case OpType::kAllgather:
     case OpType::kNeighborAllgather:
-      status = RunNeighborAllgather(group[0], response.first_dims.at(0));
+    case OpType::kNeighborAllreduce:
+    case OpType::kHierarchicalNeighborAllreduce:
+    case OpType::kPairGossip:
+#ifdef WEFT_WITH_NCCL
+      // The coordinator checked that every rank's tensors are on the same kind of device.
+      if (group[0]->in.device().type == Device::Type::kCUDA) {
+        ExecuteOnDevice(response, group);
+        return;
+      }
+#endif
+      status = RunOnMpi(response, group);
       break;
-    case OpType::kNeighborAllreduce: status = RunNeighborAllreduce(group); break;
-    case OpType::kHierarchicalNeighborAllreduce: status = RunHierarchical(group); break;
-    case OpType::kPairGossip: status = RunPairGossip(group); break;
     case OpType::kBarrier: {
       const int64_t start = NowMicros();
       MPI_Barrier(ctx_.data);
@@ -424,6 +476,80 @@ void Engine::Execute(const Response& response, std::vector<std::shared_ptr<Reque
   for (auto& r : group) Finish(r, status);
 }
 
+Status Engine::RunOnMpi(const Response& response, std::vector<std::shared_ptr<Request>>& group) {
+  switch (response.op) {
+    case OpType::kAllreduce: return RunAllreduce(group);
+    case OpType::kBroadcast: return RunBroadcast(group);
+    case OpType::kAllgather: return RunAllgather(group, response);
+    case OpType::kNeighborAllgather:
+      return RunNeighborAllgather(group[0], response.first_dims.at(0));
+    case OpType::kNeighborAllreduce: return RunNeighborAllreduce(group);
+    case OpType::kHierarchicalNeighborAllreduce: return RunHierarchical(group);
+    case OpType::kPairGossip: return RunPairGossip(group);
+    default: return Internal(OpName(response.op), " is not a data op");
+  }
+}
+
+#ifdef WEFT_WITH_NCCL
+void Engine::ExecuteOnDevice(const Response& response,
+                             std::vector<std::shared_ptr<Request>>& group) {
+  if (nccl_ == nullptr) {
+    // No CUDA call yet: NCCL is bootstrapped at the first op that runs on it.
+    nccl_ = std::make_shared<nccl::NcclBackend>(ctx_.data, ctx_.local, ctx_.cross);
+  }
+  if (ForcedToMpi(response.op)) {
+    const Status status = RunStaged(response, group);
+    for (auto& r : group) Finish(r, Annotate(status, r->desc.display));
+    return;
+  }
+  const int64_t start = NowMicros();
+  // No fusion on the device: a fused group runs as its members, one after the other (the
+  // same order on every rank), under one completion. Saves the packing copies' kernels.
+  Status status;
+  for (auto& r : group) {
+    status = EnqueueOnNccl(response, *r);
+    if (!status.ok()) break;
+  }
+  StatusOr<std::unique_ptr<nccl::Completion>> recorded =
+      status.ok() ? nccl_->Record() : StatusOr<std::unique_ptr<nccl::Completion>>(status);
+  if (!recorded.ok()) {
+    // Members enqueued before the failure still run: let them finish with the buffers.
+    nccl_->Synchronize().IgnoreError();
+    for (auto& r : group) Finish(r, Annotate(recorded.status(), r->desc.display));
+    return;
+  }
+  // The device list owns them now; FailAll must not complete them a second time.
+  for (auto& r : group) outstanding_.erase(r->desc.key);
+  std::shared_ptr<nccl::Completion> completion(std::move(*recorded));
+  on_device_.push_back(DeviceWork{group, [completion] { return completion->Poll(); }, start});
+}
+#endif  // WEFT_WITH_NCCL
+
+bool Engine::PollDevice() {
+  bool progressed = false;
+  for (auto it = on_device_.begin(); it != on_device_.end();) {
+    std::optional<Status> result = it->poll();
+    if (!result.has_value()) {
+      ++it;
+      continue;
+    }
+    DeviceWork work = std::move(*it);
+    it = on_device_.erase(it);
+    Trace(work.group, "communicate", work.start_us);
+    for (auto& r : work.group) Finish(r, Annotate(*result, r->desc.display));
+    progressed = true;
+  }
+  return progressed;
+}
+
+void Engine::DrainDevice() {
+  // Polls (rather than waiting on the stream) so that an asynchronous NCCL error still
+  // completes the work, with that error.
+  while (!on_device_.empty()) {
+    if (!PollDevice()) std::this_thread::yield();
+  }
+}
+
 void Engine::Finish(const std::shared_ptr<Request>& r, Status s) {
   outstanding_.erase(r->desc.key);
   if (r->desc.key[0] != '#') {
@@ -438,6 +564,7 @@ void Engine::Finish(const std::shared_ptr<Request>& r, Status s) {
 }
 
 void Engine::FailAll(const Status& status) {
+  DrainDevice();  // enqueued on the device: it completes on its own, with its own status
   auto pending = std::move(outstanding_);
   outstanding_.clear();
   for (auto& entry : pending) {

@@ -1,6 +1,7 @@
 // The engine: a background thread per process that drains the request queue, negotiates
 // with the other ranks through the coordinator (rank 0), runs what is ready on the MPI
-// backend, and completes handles. Internal to comm/.
+// backend (or, for CUDA tensors in builds with WEFT_WITH_NCCL, on the NCCL backend), and
+// completes handles. Internal to comm/.
 #ifndef WEFT_COMM_ENGINE_H_
 #define WEFT_COMM_ENGINE_H_
 
@@ -27,6 +28,10 @@
 
 namespace weft {
 namespace comm {
+
+namespace nccl {
+class NcclBackend;  // comm/nccl/nccl_ops.h, in builds with WEFT_WITH_NCCL
+}
 
 // One op, from submission to completion.
 class Engine;
@@ -123,6 +128,18 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool PollResponses();      // ranks != 0
   void Process(const std::vector<Response>& responses);
   void Execute(const Response& response, std::vector<std::shared_ptr<Request>>& group);
+  // Dispatches a group on a device: every rank runs the same responses in order, so both
+  // the NCCL path and the host-staged MPI path may use collectives (engine.cc).
+  void ExecuteOnDevice(const Response& response, std::vector<std::shared_ptr<Request>>& group);
+  // Enqueues one request's op on the NCCL backend.
+  Status EnqueueOnNccl(const Response& response, Request& r);
+  // WEFT_<OP>_BY_MPI: copies the inputs to host memory, runs the MPI path, copies back.
+  Status RunStaged(const Response& response, std::vector<std::shared_ptr<Request>>& group);
+  Status RunOnMpi(const Response& response, std::vector<std::shared_ptr<Request>>& group);
+  // Completes device work whose completion fired; true if any did.
+  bool PollDevice();
+  // Waits for all device work and completes it (before failing everything else).
+  void DrainDevice();
   void FailAll(const Status& status);
   void Finish(const std::shared_ptr<Request>& r, Status s);
   void ReapSends();
@@ -176,6 +193,17 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Reused across ops: fresh multi-MiB buffers per call cost a page fault per page.
   std::vector<std::vector<char>> recv_scratch_;
   std::vector<std::vector<char>> send_scratch_;
+
+  // The NCCL backend, created at the first CUDA op (null in builds without it).
+  std::shared_ptr<nccl::NcclBackend> nccl_;
+  // Ops enqueued on the device, completed by Progress() when their completion fires, so
+  // the engine never blocks on the device. Declared after nccl_: destroyed before it.
+  struct DeviceWork {
+    std::vector<std::shared_ptr<Request>> group;
+    std::function<std::optional<Status>()> poll;  // no value while the device works
+    int64_t start_us = 0;
+  };
+  std::deque<DeviceWork> on_device_;
 };
 
 }  // namespace comm

@@ -1,0 +1,148 @@
+// Weighted sums on the device (see kernels.h). Built with --fmad=false so that the sums
+// round like the CPU kernels' (a fused multiply-add would differ in the last bit).
+#include "comm/nccl/kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace weft {
+namespace comm {
+namespace nccl {
+namespace {
+
+struct Terms {
+  const void* data[kMaxTermsPerLaunch];
+  double weight[kMaxTermsPerLaunch];
+  int count;
+};
+
+// Load/store with conversion to the accumulation type, as comm/reduce.cc does.
+template <typename T>
+struct Elem {
+  using Acc = double;  // float64 and the integers
+  __device__ static Acc Load(const void* p, size_t i) {
+    return static_cast<Acc>(static_cast<const T*>(p)[i]);
+  }
+  __device__ static void Store(void* p, size_t i, Acc v) {
+    static_cast<T*>(p)[i] = static_cast<T>(llround(v));
+  }
+};
+template <>
+struct Elem<double> {
+  using Acc = double;
+  __device__ static Acc Load(const void* p, size_t i) { return static_cast<const double*>(p)[i]; }
+  __device__ static void Store(void* p, size_t i, Acc v) { static_cast<double*>(p)[i] = v; }
+};
+template <>
+struct Elem<float> {
+  using Acc = float;
+  __device__ static Acc Load(const void* p, size_t i) { return static_cast<const float*>(p)[i]; }
+  __device__ static void Store(void* p, size_t i, Acc v) { static_cast<float*>(p)[i] = v; }
+};
+template <>
+struct Elem<__half> {
+  using Acc = float;
+  __device__ static Acc Load(const void* p, size_t i) {
+    return __half2float(static_cast<const __half*>(p)[i]);
+  }
+  __device__ static void Store(void* p, size_t i, Acc v) {
+    static_cast<__half*>(p)[i] = __float2half_rn(v);
+  }
+};
+template <>
+struct Elem<__nv_bfloat16> {
+  using Acc = float;
+  __device__ static Acc Load(const void* p, size_t i) {
+    return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+  }
+  __device__ static void Store(void* p, size_t i, Acc v) {
+    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+  }
+};
+
+template <typename T>
+__global__ void WeightedSumKernel(void* out, size_t count, Terms terms) {
+  using Acc = typename Elem<T>::Acc;
+  const size_t stride = static_cast<size_t>(blockDim.x) * gridDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    // Same order as the CPU: first term times its weight, then the others added in turn.
+    Acc acc = static_cast<Acc>(terms.weight[0]) * Elem<T>::Load(terms.data[0], i);
+    for (int k = 1; k < terms.count; ++k) {
+      acc += static_cast<Acc>(terms.weight[k]) * Elem<T>::Load(terms.data[k], i);
+    }
+    Elem<T>::Store(out, i, acc);
+  }
+}
+
+template <typename T>
+void Launch(void* out, size_t count, const Terms& terms, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  // A grid-stride loop: enough blocks to fill any current GPU, no more.
+  const size_t wanted = (count + kThreads - 1) / kThreads;
+  const unsigned blocks = static_cast<unsigned>(wanted < 4096 ? (wanted == 0 ? 1 : wanted) : 4096);
+  WeightedSumKernel<T><<<blocks, kThreads, 0, stream>>>(out, count, terms);
+}
+
+cudaError_t LaunchOne(void* out, DeviceType type, size_t count, const Terms& terms,
+                      cudaStream_t stream) {
+  switch (type) {
+    case DeviceType::kFloat32: Launch<float>(out, count, terms, stream); break;
+    case DeviceType::kFloat64: Launch<double>(out, count, terms, stream); break;
+    case DeviceType::kFloat16: Launch<__half>(out, count, terms, stream); break;
+    case DeviceType::kBFloat16: Launch<__nv_bfloat16>(out, count, terms, stream); break;
+    case DeviceType::kInt32: Launch<int32_t>(out, count, terms, stream); break;
+    case DeviceType::kInt64: Launch<int64_t>(out, count, terms, stream); break;
+    case DeviceType::kInt8: Launch<int8_t>(out, count, terms, stream); break;
+    case DeviceType::kUInt8: Launch<uint8_t>(out, count, terms, stream); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+size_t TypeSize(DeviceType type) {
+  switch (type) {
+    case DeviceType::kFloat64:
+    case DeviceType::kInt64: return 8;
+    case DeviceType::kFloat32:
+    case DeviceType::kInt32: return 4;
+    case DeviceType::kFloat16:
+    case DeviceType::kBFloat16: return 2;
+    default: return 1;
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchWeightedSum(void* out, DeviceType type, size_t count, const DeviceTerm* terms,
+                              int num_terms, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (num_terms == 0) return cudaMemsetAsync(out, 0, count * TypeSize(type), stream);
+  int next = 0;
+  bool first = true;
+  while (next < num_terms) {
+    Terms t;
+    t.count = 0;
+    if (!first) {  // later launches add to what the earlier ones wrote
+      t.data[0] = out;
+      t.weight[0] = 1.0;
+      t.count = 1;
+    }
+    while (t.count < kMaxTermsPerLaunch && next < num_terms) {
+      t.data[t.count] = terms[next].data;
+      t.weight[t.count] = terms[next].weight;
+      ++t.count;
+      ++next;
+    }
+    const cudaError_t err = LaunchOne(out, type, count, t, stream);
+    if (err != cudaSuccess) return err;
+    first = false;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace nccl
+}  // namespace comm
+}  // namespace weft
