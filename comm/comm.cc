@@ -801,7 +801,23 @@ Status RunWindowOp(State& state, std::string display, std::function<Status()> bo
 }  // namespace
 
 Status win_create(const TensorView& x, const std::string& name, bool zero_init) {
+  WinCreateOptions options;
+  options.zero_init = zero_init;
+  return win_create(x, name, options);
+}
+
+Status win_create(const TensorView& x, const std::string& name, const WinCreateOptions& options) {
   WEFT_ASSIGN_OR_RETURN(auto state, Begin("win_create", name));
+  const bool zero_init = options.zero_init;
+  comm::Transport transport;
+  if (options.transport.empty()) {
+    WEFT_ASSIGN_OR_RETURN(transport, comm::DefaultTransport());
+  } else if (options.transport == "mpi" || options.transport == "ucx") {
+    transport = options.transport == "ucx" ? comm::Transport::kUcx : comm::Transport::kMpi;
+  } else {
+    return InvalidArgument("win_create '", name, "': transport '", options.transport,
+                           "' is not one of mpi, ucx");
+  }
   if (name.empty()) return InvalidArgument("win_create: the window needs a name");
   WEFT_RETURN_IF_ERROR(CheckTensor(x, "win_create", "input"));
   {
@@ -811,10 +827,13 @@ Status win_create(const TensorView& x, const std::string& name, bool zero_init) 
     }
   }
   auto r = NewRequest(*state, OpType::kWinCreate, x, TensorView(), "win_create:" + name);
+  // The coordinator checks that every rank chose the same transport (they run different
+  // collectives).
+  r->desc.root = static_cast<int32_t>(transport);
   std::shared_ptr<const Topology> topo = Topo(*state).first;
   State* raw = state.get();
-  r->action = [raw, x, name, zero_init, topo]() -> std::optional<Status> {
-    auto w = comm::Window::Create(raw->ctx.data, name, x, *topo, zero_init);
+  r->action = [raw, x, name, zero_init, topo, transport]() -> std::optional<Status> {
+    auto w = comm::Window::Create(raw->ctx.data, name, x, *topo, zero_init, transport);
     if (!w.ok()) return w.status();
     std::lock_guard<std::mutex> lock(raw->win_mu);
     raw->windows[name] = *w;

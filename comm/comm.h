@@ -191,9 +191,16 @@ struct WinUpdateOptions {
   bool require_mutex = false;  // hold this rank's own mutex
 };
 
+struct WinCreateOptions {
+  bool zero_init = false;  // buffers start as zeros instead of copies of x
+  // "mpi" (MPI RMA) or "ucx" (UCX RDMA); "" takes WEFT_TRANSPORT. The same on every rank.
+  std::string transport;
+};
+
 // Collective. `x` must stay alive (and in place) until win_free; buffers start as copies
 // of x, or zeros. The name must be new.
 Status win_create(const TensorView& x, const std::string& name, bool zero_init = false);
+Status win_create(const TensorView& x, const std::string& name, const WinCreateOptions& options);
 // Collective. "" frees every window.
 Status win_free(const std::string& name = "");
 // Writes weight * x into each destination's buffer for this rank.

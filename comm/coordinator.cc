@@ -146,6 +146,15 @@ std::string Coordinator::Validate(const Entry& e) const {
         [](const Descriptor& d) { return absl::StrCat("root ", d.root); });
     if (!diff.empty()) return absl::StrCat(what, ": root rank differs across ranks: ", diff);
   }
+  if (op == OpType::kWinCreate) {
+    diff = Disagreement(
+        all, [](const Descriptor& d) { return d.root; },
+        [](const Descriptor& d) { return std::string(d.root == 1 ? "ucx" : "mpi"); });
+    if (!diff.empty()) {
+      return absl::StrCat(what, ": the window transport (WEFT_TRANSPORT) differs across ranks: ",
+                          diff);
+    }
+  }
   if (op == OpType::kAllreduce) {
     diff = Disagreement(
         all, [](const Descriptor& d) { return d.average; },

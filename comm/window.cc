@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/reduce.h"
+#include "core/config.h"
 
 namespace weft {
 namespace comm {
@@ -35,29 +36,130 @@ MPI_Datatype AccumulateType(DType dtype) {
 
 constexpr size_t kMaxBytes = static_cast<size_t>(INT_MAX);
 
+const config::StringSetting kTransport(
+    "WEFT_TRANSPORT", "mpi",
+    "How windows move data: mpi (MPI RMA) or ucx (UCX RDMA puts, gets and atomics; needs a "
+    "build with UCX). The same on every rank.",
+    {"mpi", "ucx"});
+
+// MPI RMA, passive target: each rank allocates one window for its memory (data_win_) and
+// exposes its tensor through a second one (self_win_) for win_get.
+class MpiWindow : public Window {
+ public:
+  static StatusOr<std::shared_ptr<Window>> Create(MPI_Comm comm, const std::string& name,
+                                                  const TensorView& x, const Topology& topo,
+                                                  bool zero_init);
+  Status Free() override;
+  bool freed() const override { return data_win_ == MPI_WIN_NULL; }
+  Transport transport() const override { return Transport::kMpi; }
+  Status Put(const TensorView& x, const std::vector<std::pair<int, double>>& dsts,
+             bool accumulate) override;
+  Status Get(const std::vector<std::pair<int, double>>& srcs) override;
+  Status Update(double self_weight, const std::vector<std::pair<int, double>>& neighbors,
+                bool reset) override;
+  Status ScaleSelf(const TensorView& x, double factor) override;
+  StatusOr<std::map<int, int64_t>> Versions() override;
+  StatusOr<double> AssociatedP() override;
+  StatusOr<bool> TryLockMutexes(const std::vector<int>& ranks) override;
+  Status UnlockMutexes(const std::vector<int>& ranks) override;
+
+ private:
+  // Local access to this rank's own window memory.
+  Status LockSelf();
+  Status UnlockSelf();
+
+  MPI_Win data_win_ = MPI_WIN_NULL;
+  MPI_Win self_win_ = MPI_WIN_NULL;  // over x_, for win_get
+  char* base_ = nullptr;             // this rank's data window memory
+  std::vector<char> scratch_;
+};
+
 }  // namespace
+
+const char* TransportName(Transport t) { return t == Transport::kUcx ? "ucx" : "mpi"; }
+
+StatusOr<Transport> DefaultTransport() {
+  return kTransport.Get() == "ucx" ? Transport::kUcx : Transport::kMpi;
+}
+
+Status Window::Init(MPI_Comm comm, const std::string& name, const TensorView& x,
+                    const Topology& topo) {
+  name_ = name;
+  comm_ = comm;
+  MPI_Comm_rank(comm, &rank_);
+  x_ = x;
+  topo_ = std::make_shared<const Topology>(topo);
+  in_ = topo.in_neighbors(rank_);
+  out_ = topo.out_neighbors(rank_);
+  nbytes_ = x.nbytes();
+  if (nbytes_ > kMaxBytes) {
+    // Every rank has the same shape, so every rank fails here, before any collective.
+    return InvalidArgument("win_create '", name, "': ", x.ToString(), " is ", nbytes_,
+                           " bytes; windows hold at most ", kMaxBytes, " bytes");
+  }
+  return OkStatus();
+}
+
+size_t Window::TotalBytes() const {
+  const int k = static_cast<int>(in_.size());
+  return SlotOffset(k, k);
+}
+
+void Window::InitMemory(char* base, bool zero_init) const {
+  const int k = static_cast<int>(in_.size());
+  std::memset(base, 0, SlotOffset(k, 0));
+  const double p_init = zero_init ? 0.0 : 1.0;
+  const double p_self = 1.0;
+  std::memcpy(base + kPSelfOffset, &p_self, 8);
+  for (int s = 0; s < k; ++s) {
+    std::memcpy(base + POffset(k, s), &p_init, 8);
+    char* slot = base + SlotOffset(k, s);
+    if (zero_init) {
+      std::memset(slot, 0, nbytes_);
+    } else if (nbytes_ > 0) {
+      std::memcpy(slot, x_.data(), nbytes_);
+    }
+  }
+}
 
 StatusOr<std::shared_ptr<Window>> Window::Create(MPI_Comm comm, const std::string& name,
                                                  const TensorView& x, const Topology& topo,
-                                                 bool zero_init) {
-  std::shared_ptr<Window> w(new Window());
-  w->name_ = name;
-  w->comm_ = comm;
-  MPI_Comm_rank(comm, &w->rank_);
-  w->x_ = x;
-  w->topo_ = std::make_shared<const Topology>(topo);
-  w->in_ = topo.in_neighbors(w->rank_);
-  w->out_ = topo.out_neighbors(w->rank_);
-  w->nbytes_ = x.nbytes();
-  if (w->nbytes_ > kMaxBytes) {
-    // Every rank has the same shape, so every rank fails here, before any collective.
-    return InvalidArgument("win_create '", name, "': ", x.ToString(), " is ", w->nbytes_,
-                           " bytes; windows hold at most ", kMaxBytes, " bytes");
+                                                 bool zero_init, Transport transport) {
+  if (transport == Transport::kUcx) {
+#ifdef WEFT_WITH_UCX
+    return CreateUcxWindow(comm, name, x, topo, zero_init);
+#else
+    // Every rank asked for the same transport (the coordinator checked), so every rank
+    // fails here, before any collective.
+    return Unimplemented("win_create '", name, "': the UCX transport is not in this build "
+                         "(UCX was not found when weft was built; WEFT_UCX_HOME)");
+#endif
   }
-  const int k = static_cast<int>(w->in_.size());
-  const size_t total = w->SlotOffset(k, k);
-  int code = MPI_Win_allocate(static_cast<MPI_Aint>(total), 1, MPI_INFO_NULL, comm, &w->base_,
-                              &w->data_win_);
+  return MpiWindow::Create(comm, name, x, topo, zero_init);
+}
+
+Status Window::CheckAlive() const {
+  if (!freed()) return OkStatus();
+  return FailedPrecondition("window '", name_, "' was freed before this op ran");
+}
+
+Status Window::UpdateThenCollect() {
+  std::vector<std::pair<int, double>> all;
+  for (int src : in_) all.emplace_back(src, 1.0);
+  return Update(1.0, all, /*reset=*/true);
+}
+
+#ifndef WEFT_WITH_UCX
+bool ProgressWindowTransports() { return false; }
+#endif
+
+StatusOr<std::shared_ptr<Window>> MpiWindow::Create(MPI_Comm comm, const std::string& name,
+                                                    const TensorView& x, const Topology& topo,
+                                                    bool zero_init) {
+  std::shared_ptr<MpiWindow> w(new MpiWindow());
+  WEFT_RETURN_IF_ERROR(w->Init(comm, name, x, topo));
+  int code = MPI_Win_allocate(static_cast<MPI_Aint>(w->TotalBytes()), 1, MPI_INFO_NULL, comm,
+                              &w->base_, &w->data_win_);
   WEFT_RETURN_IF_ERROR(Check(code, "MPI_Win_allocate"));
   MPI_Win_set_errhandler(w->data_win_, MPI_ERRORS_RETURN);
   code = MPI_Win_create(w->nbytes_ > 0 ? x.data() : nullptr,
@@ -65,31 +167,15 @@ StatusOr<std::shared_ptr<Window>> Window::Create(MPI_Comm comm, const std::strin
                         &w->self_win_);
   WEFT_RETURN_IF_ERROR(Check(code, "MPI_Win_create"));
   MPI_Win_set_errhandler(w->self_win_, MPI_ERRORS_RETURN);
-
   // Initialize before any neighbor can put: the barrier below orders it.
-  std::memset(w->base_, 0, w->SlotOffset(k, 0));
-  const double p_init = zero_init ? 0.0 : 1.0;
-  const double p_self = 1.0;
-  std::memcpy(w->base_ + 8, &p_self, 8);
-  for (int s = 0; s < k; ++s) {
-    std::memcpy(w->base_ + POffset(k, s), &p_init, 8);
-    char* slot = w->base_ + w->SlotOffset(k, s);
-    if (zero_init) {
-      std::memset(slot, 0, w->nbytes_);
-    } else if (w->nbytes_ > 0) {
-      std::memcpy(slot, x.data(), w->nbytes_);
-    }
-  }
+  w->InitMemory(w->base_, zero_init);
   WEFT_RETURN_IF_ERROR(Check(MPI_Barrier(comm), "MPI_Barrier"));
-  return w;
+  return std::shared_ptr<Window>(w);
 }
 
-Window::~Window() {
-  // Free() is collective; a window dropped without it (a failed process) leaks its MPI
-  // windows rather than calling a collective from a destructor.
-}
-
-Status Window::Free() {
+// Free() is collective; a window dropped without it (a failed process) leaks its MPI
+// windows rather than calling a collective from a destructor.
+Status MpiWindow::Free() {
   Status status;
   if (self_win_ != MPI_WIN_NULL) status = Check(MPI_Win_free(&self_win_), "MPI_Win_free");
   if (data_win_ != MPI_WIN_NULL) {
@@ -101,7 +187,7 @@ Status Window::Free() {
 }
 
 size_t Window::SlotOffset(int k, int slot) const {
-  const size_t meta = 16 + 16 * static_cast<size_t>(k);
+  const size_t meta = 24 + 16 * static_cast<size_t>(k);
   const size_t start = (meta + 63) / 64 * 64;
   return start + nbytes_ * static_cast<size_t>(slot);
 }
@@ -117,18 +203,13 @@ bool Window::HasSlot(int dst, int src) const {
   return dst >= 0 && dst < topo_->size() && SlotAt(dst, src) >= 0;
 }
 
-Status Window::CheckAlive() const {
-  if (!freed()) return OkStatus();
-  return FailedPrecondition("window '", name_, "' was freed before this op ran");
-}
-
-Status Window::LockSelf() {
+Status MpiWindow::LockSelf() {
   return Check(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank_, 0, data_win_), "MPI_Win_lock");
 }
 
-Status Window::UnlockSelf() { return Check(MPI_Win_unlock(rank_, data_win_), "MPI_Win_unlock"); }
+Status MpiWindow::UnlockSelf() { return Check(MPI_Win_unlock(rank_, data_win_), "MPI_Win_unlock"); }
 
-Status Window::Put(const TensorView& x, const std::vector<std::pair<int, double>>& dsts,
+Status MpiWindow::Put(const TensorView& x, const std::vector<std::pair<int, double>>& dsts,
                    bool accumulate) {
   WEFT_RETURN_IF_ERROR(CheckAlive());
   const size_t count = static_cast<size_t>(x.numel());
@@ -136,7 +217,7 @@ Status Window::Put(const TensorView& x, const std::vector<std::pair<int, double>
   double p_self = 0;
   {
     WEFT_RETURN_IF_ERROR(LockSelf());
-    std::memcpy(&p_self, base_ + 8, 8);
+    std::memcpy(&p_self, base_ + kPSelfOffset, 8);
     WEFT_RETURN_IF_ERROR(UnlockSelf());
   }
   const MPI_Datatype acc_type = AccumulateType(dtype);
@@ -206,7 +287,7 @@ Status Window::Put(const TensorView& x, const std::vector<std::pair<int, double>
   return OkStatus();
 }
 
-Status Window::Get(const std::vector<std::pair<int, double>>& srcs) {
+Status MpiWindow::Get(const std::vector<std::pair<int, double>>& srcs) {
   WEFT_RETURN_IF_ERROR(CheckAlive());
   const size_t count = static_cast<size_t>(x_.numel());
   const int k = static_cast<int>(in_.size());
@@ -226,7 +307,7 @@ Status Window::Get(const std::vector<std::pair<int, double>>& srcs) {
     WEFT_RETURN_IF_ERROR(unlocked);
     WEFT_RETURN_IF_ERROR(
         Check(MPI_Win_lock(MPI_LOCK_SHARED, src, 0, data_win_), "MPI_Win_lock"));
-    st = Check(MPI_Get(&p, 1, MPI_DOUBLE, src, 8, 1, MPI_DOUBLE, data_win_), "MPI_Get");
+    st = Check(MPI_Get(&p, 1, MPI_DOUBLE, src, kPSelfOffset, 1, MPI_DOUBLE, data_win_), "MPI_Get");
     unlocked = Check(MPI_Win_unlock(src, data_win_), "MPI_Win_unlock");
     WEFT_RETURN_IF_ERROR(st);
     WEFT_RETURN_IF_ERROR(unlocked);
@@ -244,7 +325,7 @@ Status Window::Get(const std::vector<std::pair<int, double>>& srcs) {
   return OkStatus();
 }
 
-Status Window::Update(double self_weight, const std::vector<std::pair<int, double>>& neighbors,
+Status MpiWindow::Update(double self_weight, const std::vector<std::pair<int, double>>& neighbors,
                       bool reset) {
   WEFT_RETURN_IF_ERROR(CheckAlive());
   const size_t count = static_cast<size_t>(x_.numel());
@@ -257,7 +338,7 @@ Status Window::Update(double self_weight, const std::vector<std::pair<int, doubl
   if (st.ok()) {
     std::vector<WeightedTerm> terms{{x_.data(), self_weight}};
     double p = 0;
-    std::memcpy(&p, base_ + 8, 8);
+    std::memcpy(&p, base_ + kPSelfOffset, 8);
     p *= self_weight;
     for (const auto& [src, weight] : neighbors) {
       const int slot = SlotAt(rank_, src);
@@ -267,7 +348,7 @@ Status Window::Update(double self_weight, const std::vector<std::pair<int, doubl
       p += weight * ps;
     }
     WeightedSum(x_.data(), x_.dtype(), count, terms);
-    std::memcpy(base_ + 8, &p, 8);
+    std::memcpy(base_ + kPSelfOffset, &p, 8);
     const int64_t zero = 0;
     const double zero_p = 0;
     for (const auto& [src, weight] : neighbors) {
@@ -285,13 +366,7 @@ Status Window::Update(double self_weight, const std::vector<std::pair<int, doubl
   return unlocked;
 }
 
-Status Window::UpdateThenCollect() {
-  std::vector<std::pair<int, double>> all;
-  for (int src : in_) all.emplace_back(src, 1.0);
-  return Update(1.0, all, /*reset=*/true);
-}
-
-Status Window::ScaleSelf(const TensorView& x, double factor) {
+Status MpiWindow::ScaleSelf(const TensorView& x, double factor) {
   WEFT_RETURN_IF_ERROR(CheckAlive());
   if (factor == 1.0) return OkStatus();
   WEFT_RETURN_IF_ERROR(
@@ -300,9 +375,9 @@ Status Window::ScaleSelf(const TensorView& x, double factor) {
   if (st.ok()) {
     Scale(x.data(), x.dtype(), static_cast<size_t>(x.numel()), factor);
     double p = 0;
-    std::memcpy(&p, base_ + 8, 8);
+    std::memcpy(&p, base_ + kPSelfOffset, 8);
     p *= factor;
-    std::memcpy(base_ + 8, &p, 8);
+    std::memcpy(base_ + kPSelfOffset, &p, 8);
     st = UnlockSelf();
   }
   Status unlocked = Check(MPI_Win_unlock(rank_, self_win_), "MPI_Win_unlock");
@@ -310,7 +385,7 @@ Status Window::ScaleSelf(const TensorView& x, double factor) {
   return unlocked;
 }
 
-StatusOr<std::map<int, int64_t>> Window::Versions() {
+StatusOr<std::map<int, int64_t>> MpiWindow::Versions() {
   WEFT_RETURN_IF_ERROR(CheckAlive());
   WEFT_RETURN_IF_ERROR(LockSelf());
   std::map<int, int64_t> versions;
@@ -323,16 +398,16 @@ StatusOr<std::map<int, int64_t>> Window::Versions() {
   return versions;
 }
 
-StatusOr<double> Window::AssociatedP() {
+StatusOr<double> MpiWindow::AssociatedP() {
   WEFT_RETURN_IF_ERROR(CheckAlive());
   WEFT_RETURN_IF_ERROR(LockSelf());
   double p = 0;
-  std::memcpy(&p, base_ + 8, 8);
+  std::memcpy(&p, base_ + kPSelfOffset, 8);
   WEFT_RETURN_IF_ERROR(UnlockSelf());
   return p;
 }
 
-StatusOr<bool> Window::TryLockMutexes(const std::vector<int>& ranks) {
+StatusOr<bool> MpiWindow::TryLockMutexes(const std::vector<int>& ranks) {
   WEFT_RETURN_IF_ERROR(CheckAlive());
   const int64_t mine = rank_ + 1;
   for (int r : ranks) {
@@ -364,7 +439,7 @@ StatusOr<bool> Window::TryLockMutexes(const std::vector<int>& ranks) {
   return true;
 }
 
-Status Window::UnlockMutexes(const std::vector<int>& ranks) {
+Status MpiWindow::UnlockMutexes(const std::vector<int>& ranks) {
   WEFT_RETURN_IF_ERROR(CheckAlive());
   const int64_t free_value = 0;
   for (int r : ranks) {

@@ -239,6 +239,7 @@ def weft_system_libraries():
         probe_header = "ucp/api/ucp.h",
         header_dirs = ["ucp", "ucs", "uct", "ucm"],
         libs = ["ucp", "uct", "ucs"],
+        defines = ["WEFT_WITH_UCX=1"],
     )
     system_library(
         name = "cuda",
