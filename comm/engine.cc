@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "comm/window.h"
 #include "core/config.h"
 #include "core/logging.h"
 #ifdef WEFT_WITH_NCCL
@@ -276,6 +277,9 @@ bool Engine::Progress() {
     progressed = true;
   }
   progressed |= RunLocal();
+  // Windows on transports that move only when driven (UCX) progress here too, so a put
+  // aimed at this rank completes while it computes.
+  if (windows.load() > 0) progressed |= ProgressWindowTransports();
   progressed |= PollDevice();
   if (coordinator_ != nullptr) {
     progressed |= PollDescriptors();

@@ -1,0 +1,572 @@
+// Windows over UCX (UCP): RDMA puts, gets and 64-bit atomics on registered memory. Built
+// only when the build found UCX (WEFT_WITH_UCX). Here it runs over UCX's shared-memory and
+// TCP transports (UCX_TLS); on a cluster the same code uses InfiniBand or RoCE.
+//
+// One UCP context and worker per process, made at the first UCX window (worker addresses
+// are exchanged through MPI, an endpoint per rank, this one included). Each window
+// registers its memory (the layout of window.h) and the tensor x, and exchanges the
+// remote keys through MPI. UCP has no lock epochs, so the window's rwlock word does that
+// job: a put or get holds the target shared (fetch-add 1, backing off while the writer bit
+// is set), an update holds its own window exclusively (compare-and-swap 0 -> writer).
+// Window operations run on the thread making the engine's progress. Some UCP operations
+// need the target to make progress too (atomics that UCX emulates with active messages,
+// on shared memory and TCP), while the target may sit in a blocking MPI collective of the
+// engine: so a progress thread per process drives the worker (multi-threaded mode),
+// sleeping on the worker's event file descriptor when there is nothing to do.
+#include <poll.h>
+#include <ucp/api/ucp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "comm/reduce.h"
+#include "comm/window.h"
+
+namespace weft {
+namespace comm {
+namespace {
+
+constexpr uint64_t kWriter = uint64_t{1} << 62;
+
+Status UcsError(ucs_status_t status, const std::string& what) {
+  return Internal(what, " failed: ", ucs_status_string(status));
+}
+
+Status MpiCheck(int code, const char* what) {
+  if (code == MPI_SUCCESS) return OkStatus();
+  return Internal(what, " failed (MPI error ", code, ")");
+}
+
+// The process's UCP context, worker and endpoints (ranks of the windows' communicator).
+class UcxContext {
+ public:
+  static StatusOr<UcxContext*> Get(MPI_Comm comm);
+  static UcxContext* IfExists() { return instance_; }
+  ~UcxContext() = default;
+
+  ucp_context_h context() const { return context_; }
+  ucp_worker_h worker() const { return worker_; }
+  ucp_ep_h ep(int rank) const { return eps_[rank]; }
+
+  // Waits for a request from a *_nbx call, driving the worker.
+  Status Wait(ucs_status_ptr_t request, const char* what) {
+    if (request == nullptr) return OkStatus();
+    if (UCS_PTR_IS_ERR(request)) return UcsError(UCS_PTR_STATUS(request), what);
+    ucs_status_t status;
+    do {
+      ucp_worker_progress(worker_);
+      status = ucp_request_check_status(request);
+    } while (status == UCS_INPROGRESS);
+    ucp_request_free(request);
+    return status == UCS_OK ? OkStatus() : UcsError(status, what);
+  }
+
+  Status Flush(int rank) {
+    ucp_request_param_t param;
+    param.op_attr_mask = 0;
+    return Wait(ucp_ep_flush_nbx(eps_[rank], &param), "ucp_ep_flush_nbx");
+  }
+
+  // 64-bit atomic on rank's memory; `reply` (may be null) receives the old value.
+  Status Atomic(int rank, ucp_atomic_op_t op, uint64_t value, uint64_t* reply,
+                uint64_t address, ucp_rkey_h rkey, const char* what) {
+    ucp_request_param_t param;
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+    param.datatype = ucp_dt_make_contig(8);
+    if (reply != nullptr) {
+      param.op_attr_mask |= UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+      param.reply_buffer = reply;
+    }
+    return Wait(ucp_atomic_op_nbx(eps_[rank], op, &value, 1, address, rkey, &param), what);
+  }
+
+ private:
+  void ProgressLoop();
+  static void StopAtExit();
+
+  static UcxContext* instance_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::vector<ucp_ep_h> eps_;
+  int efd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread progress_;
+};
+
+void UcxContext::ProgressLoop() {
+  while (!stop_.load(std::memory_order_relaxed)) {
+    if (ucp_worker_progress(worker_) > 0) continue;
+    const ucs_status_t armed = ucp_worker_arm(worker_);
+    if (armed == UCS_ERR_BUSY) continue;  // events arrived meanwhile
+    if (armed != UCS_OK) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      continue;
+    }
+    pollfd fd{efd_, POLLIN, 0};
+    poll(&fd, 1, /*timeout_ms=*/10);  // wakes at once when something arrives
+  }
+}
+
+void UcxContext::StopAtExit() {
+  // Before weft's own exit handler finalizes MPI (registered earlier, so it runs later).
+  if (instance_ == nullptr || !instance_->progress_.joinable()) return;
+  instance_->stop_ = true;
+  instance_->progress_.join();
+}
+
+UcxContext* UcxContext::instance_ = nullptr;
+
+StatusOr<UcxContext*> UcxContext::Get(MPI_Comm comm) {
+  // Collective at the first UCX window; kept for the life of the process (weft's windows
+  // come and go, the endpoints stay valid: ranks do not change).
+  if (instance_ != nullptr) return instance_;
+  auto ctx = std::make_unique<UcxContext>();
+  ucp_params_t params;
+  std::memset(&params, 0, sizeof(params));
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_WAKEUP;
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) return UcsError(st, "ucp_config_read");
+  st = ucp_init(&params, config, &ctx->context_);
+  ucp_config_release(config);
+  if (st != UCS_OK) return UcsError(st, "ucp_init");
+  ucp_worker_params_t wparams;
+  std::memset(&wparams, 0, sizeof(wparams));
+  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wparams.thread_mode = UCS_THREAD_MODE_MULTI;
+  st = ucp_worker_create(ctx->context_, &wparams, &ctx->worker_);
+  if (st != UCS_OK) return UcsError(st, "ucp_worker_create");
+
+  ucp_address_t* address = nullptr;
+  size_t address_len = 0;
+  st = ucp_worker_get_address(ctx->worker_, &address, &address_len);
+  if (st != UCS_OK) return UcsError(st, "ucp_worker_get_address");
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  int len = static_cast<int>(address_len);
+  std::vector<int> lens(size), displs(size);
+  WEFT_RETURN_IF_ERROR(
+      MpiCheck(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm), "MPI_Allgather"));
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    displs[r] = total;
+    total += lens[r];
+  }
+  std::vector<char> all(static_cast<size_t>(total));
+  WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Allgatherv(address, len, MPI_BYTE, all.data(), lens.data(),
+                                               displs.data(), MPI_BYTE, comm),
+                                "MPI_Allgatherv"));
+  ucp_worker_release_address(ctx->worker_, address);
+  ctx->eps_.resize(size);
+  for (int r = 0; r < size; ++r) {
+    ucp_ep_params_t ep_params;
+    std::memset(&ep_params, 0, sizeof(ep_params));
+    ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    ep_params.address = reinterpret_cast<const ucp_address_t*>(all.data() + displs[r]);
+    st = ucp_ep_create(ctx->worker_, &ep_params, &ctx->eps_[r]);
+    if (st != UCS_OK) return UcsError(st, absl::StrCat("ucp_ep_create to rank ", r));
+  }
+  st = ucp_worker_get_efd(ctx->worker_, &ctx->efd_);
+  if (st != UCS_OK) return UcsError(st, "ucp_worker_get_efd");
+  instance_ = ctx.release();
+  instance_->progress_ = std::thread([] { instance_->ProgressLoop(); });
+  std::atexit(&UcxContext::StopAtExit);
+  return instance_;
+}
+
+// One registered region and every rank's key and address for it.
+struct Region {
+  ucp_mem_h memh = nullptr;
+  std::vector<uint64_t> addresses;    // by rank
+  std::vector<ucp_rkey_h> rkeys;      // by rank (null for empty regions)
+};
+
+Status Register(UcxContext* ucx, MPI_Comm comm, void* base, size_t length, Region* region) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  void* packed = nullptr;
+  size_t packed_len = 0;
+  if (length > 0) {
+    ucp_mem_map_params_t params;
+    std::memset(&params, 0, sizeof(params));
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    params.address = base;
+    params.length = length;
+    ucs_status_t st = ucp_mem_map(ucx->context(), &params, &region->memh);
+    if (st != UCS_OK) return UcsError(st, "ucp_mem_map");
+    st = ucp_rkey_pack(ucx->context(), region->memh, &packed, &packed_len);
+    if (st != UCS_OK) return UcsError(st, "ucp_rkey_pack");
+  }
+  const uint64_t address = reinterpret_cast<uint64_t>(base);
+  region->addresses.resize(size);
+  WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Allgather(&address, 1, MPI_UINT64_T,
+                                              region->addresses.data(), 1, MPI_UINT64_T, comm),
+                                "MPI_Allgather"));
+  int len = static_cast<int>(packed_len);
+  std::vector<int> lens(size), displs(size);
+  WEFT_RETURN_IF_ERROR(
+      MpiCheck(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm), "MPI_Allgather"));
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    displs[r] = total;
+    total += lens[r];
+  }
+  std::vector<char> keys(static_cast<size_t>(std::max(total, 1)));
+  WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Allgatherv(packed, len, MPI_BYTE, keys.data(), lens.data(),
+                                               displs.data(), MPI_BYTE, comm),
+                                "MPI_Allgatherv"));
+  if (packed != nullptr) ucp_rkey_buffer_release(packed);
+  region->rkeys.assign(size, nullptr);
+  for (int r = 0; r < size; ++r) {
+    if (lens[r] == 0) continue;
+    ucs_status_t st = ucp_ep_rkey_unpack(ucx->ep(r), keys.data() + displs[r], &region->rkeys[r]);
+    if (st != UCS_OK) return UcsError(st, absl::StrCat("ucp_ep_rkey_unpack from rank ", r));
+  }
+  return OkStatus();
+}
+
+void Release(UcxContext* ucx, Region* region) {
+  for (ucp_rkey_h key : region->rkeys) {
+    if (key != nullptr) ucp_rkey_destroy(key);
+  }
+  region->rkeys.clear();
+  if (region->memh != nullptr) ucp_mem_unmap(ucx->context(), region->memh);
+  region->memh = nullptr;
+}
+
+class UcxWindow : public Window {
+ public:
+  static StatusOr<std::shared_ptr<Window>> Create(MPI_Comm comm, const std::string& name,
+                                                  const TensorView& x, const Topology& topo,
+                                                  bool zero_init);
+  ~UcxWindow() override { std::free(base_); }
+  Status Free() override;
+  bool freed() const override { return freed_; }
+  Transport transport() const override { return Transport::kUcx; }
+  Status Put(const TensorView& x, const std::vector<std::pair<int, double>>& dsts,
+             bool accumulate) override;
+  Status Get(const std::vector<std::pair<int, double>>& srcs) override;
+  Status Update(double self_weight, const std::vector<std::pair<int, double>>& neighbors,
+                bool reset) override;
+  Status ScaleSelf(const TensorView& x, double factor) override;
+  StatusOr<std::map<int, int64_t>> Versions() override;
+  StatusOr<double> AssociatedP() override;
+  StatusOr<bool> TryLockMutexes(const std::vector<int>& ranks) override;
+  Status UnlockMutexes(const std::vector<int>& ranks) override;
+
+ private:
+  uint64_t At(int rank, size_t offset) const { return data_.addresses[rank] + offset; }
+  Status AcquireShared(int rank);
+  Status ReleaseShared(int rank);
+  Status AcquireExclusive();
+  Status ReleaseExclusive();
+  Status PutBytes(int rank, const void* data, size_t length, uint64_t address, ucp_rkey_h key);
+  Status GetBytes(int rank, void* data, size_t length, uint64_t address, ucp_rkey_h key);
+
+  UcxContext* ucx_ = nullptr;
+  char* base_ = nullptr;
+  Region data_;  // the window memory of every rank
+  Region self_;  // every rank's tensor x
+  bool freed_ = false;
+  std::vector<char> scratch_;
+};
+
+StatusOr<std::shared_ptr<Window>> UcxWindow::Create(MPI_Comm comm, const std::string& name,
+                                                    const TensorView& x, const Topology& topo,
+                                                    bool zero_init) {
+  std::shared_ptr<UcxWindow> w(new UcxWindow());
+  WEFT_RETURN_IF_ERROR(w->Init(comm, name, x, topo));
+  WEFT_ASSIGN_OR_RETURN(w->ucx_, UcxContext::Get(comm));
+  const size_t total = (w->TotalBytes() + 4095) / 4096 * 4096;
+  w->base_ = static_cast<char*>(std::aligned_alloc(4096, total));
+  if (w->base_ == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("win_create '", name, "': cannot allocate ",
+                                                     total, " bytes"));
+  }
+  w->InitMemory(w->base_, zero_init);
+  WEFT_RETURN_IF_ERROR(Register(w->ucx_, comm, w->base_, total, &w->data_));
+  WEFT_RETURN_IF_ERROR(Register(w->ucx_, comm, x.data(), w->nbytes_, &w->self_));
+  // Nobody puts before every rank has initialized its memory.
+  WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Barrier(comm), "MPI_Barrier"));
+  return std::shared_ptr<Window>(w);
+}
+
+Status UcxWindow::Free() {
+  if (freed_) return OkStatus();
+  // Every rank's operations on this window are done once every rank got here.
+  Status status = MpiCheck(MPI_Barrier(comm_), "MPI_Barrier");
+  Release(ucx_, &self_);
+  Release(ucx_, &data_);
+  freed_ = true;
+  return status;
+}
+
+Status UcxWindow::PutBytes(int rank, const void* data, size_t length, uint64_t address,
+                           ucp_rkey_h key) {
+  if (length == 0) return OkStatus();
+  ucp_request_param_t param;
+  param.op_attr_mask = 0;
+  return ucx_->Wait(ucp_put_nbx(ucx_->ep(rank), data, length, address, key, &param),
+                    "ucp_put_nbx");
+}
+
+Status UcxWindow::GetBytes(int rank, void* data, size_t length, uint64_t address,
+                           ucp_rkey_h key) {
+  if (length == 0) return OkStatus();
+  ucp_request_param_t param;
+  param.op_attr_mask = 0;
+  WEFT_RETURN_IF_ERROR(ucx_->Wait(ucp_get_nbx(ucx_->ep(rank), data, length, address, key,
+                                              &param),
+                                  "ucp_get_nbx"));
+  return ucx_->Flush(rank);  // the data is in `data` once the get is flushed
+}
+
+Status UcxWindow::AcquireShared(int rank) {
+  for (int attempt = 0;; ++attempt) {
+    uint64_t old = 0;
+    WEFT_RETURN_IF_ERROR(ucx_->Atomic(rank, UCP_ATOMIC_OP_ADD, 1, &old,
+                                      At(rank, kRwLockOffset), data_.rkeys[rank],
+                                      "shared lock"));
+    if ((old & kWriter) == 0) return OkStatus();
+    // The target is updating: step back and retry.
+    WEFT_RETURN_IF_ERROR(ucx_->Atomic(rank, UCP_ATOMIC_OP_ADD, static_cast<uint64_t>(-1),
+                                      nullptr, At(rank, kRwLockOffset), data_.rkeys[rank],
+                                      "shared lock"));
+    ucp_worker_progress(ucx_->worker());
+    if (attempt > 100) std::this_thread::yield();
+  }
+}
+
+Status UcxWindow::ReleaseShared(int rank) {
+  // Everything done under the lock is complete at the target before it is released.
+  WEFT_RETURN_IF_ERROR(ucx_->Flush(rank));
+  return ucx_->Atomic(rank, UCP_ATOMIC_OP_ADD, static_cast<uint64_t>(-1), nullptr,
+                      At(rank, kRwLockOffset), data_.rkeys[rank], "shared unlock");
+}
+
+Status UcxWindow::AcquireExclusive() {
+  // Through UCX too, not CPU atomics: a NIC's atomics need not be coherent with the CPU's.
+  for (int attempt = 0;; ++attempt) {
+    // UCP's compare-and-swap: `buffer` holds the expected value, the reply buffer the new
+    // one on the way in and the old one on the way out.
+    const uint64_t expected = 0;
+    uint64_t swap = kWriter;
+    ucp_request_param_t param;
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+    param.datatype = ucp_dt_make_contig(8);
+    param.reply_buffer = &swap;
+    WEFT_RETURN_IF_ERROR(ucx_->Wait(
+        ucp_atomic_op_nbx(ucx_->ep(rank_), UCP_ATOMIC_OP_CSWAP, &expected, 1,
+                          At(rank_, kRwLockOffset), data_.rkeys[rank_], &param),
+        "exclusive lock"));
+    if (swap == 0) return OkStatus();  // it was free: ours now
+    ucp_worker_progress(ucx_->worker());
+    if (attempt > 100) std::this_thread::yield();
+  }
+}
+
+Status UcxWindow::ReleaseExclusive() {
+  return ucx_->Atomic(rank_, UCP_ATOMIC_OP_ADD, static_cast<uint64_t>(0) - kWriter, nullptr,
+                      At(rank_, kRwLockOffset), data_.rkeys[rank_], "exclusive unlock");
+}
+
+Status UcxWindow::Put(const TensorView& x, const std::vector<std::pair<int, double>>& dsts,
+                      bool accumulate) {
+  WEFT_RETURN_IF_ERROR(CheckAlive());
+  const size_t count = static_cast<size_t>(x.numel());
+  const DType dtype = x.dtype();
+  double p_self = 0;
+  WEFT_RETURN_IF_ERROR(AcquireExclusive());
+  std::memcpy(&p_self, base_ + kPSelfOffset, 8);
+  WEFT_RETURN_IF_ERROR(ReleaseExclusive());
+  std::vector<char> fetched;
+  for (const auto& [dst, weight] : dsts) {
+    const int slot = SlotAt(dst, rank_);
+    const int k = InDegree(dst);
+    const void* data = x.data();
+    if (weight != 1.0) {
+      scratch_.resize(nbytes_);
+      WeightedSum(scratch_.data(), dtype, count, {{x.data(), weight}});
+      data = scratch_.data();
+    }
+    const ucp_rkey_h key = data_.rkeys[dst];
+    double p = weight * p_self;
+    WEFT_RETURN_IF_ERROR(AcquireShared(dst));
+    Status st;
+    if (accumulate) {
+      // Only this rank writes its slot at dst (and dst's own update, which the shared lock
+      // keeps out), so a get-add-put is safe here.
+      fetched.resize(nbytes_);
+      st = GetBytes(dst, fetched.data(), nbytes_, At(dst, SlotOffset(k, slot)), key);
+      double old_p = 0;
+      if (st.ok()) st = GetBytes(dst, &old_p, 8, At(dst, POffset(k, slot)), key);
+      if (st.ok()) {
+        AddInPlace(fetched.data(), data, dtype, count);
+        p += old_p;
+        st = PutBytes(dst, fetched.data(), nbytes_, At(dst, SlotOffset(k, slot)), key);
+      }
+    } else {
+      st = PutBytes(dst, data, nbytes_, At(dst, SlotOffset(k, slot)), key);
+    }
+    if (st.ok()) st = PutBytes(dst, &p, 8, At(dst, POffset(k, slot)), key);
+    if (st.ok()) {
+      st = ucx_->Atomic(dst, UCP_ATOMIC_OP_ADD, 1, nullptr, At(dst, VersionOffset(slot)), key,
+                        "version");
+    }
+    Status released = ReleaseShared(dst);
+    WEFT_RETURN_IF_ERROR(st);
+    WEFT_RETURN_IF_ERROR(released);
+  }
+  return OkStatus();
+}
+
+Status UcxWindow::Get(const std::vector<std::pair<int, double>>& srcs) {
+  WEFT_RETURN_IF_ERROR(CheckAlive());
+  const size_t count = static_cast<size_t>(x_.numel());
+  const int k = static_cast<int>(in_.size());
+  std::vector<char> fetched(nbytes_);
+  for (const auto& [src, weight] : srcs) {
+    const int slot = SlotAt(rank_, src);
+    double p = 0;
+    WEFT_RETURN_IF_ERROR(AcquireShared(src));
+    Status st = GetBytes(src, fetched.data(), nbytes_, self_.addresses[src], self_.rkeys[src]);
+    if (st.ok()) st = GetBytes(src, &p, 8, At(src, kPSelfOffset), data_.rkeys[src]);
+    Status released = ReleaseShared(src);
+    WEFT_RETURN_IF_ERROR(st);
+    WEFT_RETURN_IF_ERROR(released);
+
+    WEFT_RETURN_IF_ERROR(AcquireExclusive());
+    WeightedSum(base_ + SlotOffset(k, slot), x_.dtype(), count, {{fetched.data(), weight}});
+    const double wp = weight * p;
+    std::memcpy(base_ + POffset(k, slot), &wp, 8);
+    int64_t version = 0;
+    std::memcpy(&version, base_ + VersionOffset(slot), 8);
+    ++version;
+    std::memcpy(base_ + VersionOffset(slot), &version, 8);
+    WEFT_RETURN_IF_ERROR(ReleaseExclusive());
+  }
+  return OkStatus();
+}
+
+Status UcxWindow::Update(double self_weight, const std::vector<std::pair<int, double>>& neighbors,
+                         bool reset) {
+  WEFT_RETURN_IF_ERROR(CheckAlive());
+  const size_t count = static_cast<size_t>(x_.numel());
+  const int k = static_cast<int>(in_.size());
+  // Exclusive: no put lands in the buffers and no get reads x while they change.
+  WEFT_RETURN_IF_ERROR(AcquireExclusive());
+  std::vector<WeightedTerm> terms{{x_.data(), self_weight}};
+  double p = 0;
+  std::memcpy(&p, base_ + kPSelfOffset, 8);
+  p *= self_weight;
+  for (const auto& [src, weight] : neighbors) {
+    const int slot = SlotAt(rank_, src);
+    terms.push_back({base_ + SlotOffset(k, slot), weight});
+    double ps = 0;
+    std::memcpy(&ps, base_ + POffset(k, slot), 8);
+    p += weight * ps;
+  }
+  WeightedSum(x_.data(), x_.dtype(), count, terms);
+  std::memcpy(base_ + kPSelfOffset, &p, 8);
+  const int64_t zero = 0;
+  const double zero_p = 0;
+  for (const auto& [src, weight] : neighbors) {
+    const int slot = SlotAt(rank_, src);
+    std::memcpy(base_ + VersionOffset(slot), &zero, 8);
+    if (reset) {
+      std::memset(base_ + SlotOffset(k, slot), 0, nbytes_);
+      std::memcpy(base_ + POffset(k, slot), &zero_p, 8);
+    }
+  }
+  return ReleaseExclusive();
+}
+
+Status UcxWindow::ScaleSelf(const TensorView& x, double factor) {
+  WEFT_RETURN_IF_ERROR(CheckAlive());
+  if (factor == 1.0) return OkStatus();
+  WEFT_RETURN_IF_ERROR(AcquireExclusive());
+  Scale(x.data(), x.dtype(), static_cast<size_t>(x.numel()), factor);
+  double p = 0;
+  std::memcpy(&p, base_ + kPSelfOffset, 8);
+  p *= factor;
+  std::memcpy(base_ + kPSelfOffset, &p, 8);
+  return ReleaseExclusive();
+}
+
+StatusOr<std::map<int, int64_t>> UcxWindow::Versions() {
+  WEFT_RETURN_IF_ERROR(CheckAlive());
+  WEFT_RETURN_IF_ERROR(AcquireExclusive());
+  std::map<int, int64_t> versions;
+  for (size_t s = 0; s < in_.size(); ++s) {
+    int64_t v = 0;
+    std::memcpy(&v, base_ + VersionOffset(static_cast<int>(s)), 8);
+    versions[in_[s]] = v;
+  }
+  WEFT_RETURN_IF_ERROR(ReleaseExclusive());
+  return versions;
+}
+
+StatusOr<double> UcxWindow::AssociatedP() {
+  WEFT_RETURN_IF_ERROR(CheckAlive());
+  WEFT_RETURN_IF_ERROR(AcquireExclusive());
+  double p = 0;
+  std::memcpy(&p, base_ + kPSelfOffset, 8);
+  WEFT_RETURN_IF_ERROR(ReleaseExclusive());
+  return p;
+}
+
+StatusOr<bool> UcxWindow::TryLockMutexes(const std::vector<int>& ranks) {
+  WEFT_RETURN_IF_ERROR(CheckAlive());
+  for (int r : ranks) {
+    if (std::binary_search(held_.begin(), held_.end(), r)) continue;
+    ucp_request_param_t param;
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+    param.datatype = ucp_dt_make_contig(8);
+    const uint64_t expected = 0;                           // free
+    uint64_t swap = static_cast<uint64_t>(rank_) + 1;      // in: ours; out: what was there
+    param.reply_buffer = &swap;
+    WEFT_RETURN_IF_ERROR(ucx_->Wait(ucp_atomic_op_nbx(ucx_->ep(r), UCP_ATOMIC_OP_CSWAP,
+                                                      &expected, 1, At(r, kMutexOffset),
+                                                      data_.rkeys[r], &param),
+                                    "mutex compare-and-swap"));
+    if (swap != 0) return false;  // held elsewhere: keep what we have, retry later
+    held_.insert(std::upper_bound(held_.begin(), held_.end(), r), r);
+  }
+  return true;
+}
+
+Status UcxWindow::UnlockMutexes(const std::vector<int>& ranks) {
+  WEFT_RETURN_IF_ERROR(CheckAlive());
+  for (int r : ranks) {
+    auto it = std::lower_bound(held_.begin(), held_.end(), r);
+    if (it == held_.end() || *it != r) continue;
+    uint64_t old = 0;
+    WEFT_RETURN_IF_ERROR(ucx_->Atomic(r, UCP_ATOMIC_OP_SWAP, 0, &old, At(r, kMutexOffset),
+                                      data_.rkeys[r], "mutex release"));
+    held_.erase(it);
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<Window>> CreateUcxWindow(MPI_Comm comm, const std::string& name,
+                                                  const TensorView& x, const Topology& topo,
+                                                  bool zero_init) {
+  return UcxWindow::Create(comm, name, x, topo, zero_init);
+}
+
+bool ProgressWindowTransports() {
+  UcxContext* ucx = UcxContext::IfExists();
+  return ucx != nullptr && ucp_worker_progress(ucx->worker()) > 0;
+}
+
+}  // namespace comm
+}  // namespace weft
