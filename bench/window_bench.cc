@@ -1,6 +1,6 @@
-// window_bench: one-sided window puts and accumulates through weft (MPI RMA underneath)
-// against the same bytes moved by raw MPI RMA and by a plain MPI_Isend/MPI_Irecv exchange,
-// in one run. Run on 2 ranks (bench/run_window_bench.sh): both ranks send to each other at
+// window_bench: one-sided window puts and accumulates through weft on both transports
+// (MPI RMA and UCX) against the same bytes moved by raw MPI RMA and by a plain
+// MPI_Isend/MPI_Irecv exchange, in one run. "ucx/mpi" is the UCX transport's speed-up. Run on 2 ranks (bench/run_window_bench.sh): both ranks send to each other at
 // once, as neighbors do in decentralized training.
 //
 // For each size: warm up, agree on an iteration count, barrier, time the loop, report the
@@ -79,8 +79,9 @@ int main() {
   if (rank == 0) {
     std::printf("# window_bench, 2 ranks, both sending to each other; us per op (max over "
                 "ranks), GB/s = bytes / time\n");
-    std::printf("%-10s %10s | %10s %10s %10s | %8s %8s %8s\n", "op", "bytes", "weft us",
-                "rawRMA us", "isend us", "weft", "rawRMA", "isend");
+    std::printf("%-10s %10s | %10s %10s %10s %10s | %8s %8s %8s %8s | %7s\n", "op", "bytes",
+                "mpi us", "ucx us", "rawRMA us", "isend us", "mpi", "ucx", "rawRMA", "isend",
+                "ucx/mpi");
   }
   for (const char* op : {"put", "accumulate"}) {
     const bool acc = std::string(op) == "accumulate";
@@ -89,12 +90,21 @@ int main() {
       const int count = static_cast<int>(n);
       std::vector<float> x(src.begin(), src.begin() + n);
       weft::TensorView view(x.data(), weft::DType::kFloat32, {n});
-      const std::string name = std::string("bench.") + op + "." + std::to_string(bytes);
-      Check(weft::win_create(view, name, /*zero_init=*/true), "win_create");
-      const double weft_s = Time(bytes, [&] {
-        Check(acc ? weft::win_accumulate(view, name) : weft::win_put(view, name), op);
-      }, comm);
-      Check(weft::win_free(name), "win_free");
+      auto weft_time = [&](const char* transport) {
+        const std::string name =
+            std::string("bench.") + op + "." + transport + "." + std::to_string(bytes);
+        weft::WinCreateOptions options;
+        options.zero_init = true;
+        options.transport = transport;
+        Check(weft::win_create(view, name, options), "win_create");
+        const double s = Time(bytes, [&] {
+          Check(acc ? weft::win_accumulate(view, name) : weft::win_put(view, name), op);
+        }, comm);
+        Check(weft::win_free(name), "win_free");
+        return s;
+      };
+      const double weft_s = weft_time("mpi");
+      const double ucx_s = weft_time("ucx");
 
       const double raw_s = Time(bytes, [&] {
         MPI_Win_lock(MPI_LOCK_SHARED, peer, 0, raw);
@@ -115,12 +125,12 @@ int main() {
 
       if (rank == 0) {
         auto gbps = [&](double s) { return static_cast<double>(bytes) / s / 1e9; };
-        std::printf("%-10s %10zu | %10.2f %10.2f %10.2f | %8.3f %8.3f %8.3f\n", op, bytes,
-                    weft_s * 1e6, raw_s * 1e6, isend_s * 1e6, gbps(weft_s), gbps(raw_s),
-                    gbps(isend_s));
-        std::printf("RESULT {\"op\": \"%s\", \"bytes\": %zu, \"weft_us\": %.3f, "
-                    "\"raw_rma_us\": %.3f, \"isend_us\": %.3f}\n",
-                    op, bytes, weft_s * 1e6, raw_s * 1e6, isend_s * 1e6);
+        std::printf("%-10s %10zu | %10.2f %10.2f %10.2f %10.2f | %8.3f %8.3f %8.3f %8.3f | %7.2f\n",
+                    op, bytes, weft_s * 1e6, ucx_s * 1e6, raw_s * 1e6, isend_s * 1e6,
+                    gbps(weft_s), gbps(ucx_s), gbps(raw_s), gbps(isend_s), weft_s / ucx_s);
+        std::printf("RESULT {\"op\": \"%s\", \"bytes\": %zu, \"weft_mpi_us\": %.3f, "
+                    "\"weft_ucx_us\": %.3f, \"raw_rma_us\": %.3f, \"isend_us\": %.3f}\n",
+                    op, bytes, weft_s * 1e6, ucx_s * 1e6, raw_s * 1e6, isend_s * 1e6);
         std::fflush(stdout);
       }
     }

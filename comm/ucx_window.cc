@@ -188,7 +188,11 @@ struct Region {
   std::vector<ucp_rkey_h> rkeys;      // by rank (null for empty regions)
 };
 
-Status Register(UcxContext* ucx, MPI_Comm comm, void* base, size_t length, Region* region) {
+// Registers [base, base + length) and exchanges keys and addresses with every rank. With
+// `*base` null, UCX allocates the memory itself (and sets *base): then it can come from a
+// shared-memory segment, which peers on the machine map directly, so puts are copies and
+// atomics CPU atomics, instead of cross-process copies and atomics emulated by messages.
+Status Register(UcxContext* ucx, MPI_Comm comm, void** base, size_t length, Region* region) {
   int size = 0;
   MPI_Comm_size(comm, &size);
   void* packed = nullptr;
@@ -197,14 +201,25 @@ Status Register(UcxContext* ucx, MPI_Comm comm, void* base, size_t length, Regio
     ucp_mem_map_params_t params;
     std::memset(&params, 0, sizeof(params));
     params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    params.address = base;
+    params.address = *base;
     params.length = length;
+    if (*base == nullptr) {
+      params.field_mask |= UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+      params.flags = UCP_MEM_MAP_ALLOCATE;
+    }
     ucs_status_t st = ucp_mem_map(ucx->context(), &params, &region->memh);
     if (st != UCS_OK) return UcsError(st, "ucp_mem_map");
+    if (*base == nullptr) {
+      ucp_mem_attr_t attr;
+      attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+      st = ucp_mem_query(region->memh, &attr);
+      if (st != UCS_OK) return UcsError(st, "ucp_mem_query");
+      *base = attr.address;
+    }
     st = ucp_rkey_pack(ucx->context(), region->memh, &packed, &packed_len);
     if (st != UCS_OK) return UcsError(st, "ucp_rkey_pack");
   }
-  const uint64_t address = reinterpret_cast<uint64_t>(base);
+  const uint64_t address = reinterpret_cast<uint64_t>(*base);
   region->addresses.resize(size);
   WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Allgather(&address, 1, MPI_UINT64_T,
                                               region->addresses.data(), 1, MPI_UINT64_T, comm),
@@ -246,7 +261,7 @@ class UcxWindow : public Window {
   static StatusOr<std::shared_ptr<Window>> Create(MPI_Comm comm, const std::string& name,
                                                   const TensorView& x, const Topology& topo,
                                                   bool zero_init);
-  ~UcxWindow() override { std::free(base_); }
+  ~UcxWindow() override = default;  // the memory belongs to UCX (unmapped by Free)
   Status Free() override;
   bool freed() const override { return freed_; }
   Transport transport() const override { return Transport::kUcx; }
@@ -285,14 +300,12 @@ StatusOr<std::shared_ptr<Window>> UcxWindow::Create(MPI_Comm comm, const std::st
   WEFT_RETURN_IF_ERROR(w->Init(comm, name, x, topo));
   WEFT_ASSIGN_OR_RETURN(w->ucx_, UcxContext::Get(comm));
   const size_t total = (w->TotalBytes() + 4095) / 4096 * 4096;
-  w->base_ = static_cast<char*>(std::aligned_alloc(4096, total));
-  if (w->base_ == nullptr) {
-    return absl::ResourceExhaustedError(absl::StrCat("win_create '", name, "': cannot allocate ",
-                                                     total, " bytes"));
-  }
+  void* base = nullptr;  // UCX allocates it
+  WEFT_RETURN_IF_ERROR(Register(w->ucx_, comm, &base, total, &w->data_));
+  w->base_ = static_cast<char*>(base);
   w->InitMemory(w->base_, zero_init);
-  WEFT_RETURN_IF_ERROR(Register(w->ucx_, comm, w->base_, total, &w->data_));
-  WEFT_RETURN_IF_ERROR(Register(w->ucx_, comm, x.data(), w->nbytes_, &w->self_));
+  void* x_data = x.data();
+  WEFT_RETURN_IF_ERROR(Register(w->ucx_, comm, &x_data, w->nbytes_, &w->self_));
   // Nobody puts before every rank has initialized its memory.
   WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Barrier(comm), "MPI_Barrier"));
   return std::shared_ptr<Window>(w);
