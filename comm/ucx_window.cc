@@ -395,10 +395,9 @@ Status UcxWindow::Put(const TensorView& x, const std::vector<std::pair<int, doub
   WEFT_RETURN_IF_ERROR(CheckAlive());
   const size_t count = static_cast<size_t>(x.numel());
   const DType dtype = x.dtype();
+  // Only this rank writes its p: no lock needed to read it (see MpiWindow::Put).
   double p_self = 0;
-  WEFT_RETURN_IF_ERROR(AcquireExclusive());
   std::memcpy(&p_self, base_ + kPSelfOffset, 8);
-  WEFT_RETURN_IF_ERROR(ReleaseExclusive());
   std::vector<char> fetched;
   for (const auto& [dst, weight] : dsts) {
     const int slot = SlotAt(dst, rank_);

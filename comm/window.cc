@@ -214,12 +214,12 @@ Status MpiWindow::Put(const TensorView& x, const std::vector<std::pair<int, doub
   WEFT_RETURN_IF_ERROR(CheckAlive());
   const size_t count = static_cast<size_t>(x.numel());
   const DType dtype = x.dtype();
+  // Only this rank writes its p (updates and scaling run on this rank's engine, one at a
+  // time), so reading it needs no lock; an exclusive self lock here would wait for every
+  // neighbor's put into this window and serialize two ranks putting to each other (it
+  // halved the put bandwidth).
   double p_self = 0;
-  {
-    WEFT_RETURN_IF_ERROR(LockSelf());
-    std::memcpy(&p_self, base_ + kPSelfOffset, 8);
-    WEFT_RETURN_IF_ERROR(UnlockSelf());
-  }
+  std::memcpy(&p_self, base_ + kPSelfOffset, 8);
   const MPI_Datatype acc_type = AccumulateType(dtype);
   std::vector<char> fetched;
   for (const auto& [dst, weight] : dsts) {
