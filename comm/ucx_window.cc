@@ -412,7 +412,22 @@ Status UcxWindow::Put(const TensorView& x, const std::vector<std::pair<int, doub
     double p = weight * p_self;
     WEFT_RETURN_IF_ERROR(AcquireShared(dst));
     Status st;
-    if (accumulate) {
+    // When dst's memory is mapped into this process (shared memory on one machine), UCX
+    // gives a local pointer to it: a put is one copy and an accumulate adds in place,
+    // instead of a get, an add and a put through UCX (3x slower for 1 MiB).
+    void* mapped = nullptr;
+    const uint64_t slot_address = At(dst, SlotOffset(k, slot));
+    const bool direct = nbytes_ > 0 && ucp_rkey_ptr(key, slot_address, &mapped) == UCS_OK;
+    if (direct) {
+      double old_p = 0;
+      if (accumulate) {
+        AddInPlace(mapped, data, dtype, count);
+        st = GetBytes(dst, &old_p, 8, At(dst, POffset(k, slot)), key);
+      } else {
+        std::memcpy(mapped, data, nbytes_);
+      }
+      p += old_p;
+    } else if (accumulate) {
       // Only this rank writes its slot at dst (and dst's own update, which the shared lock
       // keeps out), so a get-add-put is safe here.
       fetched.resize(nbytes_);
@@ -425,7 +440,7 @@ Status UcxWindow::Put(const TensorView& x, const std::vector<std::pair<int, doub
         st = PutBytes(dst, fetched.data(), nbytes_, At(dst, SlotOffset(k, slot)), key);
       }
     } else {
-      st = PutBytes(dst, data, nbytes_, At(dst, SlotOffset(k, slot)), key);
+      st = PutBytes(dst, data, nbytes_, slot_address, key);
     }
     if (st.ok()) st = PutBytes(dst, &p, 8, At(dst, POffset(k, slot)), key);
     if (st.ok()) {
