@@ -18,6 +18,9 @@
 #include "comm/nccl/nccl_ops.h"
 #endif
 #include "comm/window.h"
+#ifdef WEFT_WITH_UCX
+#include "comm/ucx_context.h"
+#endif
 #include "core/config.h"
 #include "core/logging.h"
 #include "core/timeline.h"
@@ -372,6 +375,19 @@ Status init() {
   state->machine_topology = std::make_shared<const Topology>(std::move(*machine_topo));
 
   state->engine = std::make_shared<comm::Engine>(ctx, &state->timeline);
+  auto transport = comm::DefaultTransport();
+  if (!transport.ok()) return transport.status();
+  if (*transport == comm::Transport::kUcx) {
+#ifdef WEFT_WITH_UCX
+    // Collective, here where every rank is: point-to-point exchanges go over UCX from now.
+    auto ucx = comm::UcxContext::Get(ctx.data);
+    if (!ucx.ok()) return Annotate(ucx.status(), "init: WEFT_TRANSPORT=ucx");
+    state->engine->ucx_exchange = true;
+#else
+    return Unimplemented("init: WEFT_TRANSPORT=ucx, but this build has no UCX (UCX was not "
+                         "found when weft was built; WEFT_UCX_HOME)");
+#endif
+  }
   State* raw = state.get();
   state->engine->on_set_topology = [raw](const Request& r) {
     std::lock_guard<std::mutex> lock(raw->topo_mu);

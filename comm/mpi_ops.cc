@@ -8,6 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "comm/engine.h"
 #include "comm/reduce.h"
+#ifdef WEFT_WITH_UCX
+#include "comm/ucx_context.h"
+#endif
 #ifdef WEFT_WITH_NCCL
 #include "comm/nccl/nccl_ops.h"
 #endif
@@ -268,11 +271,10 @@ Status Engine::Exchange(MPI_Comm comm, const void* send_buf, size_t count, DType
   if (recv_scratch_.size() < recv.size()) recv_scratch_.resize(recv.size());
   for (size_t k = 0; k < recv.size(); ++k) {
     if (recv_scratch_[k].size() < bytes) recv_scratch_[k].resize(bytes);
-    reqs.emplace_back();
-    MPI_Irecv(recv_scratch_[k].data(), static_cast<int>(bytes), MPI_BYTE, recv[k].first,
-              kDataTag, comm, &reqs.back());
+    reqs.emplace_back();  // posted below, once the transport is known
   }
   size_t scaled = 0;  // one copy per destination whose scale is not 1
+  std::vector<std::pair<int, const void*>> sends;
   for (const auto& [dst, scale] : send) {
     const void* data = send_buf;
     if (scale != 1.0) {
@@ -282,6 +284,27 @@ Status Engine::Exchange(MPI_Comm comm, const void* send_buf, size_t count, DType
       WeightedSum(copy.data(), dtype, count, {{send_buf, scale}});
       data = copy.data();
     }
+    sends.emplace_back(dst, data);
+  }
+#ifdef WEFT_WITH_UCX
+  // Ranks of the data communicator are the UCX endpoints' ranks; the cross-machine
+  // communicator of the hierarchical op keeps MPI.
+  if (ucx_exchange && comm == ctx_.data) {
+    UcxContext* ucx = UcxContext::IfExists();
+    if (ucx == nullptr) return Internal("the UCX context is missing");
+    std::vector<std::pair<int, void*>> recvs;
+    for (size_t k = 0; k < recv.size(); ++k) {
+      recvs.emplace_back(recv[k].first, recv_scratch_[k].data());
+    }
+    reqs.clear();  // nothing was posted on MPI
+    return ucx->Exchange(sends, recvs, bytes);
+  }
+#endif
+  for (size_t k = 0; k < recv.size(); ++k) {
+    MPI_Irecv(recv_scratch_[k].data(), static_cast<int>(bytes), MPI_BYTE, recv[k].first,
+              kDataTag, comm, &reqs[k]);
+  }
+  for (const auto& [dst, data] : sends) {
     reqs.emplace_back();
     MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, dst, kDataTag, comm, &reqs.back());
   }

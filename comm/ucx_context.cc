@@ -1,0 +1,184 @@
+#include "comm/ucx_context.h"
+
+#include <poll.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+
+namespace weft {
+namespace comm {
+namespace {
+
+Status MpiCheck(int code, const char* what) {
+  if (code == MPI_SUCCESS) return OkStatus();
+  return Internal(what, " failed (MPI error ", code, ")");
+}
+
+// Tags: the sender's per-pair message count in the high bits, the sender's rank in the low.
+constexpr int kRankBits = 24;
+uint64_t Tag(uint64_t count, int sender) {
+  return (count << kRankBits) | static_cast<uint64_t>(sender);
+}
+
+}  // namespace
+
+Status UcsError(ucs_status_t status, const std::string& what) {
+  return Internal(what, " failed: ", ucs_status_string(status));
+}
+
+Status UcxContext::Wait(ucs_status_ptr_t request, const char* what) {
+  if (request == nullptr) return OkStatus();
+  if (UCS_PTR_IS_ERR(request)) return UcsError(UCS_PTR_STATUS(request), what);
+  ucs_status_t status;
+  do {
+    ucp_worker_progress(worker_);
+    status = ucp_request_check_status(request);
+  } while (status == UCS_INPROGRESS);
+  ucp_request_free(request);
+  return status == UCS_OK ? OkStatus() : UcsError(status, what);
+}
+
+Status UcxContext::Flush(int rank) {
+  ucp_request_param_t param;
+  param.op_attr_mask = 0;
+  return Wait(ucp_ep_flush_nbx(eps_[rank], &param), "ucp_ep_flush_nbx");
+}
+
+Status UcxContext::Atomic(int rank, ucp_atomic_op_t op, uint64_t value, uint64_t* reply,
+                          uint64_t address, ucp_rkey_h rkey, const char* what) {
+  ucp_request_param_t param;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+  param.datatype = ucp_dt_make_contig(8);
+  if (reply != nullptr) {
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+    param.reply_buffer = reply;
+  }
+  return Wait(ucp_atomic_op_nbx(eps_[rank], op, &value, 1, address, rkey, &param), what);
+}
+
+Status UcxContext::Exchange(const std::vector<std::pair<int, const void*>>& sends,
+                            const std::vector<std::pair<int, void*>>& recvs, size_t bytes) {
+  std::vector<ucs_status_ptr_t> requests;
+  requests.reserve(sends.size() + recvs.size());
+  ucp_request_param_t param;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+  param.datatype = ucp_dt_make_contig(1);
+  Status status;
+  for (const auto& [src, buffer] : recvs) {
+    const uint64_t tag = Tag(received_[src]++, src);
+    ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, buffer, bytes, tag, ~uint64_t{0}, &param);
+    if (UCS_PTR_IS_ERR(r)) {
+      status = UcsError(UCS_PTR_STATUS(r), absl::StrCat("ucp_tag_recv_nbx from rank ", src));
+      break;
+    }
+    requests.push_back(r);
+  }
+  for (const auto& [dst, buffer] : sends) {
+    if (!status.ok()) break;
+    const uint64_t tag = Tag(sent_[dst]++, rank_);
+    ucs_status_ptr_t r = ucp_tag_send_nbx(eps_[dst], buffer, bytes, tag, &param);
+    if (UCS_PTR_IS_ERR(r)) {
+      status = UcsError(UCS_PTR_STATUS(r), absl::StrCat("ucp_tag_send_nbx to rank ", dst));
+      break;
+    }
+    requests.push_back(r);
+  }
+  // Even after an error, wait for what was posted: the buffers must outlive the requests.
+  for (ucs_status_ptr_t r : requests) {
+    Status s = Wait(r, "neighbor exchange");
+    if (status.ok()) status = s;
+  }
+  return status;
+}
+
+void UcxContext::ProgressLoop() {
+  while (!stop_.load(std::memory_order_relaxed)) {
+    if (ucp_worker_progress(worker_) > 0) continue;
+    const ucs_status_t armed = ucp_worker_arm(worker_);
+    if (armed == UCS_ERR_BUSY) continue;  // events arrived meanwhile
+    if (armed != UCS_OK) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      continue;
+    }
+    pollfd fd{efd_, POLLIN, 0};
+    poll(&fd, 1, /*timeout_ms=*/10);  // wakes at once when something arrives
+  }
+}
+
+void UcxContext::StopAtExit() {
+  // Before weft's own exit handler finalizes MPI (registered earlier, so it runs later).
+  if (instance_ == nullptr || !instance_->progress_.joinable()) return;
+  instance_->stop_ = true;
+  instance_->progress_.join();
+}
+
+UcxContext* UcxContext::instance_ = nullptr;
+
+StatusOr<UcxContext*> UcxContext::Get(MPI_Comm comm) {
+  // Collective at the first UCX window; kept for the life of the process (weft's windows
+  // come and go, the endpoints stay valid: ranks do not change).
+  if (instance_ != nullptr) return instance_;
+  auto ctx = std::make_unique<UcxContext>();
+  ucp_params_t params;
+  std::memset(&params, 0, sizeof(params));
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AMO64 | UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) return UcsError(st, "ucp_config_read");
+  st = ucp_init(&params, config, &ctx->context_);
+  ucp_config_release(config);
+  if (st != UCS_OK) return UcsError(st, "ucp_init");
+  ucp_worker_params_t wparams;
+  std::memset(&wparams, 0, sizeof(wparams));
+  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wparams.thread_mode = UCS_THREAD_MODE_MULTI;
+  st = ucp_worker_create(ctx->context_, &wparams, &ctx->worker_);
+  if (st != UCS_OK) return UcsError(st, "ucp_worker_create");
+
+  ucp_address_t* address = nullptr;
+  size_t address_len = 0;
+  st = ucp_worker_get_address(ctx->worker_, &address, &address_len);
+  if (st != UCS_OK) return UcsError(st, "ucp_worker_get_address");
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  MPI_Comm_rank(comm, &ctx->rank_);
+  ctx->sent_.assign(size, 0);
+  ctx->received_.assign(size, 0);
+  int len = static_cast<int>(address_len);
+  std::vector<int> lens(size), displs(size);
+  WEFT_RETURN_IF_ERROR(
+      MpiCheck(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm), "MPI_Allgather"));
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    displs[r] = total;
+    total += lens[r];
+  }
+  std::vector<char> all(static_cast<size_t>(total));
+  WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Allgatherv(address, len, MPI_BYTE, all.data(), lens.data(),
+                                               displs.data(), MPI_BYTE, comm),
+                                "MPI_Allgatherv"));
+  ucp_worker_release_address(ctx->worker_, address);
+  ctx->eps_.resize(size);
+  for (int r = 0; r < size; ++r) {
+    ucp_ep_params_t ep_params;
+    std::memset(&ep_params, 0, sizeof(ep_params));
+    ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    ep_params.address = reinterpret_cast<const ucp_address_t*>(all.data() + displs[r]);
+    st = ucp_ep_create(ctx->worker_, &ep_params, &ctx->eps_[r]);
+    if (st != UCS_OK) return UcsError(st, absl::StrCat("ucp_ep_create to rank ", r));
+  }
+  st = ucp_worker_get_efd(ctx->worker_, &ctx->efd_);
+  if (st != UCS_OK) return UcsError(st, "ucp_worker_get_efd");
+  instance_ = ctx.release();
+  instance_->progress_ = std::thread([] { instance_->ProgressLoop(); });
+  std::atexit(&UcxContext::StopAtExit);
+  return instance_;
+}
+
+}  // namespace comm
+}  // namespace weft

@@ -1,0 +1,72 @@
+// The process's UCX (UCP) context, worker and endpoints, shared by the UCX window transport
+// and the UCX neighbor exchange. Built only when the build found UCX (WEFT_WITH_UCX).
+// Internal to comm/.
+//
+// Made collectively once (init() with WEFT_TRANSPORT=ucx, or the first UCX window) and kept
+// for the life of the process. A progress thread drives the worker (multi-threaded mode),
+// sleeping on its event fd when idle: some UCP operations need the target's progress while
+// its engine sits in a blocking MPI collective.
+#ifndef WEFT_COMM_UCX_CONTEXT_H_
+#define WEFT_COMM_UCX_CONTEXT_H_
+
+#include <mpi.h>
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+
+namespace weft {
+namespace comm {
+
+Status UcsError(ucs_status_t status, const std::string& what);
+
+class UcxContext {
+ public:
+  // Collective over `comm` the first time (worker addresses go through MPI).
+  static StatusOr<UcxContext*> Get(MPI_Comm comm);
+  static UcxContext* IfExists() { return instance_; }
+
+  ucp_context_h context() const { return context_; }
+  ucp_worker_h worker() const { return worker_; }
+  ucp_ep_h ep(int rank) const { return eps_[rank]; }
+
+  // Waits for a request from a *_nbx call, driving the worker.
+  Status Wait(ucs_status_ptr_t request, const char* what);
+  Status Flush(int rank);
+  // 64-bit atomic on rank's memory; `reply` (may be null) receives the old value.
+  Status Atomic(int rank, ucp_atomic_op_t op, uint64_t value, uint64_t* reply,
+                uint64_t address, ucp_rkey_h rkey, const char* what);
+
+  // Point-to-point exchange of `bytes` per peer with tagged messages: sends[k] goes to its
+  // rank, recvs[k] is filled from its rank. Messages between two ranks are matched by a
+  // per-pair sequence number, so every pair must exchange in the same order on both sides
+  // (the engine's ops run in the same order everywhere).
+  Status Exchange(const std::vector<std::pair<int, const void*>>& sends,
+                  const std::vector<std::pair<int, void*>>& recvs, size_t bytes);
+
+ private:
+  void ProgressLoop();
+  static void StopAtExit();
+
+  static UcxContext* instance_;
+  int rank_ = 0;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  std::vector<ucp_ep_h> eps_;
+  std::vector<uint64_t> sent_, received_;  // per-peer message counts (the tags)
+  int efd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread progress_;
+};
+
+}  // namespace comm
+}  // namespace weft
+
+#endif  // WEFT_COMM_UCX_CONTEXT_H_
