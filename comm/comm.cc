@@ -377,15 +377,18 @@ Status init() {
   state->engine = std::make_shared<comm::Engine>(ctx, &state->timeline);
   auto transport = comm::DefaultTransport();
   if (!transport.ok()) return transport.status();
-  if (*transport == comm::Transport::kUcx) {
+  const bool ucx_exchange = comm::ExchangeTransport() == comm::Transport::kUcx;
+  if (*transport == comm::Transport::kUcx || ucx_exchange) {
 #ifdef WEFT_WITH_UCX
-    // Collective, here where every rank is: point-to-point exchanges go over UCX from now.
+    // Collective, so made here where every rank is (a pair gossip's first exchange involves
+    // two ranks only).
     auto ucx = comm::UcxContext::Get(ctx.data);
-    if (!ucx.ok()) return Annotate(ucx.status(), "init: WEFT_TRANSPORT=ucx");
-    state->engine->ucx_exchange = true;
+    if (!ucx.ok()) return Annotate(ucx.status(), "init: UCX transport");
+    state->engine->ucx_exchange = ucx_exchange;
 #else
-    return Unimplemented("init: WEFT_TRANSPORT=ucx, but this build has no UCX (UCX was not "
-                         "found when weft was built; WEFT_UCX_HOME)");
+    return Unimplemented("init: WEFT_TRANSPORT or WEFT_EXCHANGE_TRANSPORT is ucx, but this "
+                         "build has no UCX (UCX was not found when weft was built; "
+                         "WEFT_UCX_HOME)");
 #endif
   }
   State* raw = state.get();

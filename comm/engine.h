@@ -112,8 +112,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Windows alive: while there are some, the idle engine thread keeps polling MPI so that
   // one-sided operations from other ranks progress on transports that need it.
   std::atomic<int> windows{0};
-  // WEFT_TRANSPORT=ucx: point-to-point exchanges over the data communicator (neighbor
-  // allreduce, pair gossip) go through UCX tagged messages instead of MPI. Set at init.
+  // WEFT_EXCHANGE_TRANSPORT=ucx: point-to-point exchanges over the data communicator
+  // (neighbor allreduce, pair gossip) go through UCX tagged messages instead of MPI.
   bool ucx_exchange = false;
 
   // Called by the thread making progress when a set_topology op succeeds.

@@ -33,11 +33,13 @@ Status UcsError(ucs_status_t status, const std::string& what) {
 Status UcxContext::Wait(ucs_status_ptr_t request, const char* what) {
   if (request == nullptr) return OkStatus();
   if (UCS_PTR_IS_ERR(request)) return UcsError(UCS_PTR_STATUS(request), what);
+  waiters_.fetch_add(1, std::memory_order_relaxed);
   ucs_status_t status;
   do {
     ucp_worker_progress(worker_);
     status = ucp_request_check_status(request);
   } while (status == UCS_INPROGRESS);
+  waiters_.fetch_sub(1, std::memory_order_relaxed);
   ucp_request_free(request);
   return status == UCS_OK ? OkStatus() : UcsError(status, what);
 }
@@ -97,6 +99,10 @@ Status UcxContext::Exchange(const std::vector<std::pair<int, const void*>>& send
 
 void UcxContext::ProgressLoop() {
   while (!stop_.load(std::memory_order_relaxed)) {
+    if (waiters_.load(std::memory_order_relaxed) > 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      continue;
+    }
     if (ucp_worker_progress(worker_) > 0) continue;
     const ucs_status_t armed = ucp_worker_arm(worker_);
     if (armed == UCS_ERR_BUSY) continue;  // events arrived meanwhile

@@ -63,6 +63,9 @@ class UcxContext {
   std::vector<uint64_t> sent_, received_;  // per-peer message counts (the tags)
   int efd_ = -1;
   std::atomic<bool> stop_{false};
+  // Threads inside Wait() drive the worker themselves; the progress thread stands back
+  // meanwhile (competing for the worker's lock cost 100-1000 us per exchange on 2 cores).
+  std::atomic<int> waiters_{0};
   std::thread progress_;
 };
 
