@@ -2,10 +2,10 @@
 // and the UCX neighbor exchange. Built only when the build found UCX (WEFT_WITH_UCX).
 // Internal to comm/.
 //
-// Made collectively once (init() with WEFT_TRANSPORT=ucx, or the first UCX window) and kept
-// for the life of the process. A progress thread drives the worker (multi-threaded mode),
-// sleeping on its event fd when idle: some UCP operations need the target's progress while
-// its engine sits in a blocking MPI collective.
+// Made collectively once (init() with a UCX setting, or the first UCX window) and kept for
+// the life of the process. Once a UCX window exists, a progress thread drives the worker
+// every millisecond (multi-threaded mode): some UCP operations aimed at this rank need its
+// progress while its engine sits in a blocking MPI collective.
 #ifndef WEFT_COMM_UCX_CONTEXT_H_
 #define WEFT_COMM_UCX_CONTEXT_H_
 
@@ -36,6 +36,8 @@ class UcxContext {
   ucp_context_h context() const { return context_; }
   ucp_worker_h worker() const { return worker_; }
   ucp_ep_h ep(int rank) const { return eps_[rank]; }
+  // Starts the progress thread (the first UCX window does); idempotent.
+  void StartProgressThread();
 
   // Waits for a request from a *_nbx call, driving the worker.
   Status Wait(ucs_status_ptr_t request, const char* what);
@@ -61,7 +63,6 @@ class UcxContext {
   ucp_worker_h worker_ = nullptr;
   std::vector<ucp_ep_h> eps_;
   std::vector<uint64_t> sent_, received_;  // per-peer message counts (the tags)
-  int efd_ = -1;
   std::atomic<bool> stop_{false};
   // Threads inside Wait() drive the worker themselves; the progress thread stands back
   // meanwhile (competing for the worker's lock cost 100-1000 us per exchange on 2 cores).

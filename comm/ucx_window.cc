@@ -10,10 +10,8 @@
 // is set), an update holds its own window exclusively (compare-and-swap 0 -> writer).
 // Window operations run on the thread making the engine's progress. Some UCP operations
 // need the target to make progress too (atomics that UCX emulates with active messages,
-// on shared memory and TCP), while the target may sit in a blocking MPI collective of the
-// engine: so a progress thread per process drives the worker (multi-threaded mode),
-// sleeping on the worker's event file descriptor when there is nothing to do.
-#include <poll.h>
+// on TCP), while the target may sit in a blocking MPI collective of the engine: so a
+// progress thread per process drives the worker every millisecond (ucx_context.h).
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
@@ -158,6 +156,7 @@ StatusOr<std::shared_ptr<Window>> UcxWindow::Create(MPI_Comm comm, const std::st
   std::shared_ptr<UcxWindow> w(new UcxWindow());
   WEFT_RETURN_IF_ERROR(w->Init(comm, name, x, topo));
   WEFT_ASSIGN_OR_RETURN(w->ucx_, UcxContext::Get(comm));
+  w->ucx_->StartProgressThread();
   const size_t total = (w->TotalBytes() + 4095) / 4096 * 4096;
   void* base = nullptr;  // UCX allocates it
   WEFT_RETURN_IF_ERROR(Register(w->ucx_, comm, &base, total, &w->data_));
