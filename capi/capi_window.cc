@@ -122,12 +122,21 @@ StatusOr<std::vector<int>> RankList(const int* ranks, size_t n, const char* fn) 
 
 extern "C" {
 
-weft_status weft_win_create(DLTensor* x, const char* name, int zero_init) {
+weft_status weft_win_create(DLTensor* x, const char* name,
+                            const weft_win_create_options* options) {
   const char* fn = "weft_win_create";
   return Guard(fn, [&]() -> Status {
     WEFT_RETURN_IF_ERROR(Required(name, fn, "name"));
     WEFT_ASSIGN_OR_RETURN(TensorView view, View(x, fn, "x"));
-    return weft::win_create(view, name, zero_init != 0);
+    weft::WinCreateOptions opts;
+    if (options != nullptr) {
+      WEFT_RETURN_IF_ERROR(CheckVersion(options->version, WEFT_WIN_CREATE_OPTIONS_VERSION, fn,
+                                        "weft_win_create_options",
+                                        "WEFT_WIN_CREATE_OPTIONS_INIT"));
+      opts.zero_init = options->zero_init != 0;
+      opts.transport = NameOrEmpty(options->transport);
+    }
+    return weft::win_create(view, name, opts);
   });
 }
 

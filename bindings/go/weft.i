@@ -452,9 +452,12 @@ weft_status weftgo_pair_gossip(weft_request** request, void* in, void* out, int 
  * freed. */
 
 weft_status weftgo_win_create(void* data, int code, int bits, const int64_t* shape, size_t ndim,
-                              const char* name, int zero_init) {
+                              const char* name, int zero_init, const char* transport) {
   DLTensor x = weftgo_tensor(data, code, bits, shape, ndim);
-  return weft_win_create(&x, name, zero_init);
+  weft_win_create_options o = WEFT_WIN_CREATE_OPTIONS_INIT;
+  o.zero_init = zero_init;
+  o.transport = transport;  /* "" means WEFT_TRANSPORT */
+  return weft_win_create(&x, name, &o);
 }
 
 /* Put (accumulate = 0) or accumulate of shared `data`; request non-NULL: nonblocking, and

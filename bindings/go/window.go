@@ -88,7 +88,22 @@ var liveWindows = struct {
 // The Window must be freed with Free (or WinFreeAll), collectively: weft uses its memory
 // until then, so there is no finalizer, and a dropped Window leaks its C memory.
 func WinCreate[T Element](name string, x []T, zeroInit bool, shape ...int64) (*Window[T], error) {
+	return WinCreateWith(name, x, WinCreateOptions{ZeroInit: zeroInit, Shape: shape})
+}
+
+// WinCreateOptions are WinCreate's choices: ZeroInit starts the buffers at zero instead of
+// copies of x; Transport is "mpi" or "ucx" ("" takes WEFT_TRANSPORT), the same on every
+// rank; Shape as in WinCreate.
+type WinCreateOptions struct {
+	ZeroInit  bool
+	Transport string
+	Shape     []int64
+}
+
+// WinCreateWith is WinCreate with every option.
+func WinCreateWith[T Element](name string, x []T, opts WinCreateOptions) (*Window[T], error) {
 	const fn = "weft.WinCreate"
+	zeroInit, shape := opts.ZeroInit, opts.Shape
 	if len(shape) == 0 {
 		shape = nil
 	}
@@ -105,7 +120,8 @@ func WinCreate[T Element](name string, x []T, zeroInit bool, shape ...int64) (*W
 	}
 	copy(unsafe.Slice((*T)(data), len(x)), x)
 	err = call(func() cstatus {
-		return cweft.Weftgo_win_create(data, l.code, l.bits, l.shape, name, boolInt(zeroInit))
+		return cweft.Weftgo_win_create(data, l.code, l.bits, l.shape, name, boolInt(zeroInit),
+			opts.Transport)
 	})
 	if err != nil {
 		cweft.Weftgo_shared_unref(data)

@@ -1,6 +1,7 @@
 package weft_test
 
 import (
+	"errors"
 	"runtime"
 	"testing"
 	"time"
@@ -178,6 +179,31 @@ func testWindowAccumulate[T weft.Element](t *testing.T) {
 	expectData(t, "collected twice", w, want)
 	must(t, weft.Barrier(), "Barrier")
 	must(t, w.Free(), "Free")
+}
+
+// The same accumulate-and-collect on the UCX transport, chosen for this window.
+func TestWindowOnUcxTransport(t *testing.T) {
+	const n = 4
+	w, err := weft.WinCreateWith("win.ucx", fill[float64](rank, n),
+		weft.WinCreateOptions{ZeroInit: true, Transport: "ucx"})
+	must(t, err, "WinCreateWith ucx")
+	in := inNeighbors(t)
+	must(t, w.Accumulate(), "Accumulate")
+	must(t, weft.Barrier(), "Barrier")
+	expectVersions(t, "after one accumulate", w, in, 1)
+	must(t, w.UpdateThenCollect(), "UpdateThenCollect")
+	once := map[int]float64{}
+	for _, j := range in {
+		once[j] = 1
+	}
+	expectData(t, "the collected sum", w, weighted(1, once, n))
+	must(t, weft.Barrier(), "Barrier")
+	must(t, w.Free(), "Free")
+	_, err = weft.WinCreateWith("win.bogus", fill[float64](rank, n),
+		weft.WinCreateOptions{Transport: "bogus"})
+	if !errors.Is(err, weft.ErrInvalidArgument) {
+		t.Errorf("transport \"bogus\": got %v, want InvalidArgument", err)
+	}
 }
 
 // Get reads the sources' tensors (weighted) into the buffers, on the ring.

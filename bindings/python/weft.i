@@ -369,6 +369,21 @@ WEFT_OUT_HANDLE(weft_request, request)
   PyMem_Free(dst_w$argnum);
 }
 
+/* (zero_init, transport or None) */
+%typemap(in) const weft_win_create_options* options
+    (weft_win_create_options opts = WEFT_WIN_CREATE_OPTIONS_INIT) {
+  int zero_init = 0;
+  const char* transport = NULL;
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    if (!PyArg_ParseTuple($input, "pz", &zero_init, &transport)) SWIG_fail;
+    opts.zero_init = zero_init;
+    opts.transport = transport;
+    $1 = &opts;
+  }
+}
+
 /* Window options: (self_weight, dst_weights dict/list or None, require_mutex) */
 %typemap(in) const weft_win_put_options* options
     (weft_win_put_options opts = WEFT_WIN_PUT_OPTIONS_INIT, int* dst = NULL, double* dst_w = NULL) {
@@ -501,6 +516,7 @@ WEFT_OUT_HANDLE(weft_request, request)
 %ignore weft_neighbor_allreduce_options;
 %ignore weft_neighbor_allgather_options;
 %ignore weft_hierarchical_options;
+%ignore weft_win_create_options;
 %ignore weft_win_put_options;
 %ignore weft_win_get_options;
 %ignore weft_win_update_options;

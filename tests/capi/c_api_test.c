@@ -557,7 +557,7 @@ static void TestWindows(int rank, int size) {
 
   for (i = 0; i < 3; ++i) x[i] = (rank + 1.0) * (i + 1);
   FAILS(weft_win_put(&t, "c.none", NULL), WEFT_ERR_NOT_FOUND, "no window named 'c.none'");
-  OK(weft_win_create(&t, "c.win", 0));
+  OK(weft_win_create(&t, "c.win", NULL));
   OK(weft_comm_in_neighbor_ranks(in_ranks, 8, &n_in));
   OK(weft_comm_barrier());
   OK(weft_win_put(&t, "c.win", NULL));
@@ -618,7 +618,14 @@ static void TestWindows(int rank, int size) {
   /* An int32 window: accumulate twice, collect the sum. */
   acc[0] = rank;
   acc[1] = 10 * rank;
-  OK(weft_win_create(&ta, "c.acc", 1));
+  {
+    weft_win_create_options create = WEFT_WIN_CREATE_OPTIONS_INIT;
+    create.zero_init = 1;
+    create.transport = "bogus";
+    FAILS(weft_win_create(&ta, "c.acc", &create), WEFT_ERR_INVALID_ARGUMENT, "not one of mpi, ucx");
+    create.transport = "mpi";
+    OK(weft_win_create(&ta, "c.acc", &create));
+  }
   OK(weft_win_accumulate(&ta, "c.acc", NULL));
   OK(weft_win_accumulate_nonblocking(&req, &ta, "c.acc", NULL));
   OK(weft_request_wait(req));

@@ -430,17 +430,19 @@ def timeline_context(tensor_name, activity_name):
 _windows = {}
 
 
-def win_create(tensor, name, zero_init=False):
+def win_create(tensor, name, zero_init=False, transport=None):
     """Creates the window `name` over `tensor` (collective). Every rank gets one buffer per
     in-neighbor, a copy of its own tensor (or zeros). The tensor itself is the window's
     memory: win_get reads it and win_update writes it in place, so it must be a contiguous,
-    writable array; weft holds a reference to it until win_free. Returns True."""
+    writable array; weft holds a reference to it until win_free. transport: "mpi" or "ucx"
+    (default: WEFT_TRANSPORT), the same on every rank. Returns True."""
     x, cx, kind = _prepare(tensor)
     if x is not tensor:
         raise InvalidArgumentError(  # noqa: F405
             1, f"win_create '{name}': the tensor must be contiguous, writable and not require "
             f"grad: weft updates it in place")
-    _c.weft_win_create(cx, str(name), bool(zero_init))
+    options = None if not zero_init and transport is None else (bool(zero_init), transport)
+    _c.weft_win_create(cx, str(name), options)
     _windows[str(name)] = (x, cx, kind)
     return True
 

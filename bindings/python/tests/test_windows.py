@@ -55,10 +55,11 @@ def test_weights_self_weight_and_p():
     assert weft.win_associated_p("py.w") == pytest.approx(0.5 * (1 + len(ins)))
 
 
-def test_accumulate_collect_and_get_nonblocking():
+@pytest.mark.parametrize("transport", ["mpi", "ucx"])
+def test_accumulate_collect_and_get_nonblocking(transport):
     r = weft.rank()
     x = np.array([r, 10 * r], dtype=np.int64)
-    weft.win_create(x, "py.acc", zero_init=True)
+    weft.win_create(x, "py.acc", zero_init=True, transport=transport)
     ins = weft.in_neighbor_ranks()
     weft.win_accumulate(x, "py.acc")
     weft.win_wait(weft.win_accumulate_nonblocking(x, "py.acc"))
@@ -103,6 +104,8 @@ def test_window_errors():
         weft.win_put(x, "py.none")
     with pytest.raises(weft.NotFoundError):
         weft.win_free("py.none")
+    with pytest.raises(weft.InvalidArgumentError, match="not one of mpi, ucx"):
+        weft.win_create(np.ones(2), "py.bogus", transport="bogus")
     with pytest.raises(weft.InvalidArgumentError, match="contiguous"):
         weft.win_create(np.ones(6)[::2], "py.strided")
     weft.win_create(x, "py.err")

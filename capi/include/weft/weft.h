@@ -379,9 +379,20 @@ typedef struct weft_win_update_options {
 #define WEFT_WIN_UPDATE_OPTIONS_INIT \
   { WEFT_WIN_UPDATE_OPTIONS_VERSION, 0, 1.0, 0, NULL, NULL, 0, 0 }
 
+/* zero_init: buffers start as zeros instead of copies of x. transport: "mpi" (MPI RMA) or
+ * "ucx" (UCX RDMA); NULL or "": WEFT_TRANSPORT. Every rank must choose the same. */
+#define WEFT_WIN_CREATE_OPTIONS_VERSION 1
+typedef struct weft_win_create_options {
+  unsigned int version;
+  int zero_init;
+  const char* transport;
+} weft_win_create_options;
+#define WEFT_WIN_CREATE_OPTIONS_INIT { WEFT_WIN_CREATE_OPTIONS_VERSION, 0, NULL }
+
 /* Collective. x must stay alive (and in place) until the window is freed: gets read it,
- * updates write it. Buffers start as copies of x (zero_init: zeros). */
-WEFT_API weft_status weft_win_create(DLTensor* x, const char* name, int zero_init);
+ * updates write it. NULL options: buffers start as copies of x, transport WEFT_TRANSPORT. */
+WEFT_API weft_status weft_win_create(DLTensor* x, const char* name,
+                                     const weft_win_create_options* options);
 /* Collective. NULL or "": every window. An unknown name is WEFT_ERR_NOT_FOUND. */
 WEFT_API weft_status weft_win_free(const char* name);
 /* Writes weight * x into each destination's buffer for this rank. x has the window's dtype

@@ -772,17 +772,25 @@ _window_array(name) = lock(_windows_lock) do
 end
 
 """
-    win_create(x::Array, name; zero_init=false)
+    win_create(x::Array, name; zero_init=false, transport=nothing)
 
 Creates the window `name` over `x` (collective: every rank calls it with the same name,
 element type and dims). The receive buffers start as copies of this rank's `x`, or zeros
-with `zero_init`. weft then reads and writes `x` itself, in place, until
-[`win_free`](@ref): the window keeps `x` alive; do not `resize!` it.
+with `zero_init`. `transport` is `"mpi"` or `"ucx"` (default: `WEFT_TRANSPORT`), the same on
+every rank. weft then reads and writes `x` itself, in place, until [`win_free`](@ref): the
+window keeps `x` alive; do not `resize!` it.
 """
-function win_create(x::Array, name::Union{AbstractString,Symbol}; zero_init::Bool=false)
+function win_create(x::Array, name::Union{AbstractString,Symbol}; zero_init::Bool=false,
+                    transport::Union{Nothing,AbstractString}=nothing)
     t = _Tensor(x)
     cname = String(name)
-    GC.@preserve t _check(weft_win_create(t.dl, cname, zero_init))
+    ctransport = transport === nothing ? nothing : String(transport)
+    GC.@preserve t ctransport begin
+        transport_ptr = ctransport === nothing ? Ptr{Cchar}(C_NULL) : pointer(ctransport)
+        options = Ref(weft_win_create_options(; zero_init=Cint(zero_init),
+                                                transport=transport_ptr))
+        _check(weft_win_create(t.dl, cname, options))
+    end
     lock(() -> (_windows[cname] = t), _windows_lock)
     return nothing
 end

@@ -834,13 +834,32 @@ function weft_win_update_options(;
         num_neighbors, neighbor_ranks, neighbor_weights, reset, require_mutex)
 end
 
+# zero_init: buffers start as zeros instead of copies of x. transport: "mpi" (MPI RMA) or
+# "ucx" (UCX RDMA); NULL or "": WEFT_TRANSPORT. Every rank must choose the same.
+const WEFT_WIN_CREATE_OPTIONS_VERSION = 1
+
+struct weft_win_create_options
+    version::Cuint
+    zero_init::Cint
+    transport::Ptr{Cchar}
+end
+
+# WEFT_WIN_CREATE_OPTIONS_INIT: the defaults; any field but version may be given by
+# keyword.
+function weft_win_create_options(;
+        zero_init = 0,
+        transport = C_NULL)
+    weft_win_create_options(WEFT_WIN_CREATE_OPTIONS_VERSION, zero_init, transport)
+end
+
 # Collective. x must stay alive (and in place) until the window is freed: gets read it,
-# updates write it. Buffers start as copies of x (zero_init: zeros).
-# C: weft_status weft_win_create(DLTensor* x, const char* name, int zero_init)
-function weft_win_create(x, name, zero_init)
+# updates write it. NULL options: buffers start as copies of x, transport WEFT_TRANSPORT.
+# C: weft_status weft_win_create(DLTensor* x, const char* name, const
+#        weft_win_create_options* options)
+function weft_win_create(x, name, options)
     ccall((:weft_win_create, libweft()), Cint,
-          (Ptr{DLTensor}, Cstring, Cint),
-          x, name, zero_init)
+          (Ptr{DLTensor}, Cstring, Ptr{weft_win_create_options}),
+          x, name, options)
 end
 
 # Collective. NULL or "": every window. An unknown name is WEFT_ERR_NOT_FOUND.
@@ -1040,12 +1059,12 @@ export libweft, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, DLDevice, DLDataTy
     weft_comm_pair_gossip_nonblocking, weft_comm_barrier, weft_comm_barrier_nonblocking,
     WEFT_WIN_PUT_OPTIONS_VERSION, weft_win_put_options, WEFT_WIN_GET_OPTIONS_VERSION,
     weft_win_get_options, WEFT_WIN_UPDATE_OPTIONS_VERSION, weft_win_update_options,
-    weft_win_create, weft_win_free, weft_win_put, weft_win_put_nonblocking,
-    weft_win_accumulate, weft_win_accumulate_nonblocking, weft_win_get,
-    weft_win_get_nonblocking, weft_win_update, weft_win_update_then_collect,
-    weft_win_version, weft_win_associated_p, weft_win_mutex_acquire, weft_win_mutex_release,
-    weft_config_set, weft_config_unset, weft_config_get, weft_config_describe,
-    weft_timeline_start, weft_timeline_stop, weft_timeline_start_activity,
-    weft_timeline_end_activity
+    WEFT_WIN_CREATE_OPTIONS_VERSION, weft_win_create_options, weft_win_create,
+    weft_win_free, weft_win_put, weft_win_put_nonblocking, weft_win_accumulate,
+    weft_win_accumulate_nonblocking, weft_win_get, weft_win_get_nonblocking,
+    weft_win_update, weft_win_update_then_collect, weft_win_version, weft_win_associated_p,
+    weft_win_mutex_acquire, weft_win_mutex_release, weft_config_set, weft_config_unset,
+    weft_config_get, weft_config_describe, weft_timeline_start, weft_timeline_stop,
+    weft_timeline_start_activity, weft_timeline_end_activity
 
 end  # module CAPI
