@@ -40,14 +40,16 @@ def init():
 
 
 def shutdown():
-    """Waits for every rank, then stops the engine. Collective."""
+    """Waits for every rank, then stops the engine (freeing every window). Collective."""
     _c.weft_shutdown()
+    _windows.clear()  # weft freed them: their arrays are the program's again
 
 
 def finalize():
     """Finalizes MPI if weft started it (after shutdown() if still initialized); init()
     fails afterwards. Python runs it at exit by itself."""
     _c.weft_finalize()
+    _windows.clear()
 
 
 def is_initialized():
