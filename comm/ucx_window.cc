@@ -125,13 +125,13 @@ class UcxWindow : public Window {
   Status Put(const TensorView& x, const std::vector<std::pair<int, double>>& dsts,
              bool accumulate) override;
   Status Get(const std::vector<std::pair<int, double>>& srcs) override;
-  Status Update(double self_weight, const std::vector<std::pair<int, double>>& neighbors,
-                bool reset) override;
-  Status ScaleSelf(const TensorView& x, double factor) override;
-  StatusOr<std::map<int, int64_t>> Versions() override;
-  StatusOr<double> AssociatedP() override;
   StatusOr<bool> TryLockMutexes(const std::vector<int>& ranks) override;
   Status UnlockMutexes(const std::vector<int>& ranks) override;
+
+ protected:
+  char* memory() const override { return base_; }
+  Status LockLocal() override { return AcquireExclusive(); }
+  Status UnlockLocal() override { return ReleaseExclusive(); }
 
  private:
   uint64_t At(int rank, size_t offset) const { return data_.addresses[rank] + offset; }
@@ -314,11 +314,8 @@ Status UcxWindow::Put(const TensorView& x, const std::vector<std::pair<int, doub
 
 Status UcxWindow::Get(const std::vector<std::pair<int, double>>& srcs) {
   WEFT_RETURN_IF_ERROR(CheckAlive());
-  const size_t count = static_cast<size_t>(x_.numel());
-  const int k = static_cast<int>(in_.size());
   std::vector<char> fetched(nbytes_);
   for (const auto& [src, weight] : srcs) {
-    const int slot = SlotAt(rank_, src);
     double p = 0;
     WEFT_RETURN_IF_ERROR(AcquireShared(src));
     Status st = GetBytes(src, fetched.data(), nbytes_, self_.addresses[src], self_.rkeys[src]);
@@ -327,84 +324,10 @@ Status UcxWindow::Get(const std::vector<std::pair<int, double>>& srcs) {
     WEFT_RETURN_IF_ERROR(st);
     WEFT_RETURN_IF_ERROR(released);
 
-    WEFT_RETURN_IF_ERROR(AcquireExclusive());
-    WeightedSum(base_ + SlotOffset(k, slot), x_.dtype(), count, {{fetched.data(), weight}});
-    const double wp = weight * p;
-    std::memcpy(base_ + POffset(k, slot), &wp, 8);
-    int64_t version = 0;
-    std::memcpy(&version, base_ + VersionOffset(slot), 8);
-    ++version;
-    std::memcpy(base_ + VersionOffset(slot), &version, 8);
-    WEFT_RETURN_IF_ERROR(ReleaseExclusive());
+    WEFT_RETURN_IF_ERROR(
+        Locally([&, src = src, weight = weight] { StoreFetched(src, fetched.data(), weight, p); }));
   }
   return OkStatus();
-}
-
-Status UcxWindow::Update(double self_weight, const std::vector<std::pair<int, double>>& neighbors,
-                         bool reset) {
-  WEFT_RETURN_IF_ERROR(CheckAlive());
-  const size_t count = static_cast<size_t>(x_.numel());
-  const int k = static_cast<int>(in_.size());
-  // Exclusive: no put lands in the buffers and no get reads x while they change.
-  WEFT_RETURN_IF_ERROR(AcquireExclusive());
-  std::vector<WeightedTerm> terms{{x_.data(), self_weight}};
-  double p = 0;
-  std::memcpy(&p, base_ + kPSelfOffset, 8);
-  p *= self_weight;
-  for (const auto& [src, weight] : neighbors) {
-    const int slot = SlotAt(rank_, src);
-    terms.push_back({base_ + SlotOffset(k, slot), weight});
-    double ps = 0;
-    std::memcpy(&ps, base_ + POffset(k, slot), 8);
-    p += weight * ps;
-  }
-  WeightedSum(x_.data(), x_.dtype(), count, terms);
-  std::memcpy(base_ + kPSelfOffset, &p, 8);
-  const int64_t zero = 0;
-  const double zero_p = 0;
-  for (const auto& [src, weight] : neighbors) {
-    const int slot = SlotAt(rank_, src);
-    std::memcpy(base_ + VersionOffset(slot), &zero, 8);
-    if (reset) {
-      std::memset(base_ + SlotOffset(k, slot), 0, nbytes_);
-      std::memcpy(base_ + POffset(k, slot), &zero_p, 8);
-    }
-  }
-  return ReleaseExclusive();
-}
-
-Status UcxWindow::ScaleSelf(const TensorView& x, double factor) {
-  WEFT_RETURN_IF_ERROR(CheckAlive());
-  if (factor == 1.0) return OkStatus();
-  WEFT_RETURN_IF_ERROR(AcquireExclusive());
-  Scale(x.data(), x.dtype(), static_cast<size_t>(x.numel()), factor);
-  double p = 0;
-  std::memcpy(&p, base_ + kPSelfOffset, 8);
-  p *= factor;
-  std::memcpy(base_ + kPSelfOffset, &p, 8);
-  return ReleaseExclusive();
-}
-
-StatusOr<std::map<int, int64_t>> UcxWindow::Versions() {
-  WEFT_RETURN_IF_ERROR(CheckAlive());
-  WEFT_RETURN_IF_ERROR(AcquireExclusive());
-  std::map<int, int64_t> versions;
-  for (size_t s = 0; s < in_.size(); ++s) {
-    int64_t v = 0;
-    std::memcpy(&v, base_ + VersionOffset(static_cast<int>(s)), 8);
-    versions[in_[s]] = v;
-  }
-  WEFT_RETURN_IF_ERROR(ReleaseExclusive());
-  return versions;
-}
-
-StatusOr<double> UcxWindow::AssociatedP() {
-  WEFT_RETURN_IF_ERROR(CheckAlive());
-  WEFT_RETURN_IF_ERROR(AcquireExclusive());
-  double p = 0;
-  std::memcpy(&p, base_ + kPSelfOffset, 8);
-  WEFT_RETURN_IF_ERROR(ReleaseExclusive());
-  return p;
 }
 
 StatusOr<bool> UcxWindow::TryLockMutexes(const std::vector<int>& ranks) {

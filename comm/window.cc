@@ -62,13 +62,14 @@ class MpiWindow : public Window {
   Status Put(const TensorView& x, const std::vector<std::pair<int, double>>& dsts,
              bool accumulate) override;
   Status Get(const std::vector<std::pair<int, double>>& srcs) override;
-  Status Update(double self_weight, const std::vector<std::pair<int, double>>& neighbors,
-                bool reset) override;
-  Status ScaleSelf(const TensorView& x, double factor) override;
-  StatusOr<std::map<int, int64_t>> Versions() override;
-  StatusOr<double> AssociatedP() override;
   StatusOr<bool> TryLockMutexes(const std::vector<int>& ranks) override;
   Status UnlockMutexes(const std::vector<int>& ranks) override;
+
+ protected:
+  char* memory() const override { return base_; }
+  // Both windows: the buffers (puts) and x (gets).
+  Status LockLocal() override;
+  Status UnlockLocal() override;
 
  private:
   // Local access to this rank's own window memory.
@@ -160,6 +161,81 @@ Status Window::UpdateThenCollect() {
   return Update(1.0, all, /*reset=*/true);
 }
 
+void Window::StoreFetched(int src, const void* fetched, double weight, double p) {
+  char* base = memory();
+  const int k = static_cast<int>(in_.size());
+  const int slot = SlotAt(rank_, src);
+  WeightedSum(base + SlotOffset(k, slot), x_.dtype(), static_cast<size_t>(x_.numel()),
+              {{fetched, weight}});
+  const double wp = weight * p;
+  std::memcpy(base + POffset(k, slot), &wp, 8);
+  int64_t version = 0;
+  std::memcpy(&version, base + VersionOffset(slot), 8);
+  ++version;
+  std::memcpy(base + VersionOffset(slot), &version, 8);
+}
+
+Status Window::Update(double self_weight, const std::vector<std::pair<int, double>>& neighbors,
+                      bool reset) {
+  return Locally([&] {
+    char* base = memory();
+    const int k = static_cast<int>(in_.size());
+    std::vector<WeightedTerm> terms{{x_.data(), self_weight}};
+    double p = 0;
+    std::memcpy(&p, base + kPSelfOffset, 8);
+    p *= self_weight;
+    for (const auto& [src, weight] : neighbors) {
+      const int slot = SlotAt(rank_, src);
+      terms.push_back({base + SlotOffset(k, slot), weight});
+      double ps = 0;
+      std::memcpy(&ps, base + POffset(k, slot), 8);
+      p += weight * ps;
+    }
+    WeightedSum(x_.data(), x_.dtype(), static_cast<size_t>(x_.numel()), terms);
+    std::memcpy(base + kPSelfOffset, &p, 8);
+    const int64_t zero = 0;
+    const double zero_p = 0;
+    for (const auto& entry : neighbors) {
+      const int slot = SlotAt(rank_, entry.first);
+      std::memcpy(base + VersionOffset(slot), &zero, 8);
+      if (reset) {
+        std::memset(base + SlotOffset(k, slot), 0, nbytes_);
+        std::memcpy(base + POffset(k, slot), &zero_p, 8);
+      }
+    }
+  });
+}
+
+Status Window::ScaleSelf(const TensorView& x, double factor) {
+  WEFT_RETURN_IF_ERROR(CheckAlive());
+  if (factor == 1.0) return OkStatus();
+  return Locally([&] {
+    Scale(x.data(), x.dtype(), static_cast<size_t>(x.numel()), factor);
+    double p = 0;
+    std::memcpy(&p, memory() + kPSelfOffset, 8);
+    p *= factor;
+    std::memcpy(memory() + kPSelfOffset, &p, 8);
+  });
+}
+
+StatusOr<std::map<int, int64_t>> Window::Versions() {
+  std::map<int, int64_t> versions;
+  WEFT_RETURN_IF_ERROR(Locally([&] {
+    for (size_t s = 0; s < in_.size(); ++s) {
+      int64_t v = 0;
+      std::memcpy(&v, memory() + VersionOffset(static_cast<int>(s)), 8);
+      versions[in_[s]] = v;
+    }
+  }));
+  return versions;
+}
+
+StatusOr<double> Window::AssociatedP() {
+  double p = 0;
+  WEFT_RETURN_IF_ERROR(Locally([&] { std::memcpy(&p, memory() + kPSelfOffset, 8); }));
+  return p;
+}
+
 #ifndef WEFT_WITH_UCX
 bool ProgressWindowTransports() { return false; }
 #endif
@@ -219,6 +295,22 @@ Status MpiWindow::LockSelf() {
 }
 
 Status MpiWindow::UnlockSelf() { return Check(MPI_Win_unlock(rank_, data_win_), "MPI_Win_unlock"); }
+
+Status MpiWindow::LockLocal() {
+  // Others read x (win_get) under a shared lock on the self window, and put into the
+  // buffers under a shared lock on the data window.
+  WEFT_RETURN_IF_ERROR(
+      Check(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank_, 0, self_win_), "MPI_Win_lock"));
+  Status st = LockSelf();
+  if (!st.ok()) MPI_Win_unlock(rank_, self_win_);
+  return st;
+}
+
+Status MpiWindow::UnlockLocal() {
+  Status st = UnlockSelf();
+  Status unlocked = Check(MPI_Win_unlock(rank_, self_win_), "MPI_Win_unlock");
+  return st.ok() ? unlocked : st;
+}
 
 Status MpiWindow::Put(const TensorView& x, const std::vector<std::pair<int, double>>& dsts,
                    bool accumulate) {
@@ -300,12 +392,9 @@ Status MpiWindow::Put(const TensorView& x, const std::vector<std::pair<int, doub
 
 Status MpiWindow::Get(const std::vector<std::pair<int, double>>& srcs) {
   WEFT_RETURN_IF_ERROR(CheckAlive());
-  const size_t count = static_cast<size_t>(x_.numel());
-  const int k = static_cast<int>(in_.size());
   std::vector<char> fetched(nbytes_);
   const int n = static_cast<int>(nbytes_);
   for (const auto& [src, weight] : srcs) {
-    const int slot = SlotAt(rank_, src);
     double p = 0;
     WEFT_RETURN_IF_ERROR(
         Check(MPI_Win_lock(MPI_LOCK_SHARED, src, 0, self_win_), "MPI_Win_lock"));
@@ -323,99 +412,10 @@ Status MpiWindow::Get(const std::vector<std::pair<int, double>>& srcs) {
     WEFT_RETURN_IF_ERROR(st);
     WEFT_RETURN_IF_ERROR(unlocked);
 
-    WEFT_RETURN_IF_ERROR(LockSelf());
-    WeightedSum(base_ + SlotOffset(k, slot), x_.dtype(), count, {{fetched.data(), weight}});
-    const double wp = weight * p;
-    std::memcpy(base_ + POffset(k, slot), &wp, 8);
-    int64_t version = 0;
-    std::memcpy(&version, base_ + VersionOffset(slot), 8);
-    ++version;
-    std::memcpy(base_ + VersionOffset(slot), &version, 8);
-    WEFT_RETURN_IF_ERROR(UnlockSelf());
+    WEFT_RETURN_IF_ERROR(
+        Locally([&, src = src, weight = weight] { StoreFetched(src, fetched.data(), weight, p); }));
   }
   return OkStatus();
-}
-
-Status MpiWindow::Update(double self_weight, const std::vector<std::pair<int, double>>& neighbors,
-                      bool reset) {
-  WEFT_RETURN_IF_ERROR(CheckAlive());
-  const size_t count = static_cast<size_t>(x_.numel());
-  const int k = static_cast<int>(in_.size());
-  // Others read x (win_get) under a shared lock on the self window: keep them out while x
-  // changes, and puts out of the buffers.
-  WEFT_RETURN_IF_ERROR(
-      Check(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank_, 0, self_win_), "MPI_Win_lock"));
-  Status st = LockSelf();
-  if (st.ok()) {
-    std::vector<WeightedTerm> terms{{x_.data(), self_weight}};
-    double p = 0;
-    std::memcpy(&p, base_ + kPSelfOffset, 8);
-    p *= self_weight;
-    for (const auto& [src, weight] : neighbors) {
-      const int slot = SlotAt(rank_, src);
-      terms.push_back({base_ + SlotOffset(k, slot), weight});
-      double ps = 0;
-      std::memcpy(&ps, base_ + POffset(k, slot), 8);
-      p += weight * ps;
-    }
-    WeightedSum(x_.data(), x_.dtype(), count, terms);
-    std::memcpy(base_ + kPSelfOffset, &p, 8);
-    const int64_t zero = 0;
-    const double zero_p = 0;
-    for (const auto& [src, weight] : neighbors) {
-      const int slot = SlotAt(rank_, src);
-      std::memcpy(base_ + VersionOffset(slot), &zero, 8);
-      if (reset) {
-        std::memset(base_ + SlotOffset(k, slot), 0, nbytes_);
-        std::memcpy(base_ + POffset(k, slot), &zero_p, 8);
-      }
-    }
-    st = UnlockSelf();
-  }
-  Status unlocked = Check(MPI_Win_unlock(rank_, self_win_), "MPI_Win_unlock");
-  WEFT_RETURN_IF_ERROR(st);
-  return unlocked;
-}
-
-Status MpiWindow::ScaleSelf(const TensorView& x, double factor) {
-  WEFT_RETURN_IF_ERROR(CheckAlive());
-  if (factor == 1.0) return OkStatus();
-  WEFT_RETURN_IF_ERROR(
-      Check(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank_, 0, self_win_), "MPI_Win_lock"));
-  Status st = LockSelf();
-  if (st.ok()) {
-    Scale(x.data(), x.dtype(), static_cast<size_t>(x.numel()), factor);
-    double p = 0;
-    std::memcpy(&p, base_ + kPSelfOffset, 8);
-    p *= factor;
-    std::memcpy(base_ + kPSelfOffset, &p, 8);
-    st = UnlockSelf();
-  }
-  Status unlocked = Check(MPI_Win_unlock(rank_, self_win_), "MPI_Win_unlock");
-  WEFT_RETURN_IF_ERROR(st);
-  return unlocked;
-}
-
-StatusOr<std::map<int, int64_t>> MpiWindow::Versions() {
-  WEFT_RETURN_IF_ERROR(CheckAlive());
-  WEFT_RETURN_IF_ERROR(LockSelf());
-  std::map<int, int64_t> versions;
-  for (size_t s = 0; s < in_.size(); ++s) {
-    int64_t v = 0;
-    std::memcpy(&v, base_ + VersionOffset(static_cast<int>(s)), 8);
-    versions[in_[s]] = v;
-  }
-  WEFT_RETURN_IF_ERROR(UnlockSelf());
-  return versions;
-}
-
-StatusOr<double> MpiWindow::AssociatedP() {
-  WEFT_RETURN_IF_ERROR(CheckAlive());
-  WEFT_RETURN_IF_ERROR(LockSelf());
-  double p = 0;
-  std::memcpy(&p, base_ + kPSelfOffset, 8);
-  WEFT_RETURN_IF_ERROR(UnlockSelf());
-  return p;
 }
 
 StatusOr<bool> MpiWindow::TryLockMutexes(const std::vector<int>& ranks) {

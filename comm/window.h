@@ -72,19 +72,21 @@ class Window {
                      bool accumulate) = 0;
   // Reads w * x_j (and w * p_j) of each source into this rank's buffer for j.
   virtual Status Get(const std::vector<std::pair<int, double>>& srcs) = 0;
+  // The operations below touch only this rank's memory, under LockLocal(): the same for
+  // every transport.
   // x <- self_weight * x + sum_j w_j * buf_j (p likewise); `reset` zeroes the buffers used.
   // The versions of the buffers used return to 0.
-  virtual Status Update(double self_weight, const std::vector<std::pair<int, double>>& neighbors,
-                        bool reset) = 0;
+  Status Update(double self_weight, const std::vector<std::pair<int, double>>& neighbors,
+                bool reset);
   // x <- x + sum_j buf_j, then every buffer is zeroed (p likewise).
   Status UpdateThenCollect();
   // x *= factor (the tensor a put sent, usually the window's own) and p *= factor: a put's
   // self_weight.
-  virtual Status ScaleSelf(const TensorView& x, double factor) = 0;
+  Status ScaleSelf(const TensorView& x, double factor);
 
   // Puts into each buffer since the last update, by in-neighbor.
-  virtual StatusOr<std::map<int, int64_t>> Versions() = 0;
-  virtual StatusOr<double> AssociatedP() = 0;
+  StatusOr<std::map<int, int64_t>> Versions();
+  StatusOr<double> AssociatedP();
 
   // One attempt to take the mutex of every rank in `ranks` (sorted, so two processes never
   // wait on each other in opposite orders): true when all are held (those taken stay
@@ -98,6 +100,23 @@ class Window {
   Status Init(MPI_Comm comm, const std::string& name, const TensorView& x,
               const Topology& topo);
   Status CheckAlive() const;
+
+  // This rank's window memory, and exclusive access to it and to x: no put lands in the
+  // buffers and no get reads x while held.
+  virtual char* memory() const = 0;
+  virtual Status LockLocal() = 0;
+  virtual Status UnlockLocal() = 0;
+  // Runs `body` (touching only this rank's memory) under LockLocal().
+  template <typename Body>
+  Status Locally(Body&& body) {
+    WEFT_RETURN_IF_ERROR(CheckAlive());
+    WEFT_RETURN_IF_ERROR(LockLocal());
+    body();
+    return UnlockLocal();
+  }
+  // What a get fetched from src (its x and p) becomes src's buffer: weight * x, weight * p,
+  // one more version. Under LockLocal().
+  void StoreFetched(int src, const void* fetched, double weight, double p);
 
   // Byte offsets inside a rank's window memory, given its in-degree k.
   static constexpr size_t kMutexOffset = 0;
