@@ -82,29 +82,6 @@ Allocator SlotAllocator(const std::shared_ptr<OutputSlot>& slot) {
 
 namespace {
 
-Status CheckVersion(unsigned int version, unsigned int current, const char* function,
-                    const char* type, const char* init) {
-  if (version >= 1 && version <= current) return OkStatus();
-  return InvalidArgument(function, ": ", type, ".version is ", version, ", expected 1..",
-                         current, "; initialize the struct with ", init);
-}
-
-// (ranks[k], weights[k]) pairs as a map; duplicate ranks are an error (a map would keep
-// one of them silently). `weights` NULL means 1 for each rank.
-StatusOr<std::map<int, double>> WeightMap(const int* ranks, const double* weights, size_t n,
-                                          const char* function, const char* what) {
-  if (n > 0 && ranks == nullptr) {
-    return InvalidArgument(function, ": ", n, " ", what, " given but the rank array is NULL");
-  }
-  std::map<int, double> map;
-  for (size_t k = 0; k < n; ++k) {
-    if (!map.emplace(ranks[k], weights == nullptr ? 1.0 : weights[k]).second) {
-      return InvalidArgument(function, ": rank ", ranks[k], " appears twice in ", what);
-    }
-  }
-  return map;
-}
-
 StatusOr<NeighborAllreduceOptions> ToOptions(const weft_neighbor_allreduce_options* o,
                                              const char* fn) {
   NeighborAllreduceOptions options;

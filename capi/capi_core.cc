@@ -46,6 +46,27 @@ const char* KeepString(std::string text) {
   return t_returned.c_str();
 }
 
+Status CheckVersion(unsigned int version, unsigned int current, const char* function,
+                    const char* type, const char* init) {
+  if (version >= 1 && version <= current) return OkStatus();
+  return InvalidArgument(function, ": ", type, ".version is ", version, ", expected 1..",
+                         current, "; initialize the struct with ", init);
+}
+
+StatusOr<std::map<int, double>> WeightMap(const int* ranks, const double* weights, size_t n,
+                                          const char* function, const char* what) {
+  if (n > 0 && ranks == nullptr) {
+    return InvalidArgument(function, ": ", n, " ", what, " given but the rank array is NULL");
+  }
+  std::map<int, double> map;
+  for (size_t k = 0; k < n; ++k) {
+    if (!map.emplace(ranks[k], weights == nullptr ? 1.0 : weights[k]).second) {
+      return InvalidArgument(function, ": rank ", ranks[k], " appears twice in ", what);
+    }
+  }
+  return map;
+}
+
 Status Required(const void* pointer, const char* function, const char* argument) {
   if (pointer != nullptr) return OkStatus();
   return InvalidArgument(function, ": ", argument, " is NULL");

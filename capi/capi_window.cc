@@ -13,30 +13,11 @@ using weft::TensorView;
 using weft::capi::Guard;
 using weft::capi::NameOrEmpty;
 using weft::capi::Required;
+using weft::capi::CheckVersion;
 using weft::capi::View;
+using weft::capi::WeightMap;
 
 namespace {
-
-Status CheckVersion(unsigned int version, unsigned int current, const char* fn,
-                    const char* type, const char* init) {
-  if (version >= 1 && version <= current) return weft::OkStatus();
-  return weft::InvalidArgument(fn, ": ", type, ".version is ", version, ", expected 1..",
-                               current, "; initialize the struct with ", init);
-}
-
-StatusOr<std::map<int, double>> Pairs(const int* ranks, const double* weights, size_t n,
-                                      const char* fn, const char* what) {
-  if (n > 0 && ranks == nullptr) {
-    return weft::InvalidArgument(fn, ": ", n, " ", what, " given but the rank array is NULL");
-  }
-  std::map<int, double> map;
-  for (size_t k = 0; k < n; ++k) {
-    if (!map.emplace(ranks[k], weights == nullptr ? 1.0 : weights[k]).second) {
-      return weft::InvalidArgument(fn, ": rank ", ranks[k], " appears twice in ", what);
-    }
-  }
-  return map;
-}
 
 StatusOr<weft::WinPutOptions> ToOptions(const weft_win_put_options* o, const char* fn) {
   weft::WinPutOptions options;
@@ -46,7 +27,7 @@ StatusOr<weft::WinPutOptions> ToOptions(const weft_win_put_options* o, const cha
   options.self_weight = o->self_weight;
   if (o->has_dst) {
     WEFT_ASSIGN_OR_RETURN(options.dst_weights,
-                          Pairs(o->dst_ranks, o->dst_weights, o->num_dst, fn, "dst_ranks"));
+                          WeightMap(o->dst_ranks, o->dst_weights, o->num_dst, fn, "dst_ranks"));
   } else if (o->num_dst > 0) {
     return weft::InvalidArgument(fn, ": dst_ranks given without has_dst = 1");
   }
@@ -61,7 +42,7 @@ StatusOr<weft::WinGetOptions> ToOptions(const weft_win_get_options* o, const cha
                                     "weft_win_get_options", "WEFT_WIN_GET_OPTIONS_INIT"));
   if (o->has_src) {
     WEFT_ASSIGN_OR_RETURN(options.src_weights,
-                          Pairs(o->src_ranks, o->src_weights, o->num_src, fn, "src_ranks"));
+                          WeightMap(o->src_ranks, o->src_weights, o->num_src, fn, "src_ranks"));
   } else if (o->num_src > 0) {
     return weft::InvalidArgument(fn, ": src_ranks given without has_src = 1");
   }
@@ -82,7 +63,7 @@ StatusOr<weft::WinUpdateOptions> ToOptions(const weft_win_update_options* o, con
     }
     options.self_weight = o->self_weight;
     WEFT_ASSIGN_OR_RETURN(options.neighbor_weights,
-                          Pairs(o->neighbor_ranks, o->neighbor_weights, o->num_neighbors, fn,
+                          WeightMap(o->neighbor_ranks, o->neighbor_weights, o->num_neighbors, fn,
                                 "neighbor_ranks"));
   } else if (o->num_neighbors > 0) {
     return weft::InvalidArgument(fn, ": neighbor_ranks given without has_weights = 1");

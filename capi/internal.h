@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <exception>
+#include <map>
 #include <new>
 #include <string>
 #include <vector>
@@ -47,6 +48,15 @@ weft_status Guard(const char* function, Body&& body) noexcept {
 
 // Wraps a started op in a new request for the caller (capi_comm.cc).
 Status EmitRequest(weft_request** request, StatusOr<Handle> handle);
+
+// A versioned option struct: `version` must be 1..current; the error names the _INIT macro.
+Status CheckVersion(unsigned int version, unsigned int current, const char* function,
+                    const char* type, const char* init);
+
+// (ranks[k], weights[k]) pairs as a map; duplicate ranks are an error (a map would keep one
+// of them silently). `weights` NULL means 1 for each rank.
+StatusOr<std::map<int, double>> WeightMap(const int* ranks, const double* weights, size_t n,
+                                          const char* function, const char* what);
 
 // A required pointer argument; the error names the function and the argument.
 Status Required(const void* pointer, const char* function, const char* argument);
