@@ -1,5 +1,6 @@
 #include "comm/ucx_context.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -11,11 +12,6 @@ namespace weft {
 namespace comm {
 namespace {
 
-Status MpiCheck(int code, const char* what) {
-  if (code == MPI_SUCCESS) return OkStatus();
-  return Internal(what, " failed (MPI error ", code, ")");
-}
-
 // Tags: the sender's per-pair message count in the high bits, the sender's rank in the low.
 constexpr int kRankBits = 24;
 uint64_t Tag(uint64_t count, int sender) {
@@ -26,6 +22,33 @@ uint64_t Tag(uint64_t count, int sender) {
 
 Status UcsError(ucs_status_t status, const std::string& what) {
   return Internal(what, " failed: ", ucs_status_string(status));
+}
+
+Status MpiCheck(int code, const char* what) {
+  if (code == MPI_SUCCESS) return OkStatus();
+  return Internal(what, " failed (MPI error ", code, ")");
+}
+
+StatusOr<std::vector<std::string>> AllgatherBytes(MPI_Comm comm, const void* data,
+                                                  size_t length) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  int len = static_cast<int>(length);
+  std::vector<int> lens(size), displs(size);
+  WEFT_RETURN_IF_ERROR(
+      MpiCheck(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm), "MPI_Allgather"));
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    displs[r] = total;
+    total += lens[r];
+  }
+  std::vector<char> all(static_cast<size_t>(std::max(total, 1)));
+  WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Allgatherv(data, len, MPI_BYTE, all.data(), lens.data(),
+                                               displs.data(), MPI_BYTE, comm),
+                                "MPI_Allgatherv"));
+  std::vector<std::string> out(size);
+  for (int r = 0; r < size; ++r) out[r].assign(all.data() + displs[r], lens[r]);
+  return out;
 }
 
 Status UcxContext::Wait(ucs_status_ptr_t request, const char* what) {
@@ -153,26 +176,15 @@ StatusOr<UcxContext*> UcxContext::Get(MPI_Comm comm) {
   MPI_Comm_rank(comm, &ctx->rank_);
   ctx->sent_.assign(size, 0);
   ctx->received_.assign(size, 0);
-  int len = static_cast<int>(address_len);
-  std::vector<int> lens(size), displs(size);
-  WEFT_RETURN_IF_ERROR(
-      MpiCheck(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm), "MPI_Allgather"));
-  int total = 0;
-  for (int r = 0; r < size; ++r) {
-    displs[r] = total;
-    total += lens[r];
-  }
-  std::vector<char> all(static_cast<size_t>(total));
-  WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Allgatherv(address, len, MPI_BYTE, all.data(), lens.data(),
-                                               displs.data(), MPI_BYTE, comm),
-                                "MPI_Allgatherv"));
+  auto addresses = AllgatherBytes(comm, address, address_len);
   ucp_worker_release_address(ctx->worker_, address);
+  if (!addresses.ok()) return addresses.status();
   ctx->eps_.resize(size);
   for (int r = 0; r < size; ++r) {
     ucp_ep_params_t ep_params;
     std::memset(&ep_params, 0, sizeof(ep_params));
     ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
-    ep_params.address = reinterpret_cast<const ucp_address_t*>(all.data() + displs[r]);
+    ep_params.address = reinterpret_cast<const ucp_address_t*>((*addresses)[r].data());
     st = ucp_ep_create(ctx->worker_, &ep_params, &ctx->eps_[r]);
     if (st != UCS_OK) return UcsError(st, absl::StrCat("ucp_ep_create to rank ", r));
   }

@@ -26,6 +26,11 @@ namespace weft {
 namespace comm {
 
 Status UcsError(ucs_status_t status, const std::string& what);
+Status MpiCheck(int code, const char* what);
+// Every rank's `length` bytes at `data` (the lengths may differ), indexed by rank.
+// Collective over `comm`: how worker addresses and remote keys travel.
+StatusOr<std::vector<std::string>> AllgatherBytes(MPI_Comm comm, const void* data,
+                                                  size_t length);
 
 class UcxContext {
  public:

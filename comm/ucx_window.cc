@@ -33,11 +33,6 @@ namespace {
 
 constexpr uint64_t kWriter = uint64_t{1} << 62;
 
-Status MpiCheck(int code, const char* what) {
-  if (code == MPI_SUCCESS) return OkStatus();
-  return Internal(what, " failed (MPI error ", code, ")");
-}
-
 // One registered region and every rank's key and address for it.
 struct Region {
   ucp_mem_h memh = nullptr;
@@ -81,24 +76,13 @@ Status Register(UcxContext* ucx, MPI_Comm comm, void** base, size_t length, Regi
   WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Allgather(&address, 1, MPI_UINT64_T,
                                               region->addresses.data(), 1, MPI_UINT64_T, comm),
                                 "MPI_Allgather"));
-  int len = static_cast<int>(packed_len);
-  std::vector<int> lens(size), displs(size);
-  WEFT_RETURN_IF_ERROR(
-      MpiCheck(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm), "MPI_Allgather"));
-  int total = 0;
-  for (int r = 0; r < size; ++r) {
-    displs[r] = total;
-    total += lens[r];
-  }
-  std::vector<char> keys(static_cast<size_t>(std::max(total, 1)));
-  WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Allgatherv(packed, len, MPI_BYTE, keys.data(), lens.data(),
-                                               displs.data(), MPI_BYTE, comm),
-                                "MPI_Allgatherv"));
+  auto keys = AllgatherBytes(comm, packed, packed_len);
   if (packed != nullptr) ucp_rkey_buffer_release(packed);
+  if (!keys.ok()) return keys.status();
   region->rkeys.assign(size, nullptr);
   for (int r = 0; r < size; ++r) {
-    if (lens[r] == 0) continue;
-    ucs_status_t st = ucp_ep_rkey_unpack(ucx->ep(r), keys.data() + displs[r], &region->rkeys[r]);
+    if ((*keys)[r].empty()) continue;  // an empty region has no key
+    ucs_status_t st = ucp_ep_rkey_unpack(ucx->ep(r), (*keys)[r].data(), &region->rkeys[r]);
     if (st != UCS_OK) return UcsError(st, absl::StrCat("ucp_ep_rkey_unpack from rank ", r));
   }
   return OkStatus();
