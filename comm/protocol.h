@@ -44,7 +44,7 @@ struct Descriptor {
   std::vector<int64_t> shape;
 
   // Must agree across ranks.
-  int32_t root = -1;     // broadcast
+  int32_t root = -1;     // broadcast: the root; win_create: the transport (comm::Transport)
   bool average = false;  // allreduce
 
   // Point-to-point pattern (neighbor ops, pair gossip): ranks; for the hierarchical op,
