@@ -89,13 +89,6 @@ Status CheckTensor(const TensorView& t, const char* op, const char* which) {
   if (!t.defined()) return InvalidArgument(op, ": the ", which, " tensor has no data");
   if (t.device().type != Device::Type::kCPU) {
 #ifdef WEFT_WITH_NCCL
-    // Windows expose host memory to one-sided MPI/UCX operations; CUDA memory would need
-    // host staging on every put, get and update, which is not written yet.
-    if (absl::StartsWith(op, "win_")) {
-      return Unimplemented(op, ": the ", which, " tensor is on ", t.device().ToString(),
-                           "; windows on CUDA tensors are not supported yet (move the tensor "
-                           "to the CPU)");
-    }
     // The same code as a build without NCCL: CUDA ops cannot run in this process.
     const std::string why = comm::nccl::DeviceUnavailable(t.device().index);
     if (!why.empty()) {
@@ -721,7 +714,7 @@ StatusOr<std::shared_ptr<comm::Window>> FindWindow(State& state, const char* op,
 Status CheckWindowTensor(const comm::Window& w, const TensorView& x, const char* op) {
   WEFT_RETURN_IF_ERROR(CheckTensor(x, op, "input"));
   const TensorView& t = w.tensor();
-  if (x.dtype() != t.dtype() || x.shape() != t.shape()) {
+  if (x.dtype() != t.dtype() || x.shape() != t.shape() || x.device().type != t.device().type) {
     return InvalidArgument(op, " '", w.name(), "': the tensor is ", x.ToString(),
                            " but the window holds ", t.ToString());
   }
@@ -802,8 +795,7 @@ StatusOr<Handle> WinPut(const TensorView& x, const std::string& name,
   return SubmitWindowOp(
       *state, display,
       WithMutexes(w, ranks, options.require_mutex, [w, x, dsts, accumulate, self_weight] {
-        WEFT_RETURN_IF_ERROR(w->Put(x, dsts, accumulate));
-        return w->ScaleSelf(x, self_weight);
+        return w->PutAndScale(x, dsts, accumulate, self_weight);
       }));
 }
 
@@ -852,8 +844,32 @@ Status win_create(const TensorView& x, const std::string& name, const WinCreateO
   std::shared_ptr<const Topology> topo = Topo(*state).first;
   State* raw = state.get();
   r->action = [raw, x, name, zero_init, topo, transport]() -> std::optional<Status> {
-    auto w = comm::Window::Create(raw->ctx.data, name, x, *topo, zero_init, transport);
+    // A tensor on a CUDA device: the window is created over a host copy of it (every rank
+    // has the same device type: the coordinator checked).
+    TensorView host_x = x;
+    std::shared_ptr<std::vector<char>> host;
+    std::function<Status(void*, const void*, size_t, bool)> copy;
+    if (x.device().type != Device::Type::kCPU) {
+      Status staged = [&]() -> Status {
+        WEFT_ASSIGN_OR_RETURN(copy, raw->engine->DeviceCopier(x.device()));
+        host = std::make_shared<std::vector<char>>(x.nbytes());
+        WEFT_RETURN_IF_ERROR(copy(host->data(), x.data(), x.nbytes(), /*to_device=*/false));
+        host_x = TensorView(host->data(), x.dtype(), x.shape());
+        return OkStatus();
+      }();
+      // Window creation is collective: a rank that could not copy must not leave the
+      // others waiting in it.
+      int ok = staged.ok() ? 1 : 0;
+      MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, raw->ctx.data);
+      if (!staged.ok()) return Annotate(staged, "win_create '" + name + "': host staging");
+      if (!ok) {
+        return FailedPrecondition("win_create '", name, "': another rank could not copy its "
+                                  "CUDA tensor to host memory (see its error)");
+      }
+    }
+    auto w = comm::Window::Create(raw->ctx.data, name, host_x, *topo, zero_init, transport);
     if (!w.ok()) return w.status();
+    if (copy) (*w)->StageThrough(x, copy, host);
     std::lock_guard<std::mutex> lock(raw->win_mu);
     raw->windows[name] = *w;
     raw->engine->windows.fetch_add(1);

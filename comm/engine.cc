@@ -494,6 +494,23 @@ Status Engine::RunOnMpi(const Response& response, std::vector<std::shared_ptr<Re
   }
 }
 
+StatusOr<std::function<Status(void*, const void*, size_t, bool)>> Engine::DeviceCopier(
+    const Device& device) {
+#ifdef WEFT_WITH_NCCL
+  if (nccl_ == nullptr) {
+    nccl_ = std::make_shared<nccl::NcclBackend>(ctx_.data, ctx_.local, ctx_.cross);
+  }
+  std::shared_ptr<nccl::NcclBackend> backend = nccl_;
+  return [backend, device](void* dst, const void* src, size_t bytes, bool to_device) {
+    return to_device ? backend->CopyToDevice(dst, src, bytes, device)
+                     : backend->CopyToHost(dst, src, bytes, device);
+  };
+#else
+  return Unimplemented("tensors on ", device.ToString(), " need weft's NCCL backend, which "
+                       "this build does not include");
+#endif
+}
+
 #ifdef WEFT_WITH_NCCL
 void Engine::ExecuteOnDevice(const Response& response,
                              std::vector<std::shared_ptr<Request>>& group) {

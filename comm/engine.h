@@ -116,6 +116,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // (neighbor allreduce, pair gossip) go through UCX tagged messages instead of MPI.
   bool ucx_exchange = false;
 
+  // Synchronous copies between host memory and `device` (a CUDA device), ordered after
+  // the device work the engine queued: windows on CUDA tensors stage through host memory
+  // with it. Only from the thread making progress (a window op's action). Fails in builds
+  // without the NCCL backend.
+  StatusOr<std::function<Status(void* dst, const void* src, size_t bytes, bool to_device)>>
+  DeviceCopier(const Device& device);
+
   // Called by the thread making progress when a set_topology op succeeds.
   std::function<void(const Request&)> on_set_topology;
 

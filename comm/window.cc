@@ -203,7 +203,7 @@ Status Window::Update(double self_weight, const std::vector<std::pair<int, doubl
         std::memcpy(base + POffset(k, slot), &zero_p, 8);
       }
     }
-  });
+    }, /*touches_x=*/true);
 }
 
 Status Window::ScaleSelf(const TensorView& x, double factor) {
@@ -215,7 +215,44 @@ Status Window::ScaleSelf(const TensorView& x, double factor) {
     std::memcpy(&p, memory() + kPSelfOffset, 8);
     p *= factor;
     std::memcpy(memory() + kPSelfOffset, &p, 8);
-  });
+  }, /*touches_x=*/x.data() == x_.data());
+}
+
+void Window::StageThrough(const TensorView& device_x, DeviceCopy copy,
+                          std::shared_ptr<void> host) {
+  device_x_ = device_x;
+  copy_ = std::move(copy);
+  host_ = std::move(host);
+}
+
+Status Window::PutAndScale(const TensorView& x, const std::vector<std::pair<int, double>>& dsts,
+                           bool accumulate, double self_weight) {
+  if (x.device().type == Device::Type::kCPU) {
+    WEFT_RETURN_IF_ERROR(Put(x, dsts, accumulate));
+    return ScaleSelf(x, self_weight);
+  }
+  if (!staged()) {
+    return Internal("window '", name_, "' was given ", x.ToString(), " but holds host memory");
+  }
+  if (x.data() == device_x_.data()) {
+    // The window's own tensor: refresh the host copy (neighbors' gets read it too), put
+    // from it, and scale it (ScaleSelf copies it back to the device).
+    WEFT_RETURN_IF_ERROR(CheckAlive());
+    WEFT_RETURN_IF_ERROR(LockLocal());
+    Status s = copy_(x_.data(), device_x_.data(), nbytes_, false);
+    WEFT_RETURN_IF_ERROR(UnlockLocal());
+    WEFT_RETURN_IF_ERROR(s);
+    WEFT_RETURN_IF_ERROR(Put(x_, dsts, accumulate));
+    return ScaleSelf(x_, self_weight);
+  }
+  // Another tensor on the device: a host copy for this put, written back when scaled.
+  std::vector<char> host(nbytes_);
+  WEFT_RETURN_IF_ERROR(copy_(host.data(), x.data(), nbytes_, false));
+  const TensorView staged_x(host.data(), x.dtype(), x.shape());
+  WEFT_RETURN_IF_ERROR(Put(staged_x, dsts, accumulate));
+  if (self_weight == 1.0) return OkStatus();
+  WEFT_RETURN_IF_ERROR(ScaleSelf(staged_x, self_weight));
+  return copy_(x.data(), host.data(), nbytes_, true);
 }
 
 StatusOr<std::map<int, int64_t>> Window::Versions() {

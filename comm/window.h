@@ -22,6 +22,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -60,7 +61,8 @@ class Window {
   virtual Transport transport() const = 0;
 
   const std::string& name() const { return name_; }
-  const TensorView& tensor() const { return x_; }
+  // The tensor the window was created with (on its device).
+  const TensorView& tensor() const { return staged() ? device_x_ : x_; }
   const std::vector<int>& in_neighbors() const { return in_; }
   const std::vector<int>& out_neighbors() const { return out_; }
   // Whether `src` has a buffer at `dst` (src is an in-neighbor of dst at creation).
@@ -70,6 +72,10 @@ class Window {
   // w * p into its p. `x` has the window's dtype and shape.
   virtual Status Put(const TensorView& x, const std::vector<std::pair<int, double>>& dsts,
                      bool accumulate) = 0;
+  // Put, then ScaleSelf(x, self_weight): what win_put and win_accumulate do. A tensor on a
+  // CUDA device is staged through host memory (and written back when scaled).
+  Status PutAndScale(const TensorView& x, const std::vector<std::pair<int, double>>& dsts,
+                     bool accumulate, double self_weight);
   // Reads w * x_j (and w * p_j) of each source into this rank's buffer for j.
   virtual Status Get(const std::vector<std::pair<int, double>>& srcs) = 0;
   // The operations below touch only this rank's memory, under LockLocal(): the same for
@@ -94,6 +100,18 @@ class Window {
   virtual StatusOr<bool> TryLockMutexes(const std::vector<int>& ranks) = 0;
   virtual Status UnlockMutexes(const std::vector<int>& ranks) = 0;
 
+  // Host staging for a tensor on a CUDA device. Windows live in host memory (MPI RMA and
+  // UCX register it), so the window is created over a host copy of the device tensor, and
+  // StageThrough() makes it keep the two in step: an op that reads or writes x refreshes the
+  // copy from the device first and, when it wrote x, copies it back. A neighbor's win_get
+  // therefore sees x as of this rank's last window operation. `copy(dst, src, bytes,
+  // to_device)` is a synchronous copy ordered after the device's queued work; `host` owns
+  // the host copy (the memory the window was created over).
+  using DeviceCopy =
+      std::function<Status(void* dst, const void* src, size_t bytes, bool to_device)>;
+  void StageThrough(const TensorView& device_x, DeviceCopy copy, std::shared_ptr<void> host);
+  bool staged() const { return static_cast<bool>(copy_); }
+
  protected:
   Window() = default;
   // Fills the fields below; `rank` from `comm`.
@@ -106,13 +124,21 @@ class Window {
   virtual char* memory() const = 0;
   virtual Status LockLocal() = 0;
   virtual Status UnlockLocal() = 0;
-  // Runs `body` (touching only this rank's memory) under LockLocal().
+  // Runs `body` (touching only this rank's memory) under LockLocal(). `touches_x`: body
+  // reads and writes x, so a staged window refreshes x from the device before it and
+  // copies x back after.
   template <typename Body>
-  Status Locally(Body&& body) {
+  Status Locally(Body&& body, bool touches_x = false) {
     WEFT_RETURN_IF_ERROR(CheckAlive());
     WEFT_RETURN_IF_ERROR(LockLocal());
-    body();
-    return UnlockLocal();
+    const bool stage = touches_x && staged();
+    Status s = stage ? copy_(x_.data(), device_x_.data(), nbytes_, false) : OkStatus();
+    if (s.ok()) {
+      body();
+      if (stage) s = copy_(device_x_.data(), x_.data(), nbytes_, true);
+    }
+    Status unlocked = UnlockLocal();
+    return s.ok() ? unlocked : s;
   }
   // What a get fetched from src (its x and p) becomes src's buffer: weight * x, weight * p,
   // one more version. Under LockLocal().
@@ -139,6 +165,10 @@ class Window {
   std::vector<int> in_, out_;
   size_t nbytes_ = 0;
   std::vector<int> held_;  // mutexes this rank holds (ranks), sorted
+  // Host staging (StageThrough): x_ is the host copy of device_x_.
+  TensorView device_x_;
+  DeviceCopy copy_;
+  std::shared_ptr<void> host_;
 };
 
 #ifdef WEFT_WITH_UCX
