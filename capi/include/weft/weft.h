@@ -428,6 +428,63 @@ WEFT_API weft_status weft_win_mutex_acquire(const char* name, const int* ranks,
 WEFT_API weft_status weft_win_mutex_release(const char* name, const int* ranks,
                                             size_t num_ranks);
 
+/* ---- optimizers: the step counter ----------------------------------------------------- */
+
+/* The state machine behind num_steps_per_communication (J) of the distributed optimizers
+ * (optim/README.md has the rules): every counted computation (forward or backward,
+ * whichever the optimizer counts) brings a countdown from J towards 0; the one that reaches
+ * 0 starts the communication; a step then is an S (wait, combine, start over), a step
+ * before is an s (local update only); a counted computation with the countdown already at 0
+ * is a misuse to warn about. Every binding's optimizers use this one, so all behave alike.
+ * Units: an optimizer counting backward computations per parameter (communication launched
+ * as each gradient is ready) gives each parameter a unit; each counts down on its own, and
+ * a pass that finds units at 0 warns once. Needs no weft_init(); one counter must not be
+ * used by two threads at once. */
+typedef struct weft_step_counter weft_step_counter;
+
+typedef enum weft_count_kind {
+  WEFT_COUNT_FORWARD = 0,
+  WEFT_COUNT_BACKWARD = 1
+} weft_count_kind;
+
+typedef enum weft_computation_event {
+  WEFT_COMPUTATION_IGNORED = 0,     /* not counted (no-grad, nothing requires grad) */
+  WEFT_COMPUTATION_COUNTED = 1,     /* counted; the countdown is not at 0 */
+  WEFT_COMPUTATION_COMMUNICATE = 2, /* counted and reached 0: start the communication now */
+  WEFT_COMPUTATION_MISUSE = 3       /* counted with the countdown at 0: warn (the text is
+                                       weft_step_counter_misuse_warning) */
+} weft_computation_event;
+
+/* steps_per_communication >= 1, units >= 1. */
+WEFT_API weft_status weft_step_counter_create(weft_step_counter** counter,
+                                              int64_t steps_per_communication,
+                                              weft_count_kind counts, int units);
+WEFT_API void weft_step_counter_destroy(weft_step_counter* counter);
+/* A computation of `unit` finished; `counted` 0 for one under no-grad or of a model with no
+ * parameter that requires grad (it changes nothing). */
+WEFT_API weft_status weft_step_counter_computation(weft_computation_event* event,
+                                                   weft_step_counter* counter, int unit,
+                                                   int counted);
+/* A step: *communicate is 1 for an S (wait for what was launched, launch the units not yet
+ * at 0, combine; the countdowns restart from J), 0 for an s. WEFT_ERR_FAILED_PRECONDITION
+ * before any counted computation (the optimizer is not seeing the model's computations). */
+WEFT_API weft_status weft_step_counter_step(int* communicate, weft_step_counter* counter);
+/* Takes effect at once when nothing was counted since the last S, else at the next S. */
+WEFT_API weft_status weft_step_counter_set_steps_per_communication(
+    weft_step_counter* counter, int64_t steps_per_communication);
+WEFT_API weft_status weft_step_counter_steps_per_communication(
+    int64_t* steps_per_communication, const weft_step_counter* counter);
+/* J minus the unit's counted computations since the last S, floored at 0. */
+WEFT_API weft_status weft_step_counter_countdown(int64_t* countdown,
+                                                 const weft_step_counter* counter, int unit);
+/* Counted computations (passes) since creation and since the last S. */
+WEFT_API weft_status weft_step_counter_computations(int64_t* total,
+                                                    int64_t* since_communication,
+                                                    const weft_step_counter* counter);
+/* The warning for the last WEFT_COMPUTATION_MISUSE ("" before any); NULL for NULL. Valid
+ * until the next weft call on this thread, like every string weft returns. */
+WEFT_API const char* weft_step_counter_misuse_warning(const weft_step_counter* counter);
+
 /* ---- configuration (WEFT_* settings) ------------------------------------------------ */
 
 /* Overrides a setting in this process (wins over the environment); validated at once.

@@ -968,6 +968,108 @@ function weft_win_mutex_release(name, ranks, num_ranks)
           name, ranks, num_ranks)
 end
 
+# ---- optimizers: the step counter --------------------------------------------------------
+
+# The state machine behind num_steps_per_communication (J) of the distributed optimizers
+# (optim/README.md has the rules): every counted computation (forward or backward,
+# whichever the optimizer counts) brings a countdown from J towards 0; the one that reaches
+# 0 starts the communication; a step then is an S (wait, combine, start over), a step
+# before is an s (local update only); a counted computation with the countdown already at 0
+# is a misuse to warn about. Every binding's optimizers use this one, so all behave alike.
+# Units: an optimizer counting backward computations per parameter (communication launched
+# as each gradient is ready) gives each parameter a unit; each counts down on its own, and
+# a pass that finds units at 0 warns once. Needs no weft_init(); one counter must not be
+# used by two threads at once.
+mutable struct weft_step_counter end
+# enum weft_count_kind (a C int)
+const WEFT_COUNT_FORWARD = Cint(0)
+const WEFT_COUNT_BACKWARD = Cint(1)
+# enum weft_computation_event (a C int)
+const WEFT_COMPUTATION_IGNORED = Cint(0)  # not counted (no-grad, nothing requires grad)
+const WEFT_COMPUTATION_COUNTED = Cint(1)  # counted; the countdown is not at 0
+const WEFT_COMPUTATION_COMMUNICATE = Cint(2)  # counted and reached 0: start the communication now
+const WEFT_COMPUTATION_MISUSE = Cint(3)  # counted with the countdown at 0: warn (the text is weft_step_counter_misuse_warning)
+
+# steps_per_communication >= 1, units >= 1.
+# C: weft_status weft_step_counter_create(weft_step_counter** counter, int64_t
+#        steps_per_communication, weft_count_kind counts, int units)
+function weft_step_counter_create(counter, steps_per_communication, counts, units)
+    ccall((:weft_step_counter_create, libweft()), Cint,
+          (Ptr{Ptr{weft_step_counter}}, Int64, Cint, Cint),
+          counter, steps_per_communication, counts, units)
+end
+
+# C: void weft_step_counter_destroy(weft_step_counter* counter)
+function weft_step_counter_destroy(counter)
+    ccall((:weft_step_counter_destroy, libweft()), Cvoid,
+          (Ptr{weft_step_counter},),
+          counter)
+end
+
+# A computation of `unit` finished; `counted` 0 for one under no-grad or of a model with no
+# parameter that requires grad (it changes nothing).
+# C: weft_status weft_step_counter_computation(weft_computation_event* event,
+#        weft_step_counter* counter, int unit, int counted)
+function weft_step_counter_computation(event, counter, unit, counted)
+    ccall((:weft_step_counter_computation, libweft()), Cint,
+          (Ptr{Cint}, Ptr{weft_step_counter}, Cint, Cint),
+          event, counter, unit, counted)
+end
+
+# A step: *communicate is 1 for an S (wait for what was launched, launch the units not yet
+# at 0, combine; the countdowns restart from J), 0 for an s. WEFT_ERR_FAILED_PRECONDITION
+# before any counted computation (the optimizer is not seeing the model's computations).
+# C: weft_status weft_step_counter_step(int* communicate, weft_step_counter* counter)
+function weft_step_counter_step(communicate, counter)
+    ccall((:weft_step_counter_step, libweft()), Cint,
+          (Ptr{Cint}, Ptr{weft_step_counter}),
+          communicate, counter)
+end
+
+# Takes effect at once when nothing was counted since the last S, else at the next S.
+# C: weft_status weft_step_counter_set_steps_per_communication(weft_step_counter* counter,
+#        int64_t steps_per_communication)
+function weft_step_counter_set_steps_per_communication(counter, steps_per_communication)
+    ccall((:weft_step_counter_set_steps_per_communication, libweft()), Cint,
+          (Ptr{weft_step_counter}, Int64),
+          counter, steps_per_communication)
+end
+
+# C: weft_status weft_step_counter_steps_per_communication(int64_t* steps_per_communication,
+#        const weft_step_counter* counter)
+function weft_step_counter_steps_per_communication(steps_per_communication, counter)
+    ccall((:weft_step_counter_steps_per_communication, libweft()), Cint,
+          (Ptr{Int64}, Ptr{weft_step_counter}),
+          steps_per_communication, counter)
+end
+
+# J minus the unit's counted computations since the last S, floored at 0.
+# C: weft_status weft_step_counter_countdown(int64_t* countdown, const weft_step_counter*
+#        counter, int unit)
+function weft_step_counter_countdown(countdown, counter, unit)
+    ccall((:weft_step_counter_countdown, libweft()), Cint,
+          (Ptr{Int64}, Ptr{weft_step_counter}, Cint),
+          countdown, counter, unit)
+end
+
+# Counted computations (passes) since creation and since the last S.
+# C: weft_status weft_step_counter_computations(int64_t* total, int64_t*
+#        since_communication, const weft_step_counter* counter)
+function weft_step_counter_computations(total, since_communication, counter)
+    ccall((:weft_step_counter_computations, libweft()), Cint,
+          (Ptr{Int64}, Ptr{Int64}, Ptr{weft_step_counter}),
+          total, since_communication, counter)
+end
+
+# The warning for the last WEFT_COMPUTATION_MISUSE ("" before any); NULL for NULL. Valid
+# until the next weft call on this thread, like every string weft returns.
+# C: const char* weft_step_counter_misuse_warning(const weft_step_counter* counter)
+function weft_step_counter_misuse_warning(counter)
+    ccall((:weft_step_counter_misuse_warning, libweft()), Ptr{Cchar},
+          (Ptr{weft_step_counter},),
+          counter)
+end
+
 # ---- configuration (WEFT_* settings) -----------------------------------------------------
 
 # Overrides a setting in this process (wins over the environment); validated at once.
@@ -1063,8 +1165,14 @@ export libweft, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, DLDevice, DLDataTy
     weft_win_free, weft_win_put, weft_win_put_nonblocking, weft_win_accumulate,
     weft_win_accumulate_nonblocking, weft_win_get, weft_win_get_nonblocking,
     weft_win_update, weft_win_update_then_collect, weft_win_version, weft_win_associated_p,
-    weft_win_mutex_acquire, weft_win_mutex_release, weft_config_set, weft_config_unset,
-    weft_config_get, weft_config_describe, weft_timeline_start, weft_timeline_stop,
-    weft_timeline_start_activity, weft_timeline_end_activity
+    weft_win_mutex_acquire, weft_win_mutex_release, weft_step_counter, WEFT_COUNT_FORWARD,
+    WEFT_COUNT_BACKWARD, WEFT_COMPUTATION_IGNORED, WEFT_COMPUTATION_COUNTED,
+    WEFT_COMPUTATION_COMMUNICATE, WEFT_COMPUTATION_MISUSE, weft_step_counter_create,
+    weft_step_counter_destroy, weft_step_counter_computation, weft_step_counter_step,
+    weft_step_counter_set_steps_per_communication,
+    weft_step_counter_steps_per_communication, weft_step_counter_countdown,
+    weft_step_counter_computations, weft_step_counter_misuse_warning, weft_config_set,
+    weft_config_unset, weft_config_get, weft_config_describe, weft_timeline_start,
+    weft_timeline_stop, weft_timeline_start_activity, weft_timeline_end_activity
 
 end  # module CAPI
