@@ -55,6 +55,31 @@ func TestStatusValuesMatchTheHeader(t *testing.T) {
 	}
 }
 
+// The step counter's CountKind and ComputationEvent constants are the header's values.
+func TestStepCounterValuesMatchTheHeader(t *testing.T) {
+	for _, c := range []struct {
+		goValue CountKind
+		cValue  cweft.Enum_SS_weft_count_kind
+	}{{CountForward, cweft.WEFT_COUNT_FORWARD}, {CountBackward, cweft.WEFT_COUNT_BACKWARD}} {
+		if int(c.goValue) != int(c.cValue) {
+			t.Errorf("%v is %d in Go but %d in weft.h", c.goValue, int(c.goValue), int(c.cValue))
+		}
+	}
+	for _, c := range []struct {
+		goValue ComputationEvent
+		cValue  cweft.Enum_SS_weft_computation_event
+	}{
+		{ComputationIgnored, cweft.WEFT_COMPUTATION_IGNORED},
+		{ComputationCounted, cweft.WEFT_COMPUTATION_COUNTED},
+		{ComputationCommunicate, cweft.WEFT_COMPUTATION_COMMUNICATE},
+		{ComputationMisuse, cweft.WEFT_COMPUTATION_MISUSE},
+	} {
+		if int(c.goValue) != int(c.cValue) {
+			t.Errorf("%v is %d in Go but %d in weft.h", c.goValue, int(c.goValue), int(c.cValue))
+		}
+	}
+}
+
 // The (buffer, capacity, *count) retry: a result larger than the first buffer.
 func TestFetchGrowsTheBuffer(t *testing.T) {
 	topo, err := FullyConnectedGraph(40)
@@ -109,5 +134,36 @@ func TestDroppedRequestsAreFinalized(t *testing.T) {
 	}
 	if err := Barrier(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A dropped StepCounter is finalized (which frees its C object). The test swaps the
+// finalizer for one that also reports.
+func TestDroppedStepCounterIsFinalized(t *testing.T) {
+	finalized := make(chan struct{}, 1)
+	func() {
+		c, err := NewStepCounter(2, CountBackward, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Computation(3, true); err != nil {
+			t.Fatal(err)
+		}
+		runtime.SetFinalizer(c, nil)
+		runtime.SetFinalizer(c, func(c *StepCounter) {
+			c.Close()
+			finalized <- struct{}{}
+		})
+	}()
+	deadline := time.After(30 * time.Second)
+	for {
+		runtime.GC()
+		select {
+		case <-finalized:
+			return
+		case <-time.After(10 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("a dropped StepCounter was not finalized")
+		}
 	}
 }

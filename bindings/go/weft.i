@@ -16,9 +16,12 @@
  *  - Out-parameters (int*, double*, size_t*) take a pointer to a Go variable of exactly
  *    the C width (*int32, *float64, *uint64; SWIG's default *int would let C write 4 of
  *    the 8 bytes of a Go int).
+ *  - Enum out-parameters (weft_computation_event*) are *int32 too (an enum is an int in C,
+ *    and SWIG's default would be a pointer to a Go int).
+ *  - int64_t by value is a Go int64, and int64_t* out-parameters are *int64.
  *  - Handle out-parameters (weft_topology**, weft_schedule**, weft_request**,
- *    DLManagedTensor**) take a pointer to a Go uintptr-based handle (Swigcptr...): C writes
- *    a C pointer into Go memory, which is allowed.
+ *    weft_step_counter**, DLManagedTensor**) take a pointer to a Go uintptr-based handle
+ *    (Swigcptr...): C writes a C pointer into Go memory, which is allowed.
  *  - (buffer, capacity) pairs of the (buffer, capacity, *count) convention take a Go slice:
  *    buffer = its backing array, capacity = its length; *count is a *uint64.
  *  - const char** (weft_config_get) comes back as *string, copied before the next call can
@@ -98,17 +101,35 @@ typedef struct DLManagedTensor DLManagedTensor;
 WEFTGO_SCALAR_OUT(int, int32)
 WEFTGO_SCALAR_OUT(double, float64)
 WEFTGO_SCALAR_OUT(size_t, uint64)
+WEFTGO_SCALAR_OUT(int64_t, int64)
 
-%apply int* WEFTGO_OUT { int* result, int* done };
+%apply int* WEFTGO_OUT { int* result, int* done, int* communicate };
 %apply double* WEFTGO_OUT { double* weight, double* self_weight, double* p };
 %apply size_t* WEFTGO_OUT { size_t* count };
+%apply int64_t* WEFTGO_OUT {
+  int64_t* steps_per_communication, int64_t* countdown, int64_t* total,
+  int64_t* since_communication
+};
+/* An enum is written by C as an int: a Go int32 (checked below). */
+%apply int* WEFTGO_OUT { weft_computation_event* event };
+%{
+_Static_assert(sizeof(weft_computation_event) == sizeof(int32_t),
+               "weft_computation_event* is passed as a Go *int32");
+%}
+
+/* ---- int64_t by value -------------------------------------------------------------------- */
+/* SWIG does not know int64_t without stdint.i (whose typedef differs by platform): give it
+ * long long's typemaps, a Go int64. */
+%apply long long { int64_t };
 
 /* ---- handle out-parameters --------------------------------------------------------------- */
 %typemap(gotype) weft_topology** "*SwigcptrStruct_SS_weft_topology"
 %typemap(gotype) weft_schedule** "*SwigcptrStruct_SS_weft_schedule"
 %typemap(gotype) weft_request** "*SwigcptrStruct_SS_weft_request"
+%typemap(gotype) weft_step_counter** "*SwigcptrStruct_SS_weft_step_counter"
 %typemap(gotype) DLManagedTensor** "*SwigcptrStruct_SS_DLManagedTensor"
-%typemap(in) weft_topology**, weft_schedule**, weft_request**, DLManagedTensor**
+%typemap(in) weft_topology**, weft_schedule**, weft_request**, weft_step_counter**,
+             DLManagedTensor**
 %{ $1 = ($1_ltype)$input; %}
 
 /* ---- (buffer, capacity) from a Go slice -------------------------------------------------- */

@@ -226,6 +226,231 @@ static void TestSchedules(void) {
   CHECK(s == NULL);
 }
 
+/* Runs `pattern` (F: a counted computation, S / s: a step expected to communicate / not,
+ * ' ': nothing) through `c`, one unit. Stores the 1-based numbers of the computations that
+ * came back WEFT_COMPUTATION_MISUSE in misuses[] and returns how many there were. */
+static size_t RunPattern(weft_step_counter* c, const char* pattern, int* misuses,
+                         size_t capacity) {
+  size_t n = 0, i;
+  int f = 0;
+  for (i = 0; pattern[i] != '\0'; ++i) {
+    const char ch = pattern[i];
+    if (ch == ' ') continue;
+    if (ch == 'F') {
+      weft_computation_event e = WEFT_COMPUTATION_IGNORED;
+      ++f;
+      OK(weft_step_counter_computation(&e, c, 0, 1));
+      CHECK(e == WEFT_COMPUTATION_COUNTED || e == WEFT_COMPUTATION_COMMUNICATE ||
+            e == WEFT_COMPUTATION_MISUSE);
+      if (e == WEFT_COMPUTATION_MISUSE) {
+        CHECK(n < capacity);
+        misuses[n++] = f;
+      }
+    } else {
+      int communicate = -1;
+      OK(weft_step_counter_step(&communicate, c));
+      if (communicate != (ch == 'S' ? 1 : 0)) {
+        fprintf(stderr, "rank %d: %s:%d: pattern \"%s\", position %lu: expected an %c, the "
+                "step returned communicate = %d\n", g_rank, __FILE__, __LINE__, pattern,
+                (unsigned long)i, ch, communicate);
+        exit(1);
+      }
+    }
+  }
+  return n;
+}
+
+/* The state machine of num_steps_per_communication (optim.md, "The step counter"): plain
+ * data, before weft_init(). */
+static void TestStepCounter(void) {
+  static const char* const admissible[] = {"FFFS", "FsFsFS", "FFsFS", "FsFFS", "FFFS FFFS",
+                                           "FsFsFS FFsFS", "FsFsFSFs FsFSFsFs"};
+  static const char* const inadmissible[] = {"FFFFS", "FFsFFS"};
+  weft_step_counter *c = NULL, *bad = NULL;
+  weft_computation_event e = WEFT_COMPUTATION_MISUSE;
+  int misuses[8], communicate = -1;
+  int64_t j = 0, countdown = -1, total = -1, since = -1;
+  size_t k;
+  int u;
+
+  /* J = 3, forward: no pattern of the design's admissible ones warns (the last one is the
+   * drifting case, silent by design). */
+  for (k = 0; k < sizeof(admissible) / sizeof(admissible[0]); ++k) {
+    OK(weft_step_counter_create(&c, 3, WEFT_COUNT_FORWARD, 1));
+    CHECK(c != NULL);
+    CHECK(RunPattern(c, admissible[k], misuses, 8) == 0);
+    CHECK(strcmp(weft_step_counter_misuse_warning(c), "") == 0);
+    weft_step_counter_destroy(c);
+    c = NULL;
+  }
+  /* ... and the inadmissible ones warn exactly once, at the 4th F. */
+  for (k = 0; k < sizeof(inadmissible) / sizeof(inadmissible[0]); ++k) {
+    const char* w;
+    OK(weft_step_counter_create(&c, 3, WEFT_COUNT_FORWARD, 1));
+    CHECK(RunPattern(c, inadmissible[k], misuses, 8) == 1);
+    CHECK(misuses[0] == 4);
+    w = weft_step_counter_misuse_warning(c);
+    CHECK(w != NULL && strstr(w, "num_steps_per_communication") != NULL);
+    CHECK(strstr(w, "forward computation just counted is number 4") != NULL);
+    CHECK(strstr(w, "backward") == NULL);
+    weft_step_counter_destroy(c);
+    c = NULL;
+  }
+
+  /* Events, countdowns and counts through FFsFS. */
+  OK(weft_step_counter_create(&c, 3, WEFT_COUNT_FORWARD, 1));
+  OK(weft_step_counter_steps_per_communication(&j, c));
+  CHECK(j == 3);
+  OK(weft_step_counter_countdown(&countdown, c, 0));
+  CHECK(countdown == 3);
+  OK(weft_step_counter_computations(&total, &since, c));
+  CHECK(total == 0 && since == 0);
+  OK(weft_step_counter_computation(&e, c, 0, 1));
+  CHECK(e == WEFT_COMPUTATION_COUNTED);
+  OK(weft_step_counter_countdown(&countdown, c, 0));
+  CHECK(countdown == 2);
+  OK(weft_step_counter_computation(&e, c, 0, 0)); /* under no-grad: nothing changes */
+  CHECK(e == WEFT_COMPUTATION_IGNORED);
+  OK(weft_step_counter_computation(&e, c, 0, 1));
+  CHECK(e == WEFT_COMPUTATION_COUNTED);
+  OK(weft_step_counter_countdown(&countdown, c, 0));
+  CHECK(countdown == 1);
+  OK(weft_step_counter_step(&communicate, c));
+  CHECK(communicate == 0);
+  OK(weft_step_counter_countdown(&countdown, c, 0)); /* an s does not reset */
+  CHECK(countdown == 1);
+  OK(weft_step_counter_computation(&e, c, 0, 1));
+  CHECK(e == WEFT_COMPUTATION_COMMUNICATE);
+  OK(weft_step_counter_countdown(&countdown, c, 0));
+  CHECK(countdown == 0);
+  OK(weft_step_counter_computations(&total, &since, c));
+  CHECK(total == 3 && since == 3);
+  OK(weft_step_counter_step(&communicate, c));
+  CHECK(communicate == 1);
+  OK(weft_step_counter_countdown(&countdown, c, 0));
+  CHECK(countdown == 3);
+  OK(weft_step_counter_computations(&total, &since, c));
+  CHECK(total == 3 && since == 0);
+  /* Past the countdown, it stays at 0. */
+  CHECK(RunPattern(c, "FFFFF", misuses, 8) == 2 && misuses[0] == 4 && misuses[1] == 5);
+  OK(weft_step_counter_countdown(&countdown, c, 0));
+  CHECK(countdown == 0);
+  CHECK(RunPattern(c, "S", misuses, 8) == 0);
+
+  /* Changing J: at once when nothing was counted since the last S, else at the next S. */
+  OK(weft_step_counter_set_steps_per_communication(c, 2));
+  OK(weft_step_counter_steps_per_communication(&j, c));
+  CHECK(j == 2);
+  CHECK(RunPattern(c, "FFS F", misuses, 8) == 0);
+  OK(weft_step_counter_set_steps_per_communication(c, 1));
+  OK(weft_step_counter_steps_per_communication(&j, c));
+  CHECK(j == 2);
+  CHECK(RunPattern(c, "sFS FS FS", misuses, 8) == 0);
+  OK(weft_step_counter_steps_per_communication(&j, c));
+  CHECK(j == 1);
+  FAILS(weft_step_counter_set_steps_per_communication(c, 0), WEFT_ERR_INVALID_ARGUMENT,
+        "num_steps_per_communication must be at least 1, got 0");
+  OK(weft_step_counter_steps_per_communication(&j, c));
+  CHECK(j == 1);
+
+  /* Bad arguments. */
+  FAILS(weft_step_counter_computation(&e, c, 1, 1), WEFT_ERR_INVALID_ARGUMENT,
+        "out of range");
+  FAILS(weft_step_counter_computation(&e, c, -1, 1), WEFT_ERR_INVALID_ARGUMENT,
+        "out of range");
+  FAILS(weft_step_counter_countdown(&countdown, c, 1), WEFT_ERR_INVALID_ARGUMENT,
+        "out of range");
+  FAILS(weft_step_counter_step(NULL, c), WEFT_ERR_INVALID_ARGUMENT, "communicate is NULL");
+  FAILS(weft_step_counter_step(&communicate, NULL), WEFT_ERR_INVALID_ARGUMENT,
+        "counter is NULL");
+  FAILS(weft_step_counter_computation(&e, NULL, 0, 1), WEFT_ERR_INVALID_ARGUMENT,
+        "counter is NULL");
+  FAILS(weft_step_counter_computations(&total, &since, NULL), WEFT_ERR_INVALID_ARGUMENT,
+        "counter is NULL");
+  CHECK(weft_step_counter_misuse_warning(NULL) == NULL);
+  weft_step_counter_destroy(c);
+  c = NULL;
+
+  FAILS(weft_step_counter_create(&bad, 0, WEFT_COUNT_FORWARD, 1), WEFT_ERR_INVALID_ARGUMENT,
+        "num_steps_per_communication must be at least 1, got 0");
+  CHECK(bad == NULL && strlen(weft_last_error()) > 0);
+  FAILS(weft_step_counter_create(&bad, -2, WEFT_COUNT_BACKWARD, 1), WEFT_ERR_INVALID_ARGUMENT,
+        "got -2");
+  FAILS(weft_step_counter_create(&bad, 3, WEFT_COUNT_FORWARD, 0), WEFT_ERR_INVALID_ARGUMENT,
+        "at least one unit");
+  FAILS(weft_step_counter_create(&bad, 3, (weft_count_kind)7, 1), WEFT_ERR_INVALID_ARGUMENT,
+        "WEFT_COUNT_FORWARD or WEFT_COUNT_BACKWARD");
+  FAILS(weft_step_counter_create(NULL, 3, WEFT_COUNT_FORWARD, 1), WEFT_ERR_INVALID_ARGUMENT,
+        "counter is NULL");
+  CHECK(bad == NULL);
+  weft_step_counter_destroy(NULL);
+
+  /* A step before any counted computation: the optimizer is not seeing the model. */
+  OK(weft_step_counter_create(&c, 1, WEFT_COUNT_FORWARD, 1));
+  OK(weft_step_counter_computation(&e, c, 0, 0)); /* under no-grad: still nothing counted */
+  CHECK(e == WEFT_COMPUTATION_IGNORED);
+  communicate = -1;
+  FAILS(weft_step_counter_step(&communicate, c), WEFT_ERR_FAILED_PRECONDITION,
+        "before any counted forward computation");
+  CHECK(strlen(weft_last_error()) > 0 && communicate == -1);
+  CHECK(RunPattern(c, "FSs", misuses, 8) == 0); /* then: an S, and an s with nothing new */
+  weft_step_counter_destroy(c);
+  c = NULL;
+
+  /* Backward, one unit per parameter (3), J = 2: each unit counts down on its own, and a
+   * pass that finds units at 0 warns once, from the first unit that sees it. */
+  OK(weft_step_counter_create(&c, 2, WEFT_COUNT_BACKWARD, 3));
+  FAILS(weft_step_counter_step(&communicate, c), WEFT_ERR_FAILED_PRECONDITION,
+        "before any counted backward computation");
+  for (u = 2; u >= 0; --u) {
+    OK(weft_step_counter_computation(&e, c, u, 1));
+    CHECK(e == WEFT_COMPUTATION_COUNTED);
+  }
+  OK(weft_step_counter_step(&communicate, c));
+  CHECK(communicate == 0);
+  for (u = 2; u >= 1; --u) {
+    OK(weft_step_counter_computation(&e, c, u, 1));
+    CHECK(e == WEFT_COMPUTATION_COMMUNICATE);
+  }
+  OK(weft_step_counter_countdown(&countdown, c, 1));
+  CHECK(countdown == 0);
+  OK(weft_step_counter_countdown(&countdown, c, 0));
+  CHECK(countdown == 1);
+  OK(weft_step_counter_computation(&e, c, 0, 1));
+  CHECK(e == WEFT_COMPUTATION_COMMUNICATE);
+  OK(weft_step_counter_computations(&total, &since, c));
+  CHECK(total == 2 && since == 2);
+  CHECK(strcmp(weft_step_counter_misuse_warning(c), "") == 0);
+  /* A third pass before the step: one warning for the whole pass. */
+  OK(weft_step_counter_computation(&e, c, 1, 1));
+  CHECK(e == WEFT_COMPUTATION_MISUSE);
+  OK(weft_step_counter_computation(&e, c, 0, 1));
+  CHECK(e == WEFT_COMPUTATION_COUNTED);
+  OK(weft_step_counter_computation(&e, c, 2, 1));
+  CHECK(e == WEFT_COMPUTATION_COUNTED);
+  {
+    const char* w = weft_step_counter_misuse_warning(c);
+    CHECK(w != NULL && strstr(w, "num_steps_per_communication") != NULL);
+    CHECK(strstr(w, "backward computation just counted is number 3") != NULL);
+    CHECK(strstr(w, "forward") == NULL);
+  }
+  OK(weft_step_counter_computations(&total, &since, c));
+  CHECK(total == 3 && since == 3);
+  OK(weft_step_counter_step(&communicate, c));
+  CHECK(communicate == 1);
+  for (u = 0; u < 3; ++u) {
+    OK(weft_step_counter_countdown(&countdown, c, u));
+    CHECK(countdown == 2);
+  }
+  /* A unit that never reaches 0 (an unused parameter) does not hold back the S. */
+  OK(weft_step_counter_computation(&e, c, 0, 1));
+  OK(weft_step_counter_computation(&e, c, 0, 1));
+  CHECK(e == WEFT_COMPUTATION_COMMUNICATE);
+  OK(weft_step_counter_step(&communicate, c));
+  CHECK(communicate == 1);
+  weft_step_counter_destroy(c);
+}
+
 /* y = x op over all ranks, x = rank + 1. */
 static void TestCollectives(int rank, int size) {
   float x[4], y[4];
@@ -652,6 +877,7 @@ int main(void) {
   TestBeforeInit();
   TestTopology();
   TestSchedules();
+  TestStepCounter();
 
   OK(weft_init());
   FAILS(weft_init(), WEFT_ERR_FAILED_PRECONDITION, "already initialized");

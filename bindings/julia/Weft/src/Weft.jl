@@ -48,6 +48,9 @@ export WeftError, Topology, Schedule, Handle,
     out_neighbors, GetRecvWeights, GetSendWeights, IsRegularGraph, IsTopologyEquivalent,
     GetDynamicOnePeerSendRecvRanks, GetExp2DynamicSendRecvMachineRanks,
     GetInnerOuterRingDynamicSendRecvRanks, GetInnerOuterExpo2DynamicSendRecvRanks,
+    # the step counter of the distributed optimizers
+    StepCounter, computation!, step!, countdown, computations, misuse_warning,
+    steps_per_communication, set_steps_per_communication!,
     # one-sided windows
     win_create, win_free, win_put, win_put_nonblocking, win_accumulate,
     win_accumulate_nonblocking, win_get, win_get_nonblocking, win_update,
@@ -1290,6 +1293,171 @@ in_neighbor_ranks() = _read_ranks(weft_comm_in_neighbor_ranks)
 
 "The ranks this rank sends to, sorted."
 out_neighbor_ranks() = _read_ranks(weft_comm_out_neighbor_ranks)
+
+# ---- the step counter of the distributed optimizers --------------------------------------
+
+"""
+    StepCounter(steps_per_communication; counts=:forward, units=1)
+
+The state machine behind a distributed optimizer's `num_steps_per_communication` (J), the
+same one every language's optimizers use (`weft_step_counter_*` in weft.h), so that all
+behave alike. Each counted computation (`counts`: `:forward` or `:backward`, whichever the
+optimizer counts) brings a countdown from J towards 0, and the one that reaches 0 starts
+the communication ([`computation!`](@ref) returns `:communicate`). A [`step!`](@ref) after
+that communicates (waits, combines, and the countdown starts again from J); a `step!`
+before is a local update. A counted computation with the countdown already at 0 is a
+misuse (`:misuse`): the optimizer warns with [`misuse_warning`](@ref).
+
+Units: an optimizer that counts backward computations launches each parameter's
+communication as its gradient is ready, so it gives each parameter a unit (`units` = the
+number of parameters). Units are 1-based, like Julia indices: unit `i` is the `i`-th
+parameter. Each counts down on its own, and a pass that finds units at 0 is one misuse.
+
+Plain data (no `Weft.init()` needed), freed by a finalizer (or `finalize(counter)`). Not
+safe to use from two tasks at once.
+
+    c = StepCounter(3)                # J = 3, counting forward computations
+    computation!(c)                   # :counted (countdown 2)
+    step!(c)                          # false: a local step
+    computation!(c); computation!(c)  # :counted, then :communicate
+    step!(c)                          # true: communicate, countdown back to 3
+"""
+mutable struct StepCounter
+    ptr::Ptr{weft_step_counter}
+    counts::Symbol
+    units::Int
+
+    function StepCounter(ptr::Ptr{weft_step_counter}, counts::Symbol, units::Integer)
+        ptr == C_NULL && throw(ArgumentError("a StepCounter needs a weft_step_counter"))
+        return finalizer(_destroy!, new(ptr, counts, units))
+    end
+end
+
+# weft_step_counter_destroy only frees memory: safe from a finalizer.
+function _destroy!(counter::StepCounter)
+    ptr = counter.ptr
+    counter.ptr = Ptr{weft_step_counter}(C_NULL)
+    weft_step_counter_destroy(ptr)
+    return nothing
+end
+
+Base.cconvert(::Type{Ptr{weft_step_counter}}, c::StepCounter) = c
+Base.unsafe_convert(::Type{Ptr{weft_step_counter}}, c::StepCounter) = c.ptr
+
+const _COUNT_KINDS = Dict(:forward => WEFT_COUNT_FORWARD, :backward => WEFT_COUNT_BACKWARD)
+
+const _COMPUTATION_EVENTS = Dict(WEFT_COMPUTATION_IGNORED => :ignored,
+                                 WEFT_COMPUTATION_COUNTED => :counted,
+                                 WEFT_COMPUTATION_COMMUNICATE => :communicate,
+                                 WEFT_COMPUTATION_MISUSE => :misuse)
+
+function StepCounter(steps_per_communication::Integer; counts::Symbol=:forward,
+                     units::Integer=1)
+    kind = get(_COUNT_KINDS, counts, nothing)
+    kind === nothing &&
+        throw(ArgumentError("counts is :forward or :backward; got :$counts"))
+    out = Ref{Ptr{weft_step_counter}}(C_NULL)
+    _check(weft_step_counter_create(out, steps_per_communication, kind, units))
+    return StepCounter(out[], counts, units)
+end
+
+# The C unit of a 1-based Julia unit.
+function _unit(c::StepCounter, unit::Integer)
+    1 <= unit <= c.units ||
+        throw(ArgumentError("unit $unit is out of range 1:$(c.units) (units are 1-based)"))
+    return unit - 1
+end
+
+"""
+    computation!(counter, unit=1; counted=true) -> Symbol
+
+A computation of `unit` finished. Returns what it did: `:ignored` (not counted),
+`:counted` (the countdown has not reached 0), `:communicate` (it brought the countdown to
+0: start the communication now) or `:misuse` (the countdown was already 0: warn with
+[`misuse_warning`](@ref)). `counted=false` is for a computation under no-grad, or of a
+model none of whose parameters requires grad: it changes nothing.
+"""
+function computation!(c::StepCounter, unit::Integer=1; counted::Bool=true)
+    event = Ref{Cint}(WEFT_COMPUTATION_IGNORED)
+    _check(weft_step_counter_computation(event, c, _unit(c, unit), counted))
+    return get(_COMPUTATION_EVENTS, event[]) do
+        throw(WeftError(Int(WEFT_ERR_INTERNAL),
+                        "weft returned computation event $(event[])"))
+    end
+end
+
+"""
+    step!(counter) -> Bool
+
+A step of the optimizer: `true` when it communicates (some unit reached 0 since the last
+communicating step: wait for what was launched, launch the units still counting, combine;
+the countdowns start again from J), `false` for a local step. Throws a
+`WEFT_ERR_FAILED_PRECONDITION` [`WeftError`](@ref) before any counted computation: the
+optimizer is not seeing the model's computations.
+"""
+function step!(c::StepCounter)
+    communicate = Ref{Cint}(0)
+    _check(weft_step_counter_step(communicate, c))
+    return communicate[] != 0
+end
+
+"J, the number of counted computations per communication."
+function steps_per_communication(c::StepCounter)
+    j = Ref{Int64}(0)
+    _check(weft_step_counter_steps_per_communication(j, c))
+    return Int(j[])
+end
+
+"""
+    set_steps_per_communication!(counter, j)
+
+Changes J (at least 1): at once when nothing was counted since the last communicating
+step, else from the next one.
+"""
+set_steps_per_communication!(c::StepCounter, j::Integer) =
+    (_check(weft_step_counter_set_steps_per_communication(c, j)); c)
+
+"""
+    countdown(counter, unit=1) -> Int
+
+J minus the unit's counted computations since the last communicating step, floored at 0
+(0: the unit's communication was launched).
+"""
+function countdown(c::StepCounter, unit::Integer=1)
+    value = Ref{Int64}(0)
+    _check(weft_step_counter_countdown(value, c, _unit(c, unit)))
+    return Int(value[])
+end
+
+"""
+    computations(counter) -> (total=..., since_communication=...)
+
+Counted computations (passes over the units) since the counter was made and since the last
+communicating step.
+"""
+function computations(c::StepCounter)
+    total = Ref{Int64}(0)
+    since = Ref{Int64}(0)
+    _check(weft_step_counter_computations(total, since, c))
+    return (total=Int(total[]), since_communication=Int(since[]))
+end
+
+"""
+    misuse_warning(counter) -> String
+
+The warning for the last `:misuse`, in words a user understands (what was expected, and
+that `num_steps_per_communication` is the knob); `""` before any.
+"""
+misuse_warning(c::StepCounter) = _string_or_empty(weft_step_counter_misuse_warning(c))
+
+function Base.show(io::IO, c::StepCounter)
+    if c.ptr == C_NULL
+        print(io, "Weft.StepCounter(freed)")
+    else
+        print(io, "Weft.StepCounter(", steps_per_communication(c), "; counts=:", c.counts,
+              ", units=", c.units, ")")
+    end
+end
 
 # ---- settings ----------------------------------------------------------------------------
 

@@ -45,6 +45,106 @@ using Weft
     @test err isa WeftError && err.status != 0 && !isempty(err.message)
 end
 
+# Runs `pattern` (F: a counted computation, S / s: a step expected to communicate / not,
+# ' ': nothing) through `c`; returns the numbers of the computations that were a misuse.
+function run_pattern(c::StepCounter, pattern::AbstractString)
+    misuses = Int[]
+    f = 0
+    for ch in pattern
+        if ch == 'F'
+            f += 1
+            event = computation!(c)
+            @test event in (:counted, :communicate, :misuse)
+            event == :misuse && push!(misuses, f)
+        elseif ch != ' '
+            @test step!(c) == (ch == 'S')
+        end
+    end
+    return misuses
+end
+
+@testset "step counter (no init needed)" begin
+    # J = 3: the design's admissible patterns (the last one drifts, silently by design)...
+    for p in ("FFFS", "FsFsFS", "FFsFS", "FsFFS", "FFFS FFFS", "FsFsFSFs FsFSFsFs")
+        c = StepCounter(3)
+        @test run_pattern(c, p) == Int[]
+        @test misuse_warning(c) == ""
+    end
+    # ... and the inadmissible ones warn once, at the 4th F.
+    for p in ("FFFFS", "FFsFFS")
+        c = StepCounter(3)
+        @test run_pattern(c, p) == [4]
+        w = misuse_warning(c)
+        @test occursin("num_steps_per_communication", w)
+        @test occursin("forward computation just counted is number 4", w)
+        @test !occursin("backward", w)
+    end
+
+    c = StepCounter(3)
+    @test steps_per_communication(c) == 3
+    @test countdown(c) == 3
+    @test computations(c) == (total=0, since_communication=0)
+    @test computation!(c) == :counted
+    @test countdown(c) == 2
+    @test computation!(c; counted=false) == :ignored  # under no-grad: nothing changes
+    @test computation!(c) == :counted
+    @test step!(c) == false
+    @test countdown(c, 1) == 1
+    @test computation!(c) == :communicate
+    @test countdown(c) == 0
+    @test computations(c).since_communication == 3
+    @test step!(c) == true
+    @test countdown(c) == 3
+    @test computations(c) == (total=3, since_communication=0)
+    @test set_steps_per_communication!(c, 2) === c  # nothing counted: at once
+    @test steps_per_communication(c) == 2
+    @test run_pattern(c, "FFS F") == Int[]
+    set_steps_per_communication!(c, 1)              # mid-round: from the next S
+    @test steps_per_communication(c) == 2
+    @test run_pattern(c, "sFS FS FS") == Int[]
+    @test steps_per_communication(c) == 1
+    @test_throws WeftError set_steps_per_communication!(c, 0)
+    @test_throws ArgumentError computation!(c, 2)   # one unit: unit 1 only
+    @test_throws ArgumentError countdown(c, 0)
+    @test occursin("counts=:forward", sprint(show, c))
+
+    # A step before any counted computation: the optimizer is not seeing the model.
+    c = StepCounter(1; counts=:backward)
+    @test computation!(c; counted=false) == :ignored
+    err = try
+        step!(c)
+    catch e
+        e
+    end
+    @test err isa WeftError && err.status == Weft.CAPI.WEFT_ERR_FAILED_PRECONDITION &&
+          occursin("before any counted backward computation", err.message)
+
+    err = try
+        StepCounter(0)
+    catch e
+        e
+    end
+    @test err isa WeftError && err.status == Weft.CAPI.WEFT_ERR_INVALID_ARGUMENT &&
+          occursin("num_steps_per_communication", err.message)
+    @test_throws WeftError StepCounter(3; units=0)
+    @test_throws ArgumentError StepCounter(3; counts=:sideways)
+
+    # Backward, three parameters, J = 2: a pass that finds units at 0 warns once.
+    c = StepCounter(2; counts=:backward, units=3)
+    @test [computation!(c, u) for u in (3, 2, 1)] == [:counted, :counted, :counted]
+    @test step!(c) == false
+    @test [computation!(c, u) for u in (3, 2, 1)] == [:communicate, :communicate, :communicate]
+    @test [computation!(c, u) for u in (2, 1, 3)] == [:misuse, :counted, :counted]
+    @test occursin("backward computation just counted is number 3", misuse_warning(c))
+    @test computations(c) == (total=3, since_communication=3)
+    @test step!(c) == true
+    @test [countdown(c, u) for u in 1:3] == [2, 2, 2]
+
+    finalize(c)                                      # frees it at once
+    @test c.ptr == C_NULL
+    @test sprint(show, c) == "Weft.StepCounter(freed)"
+end
+
 @testset "collectives" begin
     Weft.init()
     @test is_initialized()
