@@ -162,6 +162,7 @@ static int weft_py_weight_map(PyObject* obj, int** ranks, double** weights, size
 WEFT_OUT_HANDLE(weft_topology, out)
 WEFT_OUT_HANDLE(weft_schedule, out)
 WEFT_OUT_HANDLE(weft_request, request)
+WEFT_OUT_HANDLE(weft_step_counter, counter)
 
 /* ---- scalar out-parameters ---------------------------------------------------------------- */
 %typemap(in, numinputs=0) int* done (int temp = 0), int* result (int temp = 0) { $1 = &temp; }
@@ -495,6 +496,36 @@ WEFT_OUT_HANDLE(weft_request, request)
 %typemap(freearg) (int* ranks, int64_t* versions, size_t capacity, size_t* count) {
   PyMem_Free($1);
   PyMem_Free($2);
+}
+
+/* ---- the step counter ----------------------------------------------------------------- */
+/* The event as its int value (weft_computation_event); *communicate as a bool. */
+%typemap(in, numinputs=0) weft_computation_event* event (weft_computation_event temp = WEFT_COMPUTATION_IGNORED) {
+  $1 = &temp;
+}
+%typemap(argout) weft_computation_event* event {
+  $result = SWIG_Python_AppendOutput($result, PyLong_FromLong((long)*$1));
+}
+%typemap(in, numinputs=0) int* communicate (int temp = 0) { $1 = &temp; }
+%typemap(argout) int* communicate {
+  $result = SWIG_Python_AppendOutput($result, PyBool_FromLong(*$1));
+}
+/* J as a Python int (weft.i does not pull in stdint.i: int64_t is spelled out here). */
+%typemap(in) int64_t steps_per_communication {
+  $1 = (int64_t)PyLong_AsLongLong($input);
+  if (PyErr_Occurred()) SWIG_fail;
+}
+%typemap(typecheck, precedence=SWIG_TYPECHECK_INT64) int64_t steps_per_communication {
+  $1 = PyLong_Check($input) ? 1 : 0;
+}
+/* int64 out-parameters of the counter; computations gives [total, since_communication]. */
+%typemap(in, numinputs=0) int64_t* steps_per_communication (int64_t temp = 0),
+                          int64_t* countdown (int64_t temp = 0),
+                          int64_t* total (int64_t temp = 0),
+                          int64_t* since_communication (int64_t temp = 0) { $1 = &temp; }
+%typemap(argout) int64_t* steps_per_communication, int64_t* countdown, int64_t* total,
+                 int64_t* since_communication {
+  $result = SWIG_Python_AppendOutput($result, PyLong_FromLongLong((long long)*$1));
 }
 
 %typemap(in, numinputs=0) double* p (double temp = 0) { $1 = &temp; }

@@ -22,6 +22,7 @@ from . import lowlevel as _c
 from ._errors import *  # noqa: F401,F403  (the exception classes)
 from . import topology  # noqa: F401
 from .topology import Topology
+from ._step_counter import StepCounter  # noqa: F401
 
 _c.weft_py_set_error_factory(_errors.make_error)
 
@@ -585,3 +586,22 @@ def win_mutex(name, for_self=False, ranks=None):
         yield
     finally:
         _c.weft_win_mutex_release(str(name), ranks)
+
+# ---- distributed optimizers (weft.torch, imported on first use: torch is optional) ---------
+
+_TORCH_NAMES = frozenset([
+    "CommunicationType", "StepCountWarning", "DistributedAdaptWithCombineOptimizer",
+    "DistributedAdaptThenCombineOptimizer", "DistributedGradientAllreduceOptimizer",
+    "DistributedWinPutOptimizer", "DistributedPushSumOptimizer", "broadcast_parameters",
+    "broadcast_optimizer_state", "allreduce_parameters", "consensus_distance",
+])
+
+
+def __getattr__(name):
+    # Bluefog programs reach the optimizers as bf.DistributedAdaptWithCombineOptimizer with
+    # `import weft as bf`; they live in weft.torch, which needs torch.
+    if name in _TORCH_NAMES:
+        import importlib
+
+        return getattr(importlib.import_module(".torch", __name__), name)
+    raise AttributeError(f"module 'weft' has no attribute {name!r}")
