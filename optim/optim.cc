@@ -250,6 +250,7 @@ void DistributedOptimizer::Counted(StatusOr<StepCounter::Event> event, size_t in
   }
   switch (*event) {
     case StepCounter::Event::kCommunicate: {
+      if (!options_.overlap) break;  // step() launches everything
       Status s;
       if (CountsBackward(algorithm_)) {
         if (algorithm_ == Algorithm::kAdaptThenCombine) StepOnly(index);

@@ -77,6 +77,10 @@ const char* CommunicationTypeName(CommunicationType c);
 struct Options {
   CommunicationType communication_type = CommunicationType::kNeighborAllreduce;
   int64_t num_steps_per_communication = 1;
+  // Start each round's communication as soon as its computation allows (after the counted
+  // forward, or in each gradient hook). false starts it in step() instead, with nothing to
+  // overlap: the same results, for measuring what the overlap hides.
+  bool overlap = true;
 };
 
 // Per-round weights, read when a round's communication is launched; unset = the
