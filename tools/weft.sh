@@ -2,7 +2,7 @@
 # One entry point for a new machine: installs what is missing from Debian 12's packages,
 # builds with Bazel (offline), then runs the demo or the whole test suite.
 #
-#   ./tools/weft.sh demo    # set up, build, run the average-consensus demo on 4 ranks
+#   ./tools/weft.sh demo    # set up, build, train the demo network on 4 ranks (options after it)
 #   ./tools/weft.sh test    # set up, build, run every test (what CI runs)
 #   ./tools/weft.sh setup   # only install the packages
 set -euo pipefail
@@ -66,10 +66,10 @@ BAZEL_FLAGS=(--disk_cache="${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/weft/bazel-di
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 demo() {
-  bazel build "${BAZEL_FLAGS[@]}" //examples:average_consensus
+  bazel build "${BAZEL_FLAGS[@]}" //examples:train
   TMPDIR=/tmp tools/weftrun -np "${WEFT_DEMO_RANKS:-4}" \
     --mpi-args "--mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo" \
-    bazel-bin/examples/average_consensus "$@"
+    bazel-bin/examples/train "$@"
 }
 
 run_tests() {
