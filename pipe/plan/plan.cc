@@ -135,6 +135,12 @@ StatusOr<Plan> MakePlan(const std::vector<double>& sizes, int frozen, const Plan
                              " ranks, found one for ", previous->roles.size(),
                              ": pass the plan made with the same cluster");
     }
+    const int previous_layers =
+        previous->partition.boundaries.empty() ? -1 : previous->partition.boundaries.back();
+    if (previous_layers != layers) {
+      return InvalidArgument("expected a previous plan of ", layers, " layers, found one of ",
+                             previous_layers, ": pass the plan made for the same model");
+    }
     if (previous->k < 1 || previous->k > options.k0 || previous->k > layers) {
       return InvalidArgument("expected the previous plan's K in [1, min(k0 = ", options.k0,
                              ", layers = ", layers, ")], found ", previous->k,

@@ -405,6 +405,8 @@ TEST(MakePlanTest, RejectsAnIncompatiblePreviousPlan) {
   ExpectInvalid(MakePlan(std::vector<double>(12, 2.0), 6, options, &*first), "M0");
   // A K longer than k0.
   ExpectInvalid(MakePlan(sizes, 6, Options(1, 8, 2, 0.0), &*first), "previous plan's K");
+  // Another layer count with the same M0 (3 of 12 or of 11 unit layers on 4 stages).
+  ExpectInvalid(MakePlan(std::vector<double>(11, 1.0), 6, options, &*first), "found one of 12");
 }
 
 // ---- the control message ----------------------------------------------------------------
