@@ -27,6 +27,42 @@ func TestRankVersionLayout(t *testing.T) {
 	}
 }
 
+// The pipe structs cross into C by pointer as weft_pipe_freeze_options,
+// weft_pipe_plan_options and weft_pipe_plan_info (weft.i checks the C side).
+func TestPipeStructLayouts(t *testing.T) {
+	var f cweft.PipeFreezeOptions
+	if unsafe.Sizeof(f) != 24 || unsafe.Offsetof(f.Alpha) != 8 ||
+		unsafe.Offsetof(f.GradientAware) != 16 || unsafe.Offsetof(f.FreezeLast) != 20 {
+		t.Fatalf("PipeFreezeOptions: size %d, Alpha at %d; weft.i expects 24 and 8",
+			unsafe.Sizeof(f), unsafe.Offsetof(f.Alpha))
+	}
+	var o cweft.PipePlanOptions
+	if unsafe.Sizeof(o) != 32 || unsafe.Offsetof(o.Machines) != 4 ||
+		unsafe.Offsetof(o.DevicesPerMachine) != 8 || unsafe.Offsetof(o.K0) != 12 ||
+		unsafe.Offsetof(o.Lambda) != 16 || unsafe.Offsetof(o.Strategy) != 24 ||
+		unsafe.Offsetof(o.MicroBatches) != 28 {
+		t.Fatalf("PipePlanOptions: size %d, Lambda at %d; weft.i expects 32 and 16",
+			unsafe.Sizeof(o), unsafe.Offsetof(o.Lambda))
+	}
+	var i cweft.PipePlanInfo
+	if unsafe.Sizeof(i) != 40 || unsafe.Offsetof(i.World) != 16 || unsafe.Offsetof(i.M0) != 24 ||
+		unsafe.Offsetof(i.MaxCost) != 32 {
+		t.Fatalf("PipePlanInfo: size %d, M0 at %d; weft.i expects 40 and 24",
+			unsafe.Sizeof(i), unsafe.Offsetof(i.M0))
+	}
+}
+
+// The pipe enums of the Go API are the header's values.
+func TestPipeEnumValuesMatchTheHeader(t *testing.T) {
+	if int(StrategyOptimal) != int(cweft.WEFT_PIPE_STRATEGY_OPTIMAL) ||
+		int(StrategyGreedy) != int(cweft.WEFT_PIPE_STRATEGY_GREEDY) ||
+		int(StrategyEven) != int(cweft.WEFT_PIPE_STRATEGY_EVEN) ||
+		int(ScheduleGPipe) != int(cweft.WEFT_PIPE_SCHEDULE_GPIPE) ||
+		int(Schedule1F1B) != int(cweft.WEFT_PIPE_SCHEDULE_1F1B) {
+		t.Fatal("the Strategy or ScheduleKind values differ from weft.h's")
+	}
+}
+
 // The Status constants are the values of weft_status in the header SWIG read.
 func TestStatusValuesMatchTheHeader(t *testing.T) {
 	for _, c := range []struct {

@@ -20,8 +20,15 @@
  *    and SWIG's default would be a pointer to a Go int).
  *  - int64_t by value is a Go int64, and int64_t* out-parameters are *int64.
  *  - Handle out-parameters (weft_topology**, weft_schedule**, weft_request**,
- *    weft_step_counter**, DLManagedTensor**) take a pointer to a Go uintptr-based handle
- *    (Swigcptr...): C writes a C pointer into Go memory, which is allowed.
+ *    weft_step_counter**, weft_pipe_plan**, DLManagedTensor**) take a pointer to a Go
+ *    uintptr-based handle (Swigcptr...): C writes a C pointer into Go memory, which is
+ *    allowed.
+ *  - Option and info structs without pointer fields (weft_pipe_freeze_options,
+ *    weft_pipe_plan_options, weft_pipe_plan_info) are Go structs of the same layout
+ *    (PipeFreezeOptions, ...; checked by both sides), passed by pointer for the call: Go
+ *    memory holding no Go pointers, as the first rule allows. A nil pointer is NULL (the
+ *    defaults).
+ *  - Input arrays (const double*, size_t n) take a Go slice, lent for the call.
  *  - (buffer, capacity) pairs of the (buffer, capacity, *count) convention take a Go slice:
  *    buffer = its backing array, capacity = its length; *count is a *uint64.
  *  - const char** (weft_config_get) comes back as *string, copied before the next call can
@@ -105,6 +112,10 @@ WEFTGO_SCALAR_OUT(int64_t, int64)
 
 %apply int* WEFTGO_OUT { int* result, int* done, int* communicate };
 %apply double* WEFTGO_OUT { double* weight, double* self_weight, double* p };
+/* pipe: frozen counts, schedule cycles, a rank's role; a partition's largest stage, the
+ * bubble fraction. */
+%apply int* WEFTGO_OUT { int* frozen, int* cycles, int* replica, int* stage };
+%apply double* WEFTGO_OUT { double* max_cost, double* bubble };
 %apply size_t* WEFTGO_OUT { size_t* count };
 %apply int64_t* WEFTGO_OUT {
   int64_t* steps_per_communication, int64_t* countdown, int64_t* total,
@@ -127,9 +138,10 @@ _Static_assert(sizeof(weft_computation_event) == sizeof(int32_t),
 %typemap(gotype) weft_schedule** "*SwigcptrStruct_SS_weft_schedule"
 %typemap(gotype) weft_request** "*SwigcptrStruct_SS_weft_request"
 %typemap(gotype) weft_step_counter** "*SwigcptrStruct_SS_weft_step_counter"
+%typemap(gotype) weft_pipe_plan** "*SwigcptrStruct_SS_weft_pipe_plan"
 %typemap(gotype) DLManagedTensor** "*SwigcptrStruct_SS_DLManagedTensor"
 %typemap(in) weft_topology**, weft_schedule**, weft_request**, weft_step_counter**,
-             DLManagedTensor**
+             weft_pipe_plan**, DLManagedTensor**
 %{ $1 = ($1_ltype)$input; %}
 
 /* ---- (buffer, capacity) from a Go slice -------------------------------------------------- */
@@ -144,10 +156,90 @@ WEFTGO_BUFFER(int, int32)
 WEFTGO_BUFFER(double, float64)
 %apply (int* WEFTGO_BUF, size_t capacity) { (int* ranks, size_t capacity) };
 %apply (double* WEFTGO_BUF, size_t capacity) { (double* weights, size_t capacity) };
+%apply (int* WEFTGO_BUF, size_t capacity) { (int* boundaries, size_t capacity) };
+%apply (double* WEFTGO_BUF, size_t capacity) { (double* costs, size_t capacity) };
 
 /* An input array whose length the caller guarantees (weights: size * size). */
 %typemap(gotype) const double* weights "[]float64"
 %typemap(in) const double* weights %{ $1 = ($1_ltype)$input.array; %}
+
+/* pipe: per-layer inputs (sizes, costs, gradient norms) as a []float64 lent for the call. */
+%typemap(gotype) (const double* WEFTGO_IN, size_t num) "[]float64"
+%typemap(in) (const double* WEFTGO_IN, size_t num) %{
+  $1 = ($1_ltype)$input.array;
+  $2 = (size_t)$input.len;
+%}
+%apply (const double* WEFTGO_IN, size_t num) {
+  (const double* sizes, size_t num_layers), (const double* costs, size_t num_layers),
+  (const double* grad_norms, size_t num_norms)
+};
+
+/* pipe: the option structs and the plan's info as Go structs of the same layout (no pointer
+ * fields), passed by pointer; checked here and by internal_test.go. */
+%{
+_Static_assert(sizeof(weft_pipe_strategy) == sizeof(int32_t),
+               "weft_pipe_strategy is an int32 field of cweft.PipePlanOptions");
+_Static_assert(sizeof(weft_pipe_freeze_options) == 24 &&
+               offsetof(weft_pipe_freeze_options, alpha) == 8 &&
+               offsetof(weft_pipe_freeze_options, gradient_aware) == 16 &&
+               offsetof(weft_pipe_freeze_options, freeze_last) == 20,
+               "weft_pipe_freeze_options must match cweft.PipeFreezeOptions");
+_Static_assert(sizeof(weft_pipe_plan_options) == 32 &&
+               offsetof(weft_pipe_plan_options, machines) == 4 &&
+               offsetof(weft_pipe_plan_options, devices_per_machine) == 8 &&
+               offsetof(weft_pipe_plan_options, k0) == 12 &&
+               offsetof(weft_pipe_plan_options, lambda) == 16 &&
+               offsetof(weft_pipe_plan_options, strategy) == 24 &&
+               offsetof(weft_pipe_plan_options, micro_batches) == 28,
+               "weft_pipe_plan_options must match cweft.PipePlanOptions");
+_Static_assert(sizeof(weft_pipe_plan_info) == 40 && offsetof(weft_pipe_plan_info, k) == 4 &&
+               offsetof(weft_pipe_plan_info, replicas) == 8 &&
+               offsetof(weft_pipe_plan_info, micro_batches) == 12 &&
+               offsetof(weft_pipe_plan_info, world) == 16 &&
+               offsetof(weft_pipe_plan_info, m0) == 24 &&
+               offsetof(weft_pipe_plan_info, max_cost) == 32,
+               "weft_pipe_plan_info must match cweft.PipePlanInfo");
+%}
+%insert(go_wrapper) %{
+// PipeFreezeOptions is laid out like the C struct weft_pipe_freeze_options.
+type PipeFreezeOptions struct {
+	Version       uint32
+	Alpha         float64
+	GradientAware int32
+	FreezeLast    int32
+}
+
+// PipePlanOptions is laid out like the C struct weft_pipe_plan_options.
+type PipePlanOptions struct {
+	Version           uint32
+	Machines          int32
+	DevicesPerMachine int32
+	K0                int32
+	Lambda            float64
+	Strategy          int32
+	MicroBatches      int32
+}
+
+// PipePlanInfo is laid out like the C struct weft_pipe_plan_info.
+type PipePlanInfo struct {
+	Frozen       int32
+	K            int32
+	Replicas     int32
+	MicroBatches int32
+	World        int32
+	M0           float64
+	MaxCost      float64
+}
+%}
+%typemap(gotype) const weft_pipe_freeze_options* options "*PipeFreezeOptions"
+%typemap(gotype) const weft_pipe_plan_options* options "*PipePlanOptions"
+%typemap(gotype) weft_pipe_plan_info* info "*PipePlanInfo"
+%typemap(in) const weft_pipe_freeze_options* options, const weft_pipe_plan_options* options,
+             weft_pipe_plan_info* info
+%{ $1 = ($1_ltype)$input; %}
+%ignore weft_pipe_freeze_options;
+%ignore weft_pipe_plan_options;
+%ignore weft_pipe_plan_info;
 
 /* A (rank, weight) pair; the same layout in C and Go (checked by both). */
 %{

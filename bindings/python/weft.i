@@ -84,6 +84,39 @@ static int weft_py_int_list(PyObject* list, int** out, size_t* n, const char* wh
   return 0;
 }
 
+/* A sequence of numbers as a C array (PyMem_Malloc'd; NULL and 0 for None when
+ * none_ok). On failure nothing stays allocated and a Python error is set. */
+static int weft_py_double_list(PyObject* obj, double** out, size_t* n, int none_ok,
+                               const char* what) {
+  Py_ssize_t i, len;
+  PyObject* seq;
+  *out = NULL;
+  *n = 0;
+  if (none_ok && obj == Py_None) return 0;
+  seq = PySequence_Fast(obj, what);
+  if (seq == NULL) return -1;
+  len = PySequence_Fast_GET_SIZE(seq);
+  *out = (double*)PyMem_Malloc(sizeof(double) * (len > 0 ? (size_t)len : 1));
+  if (*out == NULL) {
+    Py_DECREF(seq);
+    PyErr_NoMemory();
+    return -1;
+  }
+  for (i = 0; i < len; ++i) {
+    double v = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(seq, i));
+    if (v == -1.0 && PyErr_Occurred()) {
+      Py_DECREF(seq);
+      PyMem_Free(*out);
+      *out = NULL;
+      return -1;
+    }
+    (*out)[i] = v;
+  }
+  *n = (size_t)len;
+  Py_DECREF(seq);
+  return 0;
+}
+
 /* A {rank: weight} dict (or a list of ranks, weight 1 each) as two arrays. */
 static int weft_py_weight_map(PyObject* obj, int** ranks, double** weights, size_t* n,
                               const char* what) {
@@ -163,6 +196,7 @@ WEFT_OUT_HANDLE(weft_topology, out)
 WEFT_OUT_HANDLE(weft_schedule, out)
 WEFT_OUT_HANDLE(weft_request, request)
 WEFT_OUT_HANDLE(weft_step_counter, counter)
+WEFT_OUT_HANDLE(weft_pipe_plan, plan)
 
 /* ---- scalar out-parameters ---------------------------------------------------------------- */
 %typemap(in, numinputs=0) int* done (int temp = 0), int* result (int temp = 0) { $1 = &temp; }
@@ -541,6 +575,89 @@ WEFT_OUT_HANDLE(weft_step_counter, counter)
 }
 %typemap(freearg) (const int* ranks, size_t num_ranks) { PyMem_Free((void*)$1); }
 
+/* ---- pipe: freezing, partitioning, plans ------------------------------------------------ */
+/* Scalar results: frozen counts, cycles, a rank's (replica, stage), max cost, bubble. */
+%typemap(in, numinputs=0) int* frozen (int temp = 0), int* cycles (int temp = 0),
+                          int* replica (int temp = -1), int* stage (int temp = -1) {
+  $1 = &temp;
+}
+%typemap(argout) int* frozen, int* cycles, int* replica, int* stage {
+  $result = SWIG_Python_AppendOutput($result, PyLong_FromLong((long)*$1));
+}
+%typemap(in, numinputs=0) double* max_cost (double temp = 0), double* bubble (double temp = 0) {
+  $1 = &temp;
+}
+%typemap(argout) double* bubble {
+  $result = SWIG_Python_AppendOutput($result, PyFloat_FromDouble(*$1));
+}
+/* weft_pipe_partition: its boundaries list is already the result, and AppendOutput would
+ * add max_cost to that list; the result is the pair (boundaries, max_cost) instead. */
+%typemap(argout) double* max_cost {
+  PyObject* pair = Py_BuildValue("(Od)", $result, *$1);
+  if (pair == NULL) SWIG_fail;
+  Py_DECREF($result);
+  $result = pair;
+}
+/* Arrays out: Python passes the capacity and gets a list, as for ranks and weights. */
+%apply (int* ranks, size_t capacity, size_t* count) { (int* boundaries, size_t capacity, size_t* count) };
+%apply (double* weights, size_t capacity, size_t* count) { (double* costs, size_t capacity, size_t* count) };
+/* Arrays in: any sequence of numbers (grad_norms may be None: NULL, 0). */
+%typemap(in) (const double* sizes, size_t num_layers) (double* values = NULL) {
+  if (weft_py_double_list($input, &values, &$2, 0, "sizes must be a sequence of numbers") < 0) SWIG_fail;
+  $1 = values;
+}
+%typemap(in) (const double* costs, size_t num_layers) (double* values = NULL) {
+  if (weft_py_double_list($input, &values, &$2, 0, "costs must be a sequence of numbers") < 0) SWIG_fail;
+  $1 = values;
+}
+%typemap(in) (const double* grad_norms, size_t num_norms) (double* values = NULL) {
+  if (weft_py_double_list($input, &values, &$2, 1, "grad_norms must be a sequence of numbers or None") < 0) SWIG_fail;
+  $1 = values;
+}
+%typemap(freearg) (const double* sizes, size_t num_layers), (const double* costs, size_t num_layers),
+                  (const double* grad_norms, size_t num_norms) {
+  PyMem_Free((void*)$1);
+}
+/* (alpha, gradient_aware, freeze_last[, version]); None: the defaults. The version is only
+ * there so that the tests can check that a wrong one is refused. */
+%typemap(in) const weft_pipe_freeze_options* options
+    (weft_pipe_freeze_options opts = WEFT_PIPE_FREEZE_OPTIONS_INIT) {
+  int gradient_aware = 0, freeze_last = 0;
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    if (!PyArg_ParseTuple($input, "dpp|I", &opts.alpha, &gradient_aware, &freeze_last,
+                          &opts.version)) SWIG_fail;
+    opts.gradient_aware = gradient_aware;
+    opts.freeze_last = freeze_last;
+    $1 = &opts;
+  }
+}
+/* (machines, devices_per_machine, k0, lambda, strategy, micro_batches[, version]) */
+%typemap(in) const weft_pipe_plan_options* options
+    (weft_pipe_plan_options opts = WEFT_PIPE_PLAN_OPTIONS_INIT) {
+  int strategy = 0;
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    if (!PyArg_ParseTuple($input, "iiidii|I", &opts.machines, &opts.devices_per_machine,
+                          &opts.k0, &opts.lambda, &strategy, &opts.micro_batches,
+                          &opts.version)) SWIG_fail;
+    opts.strategy = (weft_pipe_strategy)strategy;
+    $1 = &opts;
+  }
+}
+/* The plan's info as a tuple (frozen, k, replicas, micro_batches, world, m0, max_cost). */
+%typemap(in, numinputs=0) weft_pipe_plan_info* info (weft_pipe_plan_info temp) {
+  memset(&temp, 0, sizeof(temp));
+  $1 = &temp;
+}
+%typemap(argout) weft_pipe_plan_info* info {
+  $result = SWIG_Python_AppendOutput(
+      $result, Py_BuildValue("(iiiiidd)", $1->frozen, $1->k, $1->replicas, $1->micro_batches,
+                             $1->world, $1->m0, $1->max_cost));
+}
+
 /* Function pointers do not cross into Python: weft_py_keep_alive below replaces it. */
 %ignore weft_request_keep_alive;
 /* The option structs themselves are built by the typemaps above. */
@@ -551,6 +668,9 @@ WEFT_OUT_HANDLE(weft_step_counter, counter)
 %ignore weft_win_put_options;
 %ignore weft_win_get_options;
 %ignore weft_win_update_options;
+%ignore weft_pipe_freeze_options;
+%ignore weft_pipe_plan_options;
+%ignore weft_pipe_plan_info;
 
 %include "weft/weft.h"
 

@@ -451,6 +451,392 @@ static void TestStepCounter(void) {
   weft_step_counter_destroy(c);
 }
 
+/* Checks one plan against its expected shape: info, boundaries, stage costs, newly active
+ * ranks (a sorted list of n_new) and, for every rank of the world, its role. */
+static void CheckPlan(const weft_pipe_plan* plan, int frozen, int k, int replicas,
+                      int micro_batches, int world, double max_cost, const int* boundaries,
+                      const double* stage_costs, const int* newly_active, size_t n_new,
+                      const int* replica_of, const int* stage_of) {
+  weft_pipe_plan_info info;
+  int ints[64];
+  double costs[64];
+  size_t count = 99, i;
+  int r;
+  memset(&info, 0, sizeof(info));
+  OK(weft_pipe_plan_get_info(&info, plan));
+  CHECK(info.frozen == frozen && info.k == k && info.replicas == replicas);
+  CHECK(info.micro_batches == micro_batches && info.world == world);
+  CHECK(NEAR(info.m0, 2.0) && NEAR(info.max_cost, max_cost));
+  /* The array convention: (NULL, 0) asks for the count. */
+  OK(weft_pipe_plan_boundaries(NULL, 0, &count, plan));
+  CHECK(count == (size_t)k + 1);
+  OK(weft_pipe_plan_boundaries(ints, 64, &count, plan));
+  CHECK(count == (size_t)k + 1);
+  for (i = 0; i < count; ++i) CHECK(ints[i] == boundaries[i]);
+  OK(weft_pipe_plan_stage_costs(costs, 64, &count, plan));
+  CHECK(count == (size_t)k);
+  for (i = 0; i < count; ++i) CHECK(NEAR(costs[i], stage_costs[i]));
+  OK(weft_pipe_plan_newly_active(ints, 64, &count, plan));
+  CHECK(count == n_new);
+  for (i = 0; i < count; ++i) CHECK(ints[i] == newly_active[i]);
+  for (r = 0; r < world; ++r) {
+    int replica = -7, stage = -7;
+    OK(weft_pipe_plan_role(&replica, &stage, plan, r));
+    CHECK(replica == replica_of[r] && stage == stage_of[r]);
+  }
+}
+
+/* Elastic pipelining's pure computations (pipe.md): freezing, partitioning, AutoPipe/AutoDP
+ * plans, schedules. Plain data: before weft_init(). */
+static void TestPipe(void) {
+  const weft_pipe_freeze_options freeze_defaults = WEFT_PIPE_FREEZE_OPTIONS_INIT;
+  weft_pipe_freeze_options fo = WEFT_PIPE_FREEZE_OPTIONS_INIT;
+  weft_pipe_plan_options po = WEFT_PIPE_PLAN_OPTIONS_INIT;
+  weft_pipe_plan *plan = NULL, *next = NULL, *bad = NULL;
+  double sizes[12], norms[12], costs[16], max_cost = -1, bubble = -1;
+  int ints[16], f = -1, t, cycles = -1;
+  size_t count = 0, i;
+
+  /* ---- the AutoFreeze schedule bound ---- */
+  CHECK(freeze_defaults.version == WEFT_PIPE_FREEZE_OPTIONS_VERSION);
+  CHECK(NEAR(freeze_defaults.alpha, 1.0 / 3.0) && freeze_defaults.gradient_aware == 0 &&
+        freeze_defaults.freeze_last == 0);
+  /* L = 12, alpha = 1/3: F_t = ceil(12 (1 - (2/3)^t)) = ceil(12 (3^t - 2^t) / 3^t), in exact
+   * integer arithmetic here: 0, 4, 7 (6.67), 9 (8.44), 10 (9.63), 11 (10.42). */
+  {
+    static const int expected[6] = {0, 4, 7, 9, 10, 11};
+    long three = 1, two = 1;
+    for (t = 0; t < 6; ++t) {
+      const long exact = (12 * (three - two) + three - 1) / three; /* integer ceiling */
+      CHECK(exact == expected[t]);
+      OK(weft_pipe_freeze_bound(&f, 12, 1.0 / 3.0, t));
+      CHECK(f == expected[t]);
+      three *= 3;
+      two *= 2;
+    }
+  }
+  /* Exact at integers: 8 (1 - 1/2) is 4, not 5; 10 (1 - 0.7) is 3 despite 0.3's rounding. */
+  OK(weft_pipe_freeze_bound(&f, 8, 0.5, 1));
+  CHECK(f == 4);
+  OK(weft_pipe_freeze_bound(&f, 8, 0.5, 3));
+  CHECK(f == 7);
+  OK(weft_pipe_freeze_bound(&f, 10, 0.3, 1));
+  CHECK(f == 3);
+  OK(weft_pipe_freeze_bound(&f, 12, 1.0, 1)); /* alpha 1: everything at the first point */
+  CHECK(f == 12);
+  FAILS(weft_pipe_freeze_bound(&f, 12, 0.0, 1), WEFT_ERR_INVALID_ARGUMENT, "alpha");
+  FAILS(weft_pipe_freeze_bound(&f, 12, 1.5, 1), WEFT_ERR_INVALID_ARGUMENT, "alpha");
+  FAILS(weft_pipe_freeze_bound(&f, 0, 0.5, 1), WEFT_ERR_INVALID_ARGUMENT, "layer");
+  FAILS(weft_pipe_freeze_bound(&f, 12, 0.5, -1), WEFT_ERR_INVALID_ARGUMENT, "-1");
+  FAILS(weft_pipe_freeze_bound(NULL, 12, 0.5, 1), WEFT_ERR_INVALID_ARGUMENT, "frozen is NULL");
+
+  /* ---- the next frozen count ---- */
+  OK(weft_pipe_next_frozen(&f, 12, 2, 4, NULL, 0, NULL)); /* the schedule: the bound */
+  CHECK(f == 7);
+  OK(weft_pipe_next_frozen(&f, 12, 1, 9, NULL, 0, NULL)); /* layers never unfreeze */
+  CHECK(f == 9);
+  fo.alpha = 1.0; /* the bound is L: the last layer stays trainable unless freeze_last */
+  OK(weft_pipe_next_frozen(&f, 12, 1, 0, NULL, 0, &fo));
+  CHECK(f == 11);
+  fo.freeze_last = 1;
+  OK(weft_pipe_next_frozen(&f, 12, 1, 0, NULL, 0, &fo));
+  CHECK(f == 12);
+  /* Gradient-aware: min(bound, 1 + the trainable layer with the smallest norm). */
+  fo = freeze_defaults;
+  fo.gradient_aware = 1;
+  for (i = 0; i < 12; ++i) norms[i] = 10.0 + (double)i;
+  norms[5] = 1.0;
+  norms[2] = 0.5; /* already frozen (below previous = 4): not a candidate */
+  OK(weft_pipe_next_frozen(&f, 12, 2, 4, norms, 12, &fo));
+  CHECK(f == 6);
+  norms[5] = 10.0;
+  norms[9] = 1.0; /* 1 + 9 = 10 is above the bound 7 */
+  OK(weft_pipe_next_frozen(&f, 12, 2, 4, norms, 12, &fo));
+  CHECK(f == 7);
+  norms[6] = norms[9] = 0.25; /* a tie: the earliest */
+  OK(weft_pipe_next_frozen(&f, 12, 2, 4, norms, 12, &fo));
+  CHECK(f == 7);
+  norms[4] = 0.25;
+  OK(weft_pipe_next_frozen(&f, 12, 2, 4, norms, 12, &fo));
+  CHECK(f == 5);
+  /* The same norms without the policy: ignored. */
+  OK(weft_pipe_next_frozen(&f, 12, 2, 4, norms, 12, &freeze_defaults));
+  CHECK(f == 7);
+  FAILS(weft_pipe_next_frozen(&f, 12, 2, 4, NULL, 0, &fo), WEFT_ERR_INVALID_ARGUMENT,
+        "12");
+  FAILS(weft_pipe_next_frozen(&f, 12, 2, 4, norms, 5, &fo), WEFT_ERR_INVALID_ARGUMENT, "5");
+  norms[8] = -1.0;
+  FAILS(weft_pipe_next_frozen(&f, 12, 2, 4, norms, 12, &fo), WEFT_ERR_INVALID_ARGUMENT,
+        "layer 8");
+  FAILS(weft_pipe_next_frozen(&f, 12, 2, 4, NULL, 3, &fo), WEFT_ERR_INVALID_ARGUMENT,
+        "grad_norms is NULL");
+  FAILS(weft_pipe_next_frozen(&f, 12, 2, 13, NULL, 0, NULL), WEFT_ERR_INVALID_ARGUMENT, "13");
+  FAILS(weft_pipe_next_frozen(NULL, 12, 2, 4, NULL, 0, NULL), WEFT_ERR_INVALID_ARGUMENT,
+        "frozen is NULL");
+  fo = freeze_defaults;
+  fo.alpha = 0.0;
+  FAILS(weft_pipe_next_frozen(&f, 12, 2, 4, NULL, 0, &fo), WEFT_ERR_INVALID_ARGUMENT, "alpha");
+  fo = freeze_defaults;
+  fo.version = 0;
+  FAILS(weft_pipe_next_frozen(&f, 12, 2, 4, NULL, 0, &fo), WEFT_ERR_INVALID_ARGUMENT,
+        "WEFT_PIPE_FREEZE_OPTIONS_INIT");
+  fo.version = WEFT_PIPE_FREEZE_OPTIONS_VERSION + 1;
+  FAILS(weft_pipe_next_frozen(&f, 12, 2, 4, NULL, 0, &fo), WEFT_ERR_INVALID_ARGUMENT,
+        "weft_pipe_freeze_options");
+
+  /* ---- per-layer costs ---- */
+  {
+    const double counts[6] = {6, 12, 18, 24, 30, 36};
+    const double negative[3] = {1, -1, 1};
+    OK(weft_pipe_parameter_costs(NULL, 0, &count, counts, 6, 2, 1.0 / 6.0));
+    CHECK(count == 6);
+    OK(weft_pipe_parameter_costs(costs, 16, &count, counts, 6, 2, 1.0 / 6.0));
+    CHECK(count == 6 && NEAR(costs[0], 1) && NEAR(costs[1], 2) && costs[2] == 18 &&
+          costs[5] == 36);
+    OK(weft_pipe_parameter_costs(costs, 16, &count, counts, 6, 6, 0.5));
+    CHECK(count == 6 && costs[0] == 3 && costs[5] == 18);
+    costs[0] = -7;
+    FAILS(weft_pipe_parameter_costs(costs, 5, &count, counts, 6, 2, 1.0 / 6.0),
+          WEFT_ERR_OUT_OF_RANGE, "6 are needed");
+    CHECK(count == 6 && costs[0] == -7); /* nothing written */
+    FAILS(weft_pipe_parameter_costs(costs, 16, &count, negative, 3, 0, 1.0 / 6.0),
+          WEFT_ERR_INVALID_ARGUMENT, "layer 1");
+    FAILS(weft_pipe_parameter_costs(costs, 16, &count, counts, 6, 7, 1.0 / 6.0),
+          WEFT_ERR_INVALID_ARGUMENT, "7");
+    FAILS(weft_pipe_parameter_costs(costs, 16, &count, counts, 6, 0, 2.0),
+          WEFT_ERR_INVALID_ARGUMENT, "lambda");
+    FAILS(weft_pipe_parameter_costs(costs, 16, NULL, counts, 6, 0, 0.5),
+          WEFT_ERR_INVALID_ARGUMENT, "count is NULL");
+    FAILS(weft_pipe_parameter_costs(costs, 16, &count, NULL, 6, 0, 0.5),
+          WEFT_ERR_INVALID_ARGUMENT, "sizes is NULL");
+  }
+
+  /* ---- partitions ---- */
+  {
+    const double c5[5] = {1, 2, 3, 4, 5};
+    const double negative[3] = {1, -1, 1};
+    /* Two stages: cutting after 1, 2, 3 or 4 layers gives largest stages 14, 12, 9, 10. */
+    OK(weft_pipe_partition(ints, 16, &count, &max_cost, c5, 5, 2, WEFT_PIPE_STRATEGY_OPTIMAL));
+    CHECK(count == 3 && ints[0] == 0 && ints[1] == 3 && ints[2] == 5 && max_cost == 9);
+    /* Three stages: 5 and 4 alone, 1 + 2 + 3 = 6 (any other cut has a stage >= 7). */
+    OK(weft_pipe_partition(ints, 16, &count, &max_cost, c5, 5, 3, WEFT_PIPE_STRATEGY_OPTIMAL));
+    CHECK(count == 4 && ints[0] == 0 && ints[1] == 3 && ints[2] == 4 && ints[3] == 5);
+    CHECK(max_cost == 6);
+    OK(weft_pipe_partition(NULL, 0, &count, NULL, c5, 5, 3, WEFT_PIPE_STRATEGY_OPTIMAL));
+    CHECK(count == 4);
+    /* Even: the first L mod K stages get one layer more: 2, 2, 1 layers. */
+    OK(weft_pipe_partition(ints, 16, &count, &max_cost, c5, 5, 3, WEFT_PIPE_STRATEGY_EVEN));
+    CHECK(count == 4 && ints[1] == 2 && ints[2] == 4 && ints[3] == 5 && max_cost == 7);
+    /* Greedy (the paper's walk): a contiguous partition, never better than the optimum. */
+    OK(weft_pipe_partition(ints, 16, &count, &max_cost, c5, 5, 3, WEFT_PIPE_STRATEGY_GREEDY));
+    CHECK(count == 4 && ints[0] == 0 && ints[3] == 5 && max_cost >= 6);
+    for (i = 0; i + 1 < count; ++i) CHECK(ints[i] <= ints[i + 1]);
+    /* ... which may leave stages empty, so it takes more stages than layers. */
+    OK(weft_pipe_partition(ints, 16, &count, NULL, c5, 5, 6, WEFT_PIPE_STRATEGY_GREEDY));
+    CHECK(count == 7 && ints[0] == 0 && ints[6] == 5);
+    ints[0] = -7;
+    FAILS(weft_pipe_partition(ints, 3, &count, &max_cost, c5, 5, 3, WEFT_PIPE_STRATEGY_OPTIMAL),
+          WEFT_ERR_OUT_OF_RANGE, "4 are needed");
+    CHECK(count == 4 && ints[0] == -7);
+    FAILS(weft_pipe_partition(ints, 16, &count, &max_cost, c5, 5, 0, WEFT_PIPE_STRATEGY_OPTIMAL),
+          WEFT_ERR_INVALID_ARGUMENT, "stages");
+    FAILS(weft_pipe_partition(ints, 16, &count, &max_cost, c5, 5, 6, WEFT_PIPE_STRATEGY_OPTIMAL),
+          WEFT_ERR_INVALID_ARGUMENT, "6 stages for 5 layers");
+    FAILS(weft_pipe_partition(ints, 16, &count, &max_cost, c5, 5, 6, WEFT_PIPE_STRATEGY_EVEN),
+          WEFT_ERR_INVALID_ARGUMENT, "6 stages for 5 layers");
+    FAILS(weft_pipe_partition(ints, 16, &count, &max_cost, negative, 3, 2,
+                              WEFT_PIPE_STRATEGY_OPTIMAL),
+          WEFT_ERR_INVALID_ARGUMENT, "layer 1");
+    FAILS(weft_pipe_partition(ints, 16, &count, &max_cost, c5, 0, 2, WEFT_PIPE_STRATEGY_OPTIMAL),
+          WEFT_ERR_INVALID_ARGUMENT, "no layers");
+    FAILS(weft_pipe_partition(ints, 16, &count, &max_cost, c5, 5, 2, (weft_pipe_strategy)7),
+          WEFT_ERR_INVALID_ARGUMENT, "strategy");
+    FAILS(weft_pipe_partition(ints, 16, NULL, &max_cost, c5, 5, 2, WEFT_PIPE_STRATEGY_OPTIMAL),
+          WEFT_ERR_INVALID_ARGUMENT, "count is NULL");
+  }
+
+  /* ---- AutoPipe/AutoDP plans: 1 machine of 8 devices, k0 = 8, 12 equal layers ---- */
+  for (i = 0; i < 12; ++i) sizes[i] = 1.0;
+  CHECK(po.version == WEFT_PIPE_PLAN_OPTIONS_VERSION && po.machines == 1 &&
+        po.devices_per_machine == 8 && po.k0 == 8 && NEAR(po.lambda, 1.0 / 6.0) &&
+        po.strategy == WEFT_PIPE_STRATEGY_OPTIMAL && po.micro_batches == 0);
+  {
+    /* F = 0: K = k0 = 8, one replica on every rank, M = 4 K. M0 = ceil(12 / 8) = 2, and
+     * the lexicographically smallest boundaries with stages <= 2 take single layers first. */
+    static const int b0[9] = {0, 1, 2, 3, 4, 6, 8, 10, 12};
+    static const double c0[8] = {1, 1, 1, 1, 2, 2, 2, 2};
+    static const int replica0[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    static const int stage0[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    /* F = 4 (t = 1): 4/6 + 8 > 4 stages x M0, so K stays 8 (frozen layers at 1/6). */
+    static const int b4[9] = {0, 5, 6, 7, 8, 9, 10, 11, 12};
+    static const double c4[8] = {4.0 / 6.0 + 1, 1, 1, 1, 1, 1, 1, 1};
+    /* F = 7 (t = 2): 7/6 + 5 fits 4 stages of <= 2 (not 2 stages): K = 4, 2 replicas, the
+     * second (ranks 4-7) newly active. */
+    static const int b7[5] = {0, 1, 8, 10, 12};
+    static const double c7[4] = {1.0 / 6.0, 6.0 / 6.0 + 1, 2, 2};
+    static const int new7[4] = {4, 5, 6, 7};
+    static const int replica7[8] = {0, 0, 0, 0, 1, 1, 1, 1};
+    static const int stage7[8] = {0, 1, 2, 3, 0, 1, 2, 3};
+    /* F = 9 (t = 3): 9/6 + 3 > 2 stages x 2: K stays 4, nobody new. */
+    static const int b9[5] = {0, 8, 10, 11, 12};
+    static const double c9[4] = {8.0 / 6.0, 1.0 / 6.0 + 1, 1, 1};
+    /* F = 10 (t = 4): 10/6 | 2 fits 2 stages: K = 2, 4 replicas; replicas 2 and 3 (ranks
+     * 4-7) did not exist before, so those ranks are newly active. */
+    static const int b10[3] = {0, 10, 12};
+    static const double c10[2] = {10.0 / 6.0, 2};
+    static const int replica10[8] = {0, 0, 1, 1, 2, 2, 3, 3};
+    static const int stage10[8] = {0, 1, 0, 1, 0, 1, 0, 1};
+    static const int frozen_at[5] = {0, 4, 7, 9, 10};
+
+    /* The frozen counts come from the freeze schedule of the same model. */
+    for (t = 0; t < 5; ++t) {
+      OK(weft_pipe_next_frozen(&f, 12, t, t == 0 ? 0 : frozen_at[t - 1], NULL, 0, NULL));
+      CHECK(f == frozen_at[t]);
+    }
+    OK(weft_pipe_plan_create(&plan, sizes, 12, 0, &po, NULL));
+    CHECK(plan != NULL);
+    CheckPlan(plan, 0, 8, 1, 32, 8, 2.0, b0, c0, NULL, 0, replica0, stage0);
+    OK(weft_pipe_plan_create(&next, sizes, 12, 4, NULL, plan)); /* NULL: the defaults */
+    CheckPlan(next, 4, 8, 1, 32, 8, 4.0 / 6.0 + 1, b4, c4, NULL, 0, replica0, stage0);
+    weft_pipe_plan_destroy(plan);
+    plan = next;
+    OK(weft_pipe_plan_create(&next, sizes, 12, 7, &po, plan));
+    CheckPlan(next, 7, 4, 2, 16, 8, 2.0, b7, c7, new7, 4, replica7, stage7);
+    weft_pipe_plan_destroy(plan);
+    plan = next;
+    OK(weft_pipe_plan_create(&next, sizes, 12, 9, &po, plan));
+    CheckPlan(next, 9, 4, 2, 16, 8, 8.0 / 6.0, b9, c9, NULL, 0, replica7, stage7);
+    /* Errors with a previous plan: frozen going down, another world. */
+    bad = plan; /* (any non-NULL value: a failed create sets *plan to NULL) */
+    FAILS(weft_pipe_plan_create(&bad, sizes, 12, 8, &po, next), WEFT_ERR_INVALID_ARGUMENT,
+          "never");
+    CHECK(bad == NULL);
+    po.machines = 2;
+    FAILS(weft_pipe_plan_create(&bad, sizes, 12, 10, &po, next), WEFT_ERR_INVALID_ARGUMENT,
+          "16");
+    po.machines = 1;
+    weft_pipe_plan_destroy(plan);
+    plan = next;
+    OK(weft_pipe_plan_create(&next, sizes, 12, 10, &po, plan));
+    CheckPlan(next, 10, 2, 4, 8, 8, 2.0, b10, c10, new7, 4, replica10, stage10);
+    weft_pipe_plan_destroy(plan);
+    plan = next;
+    next = NULL;
+  }
+  {
+    /* An explicit M; 6 devices with k0 = 4 leave ranks 4 and 5 idle (-1, -1). */
+    static const int b[5] = {0, 3, 6, 9, 12};
+    static const double c[4] = {3, 3, 3, 3};
+    static const int replica[6] = {0, 0, 0, 0, -1, -1};
+    static const int stage[6] = {0, 1, 2, 3, -1, -1};
+    weft_pipe_plan_options six = WEFT_PIPE_PLAN_OPTIONS_INIT;
+    weft_pipe_plan_info info;
+    six.devices_per_machine = 6;
+    six.k0 = 4;
+    six.micro_batches = 6;
+    OK(weft_pipe_plan_create(&next, sizes, 12, 0, &six, NULL));
+    OK(weft_pipe_plan_get_info(&info, next));
+    CHECK(info.k == 4 && info.replicas == 1 && info.micro_batches == 6 && info.world == 6);
+    CHECK(info.m0 == 3 && info.max_cost == 3);
+    OK(weft_pipe_plan_boundaries(ints, 16, &count, next));
+    CHECK(count == 5);
+    for (i = 0; i < 5; ++i) CHECK(ints[i] == b[i]);
+    OK(weft_pipe_plan_stage_costs(costs, 16, &count, next));
+    CHECK(count == 4 && costs[0] == c[0] && costs[3] == c[3]);
+    for (t = 0; t < 6; ++t) {
+      int replica_t = -7, stage_t = -7;
+      OK(weft_pipe_plan_role(&replica_t, &stage_t, next, t));
+      CHECK(replica_t == replica[t] && stage_t == stage[t]);
+    }
+    weft_pipe_plan_destroy(next);
+    next = NULL;
+  }
+  /* Plan errors. */
+  {
+    weft_pipe_plan_options o = WEFT_PIPE_PLAN_OPTIONS_INIT;
+    weft_pipe_plan_info info;
+    int replica = -7, stage = -7;
+    double with_negative[12];
+    memcpy(with_negative, sizes, sizeof(sizes));
+    with_negative[3] = -1.0;
+    bad = plan;
+    FAILS(weft_pipe_plan_create(&bad, with_negative, 12, 0, NULL, NULL),
+          WEFT_ERR_INVALID_ARGUMENT, "sizes[3]");
+    CHECK(bad == NULL);
+    FAILS(weft_pipe_plan_create(&bad, sizes, 4, 0, NULL, NULL), WEFT_ERR_INVALID_ARGUMENT,
+          "stages");
+    FAILS(weft_pipe_plan_create(&bad, sizes, 12, 13, NULL, NULL), WEFT_ERR_INVALID_ARGUMENT,
+          "13");
+    FAILS(weft_pipe_plan_create(&bad, sizes, 0, 0, NULL, NULL), WEFT_ERR_INVALID_ARGUMENT,
+          "layer");
+    FAILS(weft_pipe_plan_create(&bad, NULL, 12, 0, NULL, NULL), WEFT_ERR_INVALID_ARGUMENT,
+          "sizes is NULL");
+    FAILS(weft_pipe_plan_create(NULL, sizes, 12, 0, NULL, NULL), WEFT_ERR_INVALID_ARGUMENT,
+          "plan is NULL");
+    o.k0 = 0;
+    FAILS(weft_pipe_plan_create(&bad, sizes, 12, 0, &o, NULL), WEFT_ERR_INVALID_ARGUMENT, "k0");
+    o.k0 = 9;
+    FAILS(weft_pipe_plan_create(&bad, sizes, 12, 0, &o, NULL), WEFT_ERR_INVALID_ARGUMENT, "k0");
+    o.k0 = 8;
+    o.micro_batches = -1;
+    FAILS(weft_pipe_plan_create(&bad, sizes, 12, 0, &o, NULL), WEFT_ERR_INVALID_ARGUMENT,
+          "micro_batches");
+    o.micro_batches = 0;
+    o.machines = 0;
+    FAILS(weft_pipe_plan_create(&bad, sizes, 12, 0, &o, NULL), WEFT_ERR_INVALID_ARGUMENT,
+          "machine");
+    o.machines = 1;
+    o.strategy = (weft_pipe_strategy)9;
+    FAILS(weft_pipe_plan_create(&bad, sizes, 12, 0, &o, NULL), WEFT_ERR_INVALID_ARGUMENT,
+          "strategy");
+    o.strategy = WEFT_PIPE_STRATEGY_OPTIMAL;
+    o.version = 0;
+    FAILS(weft_pipe_plan_create(&bad, sizes, 12, 0, &o, NULL), WEFT_ERR_INVALID_ARGUMENT,
+          "WEFT_PIPE_PLAN_OPTIONS_INIT");
+    o.version = WEFT_PIPE_PLAN_OPTIONS_VERSION + 1;
+    FAILS(weft_pipe_plan_create(&bad, sizes, 12, 0, &o, NULL), WEFT_ERR_INVALID_ARGUMENT,
+          "weft_pipe_plan_options");
+    CHECK(bad == NULL);
+    FAILS(weft_pipe_plan_get_info(NULL, plan), WEFT_ERR_INVALID_ARGUMENT, "info is NULL");
+    FAILS(weft_pipe_plan_get_info(&info, NULL), WEFT_ERR_INVALID_ARGUMENT, "plan is NULL");
+    FAILS(weft_pipe_plan_boundaries(ints, 16, &count, NULL), WEFT_ERR_INVALID_ARGUMENT,
+          "plan is NULL");
+    FAILS(weft_pipe_plan_stage_costs(costs, 16, NULL, plan), WEFT_ERR_INVALID_ARGUMENT,
+          "count is NULL");
+    ints[0] = -7;
+    FAILS(weft_pipe_plan_newly_active(ints, 3, &count, plan), WEFT_ERR_OUT_OF_RANGE,
+          "4 are needed");
+    CHECK(count == 4 && ints[0] == -7);
+    FAILS(weft_pipe_plan_role(&replica, &stage, plan, 8), WEFT_ERR_INVALID_ARGUMENT, "8");
+    FAILS(weft_pipe_plan_role(&replica, &stage, plan, -1), WEFT_ERR_INVALID_ARGUMENT, "-1");
+    CHECK(replica == -7 && stage == -7);
+    FAILS(weft_pipe_plan_role(NULL, &stage, plan, 0), WEFT_ERR_INVALID_ARGUMENT,
+          "replica is NULL");
+    FAILS(weft_pipe_plan_role(&replica, NULL, plan, 0), WEFT_ERR_INVALID_ARGUMENT,
+          "stage is NULL");
+  }
+  weft_pipe_plan_destroy(plan);
+  weft_pipe_plan_destroy(NULL);
+
+  /* ---- micro-batch schedules: bubble (K - 1) / (M + K - 1), 2 (M + K - 1) cycles ---- */
+  OK(weft_pipe_schedule_bubble(&bubble, &cycles, WEFT_PIPE_SCHEDULE_GPIPE, 4, 8));
+  CHECK(NEAR(bubble, 3.0 / 11.0) && cycles == 22);
+  OK(weft_pipe_schedule_bubble(&bubble, &cycles, WEFT_PIPE_SCHEDULE_1F1B, 4, 8));
+  CHECK(NEAR(bubble, 3.0 / 11.0) && cycles == 22);
+  OK(weft_pipe_schedule_bubble(&bubble, NULL, WEFT_PIPE_SCHEDULE_GPIPE, 8, 32));
+  CHECK(NEAR(bubble, 7.0 / 39.0));
+  OK(weft_pipe_schedule_bubble(&bubble, &cycles, WEFT_PIPE_SCHEDULE_GPIPE, 1, 5));
+  CHECK(bubble == 0.0 && cycles == 10);
+  FAILS(weft_pipe_schedule_bubble(NULL, &cycles, WEFT_PIPE_SCHEDULE_GPIPE, 4, 8),
+        WEFT_ERR_INVALID_ARGUMENT, "bubble is NULL");
+  FAILS(weft_pipe_schedule_bubble(&bubble, &cycles, WEFT_PIPE_SCHEDULE_GPIPE, 0, 8),
+        WEFT_ERR_INVALID_ARGUMENT, "K = 0");
+  FAILS(weft_pipe_schedule_bubble(&bubble, &cycles, WEFT_PIPE_SCHEDULE_1F1B, 4, 0),
+        WEFT_ERR_INVALID_ARGUMENT, "M = 0");
+  FAILS(weft_pipe_schedule_bubble(&bubble, &cycles, (weft_pipe_schedule_kind)5, 4, 8),
+        WEFT_ERR_INVALID_ARGUMENT, "kind");
+}
+
 /* y = x op over all ranks, x = rank + 1. */
 static void TestCollectives(int rank, int size) {
   float x[4], y[4];
@@ -878,6 +1264,7 @@ int main(void) {
   TestTopology();
   TestSchedules();
   TestStepCounter();
+  TestPipe();
 
   OK(weft_init());
   FAILS(weft_init(), WEFT_ERR_FAILED_PRECONDITION, "already initialized");

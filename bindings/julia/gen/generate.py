@@ -429,6 +429,7 @@ class Model:
         self.sections = []  # list of (kind, payload) in header order
         self.inits = {}  # struct name -> list of Julia init values
         self.int_macros = {}  # name -> Julia expression
+        self.enum_members = set()  # enumerators (Cint constants in capi.jl)
 
     def add(self, kind, payload):
         self.sections.append((kind, payload))
@@ -456,6 +457,19 @@ def julia_int_expr(value, known):
     if expr.startswith("(") and expr.endswith(")") and expr.count("(") == 1:
         expr = expr[1:-1]
     return expr
+
+
+FLOAT_LITERAL = r"\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+"
+
+
+def julia_float_expr(value):
+    """True for arithmetic on floating-point literals only (`1.0 / 3.0`): C and Julia
+    evaluate it alike, in IEEE double, with the same precedence. An integer literal is not
+    accepted (C's 1 / 3 is 0, Julia's 0.333...)."""
+    tokens = re.findall(FLOAT_LITERAL + r"|\d+|\S", value)
+    if not any(re.fullmatch(FLOAT_LITERAL, t) for t in tokens):
+        return False
+    return all(re.fullmatch(FLOAT_LITERAL, t) or t in "+-*/()" for t in tokens)
 
 
 def build_model(items):
@@ -496,7 +510,8 @@ def build_model(items):
         for v in values:
             if v == "NULL":
                 translated.append("C_NULL")
-            elif re.fullmatch(r"-?\d+(\.\d*)?([eE][-+]?\d+)?", v) or v in model.int_macros:
+            elif re.fullmatch(r"-?\d+(\.\d*)?([eE][-+]?\d+)?", v) or v in model.int_macros \
+                    or v in model.enum_members or julia_float_expr(v):
                 translated.append(v)
             else:
                 raise HeaderError(0, "cannot translate %r in %s" % (v, init_name))
@@ -523,6 +538,7 @@ def parse_declaration(model, item):
         types.enums.add(m.group(3))
         if m.group(1):
             types.enums.add(m.group(1))
+        model.enum_members.update(v[0] for v in values)
         model.add("enum", (m.group(3), values, item.doc))
         return
     # typedef struct name name;  (opaque handle)

@@ -23,6 +23,7 @@ from ._errors import *  # noqa: F401,F403  (the exception classes)
 from . import topology  # noqa: F401
 from .topology import Topology
 from ._step_counter import StepCounter  # noqa: F401
+from . import pipe  # noqa: F401  (weft.pipe: freezing, partitions, plans)
 
 _c.weft_py_set_error_factory(_errors.make_error)
 

@@ -485,6 +485,107 @@ WEFT_API weft_status weft_step_counter_computations(int64_t* total,
  * until the next weft call on this thread, like every string weft returns. */
 WEFT_API const char* weft_step_counter_misuse_warning(const weft_step_counter* counter);
 
+/* ---- pipe: freezing, partitioning, AutoPipe/AutoDP plans -------------------------------- */
+
+/* Pure computations (no weft_init() needed) behind elastic pipelining; pipe/README.md has
+ * the rules. Layers are indexed from 0; "sizes" are per-layer parameter counts. */
+
+/* The AutoFreeze schedule bound after freeze point t: ceil(L (1 - (1 - alpha)^t)), exact at
+ * integers. alpha in (0, 1], layers >= 1, t >= 0. */
+WEFT_API weft_status weft_pipe_freeze_bound(int* frozen, int layers, double alpha, int t);
+
+#define WEFT_PIPE_FREEZE_OPTIONS_VERSION 1
+typedef struct weft_pipe_freeze_options {
+  unsigned int version;
+  double alpha;       /* default 1/3 */
+  int gradient_aware; /* min(bound, 1 + the trainable layer with the smallest norm) */
+  int freeze_last;    /* allow freezing the last layer (default 0: at most L - 1) */
+} weft_pipe_freeze_options;
+#define WEFT_PIPE_FREEZE_OPTIONS_INIT \
+  { WEFT_PIPE_FREEZE_OPTIONS_VERSION, 1.0 / 3.0, 0, 0 }
+
+/* The frozen count after freeze point t, given the count before it. grad_norms (one per
+ * layer, summed over the interval) only for the gradient-aware policy (else NULL, 0). */
+WEFT_API weft_status weft_pipe_next_frozen(int* frozen, int layers, int t, int previous,
+                                           const double* grad_norms, size_t num_norms,
+                                           const weft_pipe_freeze_options* options);
+
+typedef enum weft_pipe_strategy {
+  WEFT_PIPE_STRATEGY_OPTIMAL = 0, /* minimize the largest stage; no empty stage */
+  WEFT_PIPE_STRATEGY_GREEDY = 1,  /* PipeTransformer's greedy walk, for comparison */
+  WEFT_PIPE_STRATEGY_EVEN = 2     /* equal layer counts */
+} weft_pipe_strategy;
+
+/* Per-layer costs from parameter counts: the first `frozen` layers cost lambda times their
+ * count (frozen layers run forward only; the paper uses 1/6). Array convention. */
+WEFT_API weft_status weft_pipe_parameter_costs(double* costs, size_t capacity, size_t* count,
+                                               const double* sizes, size_t num_layers,
+                                               int frozen, double lambda);
+/* Contiguous partition of the layers into `stages`: boundaries (stages + 1 entries, stage s
+ * holds layers [b[s], b[s + 1])) into the caller's buffer (array convention), the largest
+ * stage cost into *max_cost (may be NULL). */
+WEFT_API weft_status weft_pipe_partition(int* boundaries, size_t capacity, size_t* count,
+                                         double* max_cost, const double* costs,
+                                         size_t num_layers, int stages,
+                                         weft_pipe_strategy strategy);
+
+/* An AutoPipe/AutoDP plan: pipeline length K, partition, replicas, each rank's role. */
+typedef struct weft_pipe_plan weft_pipe_plan;
+
+#define WEFT_PIPE_PLAN_OPTIONS_VERSION 1
+typedef struct weft_pipe_plan_options {
+  unsigned int version;
+  int machines;            /* default 1 */
+  int devices_per_machine; /* default 8 */
+  int k0;                  /* the initial pipeline length, default 8 */
+  double lambda;           /* default 1/6 */
+  weft_pipe_strategy strategy;
+  int micro_batches;       /* 0: 4 K */
+} weft_pipe_plan_options;
+#define WEFT_PIPE_PLAN_OPTIONS_INIT \
+  { WEFT_PIPE_PLAN_OPTIONS_VERSION, 1, 8, 8, 1.0 / 6.0, WEFT_PIPE_STRATEGY_OPTIMAL, 0 }
+
+/* previous NULL: the initial plan (K = k0). Otherwise K halves from previous's while the
+ * balanced partition on K/2 stages fits under M0, and the ranks of new replicas are the
+ * newly active ones. */
+WEFT_API weft_status weft_pipe_plan_create(weft_pipe_plan** plan, const double* sizes,
+                                           size_t num_layers, int frozen,
+                                           const weft_pipe_plan_options* options,
+                                           const weft_pipe_plan* previous);
+WEFT_API void weft_pipe_plan_destroy(weft_pipe_plan* plan);
+
+typedef struct weft_pipe_plan_info {
+  int frozen;
+  int k;
+  int replicas;
+  int micro_batches;
+  int world;
+  double m0;       /* the largest stage of the initial partition */
+  double max_cost; /* the largest stage of this plan's partition */
+} weft_pipe_plan_info;
+WEFT_API weft_status weft_pipe_plan_get_info(weft_pipe_plan_info* info,
+                                             const weft_pipe_plan* plan);
+/* Array convention: k + 1 boundaries; k stage costs; the newly active ranks (sorted). */
+WEFT_API weft_status weft_pipe_plan_boundaries(int* boundaries, size_t capacity, size_t* count,
+                                               const weft_pipe_plan* plan);
+WEFT_API weft_status weft_pipe_plan_stage_costs(double* costs, size_t capacity, size_t* count,
+                                                const weft_pipe_plan* plan);
+WEFT_API weft_status weft_pipe_plan_newly_active(int* ranks, size_t capacity, size_t* count,
+                                                 const weft_pipe_plan* plan);
+/* The role of `rank`: replica and stage, both -1 for an idle rank. */
+WEFT_API weft_status weft_pipe_plan_role(int* replica, int* stage, const weft_pipe_plan* plan,
+                                         int rank);
+
+typedef enum weft_pipe_schedule_kind {
+  WEFT_PIPE_SCHEDULE_GPIPE = 0, /* fill-drain */
+  WEFT_PIPE_SCHEDULE_1F1B = 1
+} weft_pipe_schedule_kind;
+/* The fraction of idle stage-slots of the schedule for `stages` and `micro_batches` (unit
+ * time per forward and backward), and its length in clock cycles (may be NULL). */
+WEFT_API weft_status weft_pipe_schedule_bubble(double* bubble, int* cycles,
+                                               weft_pipe_schedule_kind kind, int stages,
+                                               int micro_batches);
+
 /* ---- configuration (WEFT_* settings) ------------------------------------------------ */
 
 /* Overrides a setting in this process (wins over the environment); validated at once.

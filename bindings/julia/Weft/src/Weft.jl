@@ -11,7 +11,8 @@ ABI (`capi/include/weft/weft.h`). The names and keyword arguments are Bluefog's:
     bf.shutdown()
 
 Conventions (bindings/julia/README.md has the details):
-- ranks are 0-based, as in MPI and Bluefog;
+- ranks are 0-based, as in MPI and Bluefog; indices into Julia collections (step counter
+  units, layers, pipeline stages and replicas) are 1-based;
 - a Julia array with dims (d1, ..., dN) is handed to weft as the row-major tensor of shape
   (dN, ..., d1): the same memory, no copy. So `allgather` concatenates along Julia's LAST
   dimension (vectors: one after the other);
@@ -51,6 +52,9 @@ export WeftError, Topology, Schedule, Handle,
     # the step counter of the distributed optimizers
     StepCounter, computation!, step!, countdown, computations, misuse_warning,
     steps_per_communication, set_steps_per_communication!,
+    # elastic pipelining: freezing, partitions, AutoPipe/AutoDP plans
+    freeze_bound, next_frozen, parameter_costs, LayerPartition, partition_layers, PipePlan,
+    plan_info, boundaries, stage_costs, stages, newly_active, role, schedule_bubble,
     # one-sided windows
     win_create, win_free, win_put, win_put_nonblocking, win_accumulate,
     win_accumulate_nonblocking, win_get, win_get_nonblocking, win_update,
@@ -1457,6 +1461,264 @@ function Base.show(io::IO, c::StepCounter)
         print(io, "Weft.StepCounter(", steps_per_communication(c), "; counts=:", c.counts,
               ", units=", c.units, ")")
     end
+end
+
+# ---- elastic pipelining: freezing, partitions, AutoPipe/AutoDP plans ---------------------
+#
+# The pure computations behind PipeTransformer-style training (shared/design/pipe.md), over
+# weft_pipe_*: no Weft.init() needed, nothing communicated. Numbering, as in the rest of
+# the module: counts (layers, frozen F, stages K, micro-batches) are the same in every
+# language, and F frozen means the first F layers (1:F here, 0:F-1 in C); indices into
+# Julia collections are 1-based (layer l, stage s, replica r: grad_norms[l],
+# stages(plan)[s], role(plan, rank).stage); ranks stay 0-based, as in MPI.
+
+const _STRATEGIES = Dict(:optimal => WEFT_PIPE_STRATEGY_OPTIMAL,
+                         :greedy => WEFT_PIPE_STRATEGY_GREEDY,
+                         :even => WEFT_PIPE_STRATEGY_EVEN)
+
+function _strategy(strategy)
+    code = get(_STRATEGIES, Symbol(strategy), nothing)
+    code === nothing &&
+        throw(ArgumentError("strategy is :optimal, :greedy or :even; got " *
+                            repr(strategy)))
+    return code
+end
+
+"""
+    freeze_bound(layers, alpha, t) -> Int
+
+The AutoFreeze schedule bound after freeze point `t` (0: before the first):
+`ceil(layers * (1 - (1 - alpha)^t))`, exact at integers (`freeze_bound(8, 0.5, 1) == 4`).
+`alpha` in (0, 1]; the paper's is 1/3.
+"""
+function freeze_bound(layers::Integer, alpha::Real, t::Integer)
+    frozen = Ref{Cint}(0)
+    _check(weft_pipe_freeze_bound(frozen, layers, alpha, t))
+    return Int(frozen[])
+end
+
+"""
+    next_frozen(layers, t, previous; grad_norms=nothing, alpha=1/3, gradient_aware=false,
+                freeze_last=false) -> Int
+
+The frozen count after freeze point `t`, given the count before it (`previous`): the
+schedule bound, or with `gradient_aware` at most the trainable layer (`l > previous`) whose
+accumulated gradient norm `grad_norms[l]` is the smallest (one norm per layer, summed over
+the interval). Never below `previous` (layers never unfreeze) and, unless `freeze_last`, at
+most `layers - 1` (the head keeps training).
+"""
+function next_frozen(layers::Integer, t::Integer, previous::Integer;
+                     grad_norms::Union{Nothing,AbstractVector{<:Real}}=nothing,
+                     alpha::Real=1 / 3, gradient_aware::Bool=false, freeze_last::Bool=false)
+    # No norms: an empty vector (weft takes NULL, 0 and a pointer with 0 alike).
+    norms = grad_norms === nothing ? Cdouble[] : convert(Vector{Cdouble}, grad_norms)
+    options = Ref(weft_pipe_freeze_options(; alpha=alpha, gradient_aware=gradient_aware,
+                                           freeze_last=freeze_last))
+    frozen = Ref{Cint}(0)
+    _check(weft_pipe_next_frozen(frozen, layers, t, previous, norms, length(norms),
+                                 options))
+    return Int(frozen[])
+end
+
+"""
+    parameter_costs(sizes; frozen=0, lambda=1/6) -> Vector{Float64}
+
+Per-layer costs from parameter counts: a trainable layer costs its count, each of the first
+`frozen` layers `lambda` times it (frozen layers run forward only).
+"""
+function parameter_costs(sizes::AbstractVector{<:Real}; frozen::Integer=0,
+                         lambda::Real=1 / 6)
+    values = convert(Vector{Cdouble}, sizes)
+    return first(_read_arrays(Cdouble) do buffer, capacity, count
+        weft_pipe_parameter_costs(buffer, capacity, count, values, length(values), frozen,
+                                  lambda)
+    end)
+end
+
+"""
+    LayerPartition
+
+Layers in contiguous stages: `boundaries` has K + 1 entries, layer counts (stage `s` holds
+layers `boundaries[s]+1:boundaries[s+1]`, see [`stages`](@ref)); `stage_costs[s]` is the
+cost of stage `s`, `max_cost` the largest.
+"""
+struct LayerPartition
+    boundaries::Vector{Int}
+    stage_costs::Vector{Float64}
+    max_cost::Float64
+end
+
+_ranges(b::AbstractVector{<:Integer}) = [b[s]+1:b[s+1] for s in 1:length(b)-1]
+
+"The layers of each stage, as 1-based ranges (an empty range for an empty stage)."
+stages(p::LayerPartition) = _ranges(p.boundaries)
+
+"""
+    partition_layers(costs, stages; strategy=:optimal) -> LayerPartition
+
+Partitions the layers (one cost each) into `stages` contiguous stages. `:optimal`
+minimizes the largest stage, never leaves a stage empty and takes the lexicographically
+smallest boundaries among the optimal partitions; `:greedy` is PipeTransformer's walk (it
+may leave stages empty); `:even` gives every stage the same number of layers (the first
+L mod K one more). Not `partition`: `Iterators.partition` is another thing.
+"""
+function partition_layers(costs::AbstractVector{<:Real}, num_stages::Integer;
+                          strategy=:optimal)
+    values = convert(Vector{Cdouble}, costs)
+    code = _strategy(strategy)
+    max_cost = Ref{Cdouble}(0)
+    b = first(_read_arrays(Cint) do buffer, capacity, count
+        weft_pipe_partition(buffer, capacity, count, max_cost, values, length(values),
+                            num_stages, code)
+    end)
+    bounds = Int.(b)
+    costs_by_stage = Float64[sum(values[r]; init=0.0) for r in _ranges(bounds)]
+    return LayerPartition(bounds, costs_by_stage, max_cost[])
+end
+
+"""
+    PipePlan(sizes, frozen=0; machines=1, devices_per_machine=8, k0=8, lambda=1/6,
+             strategy=:optimal, micro_batches=0, previous=nothing)
+
+The AutoPipe/AutoDP plan for the first `frozen` layers frozen, of a model whose layers have
+`sizes` parameters, on `machines * devices_per_machine` devices. `previous === nothing`:
+the initial plan, K = `k0` (M0, the largest stage of the partition of all layers on k0
+stages, stands for what a device holds). Otherwise K starts from `previous`'s and halves
+while the balanced partition on K/2 stages fits under M0; the ranks of the replicas this
+adds are [`newly_active`](@ref). Use the same sizes and options for every plan of a run.
+`micro_batches = 0` means 4 K.
+
+Read it with [`plan_info`](@ref), [`boundaries`](@ref), [`stage_costs`](@ref),
+[`stages`](@ref), [`newly_active`](@ref) and [`role`](@ref). Plain data, freed by a
+finalizer (or `finalize(plan)`).
+
+    plan = PipePlan(ones(12))                 # K = 8 on 1 machine of 8 devices
+    plan = PipePlan(ones(12), 7; previous=plan)
+    plan_info(plan).k                         # 4: two replicas
+    newly_active(plan)                        # [4, 5, 6, 7] (0-based ranks)
+    role(plan, 5)                             # (replica = 2, stage = 2), 1-based
+"""
+mutable struct PipePlan
+    ptr::Ptr{weft_pipe_plan}
+
+    function PipePlan(ptr::Ptr{weft_pipe_plan})
+        ptr == C_NULL && throw(ArgumentError("a PipePlan needs a weft_pipe_plan"))
+        return finalizer(_destroy!, new(ptr))
+    end
+end
+
+# weft_pipe_plan_destroy only frees memory: safe from a finalizer.
+function _destroy!(plan::PipePlan)
+    ptr = plan.ptr
+    plan.ptr = Ptr{weft_pipe_plan}(C_NULL)
+    weft_pipe_plan_destroy(ptr)
+    return nothing
+end
+
+Base.cconvert(::Type{Ptr{weft_pipe_plan}}, p::PipePlan) = p
+Base.unsafe_convert(::Type{Ptr{weft_pipe_plan}}, p::PipePlan) = p.ptr
+
+function PipePlan(sizes::AbstractVector{<:Real}, frozen::Integer=0; machines::Integer=1,
+                  devices_per_machine::Integer=8, k0::Integer=8, lambda::Real=1 / 6,
+                  strategy=:optimal, micro_batches::Integer=0,
+                  previous::Union{Nothing,PipePlan}=nothing)
+    values = convert(Vector{Cdouble}, sizes)
+    options = Ref(weft_pipe_plan_options(; machines=machines,
+                                         devices_per_machine=devices_per_machine, k0=k0,
+                                         lambda=lambda, strategy=_strategy(strategy),
+                                         micro_batches=micro_batches))
+    # A freed previous plan would pass NULL: an initial plan, silently.
+    previous !== nothing && previous.ptr == C_NULL &&
+        throw(ArgumentError("the previous PipePlan was freed"))
+    out = Ref{Ptr{weft_pipe_plan}}(C_NULL)
+    prev = previous === nothing ? Ptr{weft_pipe_plan}(C_NULL) : previous
+    _check(weft_pipe_plan_create(out, values, length(values), frozen, options, prev))
+    return PipePlan(out[])
+end
+
+"""
+    plan_info(plan) -> (frozen, k, replicas, micro_batches, world, m0, max_cost)
+
+The plan's summary as a named tuple: frozen layers, pipeline length K, replicas,
+micro-batches per mini-batch, ranks, M0 (the largest stage of the initial partition) and
+the largest stage of this plan.
+"""
+function plan_info(plan::PipePlan)
+    info = Ref(weft_pipe_plan_info(0, 0, 0, 0, 0, 0.0, 0.0))
+    _check(weft_pipe_plan_get_info(info, plan))
+    i = info[]
+    return (frozen=Int(i.frozen), k=Int(i.k), replicas=Int(i.replicas),
+            micro_batches=Int(i.micro_batches), world=Int(i.world), m0=i.m0,
+            max_cost=i.max_cost)
+end
+
+"K + 1 layer counts: stage `s` holds layers `boundaries[s]+1:boundaries[s+1]`."
+boundaries(plan::PipePlan) = _read_ranks() do buffer, capacity, count
+    weft_pipe_plan_boundaries(buffer, capacity, count, plan)
+end
+
+"The cost of each of the K stages."
+stage_costs(plan::PipePlan) = first(_read_arrays(Cdouble) do buffer, capacity, count
+    weft_pipe_plan_stage_costs(buffer, capacity, count, plan)
+end)
+
+"The layers of each of the K stages, as 1-based ranges."
+stages(plan::PipePlan) = _ranges(boundaries(plan))
+
+"""
+    newly_active(plan) -> Vector{Int}
+
+The ranks (0-based, sorted) active in a replica the previous plan did not have, or idle
+before: they receive their layers from an existing replica. Empty for an initial plan.
+"""
+newly_active(plan::PipePlan) = _read_ranks() do buffer, capacity, count
+    weft_pipe_plan_newly_active(buffer, capacity, count, plan)
+end
+
+"""
+    role(plan, rank) -> (replica=r, stage=s) or nothing
+
+What `rank` (0-based) does: stage `s` of pipeline replica `r`, both 1-based; `nothing` for
+an idle rank.
+"""
+function role(plan::PipePlan, rank::Integer)
+    replica = Ref{Cint}(-1)
+    stage = Ref{Cint}(-1)
+    _check(weft_pipe_plan_role(replica, stage, plan, rank))
+    replica[] < 0 && return nothing
+    return (replica=Int(replica[]) + 1, stage=Int(stage[]) + 1)
+end
+
+function Base.show(io::IO, plan::PipePlan)
+    if plan.ptr == C_NULL
+        print(io, "Weft.PipePlan(freed)")
+    else
+        i = plan_info(plan)
+        print(io, "Weft.PipePlan(frozen=", i.frozen, ", k=", i.k, ", replicas=", i.replicas,
+              ", micro_batches=", i.micro_batches, ")")
+    end
+end
+
+const _SCHEDULES = Dict("gpipe" => WEFT_PIPE_SCHEDULE_GPIPE,
+                        "1f1b" => WEFT_PIPE_SCHEDULE_1F1B)
+
+"""
+    schedule_bubble(kind, stages, micro_batches) -> (bubble=..., cycles=...)
+
+The micro-batch schedule `kind` (`:gpipe`, fill-drain, or `"1f1b"`) of `stages` stages and
+`micro_batches` micro-batches, with unit time per forward and backward: the idle fraction
+of its stage-slots, `(K - 1) / (M + K - 1)`, and its length in clock cycles, `2 (M + K -
+1)`.
+"""
+function schedule_bubble(kind::Union{Symbol,AbstractString}, num_stages::Integer,
+                         micro_batches::Integer)
+    code = get(_SCHEDULES, String(kind), nothing)
+    code === nothing &&
+        throw(ArgumentError("kind is :gpipe or \"1f1b\"; got $(repr(kind))"))
+    bubble = Ref{Cdouble}(0)
+    cycles = Ref{Cint}(0)
+    _check(weft_pipe_schedule_bubble(bubble, cycles, code, num_stages, micro_batches))
+    return (bubble=bubble[], cycles=Int(cycles[]))
 end
 
 # ---- settings ----------------------------------------------------------------------------

@@ -1070,6 +1070,187 @@ function weft_step_counter_misuse_warning(counter)
           counter)
 end
 
+# ---- pipe: freezing, partitioning, AutoPipe/AutoDP plans ---------------------------------
+
+# The AutoFreeze schedule bound after freeze point t: ceil(L (1 - (1 - alpha)^t)), exact at
+# integers. alpha in (0, 1], layers >= 1, t >= 0.
+# C: weft_status weft_pipe_freeze_bound(int* frozen, int layers, double alpha, int t)
+function weft_pipe_freeze_bound(frozen, layers, alpha, t)
+    ccall((:weft_pipe_freeze_bound, libweft()), Cint,
+          (Ptr{Cint}, Cint, Cdouble, Cint),
+          frozen, layers, alpha, t)
+end
+
+const WEFT_PIPE_FREEZE_OPTIONS_VERSION = 1
+
+struct weft_pipe_freeze_options
+    version::Cuint
+    alpha::Cdouble  # default 1/3
+    gradient_aware::Cint  # min(bound, 1 + the trainable layer with the smallest norm)
+    freeze_last::Cint  # allow freezing the last layer (default 0: at most L - 1)
+end
+
+# WEFT_PIPE_FREEZE_OPTIONS_INIT: the defaults; any field but version may be given by
+# keyword.
+function weft_pipe_freeze_options(;
+        alpha = 1.0 / 3.0,
+        gradient_aware = 0,
+        freeze_last = 0)
+    weft_pipe_freeze_options(WEFT_PIPE_FREEZE_OPTIONS_VERSION, alpha, gradient_aware,
+        freeze_last)
+end
+
+# The frozen count after freeze point t, given the count before it. grad_norms (one per
+# layer, summed over the interval) only for the gradient-aware policy (else NULL, 0).
+# C: weft_status weft_pipe_next_frozen(int* frozen, int layers, int t, int previous, const
+#        double* grad_norms, size_t num_norms, const weft_pipe_freeze_options* options)
+function weft_pipe_next_frozen(frozen, layers, t, previous, grad_norms, num_norms, options)
+    ccall((:weft_pipe_next_frozen, libweft()), Cint,
+          (Ptr{Cint}, Cint, Cint, Cint, Ptr{Cdouble}, Csize_t,
+           Ptr{weft_pipe_freeze_options}),
+          frozen, layers, t, previous, grad_norms, num_norms, options)
+end
+# enum weft_pipe_strategy (a C int)
+const WEFT_PIPE_STRATEGY_OPTIMAL = Cint(0)  # minimize the largest stage; no empty stage
+const WEFT_PIPE_STRATEGY_GREEDY = Cint(1)  # PipeTransformer's greedy walk, for comparison
+const WEFT_PIPE_STRATEGY_EVEN = Cint(2)  # equal layer counts
+
+# Per-layer costs from parameter counts: the first `frozen` layers cost lambda times their
+# count (frozen layers run forward only; the paper uses 1/6). Array convention.
+# C: weft_status weft_pipe_parameter_costs(double* costs, size_t capacity, size_t* count,
+#        const double* sizes, size_t num_layers, int frozen, double lambda)
+function weft_pipe_parameter_costs(costs, capacity, count, sizes, num_layers, frozen,
+        lambda)
+    ccall((:weft_pipe_parameter_costs, libweft()), Cint,
+          (Ptr{Cdouble}, Csize_t, Ptr{Csize_t}, Ptr{Cdouble}, Csize_t, Cint, Cdouble),
+          costs, capacity, count, sizes, num_layers, frozen, lambda)
+end
+
+# Contiguous partition of the layers into `stages`: boundaries (stages + 1 entries, stage s
+# holds layers [b[s], b[s + 1])) into the caller's buffer (array convention), the largest
+# stage cost into *max_cost (may be NULL).
+# C: weft_status weft_pipe_partition(int* boundaries, size_t capacity, size_t* count,
+#        double* max_cost, const double* costs, size_t num_layers, int stages,
+#        weft_pipe_strategy strategy)
+function weft_pipe_partition(boundaries, capacity, count, max_cost, costs, num_layers,
+        stages, strategy)
+    ccall((:weft_pipe_partition, libweft()), Cint,
+          (Ptr{Cint}, Csize_t, Ptr{Csize_t}, Ptr{Cdouble}, Ptr{Cdouble}, Csize_t, Cint,
+           Cint),
+          boundaries, capacity, count, max_cost, costs, num_layers, stages, strategy)
+end
+
+# An AutoPipe/AutoDP plan: pipeline length K, partition, replicas, each rank's role.
+mutable struct weft_pipe_plan end
+
+const WEFT_PIPE_PLAN_OPTIONS_VERSION = 1
+
+struct weft_pipe_plan_options
+    version::Cuint
+    machines::Cint  # default 1
+    devices_per_machine::Cint  # default 8
+    k0::Cint  # the initial pipeline length, default 8
+    lambda::Cdouble  # default 1/6
+    strategy::Cint
+    micro_batches::Cint  # 0: 4 K
+end
+
+# WEFT_PIPE_PLAN_OPTIONS_INIT: the defaults; any field but version may be given by
+# keyword.
+function weft_pipe_plan_options(;
+        machines = 1,
+        devices_per_machine = 8,
+        k0 = 8,
+        lambda = 1.0 / 6.0,
+        strategy = WEFT_PIPE_STRATEGY_OPTIMAL,
+        micro_batches = 0)
+    weft_pipe_plan_options(WEFT_PIPE_PLAN_OPTIONS_VERSION, machines, devices_per_machine,
+        k0, lambda, strategy, micro_batches)
+end
+
+# previous NULL: the initial plan (K = k0). Otherwise K halves from previous's while the
+# balanced partition on K/2 stages fits under M0, and the ranks of new replicas are the
+# newly active ones.
+# C: weft_status weft_pipe_plan_create(weft_pipe_plan** plan, const double* sizes, size_t
+#        num_layers, int frozen, const weft_pipe_plan_options* options, const
+#        weft_pipe_plan* previous)
+function weft_pipe_plan_create(plan, sizes, num_layers, frozen, options, previous)
+    ccall((:weft_pipe_plan_create, libweft()), Cint,
+          (Ptr{Ptr{weft_pipe_plan}}, Ptr{Cdouble}, Csize_t, Cint,
+           Ptr{weft_pipe_plan_options}, Ptr{weft_pipe_plan}),
+          plan, sizes, num_layers, frozen, options, previous)
+end
+
+# C: void weft_pipe_plan_destroy(weft_pipe_plan* plan)
+function weft_pipe_plan_destroy(plan)
+    ccall((:weft_pipe_plan_destroy, libweft()), Cvoid, (Ptr{weft_pipe_plan},), plan)
+end
+
+struct weft_pipe_plan_info
+    frozen::Cint
+    k::Cint
+    replicas::Cint
+    micro_batches::Cint
+    world::Cint
+    m0::Cdouble  # the largest stage of the initial partition
+    max_cost::Cdouble  # the largest stage of this plan's partition
+end
+
+# C: weft_status weft_pipe_plan_get_info(weft_pipe_plan_info* info, const weft_pipe_plan*
+#        plan)
+function weft_pipe_plan_get_info(info, plan)
+    ccall((:weft_pipe_plan_get_info, libweft()), Cint,
+          (Ptr{weft_pipe_plan_info}, Ptr{weft_pipe_plan}),
+          info, plan)
+end
+
+# Array convention: k + 1 boundaries; k stage costs; the newly active ranks (sorted).
+# C: weft_status weft_pipe_plan_boundaries(int* boundaries, size_t capacity, size_t* count,
+#        const weft_pipe_plan* plan)
+function weft_pipe_plan_boundaries(boundaries, capacity, count, plan)
+    ccall((:weft_pipe_plan_boundaries, libweft()), Cint,
+          (Ptr{Cint}, Csize_t, Ptr{Csize_t}, Ptr{weft_pipe_plan}),
+          boundaries, capacity, count, plan)
+end
+
+# C: weft_status weft_pipe_plan_stage_costs(double* costs, size_t capacity, size_t* count,
+#        const weft_pipe_plan* plan)
+function weft_pipe_plan_stage_costs(costs, capacity, count, plan)
+    ccall((:weft_pipe_plan_stage_costs, libweft()), Cint,
+          (Ptr{Cdouble}, Csize_t, Ptr{Csize_t}, Ptr{weft_pipe_plan}),
+          costs, capacity, count, plan)
+end
+
+# C: weft_status weft_pipe_plan_newly_active(int* ranks, size_t capacity, size_t* count,
+#        const weft_pipe_plan* plan)
+function weft_pipe_plan_newly_active(ranks, capacity, count, plan)
+    ccall((:weft_pipe_plan_newly_active, libweft()), Cint,
+          (Ptr{Cint}, Csize_t, Ptr{Csize_t}, Ptr{weft_pipe_plan}),
+          ranks, capacity, count, plan)
+end
+
+# The role of `rank`: replica and stage, both -1 for an idle rank.
+# C: weft_status weft_pipe_plan_role(int* replica, int* stage, const weft_pipe_plan* plan,
+#        int rank)
+function weft_pipe_plan_role(replica, stage, plan, rank)
+    ccall((:weft_pipe_plan_role, libweft()), Cint,
+          (Ptr{Cint}, Ptr{Cint}, Ptr{weft_pipe_plan}, Cint),
+          replica, stage, plan, rank)
+end
+# enum weft_pipe_schedule_kind (a C int)
+const WEFT_PIPE_SCHEDULE_GPIPE = Cint(0)  # fill-drain
+const WEFT_PIPE_SCHEDULE_1F1B = Cint(1)
+
+# The fraction of idle stage-slots of the schedule for `stages` and `micro_batches` (unit
+# time per forward and backward), and its length in clock cycles (may be NULL).
+# C: weft_status weft_pipe_schedule_bubble(double* bubble, int* cycles,
+#        weft_pipe_schedule_kind kind, int stages, int micro_batches)
+function weft_pipe_schedule_bubble(bubble, cycles, kind, stages, micro_batches)
+    ccall((:weft_pipe_schedule_bubble, libweft()), Cint,
+          (Ptr{Cdouble}, Ptr{Cint}, Cint, Cint, Cint),
+          bubble, cycles, kind, stages, micro_batches)
+end
+
 # ---- configuration (WEFT_* settings) -----------------------------------------------------
 
 # Overrides a setting in this process (wins over the environment); validated at once.
@@ -1171,8 +1352,16 @@ export libweft, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, DLDevice, DLDataTy
     weft_step_counter_destroy, weft_step_counter_computation, weft_step_counter_step,
     weft_step_counter_set_steps_per_communication,
     weft_step_counter_steps_per_communication, weft_step_counter_countdown,
-    weft_step_counter_computations, weft_step_counter_misuse_warning, weft_config_set,
-    weft_config_unset, weft_config_get, weft_config_describe, weft_timeline_start,
-    weft_timeline_stop, weft_timeline_start_activity, weft_timeline_end_activity
+    weft_step_counter_computations, weft_step_counter_misuse_warning,
+    weft_pipe_freeze_bound, WEFT_PIPE_FREEZE_OPTIONS_VERSION, weft_pipe_freeze_options,
+    weft_pipe_next_frozen, WEFT_PIPE_STRATEGY_OPTIMAL, WEFT_PIPE_STRATEGY_GREEDY,
+    WEFT_PIPE_STRATEGY_EVEN, weft_pipe_parameter_costs, weft_pipe_partition, weft_pipe_plan,
+    WEFT_PIPE_PLAN_OPTIONS_VERSION, weft_pipe_plan_options, weft_pipe_plan_create,
+    weft_pipe_plan_destroy, weft_pipe_plan_info, weft_pipe_plan_get_info,
+    weft_pipe_plan_boundaries, weft_pipe_plan_stage_costs, weft_pipe_plan_newly_active,
+    weft_pipe_plan_role, WEFT_PIPE_SCHEDULE_GPIPE, WEFT_PIPE_SCHEDULE_1F1B,
+    weft_pipe_schedule_bubble, weft_config_set, weft_config_unset, weft_config_get,
+    weft_config_describe, weft_timeline_start, weft_timeline_stop,
+    weft_timeline_start_activity, weft_timeline_end_activity
 
 end  # module CAPI

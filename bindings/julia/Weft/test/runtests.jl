@@ -145,6 +145,119 @@ end
     @test sprint(show, c) == "Weft.StepCounter(freed)"
 end
 
+# ceil(L (1 - (1 - num/den)^t)) in exact integer arithmetic.
+ceil_bound(layers, num, den, t) = cld(layers * (den^t - (den - num)^t), den^t)
+
+@testset "elastic pipelining (no init needed)" begin
+    # The freeze schedule, L = 12, alpha = 1/3: 0, 4, 7 (6.67), 9 (8.44), 10 (9.63), 11.
+    @test [ceil_bound(12, 1, 3, t) for t in 0:5] == [0, 4, 7, 9, 10, 11]
+    @test [freeze_bound(12, 1 / 3, t) for t in 0:5] == [0, 4, 7, 9, 10, 11]
+    @test freeze_bound(8, 0.5, 1) == 4                  # exact at integers, not 5
+    @test freeze_bound(10, 0.3, 1) == 3
+    @test freeze_bound(12, 1.0, 1) == 12
+    err = try
+        freeze_bound(12, 0.0, 1)
+    catch e
+        e
+    end
+    @test err isa WeftError && err.status == Weft.CAPI.WEFT_ERR_INVALID_ARGUMENT
+    @test occursin("alpha", err.message)
+    @test_throws WeftError freeze_bound(0, 0.5, 1)
+    @test_throws WeftError freeze_bound(12, 0.5, -1)
+
+    # The next frozen count: the schedule, and the gradient-aware policy.
+    @test next_frozen(12, 2, 4) == 7
+    @test next_frozen(12, 1, 9) == 9                     # layers never unfreeze
+    @test next_frozen(12, 1, 0; alpha=1.0) == 11         # the head keeps training
+    @test next_frozen(12, 1, 0; alpha=1.0, freeze_last=true) == 12
+    norms = [10.0 + l for l in 1:12]
+    norms[6] = 1.0      # layer 6 (C's layer 5) moved least: at most 6 frozen
+    norms[3] = 0.5      # already frozen (layers 1:4): not a candidate
+    @test next_frozen(12, 2, 4; grad_norms=norms, gradient_aware=true) == 6
+    norms[6], norms[10] = 20.0, 1.0                      # 10 is above the bound 7
+    @test next_frozen(12, 2, 4; grad_norms=norms, gradient_aware=true) == 7
+    @test next_frozen(12, 2, 4; grad_norms=norms) == 7   # ignored without the policy
+    @test_throws WeftError next_frozen(12, 2, 4; gradient_aware=true)  # no norms
+    @test_throws WeftError next_frozen(12, 2, 4; grad_norms=norms[1:5], gradient_aware=true)
+    @test_throws WeftError next_frozen(12, 2, 13)
+
+    # Costs and partitions.
+    @test parameter_costs([6, 12, 18, 24, 30, 36]; frozen=2) ≈ [1, 2, 18, 24, 30, 36]
+    @test_throws WeftError parameter_costs([1, -1, 1])
+    @test_throws WeftError parameter_costs([1, 1]; lambda=2)
+    c = [1, 2, 3, 4, 5]
+    p = partition_layers(c, 2)       # cuts after 1..4 layers: largest 14, 12, 9, 10
+    @test p.boundaries == [0, 3, 5] && p.max_cost == 9 && p.stage_costs == [6, 9]
+    @test stages(p) == [1:3, 4:5]
+    p = partition_layers(c, 3)
+    @test p.boundaries == [0, 3, 4, 5] && p.max_cost == 6
+    p = partition_layers(c, 3; strategy=:even)
+    @test p.boundaries == [0, 2, 4, 5] && p.max_cost == 7
+    g = partition_layers(c, 3; strategy=:greedy)
+    @test length(g.boundaries) == 4 && g.boundaries[end] == 5 && g.max_cost >= 6
+    g = partition_layers(c, 6; strategy=:greedy)          # may leave stages empty
+    @test length(g.boundaries) == 7 && any(isempty, stages(g))
+    @test partition_layers(ones(40), 20).boundaries == collect(0:2:40)  # > 16 entries
+    @test_throws WeftError partition_layers(c, 0)
+    @test_throws WeftError partition_layers(c, 6)        # more stages than layers
+    @test_throws WeftError partition_layers(c, 6; strategy=:even)
+    @test_throws WeftError partition_layers([1, -1, 1], 2)
+    @test_throws ArgumentError partition_layers(c, 2; strategy=:best)
+
+    # Plans: 12 equal layers on 1 machine of 8 devices, k0 = 8, as layers freeze.
+    sizes = ones(12)
+    p0 = PipePlan(sizes)
+    @test plan_info(p0) == (frozen=0, k=8, replicas=1, micro_batches=32, world=8, m0=2.0,
+                            max_cost=2.0)
+    @test boundaries(p0) == [0, 1, 2, 3, 4, 6, 8, 10, 12]
+    @test stage_costs(p0) == [1, 1, 1, 1, 2, 2, 2, 2]
+    @test stages(p0)[5] == 5:6
+    @test newly_active(p0) == Int[]
+    @test [role(p0, r) for r in 0:7] == [(replica=1, stage=s) for s in 1:8]
+    p4 = PipePlan(sizes, 4; previous=p0)             # 4/6 + 8 > 4 x 2: K stays 8
+    @test plan_info(p4).k == 8 && boundaries(p4) == [0, 5, 6, 7, 8, 9, 10, 11, 12]
+    p7 = PipePlan(sizes, 7; previous=p4)             # K halves, replicas double
+    @test plan_info(p7).k == 4 && plan_info(p7).replicas == 2
+    @test plan_info(p7).micro_batches == 16
+    @test boundaries(p7) == [0, 1, 8, 10, 12]
+    @test stage_costs(p7) ≈ [1 / 6, 2, 2, 2]
+    @test newly_active(p7) == [4, 5, 6, 7]           # ranks: 0-based
+    @test role(p7, 5) == (replica=2, stage=2)        # replica, stage: 1-based
+    p9 = PipePlan(sizes, 9; previous=p7)
+    @test plan_info(p9).k == 4 && isempty(newly_active(p9))
+    p10 = PipePlan(sizes, 10; previous=p9)
+    @test plan_info(p10).k == 2 && plan_info(p10).replicas == 4
+    @test boundaries(p10) == [0, 10, 12] && stages(p10) == [1:10, 11:12]
+    @test newly_active(p10) == [4, 5, 6, 7]
+    @test role(p10, 7) == (replica=4, stage=2)
+    @test occursin("k=2", sprint(show, p10))
+    idle = PipePlan(sizes; devices_per_machine=6, k0=4, micro_batches=6)
+    @test plan_info(idle).micro_batches == 6 && plan_info(idle).world == 6
+    @test role(idle, 3) == (replica=1, stage=4) && role(idle, 5) === nothing
+    bad = copy(sizes)
+    bad[4] = -1
+    @test_throws WeftError PipePlan(bad)
+    @test_throws WeftError PipePlan(sizes[1:4])          # k0 = 8 stages for 4 layers
+    @test_throws WeftError PipePlan(sizes; k0=0)
+    @test_throws WeftError PipePlan(sizes; micro_batches=-1)
+    @test_throws WeftError PipePlan(sizes, 8; previous=p9)  # frozen going down
+    @test_throws WeftError PipePlan(sizes, 10; machines=2, previous=p9)
+    @test_throws WeftError role(p10, 8)
+    @test_throws ArgumentError PipePlan(sizes; strategy=:best)
+    finalize(p0)
+    @test p0.ptr == C_NULL && sprint(show, p0) == "Weft.PipePlan(freed)"
+    @test_throws ArgumentError PipePlan(sizes, 4; previous=p0)
+    @test_throws WeftError plan_info(p0)
+
+    # Schedules: (K - 1) / (M + K - 1) idle over 2 (M + K - 1) cycles.
+    @test schedule_bubble(:gpipe, 4, 8).bubble ≈ 3 / 11
+    @test schedule_bubble("1f1b", 4, 8) == schedule_bubble(:gpipe, 4, 8)
+    @test schedule_bubble(:gpipe, 4, 8).cycles == 22
+    @test schedule_bubble(:gpipe, 1, 5) == (bubble=0.0, cycles=10)
+    @test_throws WeftError schedule_bubble(:gpipe, 0, 8)
+    @test_throws ArgumentError schedule_bubble(:zb, 4, 8)
+end
+
 @testset "collectives" begin
     Weft.init()
     @test is_initialized()

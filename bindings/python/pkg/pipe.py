@@ -1,0 +1,386 @@
+"""weft.pipe: elastic pipelining's pure computations (shared/design/pipe.md), over the C ABI
+(weft_pipe_* in weft.h).
+
+- AutoFreeze: freeze_bound, next_frozen (the schedule, or the gradient-aware policy fed by
+  a GradNormAccumulator);
+- load balancing: parameter_costs, partition (optimal, greedy or even contiguous stages);
+- AutoPipe/AutoDP: make_plan gives the pipeline length K, the partition, the replica count
+  and each rank's role, and (from the previous plan) the ranks that become active;
+- schedule_bubble: the idle fraction of a GPipe or 1F1B micro-batch schedule.
+
+Layers are indexed from 0, and a frozen count F means layers 0 .. F-1 are frozen. Nothing
+here needs weft.init() or communicates: every rank computes the same answers. Invalid
+arguments raise weft.InvalidArgumentError (a ValueError) with weft's explanation.
+"""
+
+import math
+import operator
+
+from . import lowlevel as _c
+from ._errors import InvalidArgumentError
+
+__all__ = [
+    "freeze_bound", "next_frozen", "parameter_costs", "Partition", "partition", "Plan",
+    "make_plan", "schedule_bubble", "GradNormAccumulator", "STRATEGIES", "SCHEDULES",
+]
+
+# The paper's defaults (PipeTransformer): alpha = 1/3, a frozen layer costs 1/6.
+_ALPHA = 1.0 / 3.0
+_LAMBDA = 1.0 / 6.0
+
+STRATEGIES = {
+    "optimal": _c.WEFT_PIPE_STRATEGY_OPTIMAL,  # minimize the largest stage; no empty stage
+    "greedy": _c.WEFT_PIPE_STRATEGY_GREEDY,  # PipeTransformer's walk, for comparison
+    "even": _c.WEFT_PIPE_STRATEGY_EVEN,  # equal layer counts
+}
+SCHEDULES = {"gpipe": _c.WEFT_PIPE_SCHEDULE_GPIPE, "1f1b": _c.WEFT_PIPE_SCHEDULE_1F1B}
+
+_INT_MIN, _INT_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
+def _invalid(message):
+    return InvalidArgumentError(_c.WEFT_ERR_INVALID_ARGUMENT, message)
+
+
+def _int(value, function, name):
+    """An integer argument that a C int holds (a larger one would wrap in C)."""
+    value = operator.index(value)
+    if not _INT_MIN <= value <= _INT_MAX:
+        raise _invalid(f"{function}: {name} = {value} does not fit a C int")
+    return value
+
+
+def _floats(values, function, name):
+    try:
+        return [float(v) for v in values]
+    except TypeError:
+        raise TypeError(f"{function}: {name} must be a sequence of numbers, got "
+                        f"{type(values).__name__}") from None
+
+
+def _choice(value, table, function, name):
+    try:
+        return table[value]
+    except (KeyError, TypeError):
+        raise _invalid(f"{function}: {name} is {value!r}; expected one of "
+                       f"{', '.join(repr(k) for k in table)}") from None
+
+
+# ---- AutoFreeze ----------------------------------------------------------------------------
+
+
+def freeze_bound(layers, alpha, t):
+    """The schedule bound after freeze point t: ceil(L (1 - (1 - alpha)^t)), exact at
+    integers (L = 8, alpha = 1/2, t = 1 is 4). alpha in (0, 1], layers >= 1, t >= 0."""
+    return _c.weft_pipe_freeze_bound(_int(layers, "freeze_bound", "layers"), float(alpha),
+                                     _int(t, "freeze_bound", "t"))
+
+
+def next_frozen(layers, t, previous, grad_norms=None, alpha=_ALPHA, gradient_aware=False,
+                freeze_last=False):
+    """The frozen count after freeze point t, given the count before it (`previous`).
+
+    The schedule: the bound of freeze_bound(layers, alpha, t). gradient_aware: at most 1 +
+    the trainable layer (index >= previous) whose accumulated gradient norm is the smallest
+    (grad_norms: one per layer, e.g. GradNormAccumulator.take()). Never below previous
+    (layers never unfreeze) and, unless freeze_last, at most layers - 1 (the head keeps
+    training)."""
+    fn = "next_frozen"
+    norms = None if grad_norms is None else _floats(grad_norms, fn, "grad_norms")
+    options = (float(alpha), bool(gradient_aware), bool(freeze_last))
+    return _c.weft_pipe_next_frozen(_int(layers, fn, "layers"), _int(t, fn, "t"),
+                                    _int(previous, fn, "previous"), norms, options)
+
+
+class GradNormAccumulator:
+    """Per-group gradient norms summed over a freeze interval, for the gradient-aware
+    policy (the C++ one is LibTorch-only; this is its pure-Python twin).
+
+    groups: one entry per layer group, each an nn.Module, a parameter, or a list of
+    modules and parameters. Call add() once per iteration after backward (after any
+    gradient synchronization, before the optimizer zeroes the gradients): each group's
+    gradient L2 norm, sqrt(sum over its parameters of ||grad||^2) in double precision, is
+    added to its running sum (parameters without a gradient are skipped; a group with none
+    adds 0). take() returns the sums and starts a new interval:
+
+        norms = weft.pipe.GradNormAccumulator([model.embed, *model.blocks, model.head])
+        ...  loss.backward(); norms.add(); optimizer.step()
+        frozen = weft.pipe.next_frozen(len(norms), t, frozen, norms.take(),
+                                       gradient_aware=True)
+    """
+
+    __slots__ = ("_groups", "_sums", "_iterations")
+
+    def __init__(self, groups):
+        self._groups = [self._parameters(g, k) for k, g in enumerate(groups)]
+        self._sums = [0.0] * len(self._groups)
+        self._iterations = 0
+
+    @staticmethod
+    def _parameters(group, k):
+        import torch
+
+        items = [group] if isinstance(group, (torch.nn.Module, torch.Tensor)) else group
+        params = []
+        try:
+            for item in items:
+                if isinstance(item, torch.nn.Module):
+                    params.extend(item.parameters())
+                elif isinstance(item, torch.Tensor):
+                    params.append(item)
+                else:
+                    raise TypeError
+        except TypeError:
+            raise TypeError(f"GradNormAccumulator: group {k} must be an nn.Module, a "
+                            f"parameter, or a list of them; got {type(group).__name__}") \
+                from None
+        return params
+
+    @staticmethod
+    def _norm(params):
+        import torch
+
+        squares = 0.0
+        for p in params:
+            grad = p.grad
+            if grad is None:
+                continue
+            values = grad.coalesce().values() if grad.is_sparse else grad
+            squares += float(torch.linalg.vector_norm(values.detach(), 2,
+                                                      dtype=torch.float64)) ** 2
+        return math.sqrt(squares)
+
+    def add(self):
+        """Adds each group's current gradient norm to its sum (one iteration). A NaN or
+        infinite norm raises InvalidArgumentError and adds nothing."""
+        norms = [self._norm(params) for params in self._groups]
+        for k, norm in enumerate(norms):
+            if not math.isfinite(norm):
+                raise _invalid(f"GradNormAccumulator.add: group {k} has a non-finite gradient "
+                               f"norm ({norm}); check its gradients for NaN/Inf; nothing was "
+                               f"accumulated")
+        for k, norm in enumerate(norms):
+            self._sums[k] += norm
+        self._iterations += 1
+        return norms
+
+    def take(self):
+        """The sums of this interval (a list, one per group); the accumulator restarts."""
+        sums, self._sums = self._sums, [0.0] * len(self._groups)
+        self._iterations = 0
+        return sums
+
+    @property
+    def sums(self):
+        """A copy of the running sums."""
+        return list(self._sums)
+
+    @property
+    def iterations(self):
+        """add() calls since the last take()."""
+        return self._iterations
+
+    def __len__(self):
+        return len(self._groups)
+
+    def __repr__(self):
+        return (f"<weft.pipe.GradNormAccumulator: {len(self._groups)} groups, "
+                f"{self._iterations} iterations>")
+
+
+# ---- load balancing ------------------------------------------------------------------------
+
+
+def parameter_costs(sizes, frozen=0, lam=_LAMBDA):
+    """Per-layer costs from parameter counts: a trainable layer costs its count, each of
+    the first `frozen` layers lam times it (frozen layers run forward only)."""
+    sizes = _floats(sizes, "parameter_costs", "sizes")
+    return _c.weft_pipe_parameter_costs(len(sizes), sizes,
+                                        _int(frozen, "parameter_costs", "frozen"), float(lam))
+
+
+class Partition:
+    """Layers in contiguous stages: stage s holds layers boundaries[s] .. boundaries[s+1]-1
+    (len(boundaries) == stages + 1); stage_costs[s] is its cost, max_cost the largest."""
+
+    __slots__ = ("boundaries", "stage_costs", "max_cost")
+
+    def __init__(self, boundaries, stage_costs, max_cost):
+        self.boundaries = list(boundaries)
+        self.stage_costs = list(stage_costs)
+        self.max_cost = max_cost
+
+    @property
+    def num_stages(self):
+        return len(self.boundaries) - 1
+
+    def stages(self):
+        """The layers of each stage, as ranges."""
+        b = self.boundaries
+        return [range(b[s], b[s + 1]) for s in range(len(b) - 1)]
+
+    def __eq__(self, other):
+        if not isinstance(other, Partition):
+            return NotImplemented
+        return (self.boundaries, self.stage_costs, self.max_cost) == \
+            (other.boundaries, other.stage_costs, other.max_cost)
+
+    def __repr__(self):
+        return (f"Partition(boundaries={self.boundaries}, stage_costs={self.stage_costs}, "
+                f"max_cost={self.max_cost})")
+
+
+def partition(costs, stages, strategy="optimal"):
+    """Partitions the layers (one cost each) into `stages` contiguous stages.
+
+    strategy: "optimal" (the default: minimizes the largest stage, never an empty stage,
+    the lexicographically smallest boundaries among the optimal ones), "greedy" (the
+    PipeTransformer walk, which may leave stages empty) or "even" (equal layer counts)."""
+    fn = "partition"
+    costs = _floats(costs, fn, "costs")
+    stages = _int(stages, fn, "stages")
+    code = _choice(strategy, STRATEGIES, fn, "strategy")
+    # stages + 1 boundaries when stages is valid; weft rejects it otherwise.
+    boundaries, max_cost = _c.weft_pipe_partition(max(stages + 1, 0), costs, stages, code)
+    stage_costs = [math.fsum(costs[boundaries[s]:boundaries[s + 1]])
+                   for s in range(len(boundaries) - 1)]
+    return Partition(boundaries, stage_costs, max_cost)
+
+
+# ---- AutoPipe/AutoDP plans -----------------------------------------------------------------
+
+
+class Plan:
+    """An AutoPipe/AutoDP plan (make_plan makes one): the pipeline length k, the partition
+    of every layer (frozen ones at lam) into k stages, the replicas, each rank's role. A
+    plan is immutable; its values are read once when it is made."""
+
+    __slots__ = ("_ptr", "_info", "_boundaries", "_stage_costs", "_newly_active", "_roles")
+
+    def __init__(self, ptr):
+        self._ptr = ptr
+        self._info = _c.weft_pipe_plan_get_info(ptr)
+        k, world = self._info[1], self._info[4]
+        self._boundaries = _c.weft_pipe_plan_boundaries(k + 1, ptr)
+        self._stage_costs = _c.weft_pipe_plan_stage_costs(k, ptr)
+        self._newly_active = _c.weft_pipe_plan_newly_active(world, ptr)
+        self._roles = [tuple(_c.weft_pipe_plan_role(ptr, r)) for r in range(world)]
+
+    def __del__(self):
+        ptr = getattr(self, "_ptr", None)
+        if ptr is not None:
+            self._ptr = None
+            _c.weft_pipe_plan_destroy(ptr)
+
+    @property
+    def frozen(self):
+        """Leading layers frozen."""
+        return self._info[0]
+
+    @property
+    def k(self):
+        """The pipeline length (stages per replica)."""
+        return self._info[1]
+
+    @property
+    def replicas(self):
+        """Pipeline replicas (data-parallel width)."""
+        return self._info[2]
+
+    @property
+    def micro_batches(self):
+        return self._info[3]
+
+    @property
+    def world(self):
+        """Ranks (devices) of the cluster: machines * devices_per_machine."""
+        return self._info[4]
+
+    @property
+    def m0(self):
+        """The largest stage of the initial partition: what one device holds."""
+        return self._info[5]
+
+    @property
+    def max_cost(self):
+        """The largest stage of this plan's partition."""
+        return self._info[6]
+
+    @property
+    def boundaries(self):
+        """k + 1 entries: stage s holds layers boundaries[s] .. boundaries[s+1]-1."""
+        return list(self._boundaries)
+
+    @property
+    def stage_costs(self):
+        return list(self._stage_costs)
+
+    @property
+    def newly_active(self):
+        """Ranks (sorted) active in a replica that the previous plan did not have, or idle
+        before: they receive their layers from an existing replica. Empty for an initial
+        plan."""
+        return list(self._newly_active)
+
+    @property
+    def roles(self):
+        """(replica, stage) per rank; (-1, -1) for an idle rank."""
+        return list(self._roles)
+
+    def role(self, rank):
+        """(replica, stage) of `rank`, (-1, -1) when idle; InvalidArgumentError outside
+        [0, world)."""
+        return tuple(_c.weft_pipe_plan_role(self._ptr, _int(rank, "Plan.role", "rank")))
+
+    def stages(self):
+        """The layers of each stage, as ranges."""
+        b = self._boundaries
+        return [range(b[s], b[s + 1]) for s in range(self.k)]
+
+    def replica_ranks(self, replica):
+        """The ranks of `replica`, by stage."""
+        ranks = [-1] * self.k
+        for rank, (r, s) in enumerate(self._roles):
+            if r == replica:
+                ranks[s] = rank
+        return ranks
+
+    def __repr__(self):
+        return (f"<weft.pipe.Plan: frozen={self.frozen}, k={self.k}, "
+                f"replicas={self.replicas}, micro_batches={self.micro_batches}, "
+                f"boundaries={self._boundaries}, newly_active={self._newly_active}>")
+
+
+def make_plan(sizes, frozen=0, machines=1, devices_per_machine=8, k0=8, lam=_LAMBDA,
+              strategy="optimal", micro_batches=0, previous=None):
+    """The AutoPipe/AutoDP plan for `frozen` leading layers of a model whose layers have
+    `sizes` parameters, on machines * devices_per_machine devices.
+
+    previous None: the initial plan, K = k0 (M0, the largest stage of the optimal
+    partition of all layers on k0 stages, stands for what a device holds). Otherwise K
+    starts from previous.k and halves while the balanced partition on K/2 stages still fits
+    under M0; the freed devices host more replicas (their ranks are newly_active). Pass the
+    same sizes and options for every plan of a run. micro_batches 0 means 4 K."""
+    fn = "make_plan"
+    if previous is not None and not isinstance(previous, Plan):
+        raise TypeError(f"{fn}: previous must be a weft.pipe.Plan or None, got "
+                        f"{type(previous).__name__}")
+    sizes = _floats(sizes, fn, "sizes")
+    options = (_int(machines, fn, "machines"),
+               _int(devices_per_machine, fn, "devices_per_machine"), _int(k0, fn, "k0"),
+               float(lam), _choice(strategy, STRATEGIES, fn, "strategy"),
+               _int(micro_batches, fn, "micro_batches"))
+    ptr = _c.weft_pipe_plan_create(sizes, _int(frozen, fn, "frozen"), options,
+                                   None if previous is None else previous._ptr)
+    return Plan(ptr)
+
+
+def schedule_bubble(kind, stages, micro_batches):
+    """(bubble, cycles) of a micro-batch schedule, kind "gpipe" (fill-drain) or "1f1b",
+    with unit time per forward and backward: bubble = (K - 1) / (M + K - 1), the idle
+    fraction of the stage-slots, and cycles = 2 (M + K - 1), its length in clock cycles."""
+    fn = "schedule_bubble"
+    bubble, cycles = _c.weft_pipe_schedule_bubble(_choice(kind, SCHEDULES, fn, "kind"),
+                                                  _int(stages, fn, "stages"),
+                                                  _int(micro_batches, fn, "micro_batches"))
+    return bubble, cycles
