@@ -320,6 +320,12 @@ class Parser {
     }
   }
 
+  // The file ended inside the array or object that starts at `open`.
+  Status Unclosed(const JsonValue& open, char close, const char* what) {
+    return ErrorAt(open.line, open.column, "expected '", std::string(1, close),
+                   "' to close the ", what, " that starts here, found the end of the file");
+  }
+
   Status Array(JsonValue* out, int depth) {
     out->type = JsonValue::Type::kArray;
     Advance();  // '['
@@ -330,19 +336,11 @@ class Parser {
     }
     while (true) {
       SkipSpace();
-      if (AtEnd()) {
-        return ErrorAt(out->line, out->column,
-                       "expected ']' to close the array that starts here, found the end of "
-                       "the file");
-      }
+      if (AtEnd()) return Unclosed(*out, ']', "array");
       out->array.emplace_back();
       WEFT_RETURN_IF_ERROR(Value(&out->array.back(), depth + 1));
       SkipSpace();
-      if (AtEnd()) {
-        return ErrorAt(out->line, out->column,
-                       "expected ']' to close the array that starts here, found the end of "
-                       "the file");
-      }
+      if (AtEnd()) return Unclosed(*out, ']', "array");
       if (Peek() == ']') {
         Advance();
         return OkStatus();
@@ -366,11 +364,7 @@ class Parser {
     }
     while (true) {
       SkipSpace();
-      if (AtEnd()) {
-        return ErrorAt(out->line, out->column,
-                       "expected '}' to close the object that starts here, found the end of "
-                       "the file");
-      }
+      if (AtEnd()) return Unclosed(*out, '}', "object");
       if (Peek() != '"') {
         if (Peek() == '}') {
           return Error("expected a key after ',', found '}' (JSON allows no trailing comma)");
@@ -393,11 +387,7 @@ class Parser {
       out->object.emplace_back(key, JsonValue());
       WEFT_RETURN_IF_ERROR(Value(&out->object.back().second, depth + 1));
       SkipSpace();
-      if (AtEnd()) {
-        return ErrorAt(out->line, out->column,
-                       "expected '}' to close the object that starts here, found the end of "
-                       "the file");
-      }
+      if (AtEnd()) return Unclosed(*out, '}', "object");
       if (Peek() == '}') {
         Advance();
         return OkStatus();
