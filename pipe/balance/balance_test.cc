@@ -295,8 +295,8 @@ TEST(PartitionLayers, OptimalComparesTheDoublesExactly) {
   EXPECT_EQ(range.max_cost, 2e300);
 }
 
-TEST(PartitionLayers, OptimalOnViTBase) {
-  // ViT-B/16 as PipeTransformer split it: embeddings, 12 x (attention, MLP), norm, head.
+// ViT-B/16 as PipeTransformer split it: embeddings, 12 x (attention, MLP), norm, head.
+std::vector<double> VitBaseUnits() {
   const BlockHalves block = TransformerBlockHalves({});
   std::vector<double> sizes = {742656};
   for (int i = 0; i < 12; ++i) {
@@ -305,6 +305,11 @@ TEST(PartitionLayers, OptimalOnViTBase) {
   }
   sizes.push_back(1536);
   sizes.push_back(7690);
+  return sizes;
+}
+
+TEST(PartitionLayers, OptimalOnViTBase) {
+  const std::vector<double> sizes = VitBaseUnits();
   for (int stages : {1, 2, 4, 8, 16}) {
     const Partition p = *PartitionLayers(sizes, stages);
     ExpectOptimalAndLeast(sizes, stages, p);
@@ -421,14 +426,7 @@ TEST(PartitionLayers, GreedyReproducesThePipeTransformerLog) {
   // "freeze layer number = 0"): sizes [0.742656, 12 x (2.363904, 4.723968), 0.001536,
   // 0.00769] M on 8 devices gave {4, 2, 3, 3, 3, 3, 4, 5} sub-layers per device, largest
   // 14.175744 M. Here in parameters, as ParameterCosts gives them.
-  const BlockHalves block = TransformerBlockHalves({});
-  std::vector<double> sizes = {742656};
-  for (int i = 0; i < 12; ++i) {
-    sizes.push_back(block.attention);
-    sizes.push_back(block.mlp);
-  }
-  sizes.push_back(1536);
-  sizes.push_back(7690);
+  const std::vector<double> sizes = VitBaseUnits();
   const Partition p = *PartitionLayers(sizes, 8, Strategy::kGreedy);
   EXPECT_EQ(p.boundaries, (std::vector<int>{0, 4, 6, 9, 12, 15, 18, 22, 27}));
   EXPECT_EQ(p.stage_costs, (std::vector<double>{10194432, 7087872, 11811840, 9451776, 11811840,
