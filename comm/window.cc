@@ -203,19 +203,21 @@ Status Window::Update(double self_weight, const std::vector<std::pair<int, doubl
         std::memcpy(base + POffset(k, slot), &zero_p, 8);
       }
     }
-    }, /*touches_x=*/true);
+    }, Staging::kPullPush);
 }
 
 Status Window::ScaleSelf(const TensorView& x, double factor) {
   WEFT_RETURN_IF_ERROR(CheckAlive());
   if (factor == 1.0) return OkStatus();
+  // The window's own host copy was refreshed from the device by the put just before
+  // (PutAndScale): only the scaled result goes back.
   return Locally([&] {
     Scale(x.data(), x.dtype(), static_cast<size_t>(x.numel()), factor);
     double p = 0;
     std::memcpy(&p, memory() + kPSelfOffset, 8);
     p *= factor;
     std::memcpy(memory() + kPSelfOffset, &p, 8);
-  }, /*touches_x=*/x.data() == x_.data());
+  }, x.data() == x_.data() ? Staging::kPush : Staging::kNone);
 }
 
 void Window::StageThrough(const TensorView& device_x, DeviceCopy copy,
@@ -237,11 +239,7 @@ Status Window::PutAndScale(const TensorView& x, const std::vector<std::pair<int,
   if (x.data() == device_x_.data()) {
     // The window's own tensor: refresh the host copy (neighbors' gets read it too), put
     // from it, and scale it (ScaleSelf copies it back to the device).
-    WEFT_RETURN_IF_ERROR(CheckAlive());
-    WEFT_RETURN_IF_ERROR(LockLocal());
-    Status s = copy_(x_.data(), device_x_.data(), nbytes_, false);
-    WEFT_RETURN_IF_ERROR(UnlockLocal());
-    WEFT_RETURN_IF_ERROR(s);
+    WEFT_RETURN_IF_ERROR(Locally([] {}, Staging::kPull));
     WEFT_RETURN_IF_ERROR(Put(x_, dsts, accumulate));
     return ScaleSelf(x_, self_weight);
   }

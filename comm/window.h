@@ -87,7 +87,7 @@ class Window {
   // x <- x + sum_j buf_j, then every buffer is zeroed (p likewise).
   Status UpdateThenCollect();
   // x *= factor (the tensor a put sent, usually the window's own) and p *= factor: a put's
-  // self_weight.
+  // self_weight. Staged windows: the host copy of x must be current (PutAndScale pulls it).
   Status ScaleSelf(const TensorView& x, double factor);
 
   // Puts into each buffer since the last update, by in-neighbor.
@@ -124,18 +124,20 @@ class Window {
   virtual char* memory() const = 0;
   virtual Status LockLocal() = 0;
   virtual Status UnlockLocal() = 0;
-  // Runs `body` (touching only this rank's memory) under LockLocal(). `touches_x`: body
-  // reads and writes x, so a staged window refreshes x from the device before it and
-  // copies x back after.
+  // How a body run under LockLocal() uses x when the window stages a device tensor:
+  // kPull refreshes the host copy from the device before it, kPush copies it back after.
+  enum class Staging { kNone, kPull, kPush, kPullPush };
+  // Runs `body` (touching only this rank's memory) under LockLocal(), staging x as asked.
   template <typename Body>
-  Status Locally(Body&& body, bool touches_x = false) {
+  Status Locally(Body&& body, Staging staging = Staging::kNone) {
     WEFT_RETURN_IF_ERROR(CheckAlive());
     WEFT_RETURN_IF_ERROR(LockLocal());
-    const bool stage = touches_x && staged();
-    Status s = stage ? copy_(x_.data(), device_x_.data(), nbytes_, false) : OkStatus();
+    const bool pull = staged() && (staging == Staging::kPull || staging == Staging::kPullPush);
+    const bool push = staged() && (staging == Staging::kPush || staging == Staging::kPullPush);
+    Status s = pull ? copy_(x_.data(), device_x_.data(), nbytes_, false) : OkStatus();
     if (s.ok()) {
       body();
-      if (stage) s = copy_(device_x_.data(), x_.data(), nbytes_, true);
+      if (push) s = copy_(device_x_.data(), x_.data(), nbytes_, true);
     }
     Status unlocked = UnlockLocal();
     return s.ok() ? unlocked : s;
