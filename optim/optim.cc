@@ -82,7 +82,6 @@ struct DistributedOptimizer::Param {
   std::shared_ptr<torch::autograd::Node> accumulator;
   uintptr_t hook_key = 0;
   bool launched = false;     // this round's communication started
-  bool updated = false;      // adapt-then-combine: its local update ran in the hook
   torch_api::TorchHandle handle;  // collectives in flight
   Handle window_handle;            // window put / accumulate in flight
   std::string window;              // window optimizers
@@ -299,7 +298,6 @@ void DistributedOptimizer::StepOnly(size_t index) {
   }
   optimizer_->step();
   for (auto& [q, g] : hidden) q.mutable_grad() = g;
-  p.updated = true;
 }
 
 Status DistributedOptimizer::Launch(size_t index) {
@@ -449,10 +447,9 @@ Status DistributedOptimizer::step() {
     Status s = Finish(i);
     if (status.ok()) status = s;
   }
-  const bool updated_in_hooks = algorithm_ == Algorithm::kAdaptThenCombine;
-  for (auto& p : params_) p->updated = false;
   if (!status.ok()) return status;
-  if (!updated_in_hooks) optimizer_->step();
+  // Adapt-then-combine updated each parameter before launching it.
+  if (algorithm_ != Algorithm::kAdaptThenCombine) optimizer_->step();
   return OkStatus();
 }
 
