@@ -548,26 +548,109 @@ Topology load_machine_topology() {
   return *s->machine_topology;
 }
 
+namespace {
+
+// A process set as the engine keys it: sorted, distinct, the caller among them; the whole
+// world is the empty set, so that ranks passing {} and ranks listing everyone agree.
+StatusOr<std::vector<int32_t>> ProcessSet(const State& state, const std::vector<int>& ranks,
+                                          const char* op) {
+  std::vector<int32_t> set(ranks.begin(), ranks.end());
+  std::sort(set.begin(), set.end());
+  for (size_t i = 0; i < set.size(); ++i) {
+    WEFT_RETURN_IF_ERROR(CheckRank(set[i], state.ctx.size, op, "rank in `ranks`"));
+    if (i > 0 && set[i] == set[i - 1]) {
+      return InvalidArgument(op, ": rank ", set[i], " appears twice in `ranks`");
+    }
+  }
+  if (!set.empty() && !std::binary_search(set.begin(), set.end(), state.ctx.rank)) {
+    return InvalidArgument(op, ": rank ", state.ctx.rank, " called it but is not in `ranks` (",
+                           comm::RankList(ranks), "); only the ranks of a process set call "
+                           "its ops");
+  }
+  if (static_cast<int>(set.size()) == state.ctx.size) set.clear();
+  return set;
+}
+
+}  // namespace
+
 StatusOr<Handle> allreduce_nonblocking(const TensorView& in, const TensorView& out, bool average,
-                                       const std::string& name) {
+                                       const std::string& name, const std::vector<int>& ranks) {
   WEFT_ASSIGN_OR_RETURN(auto state, Begin("allreduce", name));
   WEFT_RETURN_IF_ERROR(CheckTensor(in, "allreduce", "input"));
   WEFT_RETURN_IF_ERROR(CheckSameLayout(in, out, "allreduce"));
+  WEFT_ASSIGN_OR_RETURN(auto set, ProcessSet(*state, ranks, "allreduce"));
   auto r = NewRequest(*state, OpType::kAllreduce, in, out, name);
   r->desc.average = average;
   r->desc.fusion_signature = average ? "avg" : "sum";
+  r->desc.group = std::move(set);
   return Submit(*state, r);
 }
 
 StatusOr<Handle> broadcast_nonblocking(const TensorView& in, const TensorView& out,
-                                       int root_rank, const std::string& name) {
+                                       int root_rank, const std::string& name,
+                                       const std::vector<int>& ranks) {
   WEFT_ASSIGN_OR_RETURN(auto state, Begin("broadcast", name));
   WEFT_RETURN_IF_ERROR(CheckTensor(in, "broadcast", "input"));
   WEFT_RETURN_IF_ERROR(CheckSameLayout(in, out, "broadcast"));
   WEFT_RETURN_IF_ERROR(CheckRank(root_rank, state->ctx.size, "broadcast", "root_rank"));
+  WEFT_ASSIGN_OR_RETURN(auto set, ProcessSet(*state, ranks, "broadcast"));
+  if (!set.empty() && !std::binary_search(set.begin(), set.end(), root_rank)) {
+    return InvalidArgument("broadcast: root_rank ", root_rank, " is not in `ranks` (",
+                           comm::RankList(ranks), ")");
+  }
   auto r = NewRequest(*state, OpType::kBroadcast, in, out, name);
   r->desc.root = root_rank;
   r->desc.fusion_signature = absl::StrCat("root", root_rank);
+  r->desc.group = std::move(set);
+  return Submit(*state, r);
+}
+
+namespace {
+
+StatusOr<std::shared_ptr<Request>> PointToPoint(State& state, const char* op, int peer,
+                                                const TensorView& in, const TensorView& out,
+                                                const std::string& name) {
+  WEFT_RETURN_IF_ERROR(CheckRank(peer, state.ctx.size, op, op[0] == 's' ? "dst" : "src"));
+  if (peer == state.ctx.rank) {
+    return InvalidArgument(op, ": rank ", peer, " cannot ", op, " ",
+                           op[0] == 's' ? "to" : "from", " itself");
+  }
+  auto r = NewRequest(state, OpType::kSendRecv, in, out, name);
+  const int self = state.ctx.rank;
+  r->desc.group = {std::min(self, peer), std::max(self, peer)};
+  return r;
+}
+
+}  // namespace
+
+StatusOr<Handle> send_nonblocking(const TensorView& in, int dst, const std::string& name) {
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin("send", name));
+  WEFT_RETURN_IF_ERROR(CheckTensor(in, "send", "input"));
+  WEFT_ASSIGN_OR_RETURN(auto r, PointToPoint(*state, "send", dst, in, TensorView(), name));
+  r->send = {{dst, 1.0}};
+  r->desc.send_ranks = {dst};
+  return Submit(*state, r);
+}
+
+StatusOr<Handle> recv_nonblocking(const TensorView& out, int src, const std::string& name) {
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin("recv", name));
+  WEFT_RETURN_IF_ERROR(CheckTensor(out, "recv", "output"));
+  WEFT_ASSIGN_OR_RETURN(auto r, PointToPoint(*state, "recv", src, out, out, name));
+  r->recv = {{src, 1.0}};
+  r->desc.recv_ranks = {src};
+  return Submit(*state, r);
+}
+
+StatusOr<Handle> recv_nonblocking(Allocator alloc, int src, const std::string& name) {
+  WEFT_ASSIGN_OR_RETURN(auto state, Begin("recv", name));
+  if (!alloc) return InvalidArgument("recv: no output allocator given");
+  WEFT_ASSIGN_OR_RETURN(auto r,
+                        PointToPoint(*state, "recv", src, TensorView(), TensorView(), name));
+  r->alloc = std::move(alloc);
+  r->recv = {{src, 1.0}};
+  r->desc.recv_ranks = {src};
+  r->desc.shape_from_peer = true;
+  r->desc.shape.clear();
   return Submit(*state, r);
 }
 
@@ -1105,17 +1188,36 @@ Status wait(const Handle& handle) {
 
 // Blocking forms: the nonblocking call plus a wait.
 Status allreduce(const TensorView& in, const TensorView& out, bool average,
-                 const std::string& name) {
+                 const std::string& name, const std::vector<int>& ranks) {
   CallerWaits blocking;
-  WEFT_ASSIGN_OR_RETURN(Handle h, allreduce_nonblocking(in, out, average, name));
+  WEFT_ASSIGN_OR_RETURN(Handle h, allreduce_nonblocking(in, out, average, name, ranks));
   return wait(h);
 }
 
 Status broadcast(const TensorView& in, const TensorView& out, int root_rank,
-                 const std::string& name) {
+                 const std::string& name, const std::vector<int>& ranks) {
   CallerWaits blocking;
-  WEFT_ASSIGN_OR_RETURN(Handle h, broadcast_nonblocking(in, out, root_rank, name));
+  WEFT_ASSIGN_OR_RETURN(Handle h, broadcast_nonblocking(in, out, root_rank, name, ranks));
   return wait(h);
+}
+
+Status send(const TensorView& in, int dst, const std::string& name) {
+  CallerWaits blocking;
+  WEFT_ASSIGN_OR_RETURN(Handle h, send_nonblocking(in, dst, name));
+  return wait(h);
+}
+
+Status recv(const TensorView& out, int src, const std::string& name) {
+  CallerWaits blocking;
+  WEFT_ASSIGN_OR_RETURN(Handle h, recv_nonblocking(out, src, name));
+  return wait(h);
+}
+
+StatusOr<TensorView> recv(Allocator alloc, int src, const std::string& name) {
+  CallerWaits blocking;
+  WEFT_ASSIGN_OR_RETURN(Handle h, recv_nonblocking(std::move(alloc), src, name));
+  WEFT_RETURN_IF_ERROR(wait(h));
+  return h.output();
 }
 
 StatusOr<TensorView> allgather(const TensorView& in, Allocator alloc, const std::string& name) {

@@ -112,15 +112,38 @@ struct HierarchicalNeighborAllreduceOptions {
   std::optional<std::map<int, double>> dst_machine_weights;
 };
 
+// Process sets. allreduce and broadcast take an optional `ranks`: the op then runs among
+// those ranks only (distinct, in any order, the caller among them; empty = every rank).
+// Only they call it; they must pass the same set, and they are matched among themselves
+// by name, or by their call order within that set when unnamed. Disjoint sets run
+// independently (e.g. the replicas of each pipeline stage).
 StatusOr<Handle> allreduce_nonblocking(const TensorView& in, const TensorView& out,
-                                       bool average = true, const std::string& name = "");
+                                       bool average = true, const std::string& name = "",
+                                       const std::vector<int>& ranks = {});
 Status allreduce(const TensorView& in, const TensorView& out, bool average = true,
-                 const std::string& name = "");
+                 const std::string& name = "", const std::vector<int>& ranks = {});
 
+// root_rank is a rank of the world (and of `ranks` when given).
 StatusOr<Handle> broadcast_nonblocking(const TensorView& in, const TensorView& out,
-                                       int root_rank, const std::string& name = "");
+                                       int root_rank, const std::string& name = "",
+                                       const std::vector<int>& ranks = {});
 Status broadcast(const TensorView& in, const TensorView& out, int root_rank,
-                 const std::string& name = "");
+                 const std::string& name = "", const std::vector<int>& ranks = {});
+
+// Point to point. Only the two ranks call: a send to `dst` matches the recv on `dst` from
+// this rank with the same name (unnamed: the pair's unnamed ops match in call order, so
+// both ranks must issue them in the same order). Negotiated like every op: a dtype or
+// shape mismatch is an error on both ranks, a missing peer a stall warning (and an error
+// after WEFT_STALL_TIMEOUT_SECONDS). A send completes once the data has left `in`.
+StatusOr<Handle> send_nonblocking(const TensorView& in, int dst, const std::string& name = "");
+Status send(const TensorView& in, int dst, const std::string& name = "");
+// Receives into `out`: the sender's dtype and shape must be out's.
+StatusOr<Handle> recv_nonblocking(const TensorView& out, int src, const std::string& name = "");
+Status recv(const TensorView& out, int src, const std::string& name = "");
+// Receives a tensor of whatever dtype and shape the sender sends, into memory from `alloc`
+// (Handle::output() after wait()).
+StatusOr<Handle> recv_nonblocking(Allocator alloc, int src, const std::string& name = "");
+StatusOr<TensorView> recv(Allocator alloc, int src, const std::string& name = "");
 
 // Concatenation along dim 0 of every rank's tensor, in rank order; dim 0 may differ.
 StatusOr<Handle> allgather_nonblocking(const TensorView& in, Allocator alloc,

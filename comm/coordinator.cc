@@ -60,7 +60,12 @@ void Coordinator::Add(const Descriptor& d, int64_t now_us) {
                                   {d.rank}));
     return;
   }
-  if (static_cast<int>(e.by_rank.size()) == size_) {
+  // Keys carry the process set (the engine scopes them), so every descriptor of an entry
+  // names the same set; ranks that disagree on it submit different keys and show up as
+  // a stall of each.
+  const std::vector<int32_t>& group = e.by_rank.begin()->second.group;
+  const size_t expected = group.empty() ? static_cast<size_t>(size_) : group.size();
+  if (e.by_rank.size() == expected) {
     ready_.emplace_back(d.key, std::move(e));
     pending_.erase(d.key);
   }
@@ -111,8 +116,16 @@ std::string Coordinator::Validate(const Entry& e) const {
                                                   : absl::StrCat("'", first.key, "'");
     return absl::StrCat(label, ": ranks submitted different operations: ", diff);
   }
+  // A receiver with an Allocator takes whatever dtype and shape come.
+  std::map<int, Descriptor> fixed_only;
+  if (first.op == OpType::kSendRecv) {
+    for (const auto& [rank, d] : all) {
+      if (!d.shape_from_peer) fixed_only.emplace(rank, d);
+    }
+  }
+  const auto& fixed = first.op == OpType::kSendRecv ? fixed_only : all;
   diff = Disagreement(
-      all, [](const Descriptor& d) { return d.dtype; },
+      fixed, [](const Descriptor& d) { return d.dtype; },
       [](const Descriptor& d) { return std::string(DTypeName(d.dtype)); });
   if (!diff.empty()) return absl::StrCat(what, ": dtype differs across ranks: ", diff);
   diff = Disagreement(
@@ -132,6 +145,16 @@ std::string Coordinator::Validate(const Entry& e) const {
     if (!diff.empty()) {
       return absl::StrCat(what, ": shapes must agree in every dimension but the first: ",
                           diff);
+    }
+  } else if (op == OpType::kSendRecv) {
+    if (fixed.size() > 1) {
+      diff = Disagreement(
+          fixed, [](const Descriptor& d) { return d.shape; },
+          [](const Descriptor& d) { return ShapeToString(d.shape); });
+      if (!diff.empty()) {
+        return absl::StrCat(what, ": the receiver's tensor does not have the sent shape: ",
+                            diff);
+      }
     }
   } else if (op != OpType::kBarrier && op != OpType::kSetTopology &&
              op != OpType::kShutdown && op != OpType::kWinFree) {
@@ -184,7 +207,8 @@ std::string Coordinator::Validate(const Entry& e) const {
   // Point-to-point patterns: what each rank expects to receive must be exactly what the
   // others send it, or the exchange would hang.
   const bool ranks_pattern = op == OpType::kNeighborAllgather ||
-                             op == OpType::kNeighborAllreduce || op == OpType::kPairGossip;
+                             op == OpType::kNeighborAllreduce || op == OpType::kPairGossip ||
+                             op == OpType::kSendRecv;
   const bool machine_pattern = op == OpType::kHierarchicalNeighborAllreduce;
   if (ranks_pattern || machine_pattern) {
     std::map<int, const Descriptor*> nodes;  // rank or machine -> its descriptor
@@ -245,7 +269,8 @@ bool Coordinator::Fusable(OpType op) {
 bool Coordinator::CanFuse(const Entry& a, const Entry& b) const {
   const Descriptor& da = a.by_rank.begin()->second;
   const Descriptor& db = b.by_rank.begin()->second;
-  if (da.op != db.op || !Fusable(da.op) || da.dtype != db.dtype || da.device != db.device) {
+  if (da.op != db.op || !Fusable(da.op) || da.dtype != db.dtype || da.device != db.device ||
+      da.group != db.group) {
     return false;
   }
   for (const auto& [rank, d] : a.by_rank) {
@@ -266,7 +291,7 @@ std::vector<Response> Coordinator::TakeReady(int64_t fusion_threshold) {
     const Descriptor& d = entry.by_rank.begin()->second;
     const std::string problem = Validate(entry);
     if (!problem.empty()) {
-      out.push_back(ErrorFor({key}, d.op, absl::StatusCode::kInvalidArgument, problem, {}));
+      out.push_back(ErrorFor({key}, d.op, absl::StatusCode::kInvalidArgument, problem, d.group));
       group_head = nullptr;
       continue;
     }
@@ -280,6 +305,14 @@ std::vector<Response> Coordinator::TakeReady(int64_t fusion_threshold) {
     Response r;
     r.op = d.op;
     r.keys = {key};
+    r.ranks = d.group;
+    if (d.op == OpType::kSendRecv) {
+      for (const auto& [rank, rd] : entry.by_rank) {
+        if (rd.send_ranks.empty()) continue;
+        r.first_dims.push_back(rd.shape);
+        r.first_dims.push_back({static_cast<int64_t>(rd.dtype)});
+      }
+    }
     if (d.op == OpType::kAllgather || d.op == OpType::kNeighborAllgather) {
       std::vector<int64_t> dims(size_);
       for (const auto& [rank, rd] : entry.by_rank) dims[rank] = rd.shape.empty() ? 1 : rd.shape[0];
@@ -293,9 +326,17 @@ std::vector<Response> Coordinator::TakeReady(int64_t fusion_threshold) {
   return out;
 }
 
+std::vector<int> Coordinator::Members(const Entry& e) const {
+  const std::vector<int32_t>& group = e.by_rank.begin()->second.group;
+  if (!group.empty()) return std::vector<int>(group.begin(), group.end());
+  std::vector<int> all(size_);
+  for (int r = 0; r < size_; ++r) all[r] = r;
+  return all;
+}
+
 std::string Coordinator::MissingRanks(const Entry& e) const {
   std::vector<int> missing;
-  for (int r = 0; r < size_; ++r) {
+  for (int r : Members(e)) {
     if (!e.by_rank.count(r)) missing.push_back(r);
   }
   return RankList(missing);
@@ -320,7 +361,7 @@ Coordinator::StallReport Coordinator::CheckStalls(int64_t now_us, double warning
       e.last_warned_us = now_us;
       report.warnings.push_back(absl::StrCat(
           d.display, " has waited ", waited / 1000000, " s for rank",
-          size_ - present.size() > 1 ? "s " : " ", MissingRanks(e), " (submitted by rank",
+          Members(e).size() - present.size() > 1 ? "s " : " ", MissingRanks(e), " (submitted by rank",
           present.size() > 1 ? "s " : " ", RankList(present),
           "): a rank that never calls it stalls every rank; check that all ranks run the same "
           "ops in the same order"));
@@ -332,7 +373,7 @@ Coordinator::StallReport Coordinator::CheckStalls(int64_t now_us, double warning
     std::vector<int32_t> present;
     std::set<int> owed;
     for (const auto& entry : e.by_rank) present.push_back(entry.first);
-    for (int r = 0; r < size_; ++r) {
+    for (int r : Members(e)) {
       if (!e.by_rank.count(r)) owed.insert(r);
     }
     Response error = ErrorFor(

@@ -55,6 +55,8 @@ class Coordinator {
   // Checks agreement across ranks; empty string when they agree.
   std::string Validate(const Entry& e) const;
   std::string MissingRanks(const Entry& e) const;
+  // The ranks an entry's op runs on: its process set, or every rank.
+  std::vector<int> Members(const Entry& e) const;
   static bool Fusable(OpType op);
   bool CanFuse(const Entry& a, const Entry& b) const;
   Response ErrorFor(const std::vector<std::string>& keys, OpType op, absl::StatusCode code,

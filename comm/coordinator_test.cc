@@ -120,6 +120,8 @@ Descriptor FullDescriptor() {
   d.fusion_signature = std::string("hnar|0.5|\0|bin", 14);
   d.fingerprint = 0xDEADBEEFCAFEF00DULL;
   d.in_flight = -1234567890123LL;
+  d.group = {0, 3, 9};
+  d.shape_from_peer = true;
   return d;
 }
 
@@ -141,6 +143,8 @@ void ExpectSameDescriptor(const Descriptor& a, const Descriptor& b) {
   EXPECT_EQ(a.fusion_signature, b.fusion_signature);
   EXPECT_EQ(a.fingerprint, b.fingerprint);
   EXPECT_EQ(a.in_flight, b.in_flight);
+  EXPECT_EQ(a.group, b.group);
+  EXPECT_EQ(a.shape_from_peer, b.shape_from_peer);
 }
 
 TEST(ProtocolTest, DescriptorsRoundTripEveryField) {
@@ -173,7 +177,8 @@ TEST(ProtocolTest, DescriptorsRoundTripEveryField) {
 
 TEST(ProtocolTest, EveryOpAndDTypeRoundTrips) {
   std::vector<Descriptor> in;
-  for (int op = 0; op <= static_cast<int>(OpType::kShutdown); ++op) {
+  for (int op = 0; op <= static_cast<int>(OpType::kSendRecv); ++op) {
+    if (op == static_cast<int>(OpType::kWinLocal)) continue;  // never travels
     for (int dtype = 0; dtype < kNumDTypes; ++dtype) {
       Descriptor d;
       d.rank = op * 100 + dtype;
@@ -203,7 +208,7 @@ TEST(ProtocolTest, ManyMinimalItemsParse) {
   // The smallest items: the parsers' bounds on counts must not reject them.
   const std::vector<Descriptor> ds(1000);
   const std::string d_bytes = SerializeDescriptors(ds);
-  EXPECT_EQ(d_bytes.size(), 4u + 1000u * 64u);
+  EXPECT_EQ(d_bytes.size(), 4u + 1000u * 69u);
   auto d_out = ParseDescriptors(d_bytes);
   ASSERT_TRUE(d_out.ok()) << d_out.status();
   EXPECT_EQ(d_out->size(), 1000u);
@@ -304,7 +309,9 @@ TEST(ProtocolTest, OutOfRangeEnumsAreErrors) {
   // device type (1), ...
   const size_t op_at = 8, dtype_at = 8 + 1 + 5 + 5, device_at = dtype_at + 1;
   std::string bad_op = good;
-  bad_op[op_at] = static_cast<char>(static_cast<int>(kLastWireOpType) + 1);
+  bad_op[op_at] = static_cast<char>(static_cast<int>(OpType::kSendRecv) + 1);
+  EXPECT_FALSE(ParseDescriptors(bad_op).ok());
+  bad_op[op_at] = static_cast<char>(OpType::kWinLocal);  // never travels
   EXPECT_FALSE(ParseDescriptors(bad_op).ok());
   std::string bad_dtype = good;
   bad_dtype[dtype_at] = static_cast<char>(kNumDTypes);
@@ -400,6 +407,80 @@ TEST(CoordinatorTest, NothingReadyUntilEveryRankAdded) {
     EXPECT_EQ(rs[0].op, OpType::kAllreduce);
     EXPECT_TRUE(rs[0].first_dims.empty());
     EXPECT_TRUE(c.TakeReady(1 << 20).empty());
+  }
+}
+
+TEST(CoordinatorTest, AProcessSetsOpIsReadyWhenItsMembersAdded) {
+  Coordinator c(4);
+  Descriptor d = Allreduce("g@1,3");
+  d.group = {1, 3};
+  c.Add(WithRank(d, 3), 0);
+  EXPECT_TRUE(c.TakeReady(0).empty());
+  c.Add(WithRank(d, 1), 0);
+  std::vector<Response> rs = c.TakeReady(0);
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].error_code, 0) << rs[0].error_message;
+  EXPECT_EQ(rs[0].ranks, (std::vector<int32_t>{1, 3}));  // the others skip it
+}
+
+TEST(CoordinatorTest, AProcessSetsStallNamesOnlyItsMembers) {
+  Coordinator c(4);
+  Descriptor d = Allreduce("g@0,2");
+  d.group = {0, 2};
+  c.Add(WithRank(d, 0), 0);
+  auto report = c.CheckStalls(3'000'000, 1, 2);
+  ASSERT_EQ(report.errors.size(), 1u);
+  EXPECT_NE(report.errors[0].error_message.find("waiting for rank 2"), std::string::npos)
+      << report.errors[0].error_message;
+  EXPECT_EQ(report.errors[0].ranks, (std::vector<int32_t>{0}));
+}
+
+TEST(CoordinatorTest, SendRecvPassesTheSendersShapeAndChecksTheReceivers) {
+  Descriptor send = Make(OpType::kSendRecv, "act@0,1", {2, 3}, DType::kFloat64);
+  send.group = {0, 1};
+  send.send_ranks = {1};
+  Descriptor recv = send;
+  recv.send_ranks.clear();
+  recv.recv_ranks = {0};
+  recv.shape_from_peer = true;  // an Allocator: any dtype and shape
+  recv.shape.clear();
+  recv.dtype = DType::kFloat32;
+  {
+    Coordinator c(2);
+    c.Add(WithRank(send, 0), 0);
+    c.Add(WithRank(recv, 1), 0);
+    std::vector<Response> rs = c.TakeReady(0);
+    ASSERT_EQ(rs.size(), 1u);
+    EXPECT_EQ(rs[0].error_code, 0) << rs[0].error_message;
+    ASSERT_EQ(rs[0].first_dims.size(), 2u);
+    EXPECT_EQ(rs[0].first_dims[0], (std::vector<int64_t>{2, 3}));
+    EXPECT_EQ(rs[0].first_dims[1], (std::vector<int64_t>{static_cast<int64_t>(DType::kFloat64)}));
+  }
+  {
+    Coordinator c(2);
+    recv.shape_from_peer = false;
+    recv.shape = {3, 2};
+    recv.dtype = DType::kFloat64;
+    c.Add(WithRank(send, 0), 0);
+    c.Add(WithRank(recv, 1), 0);
+    std::vector<Response> rs = c.TakeReady(0);
+    ASSERT_EQ(rs.size(), 1u);
+    EXPECT_NE(rs[0].error_message.find("does not have the sent shape"), std::string::npos)
+        << rs[0].error_message;
+    EXPECT_EQ(rs[0].ranks, (std::vector<int32_t>{0, 1}));
+  }
+  {
+    Coordinator c(3);  // both ranks receive: nobody sends
+    Descriptor other = recv;
+    other.recv_ranks = {1};
+    other.shape = {2, 3};
+    recv.shape = {2, 3};
+    c.Add(WithRank(recv, 1), 0);
+    c.Add(WithRank(other, 0), 0);
+    std::vector<Response> rs = c.TakeReady(0);
+    ASSERT_EQ(rs.size(), 1u);
+    EXPECT_NE(rs[0].error_message.find("do not match"), std::string::npos)
+        << rs[0].error_message;
   }
 }
 

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "comm/window.h"
 #include "core/config.h"
 #include "core/logging.h"
@@ -69,7 +70,7 @@ const config::BoolSetting kPairGossipByMpi(
     case OpType::kNeighborAllreduce: return kNeighborAllreduceByMpi.Get();
     case OpType::kHierarchicalNeighborAllreduce: return kHierarchicalByMpi.Get();
     case OpType::kPairGossip: return kPairGossipByMpi.Get();
-    default: return true;  // no tensors on a device
+    default: return true;  // no NCCL path (point to point), or no tensors  // no tensors on a device
   }
 }
 
@@ -114,18 +115,36 @@ StatusOr<Handle> Engine::Submit(std::shared_ptr<Request> r, bool caller_waits) {
                                 ": weft is shutting down; no new ops are accepted");
     }
     Descriptor& d = r->desc;
+    // A process set's ops are matched among its ranks only: their keys carry the set, and
+    // unnamed ones count calls per set (the other ranks never see them).
+    const std::string scope =
+        d.group.empty() ? "" : absl::StrCat("@", absl::StrJoin(d.group, ","));
+    // For messages: "send 'x' to rank 1", "allreduce 'g' over ranks 0, 2".
+    std::string what = OpName(d.op), where;
+    if (d.op == OpType::kSendRecv) {
+      const bool sending = !d.send_ranks.empty();
+      what = sending ? "send" : "recv";
+      where = absl::StrCat(sending ? " to rank " : " from rank ",
+                           sending ? d.send_ranks[0] : d.recv_ranks[0]);
+    } else if (!d.group.empty()) {
+      where = absl::StrCat(" over ranks ", RankList({d.group.begin(), d.group.end()}));
+    }
     if (d.key.empty()) {
-      d.key = absl::StrCat("#", next_unnamed_++);
-      d.display = absl::StrCat("unnamed ", OpName(d.op), " ", d.key);
+      const int64_t seq = d.group.empty() ? next_unnamed_++ : next_unnamed_in_group_[d.group]++;
+      d.key = absl::StrCat("#", seq, scope);
+      d.display = absl::StrCat("unnamed ", what, " #", seq, where);
     } else if (d.key[0] == '#') {  // internal ops with a fixed key (shutdown, window ops)
       if (d.display.empty()) d.display = OpName(d.op);
     } else {
+      const std::string name = d.key;
+      d.key += scope;
       if (!names_in_flight_.insert(d.key).second) {
-        return InvalidArgument(OpName(d.op), " '", d.key,
-                               "': an op with this name is already in flight on rank ",
+        return InvalidArgument(what, " '", name, "'", where,
+                               ": an op with this name is already in flight ",
+                               scope.empty() ? "" : "in this process set ", "on rank ",
                                ctx_.rank, "; wait for it before reusing the name");
       }
-      d.display = absl::StrCat(OpName(d.op), " '", d.key, "'");
+      d.display = absl::StrCat(what, " '", name, "'", where);
     }
     if (d.op == OpType::kSetTopology) d.in_flight = in_flight_.load();
     if (d.op == OpType::kShutdown) stopping_ = true;
@@ -196,6 +215,8 @@ void Engine::Loop() {
   std::lock_guard<std::mutex> lock(progress_mu_);
   for (auto& s : sends_) MPI_Wait(&s.first, MPI_STATUS_IGNORE);
   sends_.clear();
+  for (auto& [ranks, comm] : group_comms_) MPI_Comm_free(&comm);
+  group_comms_.clear();
 }
 
 Status Engine::DriveUntilDone(Request& r) {
@@ -449,6 +470,7 @@ void Engine::Execute(const Response& response, std::vector<std::shared_ptr<Reque
     case OpType::kNeighborAllreduce:
     case OpType::kHierarchicalNeighborAllreduce:
     case OpType::kPairGossip:
+    case OpType::kSendRecv:
 #ifdef WEFT_WITH_NCCL
       // The coordinator checked that every rank's tensors are on the same kind of device.
       if (group[0]->in.device().type == Device::Type::kCUDA) {
@@ -490,6 +512,7 @@ Status Engine::RunOnMpi(const Response& response, std::vector<std::shared_ptr<Re
     case OpType::kNeighborAllreduce: return RunNeighborAllreduce(group);
     case OpType::kHierarchicalNeighborAllreduce: return RunHierarchical(group);
     case OpType::kPairGossip: return RunPairGossip(group);
+    case OpType::kSendRecv: return RunSendRecv(group, response);
     default: return Internal(OpName(response.op), " is not a data op");
   }
 }
@@ -518,7 +541,9 @@ void Engine::ExecuteOnDevice(const Response& response,
     // No CUDA call yet: NCCL is bootstrapped at the first op that runs on it.
     nccl_ = std::make_shared<nccl::NcclBackend>(ctx_.data, ctx_.local, ctx_.cross);
   }
-  if (ForcedToMpi(response.op)) {
+  // NCCL's communicators span every rank: process sets and point-to-point ops go through
+  // host memory on MPI.
+  if (ForcedToMpi(response.op) || !group[0]->desc.group.empty()) {
     const Status status = RunStaged(response, group);
     for (auto& r : group) Finish(r, Annotate(status, r->desc.display));
     return;

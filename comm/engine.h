@@ -162,6 +162,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
   Status RunNeighborAllreduce(std::vector<std::shared_ptr<Request>>& group);
   Status RunHierarchical(std::vector<std::shared_ptr<Request>>& group);
   Status RunPairGossip(std::vector<std::shared_ptr<Request>>& group);
+  Status RunSendRecv(std::vector<std::shared_ptr<Request>>& group, const Response& response);
+  // The communicator of a process set (sorted ranks; empty: the data communicator),
+  // created at its first op: MPI_Comm_create_group is collective over the set only, and
+  // every member runs that op at the same point of the response order.
+  StatusOr<MPI_Comm> CommOf(const std::vector<int32_t>& group);
+  // This rank's index in a process set.
+  static int IndexIn(const std::vector<int32_t>& group, int rank);
   // Point-to-point exchange of `bytes` per peer; sends are scaled copies when needed.
   Status Exchange(MPI_Comm comm, const void* send_buf, size_t count, DType dtype,
                   const std::vector<std::pair<int, double>>& send,
@@ -187,6 +194,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool kick_ = false;      // a driving caller handed progress back to the engine thread
   bool sleeping_ = false;  // the engine thread waits on queue_cv_
   int64_t next_unnamed_ = 0;
+  std::map<std::vector<int32_t>, int64_t> next_unnamed_in_group_;
   std::set<std::string> names_in_flight_;
   std::atomic<int64_t> in_flight_{0};
 
@@ -203,6 +211,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Reused across ops: fresh multi-MiB buffers per call cost a page fault per page.
   std::vector<std::vector<char>> recv_scratch_;
   std::vector<std::vector<char>> send_scratch_;
+  std::map<std::vector<int32_t>, MPI_Comm> group_comms_;  // CommOf
 
   // The NCCL backend, created at the first CUDA op (null in builds without it).
   std::shared_ptr<nccl::NcclBackend> nccl_;

@@ -142,9 +142,67 @@ void Engine::Unpack(std::vector<std::shared_ptr<Request>>& group, const void* bu
   }
 }
 
+StatusOr<MPI_Comm> Engine::CommOf(const std::vector<int32_t>& ranks) {
+  if (ranks.empty()) return ctx_.data;
+  auto it = group_comms_.find(ranks);
+  if (it != group_comms_.end()) return it->second;
+  MPI_Group world, members;
+  MPI_Comm_group(ctx_.data, &world);
+  MPI_Group_incl(world, static_cast<int>(ranks.size()), ranks.data(), &members);
+  MPI_Comm comm = MPI_COMM_NULL;
+  const int code = MPI_Comm_create_group(ctx_.data, members, /*tag=*/kDataTag, &comm);
+  MPI_Group_free(&members);
+  MPI_Group_free(&world);
+  WEFT_RETURN_IF_ERROR(MpiError(code, "MPI_Comm_create_group"));
+  group_comms_.emplace(ranks, comm);
+  return comm;
+}
+
+int Engine::IndexIn(const std::vector<int32_t>& ranks, int rank) {
+  return static_cast<int>(std::lower_bound(ranks.begin(), ranks.end(), rank) - ranks.begin());
+}
+
+Status Engine::RunSendRecv(std::vector<std::shared_ptr<Request>>& group,
+                           const Response& response) {
+  Request& r = *group[0];
+  const int64_t start = Timeline::NowMicros();
+  const bool sending = !r.send.empty();
+  const int peer = sending ? r.send[0].first : r.recv[0].first;
+  if (!sending && r.alloc) {
+    // The coordinator passed on the sender's shape and dtype (protocol.h).
+    if (response.first_dims.size() != 2 || response.first_dims[1].size() != 1) {
+      return Internal(r.desc.display, ": the coordinator did not send the sender's shape");
+    }
+    const std::vector<int64_t>& shape = response.first_dims[0];
+    const DType dtype = static_cast<DType>(response.first_dims[1][0]);
+    auto out = r.alloc(dtype, shape);
+    WEFT_RETURN_IF_ERROR(CheckAllocated(out, dtype, shape, Device{}));  // CPU only
+    r.out = *out;
+  }
+  char* data = static_cast<char*>(sending ? r.in.data() : r.out.data());
+  const size_t bytes = sending ? r.in.nbytes() : r.out.nbytes();
+  for (size_t done = 0; done < bytes || done == 0; done += kMaxChunk) {
+    const int n = static_cast<int>(std::min(kMaxChunk, bytes - done));
+    if (sending) {
+      WEFT_RETURN_IF_ERROR(
+          MpiError(MPI_Send(data + done, n, MPI_BYTE, peer, kDataTag, ctx_.data), "MPI_Send"));
+    } else {
+      WEFT_RETURN_IF_ERROR(MpiError(
+          MPI_Recv(data + done, n, MPI_BYTE, peer, kDataTag, ctx_.data, MPI_STATUS_IGNORE),
+          "MPI_Recv"));
+    }
+    if (bytes == 0) break;
+  }
+  Trace(group, "communicate", start);
+  return OkStatus();
+}
+
 Status Engine::RunAllreduce(std::vector<std::shared_ptr<Request>>& group) {
   InitTypes();
   const DType dtype = group[0]->in.dtype();
+  const std::vector<int32_t>& ranks = group[0]->desc.group;
+  WEFT_ASSIGN_OR_RETURN(MPI_Comm comm, CommOf(ranks));
+  const int members = ranks.empty() ? ctx_.size : static_cast<int>(ranks.size());
   // A lone op reduces straight from its input into its output (no copy); a fused group
   // reduces its packed buffer in place.
   size_t count = static_cast<size_t>(group[0]->in.numel());
@@ -152,10 +210,10 @@ Status Engine::RunAllreduce(std::vector<std::shared_ptr<Request>>& group) {
   void* buf = group[0]->out.data();
   if (group.size() > 1) send = buf = Pack(group, &count);
   int64_t start = Timeline::NowMicros();
-  WEFT_RETURN_IF_ERROR(AllreduceSum(send, buf, count, dtype, ctx_.data));
+  WEFT_RETURN_IF_ERROR(AllreduceSum(send, buf, count, dtype, comm));
   Trace(group, "communicate", start);
   start = Timeline::NowMicros();
-  if (group[0]->desc.average && ctx_.size > 1) Scale(buf, dtype, count, 1.0 / ctx_.size);
+  if (group[0]->desc.average && members > 1) Scale(buf, dtype, count, 1.0 / members);
   Unpack(group, buf);
   Trace(group, "combine", start);
   return OkStatus();
@@ -163,6 +221,9 @@ Status Engine::RunAllreduce(std::vector<std::shared_ptr<Request>>& group) {
 
 Status Engine::RunBroadcast(std::vector<std::shared_ptr<Request>>& group) {
   const int root = group[0]->desc.root;
+  const std::vector<int32_t>& ranks = group[0]->desc.group;
+  WEFT_ASSIGN_OR_RETURN(MPI_Comm comm, CommOf(ranks));
+  const int root_in_comm = ranks.empty() ? root : IndexIn(ranks, root);
   size_t count = 0;
   void* buf;
   if (ctx_.rank == root) {
@@ -178,7 +239,7 @@ Status Engine::RunBroadcast(std::vector<std::shared_ptr<Request>>& group) {
     count = bytes / group[0]->out.itemsize();
   }
   const int64_t start = Timeline::NowMicros();
-  WEFT_RETURN_IF_ERROR(Bcast(buf, count * group[0]->out.itemsize(), root, ctx_.data));
+  WEFT_RETURN_IF_ERROR(Bcast(buf, count * group[0]->out.itemsize(), root_in_comm, comm));
   Trace(group, "communicate", start);
   Unpack(group, buf);
   return OkStatus();
@@ -444,7 +505,7 @@ Status Engine::RunStaged(const Response& response, std::vector<std::shared_ptr<R
     st.out = r.out;
     st.alloc = r.alloc;
     st.host_in.resize(r.in.nbytes());
-    if (status.ok()) {
+    if (status.ok() && r.in.nbytes() > 0) {
       status = Annotate(
           nccl_->CopyToHost(st.host_in.data(), r.in.data(), r.in.nbytes(), r.in.device()),
           "staging through host memory (WEFT_*_BY_MPI)");
@@ -467,7 +528,9 @@ Status Engine::RunStaged(const Response& response, std::vector<std::shared_ptr<R
   }
   // A rank that could not stage must not leave the others waiting in the collective.
   int ok = status.ok() ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, ctx_.data);
+  StatusOr<MPI_Comm> comm = CommOf(group[0]->desc.group);
+  if (!comm.ok()) return comm.status();
+  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, *comm);
   if (!ok && status.ok()) {
     status = FailedPrecondition("another rank could not copy its CUDA tensor to host memory "
                                 "(see its error)");

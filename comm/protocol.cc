@@ -84,8 +84,14 @@ const char* OpName(OpType op) {
     case OpType::kWinCreate: return "win_create";
     case OpType::kWinFree: return "win_free";
     case OpType::kWinLocal: return "window op";
+    case OpType::kSendRecv: return "send/recv";
   }
   return "unknown op";
+}
+
+bool IsWireOp(uint8_t op) {
+  return op <= static_cast<uint8_t>(OpType::kSendRecv) &&
+         op != static_cast<uint8_t>(OpType::kWinLocal);
 }
 
 size_t Descriptor::nbytes() const {
@@ -120,6 +126,8 @@ std::string SerializeDescriptors(const std::vector<Descriptor>& ds) {
     w.Str(d.fusion_signature);
     w.Pod(d.fingerprint);
     w.Pod(d.in_flight);
+    w.Vec(d.group);
+    w.Pod<uint8_t>(d.shape_from_peer);
   }
   return w.Take();
 }
@@ -128,19 +136,20 @@ StatusOr<std::vector<Descriptor>> ParseDescriptors(const std::string& bytes) {
   Reader r(bytes);
   uint32_t n;
   // The smallest encoding of one descriptor: every fixed field, empty strings and vectors.
-  constexpr size_t kMinDescriptorBytes = 64;
+  constexpr size_t kMinDescriptorBytes = 69;
   if (!r.Pod(&n)) return Internal("truncated descriptor batch");
   if (!r.Fits(n, kMinDescriptorBytes)) return Internal("malformed descriptor batch");
   std::vector<Descriptor> ds(n);
   for (Descriptor& d : ds) {
-    uint8_t op, dtype, device_type, average;
+    uint8_t op, dtype, device_type, average, shape_from_peer;
     int32_t device_index;
     bool ok = r.Pod(&d.rank) && r.Pod(&op) && r.Str(&d.key) && r.Str(&d.display) &&
               r.Pod(&dtype) && r.Pod(&device_type) && r.Pod(&device_index) &&
               r.Vec(&d.shape) && r.Pod(&d.root) && r.Pod(&average) && r.Vec(&d.send_ranks) &&
               r.Vec(&d.recv_ranks) && r.Pod(&d.machine) && r.Pod(&d.local_rank) &&
-              r.Str(&d.fusion_signature) && r.Pod(&d.fingerprint) && r.Pod(&d.in_flight);
-    if (!ok || op > static_cast<uint8_t>(kLastWireOpType) || dtype >= kNumDTypes ||
+              r.Str(&d.fusion_signature) && r.Pod(&d.fingerprint) && r.Pod(&d.in_flight) &&
+              r.Vec(&d.group) && r.Pod(&shape_from_peer);
+    if (!ok || !IsWireOp(op) || dtype >= kNumDTypes ||
         device_type > static_cast<uint8_t>(Device::Type::kCUDA)) {
       return Internal("malformed descriptor batch");
     }
@@ -148,6 +157,7 @@ StatusOr<std::vector<Descriptor>> ParseDescriptors(const std::string& bytes) {
     d.dtype = static_cast<DType>(dtype);
     d.device = Device{static_cast<Device::Type>(device_type), device_index};
     d.average = average != 0;
+    d.shape_from_peer = shape_from_peer != 0;
   }
   if (!r.done()) return Internal("trailing bytes after descriptor batch");
   return ds;
@@ -181,7 +191,7 @@ StatusOr<std::vector<Response>> ParseResponses(const std::string& bytes) {
   for (Response& resp : rs) {
     uint8_t op;
     uint32_t nkeys, ndims;
-    if (!r.Pod(&op) || op > static_cast<uint8_t>(kLastWireOpType) || !r.Pod(&nkeys) ||
+    if (!r.Pod(&op) || !IsWireOp(op) || !r.Pod(&nkeys) ||
         !r.Fits(nkeys, sizeof(uint32_t))) {
       return Internal("malformed response batch");
     }

@@ -28,9 +28,10 @@ enum class OpType : uint8_t {
   kWinCreate = 10,  // collective, negotiated like the others
   kWinFree = 11,
   kWinLocal = 12,   // one-sided window ops: never negotiated, run where submitted
+  kSendRecv = 13,   // point to point: the sender and the receiver, as a set of two
 };
-// The last op that travels between ranks (kWinLocal never does): parsers reject the rest.
-constexpr OpType kLastWireOpType = OpType::kWinFree;
+// Whether `op` travels between ranks (kWinLocal never does): parsers reject the rest.
+bool IsWireOp(uint8_t op);
 const char* OpName(OpType op);
 
 // One rank's account of one request.
@@ -54,6 +55,12 @@ struct Descriptor {
   int32_t machine = 0;
   int32_t local_rank = 0;
 
+  // The process set the op runs in: sorted, distinct ranks; empty = every rank. Keys are
+  // scoped by it (the engine appends it), so disjoint sets never meet in the coordinator.
+  std::vector<int32_t> group;
+  // kSendRecv, receiving into memory from an Allocator: the shape is the sender's.
+  bool shape_from_peer = false;
+
   // Two requests of one rank fuse only if their signatures are equal and non-empty:
   // it encodes everything besides the data that the execution depends on (weights...).
   std::string fusion_signature;
@@ -73,9 +80,10 @@ struct Response {
   int32_t error_code = 0;  // absl::StatusCode
   std::string error_message;
   // allgather, neighbor_allgather: dim 0 of every rank's tensor (index = rank), one list
-  // per key.
+  // per key. kSendRecv: {the sender's shape, {its DType}}.
   std::vector<std::vector<int64_t>> first_dims;
-  // Ranks this response is for; empty means every rank.
+  // Ranks this response is for (errors for some ranks; a process set's op); empty means
+  // every rank.
   std::vector<int32_t> ranks;
 
   Status status() const;

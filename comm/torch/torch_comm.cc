@@ -162,6 +162,27 @@ StatusOr<TorchHandle> LaunchSameShape(const char* op, const at::Tensor& t, bool 
   return TorchHandle(std::move(state));
 }
 
+// An Allocator that creates the op's output on `device` and keeps it in the state's slot.
+Allocator GatherInto(TorchHandle::State& state, at::Device device) {
+  auto slot = std::make_shared<GatherSlot>();
+  state.gathered = slot;
+  const char* op = state.op;
+  // Called on weft's background thread; captures the slot, not the state (the state holds
+  // the handle, which holds this allocator).
+  return [slot, op, device](DType dtype,
+                            const std::vector<int64_t>& shape) -> StatusOr<TensorView> {
+    at::Tensor out;
+    WEFT_RETURN_IF_ERROR(Guarded(op, [&]() -> Status {
+      out = at::empty(shape, at::TensorOptions().dtype(ToScalarType(dtype)).device(device));
+      return OkStatus();
+    }));
+    WEFT_ASSIGN_OR_RETURN(TensorView view, MakeView(out, op, false));
+    std::lock_guard<std::mutex> lock(slot->mu);
+    slot->tensor = std::move(out);
+    return view;
+  };
+}
+
 // Ops whose output weft allocates once the ranks agree on its shape:
 // `submit(in, allocator)` starts the weft op.
 template <typename Submit>
@@ -174,24 +195,7 @@ StatusOr<TorchHandle> LaunchGather(const char* op, const at::Tensor& t, Submit&&
     return OkStatus();
   }));
   WEFT_ASSIGN_OR_RETURN(TensorView in, MakeView(state->input, op, false));
-  auto slot = std::make_shared<GatherSlot>();
-  state->gathered = slot;
-  const at::Device device = t.device();
-  // Called on weft's background thread; captures the slot, not the state (the state holds
-  // the handle, which holds this allocator).
-  Allocator alloc = [slot, op, device](DType dtype,
-                                       const std::vector<int64_t>& shape) -> StatusOr<TensorView> {
-    at::Tensor out;
-    WEFT_RETURN_IF_ERROR(Guarded(op, [&]() -> Status {
-      out = at::empty(shape, at::TensorOptions().dtype(ToScalarType(dtype)).device(device));
-      return OkStatus();
-    }));
-    WEFT_ASSIGN_OR_RETURN(TensorView view, MakeView(out, op, false));
-    std::lock_guard<std::mutex> lock(slot->mu);
-    slot->tensor = std::move(out);
-    return view;
-  };
-  WEFT_ASSIGN_OR_RETURN(state->handle, submit(in, std::move(alloc)));
+  WEFT_ASSIGN_OR_RETURN(state->handle, submit(in, GatherInto(*state, t.device())));
   // The output lives in the slot, which the allocator (owned by the op) holds.
   state->handle.keep_alive(std::make_shared<const at::Tensor>(state->input));
   return TorchHandle(std::move(state));
@@ -298,31 +302,66 @@ const Handle& TorchHandle::handle() const {
 // --- nonblocking ops -------------------------------------------------------------------------
 
 StatusOr<TorchHandle> allreduce_nonblocking(const at::Tensor& tensor, bool average,
-                                            const std::string& name) {
+                                            const std::string& name,
+                                            const std::vector<int>& ranks) {
   return LaunchSameShape("allreduce", tensor, false, [&](const TensorView& in, const TensorView& out) {
-    return ::weft::allreduce_nonblocking(in, out, average, name);
+    return ::weft::allreduce_nonblocking(in, out, average, name, ranks);
   });
 }
 
 StatusOr<TorchHandle> allreduce_nonblocking_(const at::Tensor& tensor, bool average,
-                                             const std::string& name) {
+                                             const std::string& name,
+                                             const std::vector<int>& ranks) {
   return LaunchSameShape("allreduce_", tensor, true, [&](const TensorView& in, const TensorView& out) {
-    return ::weft::allreduce_nonblocking(in, out, average, name);
+    return ::weft::allreduce_nonblocking(in, out, average, name, ranks);
   });
 }
 
 StatusOr<TorchHandle> broadcast_nonblocking(const at::Tensor& tensor, int root_rank,
-                                            const std::string& name) {
+                                            const std::string& name,
+                                            const std::vector<int>& ranks) {
   return LaunchSameShape("broadcast", tensor, false, [&](const TensorView& in, const TensorView& out) {
-    return ::weft::broadcast_nonblocking(in, out, root_rank, name);
+    return ::weft::broadcast_nonblocking(in, out, root_rank, name, ranks);
   });
 }
 
 StatusOr<TorchHandle> broadcast_nonblocking_(const at::Tensor& tensor, int root_rank,
-                                             const std::string& name) {
+                                             const std::string& name,
+                                             const std::vector<int>& ranks) {
   return LaunchSameShape("broadcast_", tensor, true, [&](const TensorView& in, const TensorView& out) {
-    return ::weft::broadcast_nonblocking(in, out, root_rank, name);
+    return ::weft::broadcast_nonblocking(in, out, root_rank, name, ranks);
   });
+}
+
+StatusOr<TorchHandle> send_nonblocking(const at::Tensor& tensor, int dst,
+                                       const std::string& name) {
+  const char* op = "send";
+  WEFT_RETURN_IF_ERROR(CheckTensor(tensor, op, /*allow_cuda=*/false));
+  auto state = std::make_shared<TorchHandle::State>();
+  state->op = op;
+  WEFT_RETURN_IF_ERROR(Guarded(op, [&]() -> Status {
+    state->input = state->output = tensor.contiguous();
+    return OkStatus();
+  }));
+  WEFT_ASSIGN_OR_RETURN(TensorView in, MakeView(state->input, op, false));
+  WEFT_ASSIGN_OR_RETURN(state->handle, ::weft::send_nonblocking(in, dst, name));
+  state->handle.keep_alive(std::make_shared<const at::Tensor>(state->input));
+  return TorchHandle(std::move(state));
+}
+
+StatusOr<TorchHandle> recv_nonblocking_(const at::Tensor& tensor, int src,
+                                        const std::string& name) {
+  return LaunchSameShape("recv_", tensor, true, [&](const TensorView&, const TensorView& out) {
+    return ::weft::recv_nonblocking(out, src, name);
+  });
+}
+
+StatusOr<TorchHandle> recv_nonblocking(int src, const std::string& name) {
+  auto state = std::make_shared<TorchHandle::State>();
+  state->op = "recv";
+  WEFT_ASSIGN_OR_RETURN(state->handle, ::weft::recv_nonblocking(
+                                           GatherInto(*state, at::Device(at::kCPU)), src, name));
+  return TorchHandle(std::move(state));
 }
 
 StatusOr<TorchHandle> allgather_nonblocking(const at::Tensor& tensor, const std::string& name) {
@@ -379,20 +418,36 @@ StatusOr<TorchHandle> pair_gossip_nonblocking(const at::Tensor& tensor, int peer
 
 // --- blocking ops: launch and wait -----------------------------------------------------------
 
-StatusOr<at::Tensor> allreduce(const at::Tensor& tensor, bool average, const std::string& name) {
-  return Wait<at::Tensor>(allreduce_nonblocking(tensor, average, name));
+StatusOr<at::Tensor> allreduce(const at::Tensor& tensor, bool average, const std::string& name,
+                               const std::vector<int>& ranks) {
+  return Wait<at::Tensor>(allreduce_nonblocking(tensor, average, name, ranks));
 }
 
-Status allreduce_(const at::Tensor& tensor, bool average, const std::string& name) {
-  return WaitStatus(allreduce_nonblocking_(tensor, average, name));
+Status allreduce_(const at::Tensor& tensor, bool average, const std::string& name,
+                  const std::vector<int>& ranks) {
+  return WaitStatus(allreduce_nonblocking_(tensor, average, name, ranks));
 }
 
-StatusOr<at::Tensor> broadcast(const at::Tensor& tensor, int root_rank, const std::string& name) {
-  return Wait<at::Tensor>(broadcast_nonblocking(tensor, root_rank, name));
+StatusOr<at::Tensor> broadcast(const at::Tensor& tensor, int root_rank, const std::string& name,
+                               const std::vector<int>& ranks) {
+  return Wait<at::Tensor>(broadcast_nonblocking(tensor, root_rank, name, ranks));
 }
 
-Status broadcast_(const at::Tensor& tensor, int root_rank, const std::string& name) {
-  return WaitStatus(broadcast_nonblocking_(tensor, root_rank, name));
+Status broadcast_(const at::Tensor& tensor, int root_rank, const std::string& name,
+                  const std::vector<int>& ranks) {
+  return WaitStatus(broadcast_nonblocking_(tensor, root_rank, name, ranks));
+}
+
+Status send(const at::Tensor& tensor, int dst, const std::string& name) {
+  return WaitStatus(send_nonblocking(tensor, dst, name));
+}
+
+Status recv_(const at::Tensor& tensor, int src, const std::string& name) {
+  return WaitStatus(recv_nonblocking_(tensor, src, name));
+}
+
+StatusOr<at::Tensor> recv(int src, const std::string& name) {
+  return Wait<at::Tensor>(recv_nonblocking(src, name));
 }
 
 StatusOr<at::Tensor> allgather(const at::Tensor& tensor, const std::string& name) {

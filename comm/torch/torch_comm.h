@@ -24,6 +24,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/comm.h"
 #include "core/status.h"
@@ -67,14 +68,26 @@ class TorchHandle {
   std::shared_ptr<State> state_;
 };
 
+// `ranks`: a process set (comm/comm.h); empty = every rank.
 StatusOr<TorchHandle> allreduce_nonblocking(const at::Tensor& tensor, bool average = true,
-                                            const std::string& name = "");
+                                            const std::string& name = "",
+                                            const std::vector<int>& ranks = {});
 StatusOr<TorchHandle> allreduce_nonblocking_(const at::Tensor& tensor, bool average = true,
-                                             const std::string& name = "");
+                                             const std::string& name = "",
+                                             const std::vector<int>& ranks = {});
 StatusOr<TorchHandle> broadcast_nonblocking(const at::Tensor& tensor, int root_rank,
-                                            const std::string& name = "");
+                                            const std::string& name = "",
+                                            const std::vector<int>& ranks = {});
 StatusOr<TorchHandle> broadcast_nonblocking_(const at::Tensor& tensor, int root_rank,
-                                             const std::string& name = "");
+                                             const std::string& name = "",
+                                             const std::vector<int>& ranks = {});
+// Point to point (comm/comm.h). wait() returns: the sent tensor (send), the given tensor
+// (recv_), a new CPU tensor of the sender's dtype and shape (recv).
+StatusOr<TorchHandle> send_nonblocking(const at::Tensor& tensor, int dst,
+                                       const std::string& name = "");
+StatusOr<TorchHandle> recv_nonblocking_(const at::Tensor& tensor, int src,
+                                        const std::string& name = "");
+StatusOr<TorchHandle> recv_nonblocking(int src, const std::string& name = "");
 StatusOr<TorchHandle> allgather_nonblocking(const at::Tensor& tensor,
                                             const std::string& name = "");
 StatusOr<TorchHandle> neighbor_allgather_nonblocking(
@@ -96,12 +109,22 @@ StatusOr<TorchHandle> pair_gossip_nonblocking(const at::Tensor& tensor, int peer
 
 // --- blocking ops ------------------------------------------------------------------------
 StatusOr<at::Tensor> allreduce(const at::Tensor& tensor, bool average = true,
-                               const std::string& name = "");
-Status allreduce_(const at::Tensor& tensor, bool average = true, const std::string& name = "");
+                               const std::string& name = "",
+                               const std::vector<int>& ranks = {});
+Status allreduce_(const at::Tensor& tensor, bool average = true, const std::string& name = "",
+                  const std::vector<int>& ranks = {});
 
 StatusOr<at::Tensor> broadcast(const at::Tensor& tensor, int root_rank,
-                               const std::string& name = "");
-Status broadcast_(const at::Tensor& tensor, int root_rank, const std::string& name = "");
+                               const std::string& name = "",
+                               const std::vector<int>& ranks = {});
+Status broadcast_(const at::Tensor& tensor, int root_rank, const std::string& name = "",
+                  const std::vector<int>& ranks = {});
+
+Status send(const at::Tensor& tensor, int dst, const std::string& name = "");
+// Into `tensor`: its dtype and shape must be the sender's.
+Status recv_(const at::Tensor& tensor, int src, const std::string& name = "");
+// A new contiguous CPU tensor of the sender's dtype and shape.
+StatusOr<at::Tensor> recv(int src, const std::string& name = "");
 
 // Concatenation along dim 0 of every rank's tensor, in rank order; dim 0 may differ.
 StatusOr<at::Tensor> allgather(const at::Tensor& tensor, const std::string& name = "");
