@@ -514,19 +514,10 @@ Status allreduce_parameters(const torch::OrderedDict<std::string, torch::Tensor>
                  });
 }
 
-Status broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root_rank) {
-  if (!is_initialized()) {
-    return FailedPrecondition("broadcast_optimizer_state: weft is not initialized; call "
-                              "init() first");
-  }
-  if (root_rank < 0 || root_rank >= size()) {
-    return InvalidArgument("broadcast_optimizer_state: root_rank ", root_rank,
-                           " is out of range [0, ", size(), ")");
-  }
-  // The root's state as LibTorch serializes it (per-parameter state keyed by position in
-  // the parameter groups, and the groups' options), sent as bytes.
-  std::string bytes;
-  if (rank() == root_rank) {
+StatusOr<std::string> SaveOptimizerState(torch::optim::Optimizer& optimizer) {
+  try {
+    // The state as LibTorch serializes it (per-parameter state keyed by position in the
+    // parameter groups, and the groups' options).
     torch::serialize::OutputArchive archive;
     optimizer.save(archive);
     // LibTorch 1.13 saves the groups' options but its load drops them: carry them apart.
@@ -537,17 +528,15 @@ Status broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root_ra
     }
     std::ostringstream out;
     archive.save_to(out);
-    bytes = out.str();
+    return out.str();
+  } catch (const std::exception& e) {
+    return Internal("SaveOptimizerState: LibTorch could not save the optimizer: ", e.what());
   }
-  at::Tensor length = at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);
-  WEFT_RETURN_IF_ERROR(torch_api::broadcast_(length, root_rank, "weft.optimizer_state.size"));
-  at::Tensor data = at::empty({length[0].item<int64_t>()}, at::kByte);
-  if (rank() == root_rank) std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
-  WEFT_RETURN_IF_ERROR(torch_api::broadcast_(data, root_rank, "weft.optimizer_state.bytes"));
-  if (rank() == root_rank) return OkStatus();
+}
+
+Status LoadOptimizerState(torch::optim::Optimizer& optimizer, const std::string& bytes) {
   try {
-    std::istringstream in(std::string(static_cast<const char*>(data.data_ptr()),
-                                      static_cast<size_t>(data.numel())));
+    std::istringstream in(bytes);
     torch::serialize::InputArchive archive;
     archive.load_from(in);
     optimizer.load(archive);
@@ -557,9 +546,37 @@ Status broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root_ra
       optimizer.param_groups()[i].options().serialize(options);
     }
   } catch (const std::exception& e) {
+    return InvalidArgument("LoadOptimizerState: the state does not fit this optimizer (same "
+                           "optimizer type and parameter groups?): ", e.what());
+  }
+  return OkStatus();
+}
+
+Status broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root_rank) {
+  if (!is_initialized()) {
+    return FailedPrecondition("broadcast_optimizer_state: weft is not initialized; call "
+                              "init() first");
+  }
+  if (root_rank < 0 || root_rank >= size()) {
+    return InvalidArgument("broadcast_optimizer_state: root_rank ", root_rank,
+                           " is out of range [0, ", size(), ")");
+  }
+  std::string bytes;
+  if (rank() == root_rank) {
+    WEFT_ASSIGN_OR_RETURN(bytes, SaveOptimizerState(optimizer));
+  }
+  at::Tensor length = at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);
+  WEFT_RETURN_IF_ERROR(torch_api::broadcast_(length, root_rank, "weft.optimizer_state.size"));
+  at::Tensor data = at::empty({length[0].item<int64_t>()}, at::kByte);
+  if (rank() == root_rank) std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
+  WEFT_RETURN_IF_ERROR(torch_api::broadcast_(data, root_rank, "weft.optimizer_state.bytes"));
+  if (rank() == root_rank) return OkStatus();
+  const Status loaded = LoadOptimizerState(
+      optimizer, std::string(static_cast<const char*>(data.data_ptr()),
+                             static_cast<size_t>(data.numel())));
+  if (!loaded.ok()) {
     return InvalidArgument("broadcast_optimizer_state: rank ", rank(), " could not load rank ",
-                           root_rank, "'s optimizer state (same optimizer type and parameter "
-                           "groups on every rank?): ", e.what());
+                           root_rank, "'s optimizer state: ", loaded.message());
   }
   return OkStatus();
 }

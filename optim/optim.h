@@ -187,6 +187,12 @@ Status allreduce_parameters(const torch::OrderedDict<std::string, torch::Tensor>
 // lr) a copy of root_rank's: SGD, Adam, AdamW, RMSprop, Adagrad, and any optimizer whose
 // save/load LibTorch implements. Ranks without state yet get it.
 Status broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root_rank);
+// The optimizer's state (per-parameter state and the groups' options) as bytes, and back
+// into an optimizer of the same type over parameters of the same shapes, in the same
+// groups (InvalidArgument otherwise). Local; what broadcast_optimizer_state sends, and
+// what pipe's transitions send to newly active ranks.
+StatusOr<std::string> SaveOptimizerState(torch::optim::Optimizer& optimizer);
+Status LoadOptimizerState(torch::optim::Optimizer& optimizer, const std::string& bytes);
 // sqrt(sum over ranks i of ||x_i - mean||^2 / size) over all the given parameters
 // concatenated (mean: the average over ranks). The same value on every rank.
 StatusOr<double> consensus_distance(const torch::OrderedDict<std::string, torch::Tensor>& params);
