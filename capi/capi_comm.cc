@@ -60,7 +60,7 @@ Allocator SlotAllocator(const std::shared_ptr<OutputSlot>& slot) {
     out->data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
     if (out->data == nullptr) {
       return absl::ResourceExhaustedError(
-          absl::StrCat("cannot allocate ", bytes, " bytes for the gathered output"));
+          absl::StrCat("cannot allocate ", bytes, " bytes for the op's output"));
     }
     TensorView view(out->data, dtype, out->shape);
     DLTensor& dl = out->managed.dl_tensor;
@@ -160,13 +160,22 @@ StatusOr<HierarchicalNeighborAllreduceOptions> ToOptions(const weft_hierarchical
   return options;
 }
 
+// A process set from (ranks, num_ranks); num_ranks = 0 is every rank. The C++ layer checks
+// the ranks themselves (range, duplicates, the caller among them).
+StatusOr<std::vector<int>> ProcessSet(const int* ranks, size_t num_ranks, const char* fn) {
+  if (num_ranks > 0 && ranks == nullptr) {
+    return InvalidArgument(fn, ": num_ranks is ", num_ranks, " but ranks is NULL");
+  }
+  return std::vector<int>(ranks, ranks + num_ranks);
+}
+
 }  // namespace
 }  // namespace capi
 }  // namespace weft
 
 struct weft_request {
   weft::Handle handle;
-  std::shared_ptr<weft::capi::OutputSlot> output;  // allgather ops only
+  std::shared_ptr<weft::capi::OutputSlot> output;  // allgather ops and recv_any only
 };
 
 using weft::Status;
@@ -174,6 +183,7 @@ using weft::StatusOr;
 using weft::TensorView;
 using weft::capi::Guard;
 using weft::capi::NameOrEmpty;
+using weft::capi::ProcessSet;
 using weft::capi::Required;
 using weft::capi::ToOptions;
 using weft::capi::View;
@@ -211,31 +221,48 @@ weft_status InOutOp(const char* fn, weft_request** request, const DLTensor* in, 
   });
 }
 
-// Blocking allgather ops: run, then hand the library-allocated result to the caller.
+// Ops whose output weft allocates (allgather ops, recv_any): run, then hand the
+// library-allocated result to the caller.
 template <typename Run>
-weft_status GatherOp(const char* fn, DLManagedTensor** out, const DLTensor* in, Run&& run) {
+weft_status AllocatingOp(const char* fn, DLManagedTensor** out, Run&& run) {
   return Guard(fn, [&]() -> Status {
     WEFT_RETURN_IF_ERROR(Required(out, fn, "out"));
     *out = nullptr;
-    WEFT_ASSIGN_OR_RETURN(TensorView input, View(in, fn, "in"));
     auto slot = std::make_shared<weft::capi::OutputSlot>();
-    WEFT_RETURN_IF_ERROR(run(input, weft::capi::SlotAllocator(slot)).status());
+    WEFT_RETURN_IF_ERROR(run(weft::capi::SlotAllocator(slot)).status());
     *out = slot->Take();
     return weft::OkStatus();
   });
 }
 
 template <typename Start>
-weft_status GatherOpNonblocking(const char* fn, weft_request** request, const DLTensor* in,
-                                Start&& start) {
+weft_status AllocatingOpNonblocking(const char* fn, weft_request** request, Start&& start) {
   return Guard(fn, [&]() -> Status {
     WEFT_RETURN_IF_ERROR(Required(request, fn, "request"));
     *request = nullptr;
-    WEFT_ASSIGN_OR_RETURN(TensorView input, View(in, fn, "in"));
     auto slot = std::make_shared<weft::capi::OutputSlot>();
-    auto handle = start(input, weft::capi::SlotAllocator(slot));
+    StatusOr<weft::Handle> handle = start(weft::capi::SlotAllocator(slot));
     if (handle.ok()) handle->keep_alive(slot);
     return Emit(request, std::move(handle), fn, slot);
+  });
+}
+
+// Allgather ops: the same, with an input.
+template <typename Run>
+weft_status GatherOp(const char* fn, DLManagedTensor** out, const DLTensor* in, Run&& run) {
+  return AllocatingOp(fn, out, [&](weft::Allocator alloc) -> StatusOr<TensorView> {
+    WEFT_ASSIGN_OR_RETURN(TensorView input, View(in, fn, "in"));
+    return run(input, std::move(alloc));
+  });
+}
+
+template <typename Start>
+weft_status GatherOpNonblocking(const char* fn, weft_request** request, const DLTensor* in,
+                                Start&& start) {
+  return AllocatingOpNonblocking(fn, request,
+                                 [&](weft::Allocator alloc) -> StatusOr<weft::Handle> {
+    WEFT_ASSIGN_OR_RETURN(TensorView input, View(in, fn, "in"));
+    return start(input, std::move(alloc));
   });
 }
 
@@ -344,7 +371,8 @@ weft_status weft_request_take_output(DLManagedTensor** out, weft_request* reques
     WEFT_RETURN_IF_ERROR(Required(request, fn, "request"));
     if (request->output == nullptr) {
       return weft::InvalidArgument(fn, ": this request's op writes into the caller's output; "
-                                   "only allgather ops have an output to take");
+                                   "only allgather ops and weft_comm_recv_any have an output "
+                                   "to take");
     }
     if (!weft::poll(request->handle)) {
       return weft::FailedPrecondition(fn, ": the op has not completed; call "
@@ -407,6 +435,49 @@ weft_status weft_comm_broadcast_nonblocking(weft_request** request, const DLTens
   if (request == nullptr) return weft::capi::FailInvalid(std::string(fn) + ": request is NULL");
   return InOutOp(fn, request, in, out, [&](const TensorView& i, const TensorView& o) {
     return Emit(request, weft::broadcast_nonblocking(i, o, root_rank, NameOrEmpty(name)), fn);
+  });
+}
+
+weft_status weft_comm_allreduce_ranks(const DLTensor* in, DLTensor* out, int average,
+                                      const int* ranks, size_t num_ranks, const char* name) {
+  const char* fn = "weft_comm_allreduce_ranks";
+  return InOutOp(fn, nullptr, in, out, [&](const TensorView& i, const TensorView& o) -> Status {
+    WEFT_ASSIGN_OR_RETURN(auto set, ProcessSet(ranks, num_ranks, fn));
+    return weft::allreduce(i, o, average != 0, NameOrEmpty(name), set);
+  });
+}
+
+weft_status weft_comm_allreduce_ranks_nonblocking(weft_request** request, const DLTensor* in,
+                                                  DLTensor* out, int average, const int* ranks,
+                                                  size_t num_ranks, const char* name) {
+  const char* fn = "weft_comm_allreduce_ranks_nonblocking";
+  if (request == nullptr) return weft::capi::FailInvalid(std::string(fn) + ": request is NULL");
+  return InOutOp(fn, request, in, out, [&](const TensorView& i, const TensorView& o) -> Status {
+    WEFT_ASSIGN_OR_RETURN(auto set, ProcessSet(ranks, num_ranks, fn));
+    return Emit(request,
+                weft::allreduce_nonblocking(i, o, average != 0, NameOrEmpty(name), set), fn);
+  });
+}
+
+weft_status weft_comm_broadcast_ranks(const DLTensor* in, DLTensor* out, int root_rank,
+                                      const int* ranks, size_t num_ranks, const char* name) {
+  const char* fn = "weft_comm_broadcast_ranks";
+  return InOutOp(fn, nullptr, in, out, [&](const TensorView& i, const TensorView& o) -> Status {
+    WEFT_ASSIGN_OR_RETURN(auto set, ProcessSet(ranks, num_ranks, fn));
+    return weft::broadcast(i, o, root_rank, NameOrEmpty(name), set);
+  });
+}
+
+weft_status weft_comm_broadcast_ranks_nonblocking(weft_request** request, const DLTensor* in,
+                                                  DLTensor* out, int root_rank,
+                                                  const int* ranks, size_t num_ranks,
+                                                  const char* name) {
+  const char* fn = "weft_comm_broadcast_ranks_nonblocking";
+  if (request == nullptr) return weft::capi::FailInvalid(std::string(fn) + ": request is NULL");
+  return InOutOp(fn, request, in, out, [&](const TensorView& i, const TensorView& o) -> Status {
+    WEFT_ASSIGN_OR_RETURN(auto set, ProcessSet(ranks, num_ranks, fn));
+    return Emit(request, weft::broadcast_nonblocking(i, o, root_rank, NameOrEmpty(name), set),
+                fn);
   });
 }
 
@@ -512,6 +583,58 @@ weft_status weft_comm_pair_gossip_nonblocking(weft_request** request, const DLTe
                                               NameOrEmpty(name)),
                 fn);
   });
+}
+
+weft_status weft_comm_send(const DLTensor* in, int dst, const char* name) {
+  const char* fn = "weft_comm_send";
+  return Guard(fn, [&]() -> Status {
+    WEFT_ASSIGN_OR_RETURN(TensorView input, View(in, fn, "in"));
+    return weft::send(input, dst, NameOrEmpty(name));
+  });
+}
+
+weft_status weft_comm_send_nonblocking(weft_request** request, const DLTensor* in, int dst,
+                                       const char* name) {
+  const char* fn = "weft_comm_send_nonblocking";
+  return Guard(fn, [&]() -> Status {
+    WEFT_RETURN_IF_ERROR(Required(request, fn, "request"));
+    *request = nullptr;
+    WEFT_ASSIGN_OR_RETURN(TensorView input, View(in, fn, "in"));
+    return Emit(request, weft::send_nonblocking(input, dst, NameOrEmpty(name)), fn);
+  });
+}
+
+weft_status weft_comm_recv(DLTensor* out, int src, const char* name) {
+  const char* fn = "weft_comm_recv";
+  return Guard(fn, [&]() -> Status {
+    WEFT_ASSIGN_OR_RETURN(TensorView output, View(out, fn, "out"));
+    return weft::recv(output, src, NameOrEmpty(name));
+  });
+}
+
+weft_status weft_comm_recv_nonblocking(weft_request** request, DLTensor* out, int src,
+                                       const char* name) {
+  const char* fn = "weft_comm_recv_nonblocking";
+  return Guard(fn, [&]() -> Status {
+    WEFT_RETURN_IF_ERROR(Required(request, fn, "request"));
+    *request = nullptr;
+    WEFT_ASSIGN_OR_RETURN(TensorView output, View(out, fn, "out"));
+    return Emit(request, weft::recv_nonblocking(output, src, NameOrEmpty(name)), fn);
+  });
+}
+
+weft_status weft_comm_recv_any(DLManagedTensor** out, int src, const char* name) {
+  return AllocatingOp("weft_comm_recv_any", out, [&](weft::Allocator alloc) {
+    return weft::recv(std::move(alloc), src, NameOrEmpty(name));
+  });
+}
+
+weft_status weft_comm_recv_any_nonblocking(weft_request** request, int src, const char* name) {
+  return AllocatingOpNonblocking("weft_comm_recv_any_nonblocking", request,
+                                 [&](weft::Allocator alloc) {
+                                   return weft::recv_nonblocking(std::move(alloc), src,
+                                                                 NameOrEmpty(name));
+                                 });
 }
 
 weft_status weft_comm_barrier(void) {

@@ -29,15 +29,40 @@ const (
 	Sum                     // the sum over ranks
 )
 
+// Ranks, when non-empty, is a process set: the op runs among those ranks only (distinct,
+// in any order, this rank among them). Only they call it, all with the same set; they are
+// matched among themselves by Name (or by call order within the set), so disjoint sets
+// run independently. Empty: every rank.
 type AllreduceOptions struct {
 	Op    ReduceOp
 	Name  string
 	Shape []int64
+	Ranks []int
 }
 
+// BroadcastOptions: Ranks as for AllreduceOptions; the root must be one of them.
 type BroadcastOptions struct {
 	Name  string
 	Shape []int64
+	Ranks []int
+}
+
+// SendOptions and RecvOptions: a send matches the receive on the destination from this rank
+// with the same Name ("" matches the pair's unnamed ops in call order). The receiver's
+// Shape (and element type) must be the sender's.
+type SendOptions struct {
+	Name  string
+	Shape []int64
+}
+
+type RecvOptions struct {
+	Name  string
+	Shape []int64
+}
+
+// RecvAnyOptions: the shape comes from the sender.
+type RecvAnyOptions struct {
+	Name string
 }
 
 type AllgatherOptions struct {
@@ -102,27 +127,70 @@ type PairGossipOptions struct {
 // Allreduce writes the mean (or sum, Op: Sum) over all ranks of in into out.
 func Allreduce[T Element](in, out []T, opts ...AllreduceOptions) error {
 	const fn = "weft.Allreduce"
-	o, l, err := allreduceArgs[T](fn, in, out, opts)
+	o, l, ranks, err := allreduceArgs[T](fn, in, out, opts)
 	if err != nil {
 		return err
 	}
 	return call(func() cstatus {
 		return cweft.Weftgo_allreduce(nil, dataOf(in), dataOf(out), l.code, l.bits, l.shape,
-			boolInt(o.Op == Average), o.Name)
+			boolInt(o.Op == Average), ranks, o.Name)
 	})
 }
 
-// Broadcast writes root's in into out on every rank.
+// Broadcast writes root's in into out on every rank (of Ranks, when given).
 func Broadcast[T Element](in, out []T, root int, opts ...BroadcastOptions) error {
 	const fn = "weft.Broadcast"
-	o, l, err := inOutArgs[T](fn, in, out, opts, func(o BroadcastOptions) []int64 { return o.Shape })
+	o, l, ranks, err := broadcastArgs[T](fn, in, out, opts)
 	if err != nil {
 		return err
 	}
 	return call(func() cstatus {
 		return cweft.Weftgo_broadcast(nil, dataOf(in), dataOf(out), l.code, l.bits, l.shape,
-			root, o.Name)
+			root, ranks, o.Name)
 	})
+}
+
+// Send sends in to rank dst, whose Recv (or RecvAny) from this rank with the same name
+// receives it; only the two ranks call. It returns once the data has left in.
+func Send[T Element](in []T, dst int, opts ...SendOptions) error {
+	const fn = "weft.Send"
+	o, l, err := inArgs[T](fn, in, opts, func(o SendOptions) []int64 { return o.Shape })
+	if err != nil {
+		return err
+	}
+	return call(func() cstatus {
+		return cweft.Weftgo_send(nil, dataOf(in), l.code, l.bits, l.shape, dst, o.Name)
+	})
+}
+
+// Recv receives what rank src sends with the same name into out, which must have the
+// sender's element type and shape (an error on both ranks otherwise).
+func Recv[T Element](out []T, src int, opts ...RecvOptions) error {
+	const fn = "weft.Recv"
+	o, l, err := inArgs[T](fn, out, opts, func(o RecvOptions) []int64 { return o.Shape })
+	if err != nil {
+		return err
+	}
+	return call(func() cstatus {
+		return cweft.Weftgo_recv(nil, dataOf(out), l.code, l.bits, l.shape, src, o.Name)
+	})
+}
+
+// RecvAny receives a tensor of whatever shape rank src sends with the same name, and
+// returns it with that shape. Its element type must be T: another one is an
+// InvalidArgument error (the data is dropped).
+func RecvAny[T Element](src int, opts ...RecvAnyOptions) ([]T, []int64, error) {
+	const fn = "weft.RecvAny"
+	o, err := single(fn, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	var m managedHandle
+	err = call(func() cstatus { return cweft.Weft_comm_recv_any(&m, src, o.Name) })
+	if err != nil {
+		return nil, nil, err
+	}
+	return takeReceived[T](fn, src, m)
 }
 
 // Allgather returns every rank's in concatenated along dim 0 in rank order (dim 0 may
@@ -228,26 +296,78 @@ func Barrier() error { return call(cweft.Weft_comm_barrier) }
 // AllreduceNonblocking starts Allreduce.
 func AllreduceNonblocking[T Element](in, out []T, opts ...AllreduceOptions) (*Request, error) {
 	const fn = "weft.AllreduceNonblocking"
-	o, l, err := allreduceArgs[T](fn, in, out, opts)
+	o, l, ranks, err := allreduceArgs[T](fn, in, out, opts)
 	if err != nil {
 		return nil, err
 	}
 	return startInOut(fn, in, out, func(req *reqHandle, cin, cout unsafe.Pointer) cstatus {
 		return cweft.Weftgo_allreduce(req, cin, cout, l.code, l.bits, l.shape,
-			boolInt(o.Op == Average), o.Name)
+			boolInt(o.Op == Average), ranks, o.Name)
 	})
 }
 
 // BroadcastNonblocking starts Broadcast.
 func BroadcastNonblocking[T Element](in, out []T, root int, opts ...BroadcastOptions) (*Request, error) {
 	const fn = "weft.BroadcastNonblocking"
-	o, l, err := inOutArgs[T](fn, in, out, opts, func(o BroadcastOptions) []int64 { return o.Shape })
+	o, l, ranks, err := broadcastArgs[T](fn, in, out, opts)
 	if err != nil {
 		return nil, err
 	}
 	return startInOut(fn, in, out, func(req *reqHandle, cin, cout unsafe.Pointer) cstatus {
-		return cweft.Weftgo_broadcast(req, cin, cout, l.code, l.bits, l.shape, root, o.Name)
+		return cweft.Weftgo_broadcast(req, cin, cout, l.code, l.bits, l.shape, root, ranks,
+			o.Name)
 	})
+}
+
+// SendNonblocking starts Send; in may be reused at once (it is copied).
+func SendNonblocking[T Element](in []T, dst int, opts ...SendOptions) (*Request, error) {
+	const fn = "weft.SendNonblocking"
+	o, l, err := inArgs[T](fn, in, opts, func(o SendOptions) []int64 { return o.Shape })
+	if err != nil {
+		return nil, err
+	}
+	return startIn(fn, in, func(req *reqHandle, cin unsafe.Pointer) cstatus {
+		return cweft.Weftgo_send(req, cin, l.code, l.bits, l.shape, dst, o.Name)
+	}, nil)
+}
+
+// RecvNonblocking starts Recv; out is written when the Request completes.
+func RecvNonblocking[T Element](out []T, src int, opts ...RecvOptions) (*Request, error) {
+	const fn = "weft.RecvNonblocking"
+	o, l, err := inArgs[T](fn, out, opts, func(o RecvOptions) []int64 { return o.Shape })
+	if err != nil {
+		return nil, err
+	}
+	return startOut(fn, out, func(req *reqHandle, cout unsafe.Pointer) cstatus {
+		return cweft.Weftgo_recv(req, cout, l.code, l.bits, l.shape, src, o.Name)
+	})
+}
+
+// RecvAnyNonblocking starts RecvAny; the RecvRequest's Result is the received slice and
+// its shape.
+func RecvAnyNonblocking[T Element](src int, opts ...RecvAnyOptions) (*RecvRequest[T], error) {
+	const fn = "weft.RecvAnyNonblocking"
+	o, err := single(fn, opts)
+	if err != nil {
+		return nil, err
+	}
+	var h reqHandle
+	err = call(func() cstatus { return cweft.Weft_comm_recv_any_nonblocking(&h, src, o.Name) })
+	if err != nil {
+		return nil, err
+	}
+	// A cell shared with the RecvRequest, as for startGather.
+	result := new(received[T])
+	r := newRequest(h, nil, func(h reqHandle) error {
+		var m managedHandle
+		if err := call(func() cstatus { return cweft.Weft_request_take_output(&m, h) }); err != nil {
+			return err
+		}
+		var err error
+		result.data, result.shape, err = takeReceived[T](fn, src, m)
+		return err
+	})
+	return &RecvRequest[T]{Request: r, result: result}, nil
 }
 
 // AllgatherNonblocking starts Allgather; the GatherRequest's Result is the gathered slice.
@@ -431,12 +551,25 @@ func inOutArgs[T Element, O any](fn string, in, out []T, opts []O, shapeOf func(
 	return o, l, nil
 }
 
-func allreduceArgs[T Element](fn string, in, out []T, opts []AllreduceOptions) (AllreduceOptions, layout, error) {
+func allreduceArgs[T Element](fn string, in, out []T, opts []AllreduceOptions) (AllreduceOptions, layout, []int32, error) {
 	o, l, err := inOutArgs(fn, in, out, opts, func(o AllreduceOptions) []int64 { return o.Shape })
 	if err == nil && o.Op != Average && o.Op != Sum {
 		err = invalid("%s: Op is %d; expected weft.Average or weft.Sum", fn, int(o.Op))
 	}
-	return o, l, err
+	if err != nil {
+		return o, l, nil, err
+	}
+	ranks, err := toInt32s(fn, "Ranks", o.Ranks)
+	return o, l, ranks, err
+}
+
+func broadcastArgs[T Element](fn string, in, out []T, opts []BroadcastOptions) (BroadcastOptions, layout, []int32, error) {
+	o, l, err := inOutArgs(fn, in, out, opts, func(o BroadcastOptions) []int64 { return o.Shape })
+	if err != nil {
+		return o, l, nil, err
+	}
+	ranks, err := toInt32s(fn, "Ranks", o.Ranks)
+	return o, l, ranks, err
 }
 
 func toInt32s(fn, what string, ranks []int) ([]int32, error) {
@@ -558,10 +691,10 @@ func startInOut[T Element](fn string, in, out []T,
 	}), nil
 }
 
-// startGather copies in into C memory and starts a gathering op; the result is taken from
-// the request when it completes.
-func startGather[T Element](fn string, in []T,
-	start func(req *reqHandle, cin unsafe.Pointer) cstatus) (*GatherRequest[T], error) {
+// startIn copies in into C memory and starts an op that reads it (send, the gathering
+// ops); finish (may be nil) delivers the result when the op completes.
+func startIn[T Element](fn string, in []T, start func(req *reqHandle, cin unsafe.Pointer) cstatus,
+	finish func(reqHandle) error) (*Request, error) {
 	buf, err := allocC(fn, len(in)*sizeOf[T]())
 	if err != nil {
 		return nil, err
@@ -572,11 +705,38 @@ func startGather[T Element](fn string, in []T,
 		cweft.Weftgo_free(buf)
 		return nil, err
 	}
+	return newRequest(h, buf, finish), nil
+}
+
+// startOut starts an op that writes into C memory (recv) and returns a Request that
+// copies the result into out on success.
+func startOut[T Element](fn string, out []T,
+	start func(req *reqHandle, cout unsafe.Pointer) cstatus) (*Request, error) {
+	buf, err := allocC(fn, len(out)*sizeOf[T]())
+	if err != nil {
+		return nil, err
+	}
+	cout := unsafe.Slice((*T)(buf), len(out))
+	var h reqHandle
+	if err := call(func() cstatus { return start(&h, buf) }); err != nil {
+		cweft.Weftgo_free(buf)
+		return nil, err
+	}
+	return newRequest(h, buf, func(reqHandle) error {
+		copy(out, cout)
+		return nil
+	}), nil
+}
+
+// startGather copies in into C memory and starts a gathering op; the result is taken from
+// the request when it completes.
+func startGather[T Element](fn string, in []T,
+	start func(req *reqHandle, cin unsafe.Pointer) cstatus) (*GatherRequest[T], error) {
 	// The result goes to a cell shared with the GatherRequest, not to the GatherRequest
 	// itself: a reference from the Request's finish back to it would make a cycle through
 	// the finalized Request, which Go then never finalizes.
 	result := new([]T)
-	r := newRequest(h, buf, func(h reqHandle) error {
+	r, err := startIn(fn, in, start, func(h reqHandle) error {
 		var m managedHandle
 		if err := call(func() cstatus { return cweft.Weft_request_take_output(&m, h) }); err != nil {
 			return err
@@ -585,7 +745,46 @@ func startGather[T Element](fn string, in []T,
 		*result, err = copyManaged[T](fn, m)
 		return err
 	})
+	if err != nil {
+		return nil, err
+	}
 	return &GatherRequest[T]{Request: r, result: result}, nil
+}
+
+// takeReceived copies a received tensor (recv_any) into a new slice and returns its shape;
+// the sender chose its element type, so another than T is the caller's error, not weft's.
+func takeReceived[T Element](fn string, src int, m managedHandle) ([]T, []int64, error) {
+	if m == 0 {
+		return nil, nil, &Error{Status: Internal, Message: fn + ": the library returned no output"}
+	}
+	code, bits := dtypeOf[T]()
+	if got := cweft.Weftgo_managed_dtype(m); got != code*256+bits {
+		cweft.Weftgo_managed_delete(m)
+		return nil, nil, invalid("%s: rank %d sent %s elements but the result is []%s; "+
+			"receive with the sender's element type", fn, src, dtypeName(got/256, got%256),
+			dtypeName(code, bits))
+	}
+	shape := make([]int64, cweft.Weftgo_managed_ndim(m))
+	for d := range shape {
+		shape[d] = cweft.Weftgo_managed_dim(m, d)
+	}
+	data, err := copyManaged[T](fn, m)
+	if err != nil {
+		return nil, nil, err
+	}
+	return data, shape, nil
+}
+
+// dtypeName names a DLPack dtype as Go does where it can.
+func dtypeName(code, bits int) string {
+	switch {
+	case code == dlFloat && (bits == 32 || bits == 64):
+		return fmt.Sprintf("float%d", bits)
+	case code == dlInt && (bits == 32 || bits == 64):
+		return fmt.Sprintf("int%d", bits)
+	default:
+		return fmt.Sprintf("DLPack (code %d, %d bits)", code, bits)
+	}
 }
 
 // copyManaged copies a library-allocated result into a new slice and calls its deleter.

@@ -358,6 +358,139 @@ func testPairGossip[T weft.Element](t *testing.T) {
 	expectValues(t, "nonblocking gossip", out, weighted(0.5, map[int]float64{peer: 0.5}, 4))
 }
 
+// ---- process sets and point to point ---------------------------------------------------------
+
+func TestProcessSets(t *testing.T) {
+	forEachType(t, testProcessSets[float32], testProcessSets[float64], testProcessSets[int32],
+		testProcessSets[int64])
+}
+
+// Even and odd ranks: disjoint sets running under the same names.
+func testProcessSets[T weft.Element](t *testing.T) {
+	name := "sets." + typeName[T]()
+	var set []int
+	for r := rank % 2; r < size; r += 2 {
+		set = append(set, r)
+	}
+	sumOverSet := func(n int) []float64 {
+		v := make([]float64, n)
+		for _, r := range set {
+			for i := range v {
+				v[i] += value(r, i)
+			}
+		}
+		return v
+	}
+	in := fill[T](rank, 4)
+	out := make([]T, 4)
+	must(t, weft.Allreduce(in, out, weft.AllreduceOptions{Op: weft.Sum, Name: name, Ranks: set}), "Allreduce in a set")
+	expectValues(t, "sum over the set", out, sumOverSet(4))
+	x := fill[T](rank, 4)
+	must(t, weft.Allreduce(x, x, weft.AllreduceOptions{Ranks: set}), "unnamed Allreduce in a set")
+	expectValues(t, "average over the set", x, scale(sumOverSet(4), 1/float64(len(set))))
+
+	root := set[len(set)-1]
+	must(t, weft.Broadcast(in, out, root, weft.BroadcastOptions{Name: name + ".bcast", Ranks: set}), "Broadcast in a set")
+	expectValues(t, "broadcast in the set", out, valuesOf(root, 4))
+
+	// Nonblocking, the set given in reverse order.
+	reversed := make([]int, len(set))
+	for i, r := range set {
+		reversed[len(set)-1-i] = r
+	}
+	sum := make([]T, 4)
+	bcast := make([]T, 4)
+	a, err := weft.AllreduceNonblocking(in, sum, weft.AllreduceOptions{Op: weft.Sum, Name: name + ".nb", Ranks: reversed})
+	must(t, err, "AllreduceNonblocking in a set")
+	b, err := weft.BroadcastNonblocking(in, bcast, set[0], weft.BroadcastOptions{Name: name + ".nb.bcast", Ranks: set})
+	must(t, err, "BroadcastNonblocking in a set")
+	must(t, a.Wait(), "the nonblocking allreduce in a set")
+	must(t, b.Wait(), "the nonblocking broadcast in a set")
+	expectValues(t, "nonblocking sum over the set", sum, sumOverSet(4))
+	expectValues(t, "nonblocking broadcast in the set", bcast, valuesOf(set[0], 4))
+}
+
+func TestSendRecv(t *testing.T) {
+	forEachType(t, testSendRecv[float32], testSendRecv[float64], testSendRecv[int32],
+		testSendRecv[int64])
+}
+
+func testSendRecv[T weft.Element](t *testing.T) {
+	if size < 2 {
+		t.Skip("needs a peer")
+	}
+	name := "p2p." + typeName[T]()
+	next, prev := (rank+1)%size, (rank+size-1)%size
+	// A ring: receive first (nonblocking), then send; named by the sender, so that on 2
+	// ranks (prev == next) the two directions do not match each other.
+	got := make([]T, 6)
+	recv, err := weft.RecvNonblocking(got, prev, weft.RecvOptions{Name: fmt.Sprintf("%s.ring%d", name, prev), Shape: []int64{2, 3}})
+	must(t, err, "RecvNonblocking")
+	in := fill[T](rank, 6)
+	send, err := weft.SendNonblocking(in, next, weft.SendOptions{Name: fmt.Sprintf("%s.ring%d", name, rank), Shape: []int64{2, 3}})
+	must(t, err, "SendNonblocking")
+	in[0] = 99 // copied at the start: too late to matter
+	must(t, send.Wait(), "the nonblocking send")
+	must(t, waitPolling(t, recv), "the nonblocking recv")
+	expectValues(t, "received around the ring", got, valuesOf(prev, 6))
+
+	// Blocking between ranks 0 and 1, unnamed ones matched in call order.
+	if rank < 2 {
+		x := make([]T, 3)
+		if rank == 0 {
+			must(t, weft.Send(fill[T](0, 3), 1, weft.SendOptions{Name: name + ".blocking"}), "Send")
+			must(t, weft.Send(fill[T](10, 3), 1), "the first unnamed Send")
+			must(t, weft.Send(fill[T](20, 3), 1), "the second unnamed Send")
+		} else {
+			must(t, weft.Recv(x, 0, weft.RecvOptions{Name: name + ".blocking"}), "Recv")
+			expectValues(t, "Recv", x, valuesOf(0, 3))
+			must(t, weft.Recv(x, 0), "the first unnamed Recv")
+			expectValues(t, "the first unnamed Recv", x, valuesOf(10, 3))
+			must(t, weft.Recv(x, 0), "the second unnamed Recv")
+			expectValues(t, "the second unnamed Recv", x, valuesOf(20, 3))
+		}
+	}
+
+	// RecvAny: rank 0 sends each rank a tensor of its own shape (dst x 2).
+	if rank == 0 {
+		for dst := 1; dst < size; dst++ {
+			must(t, weft.Send(fill[T](dst, 2*dst), dst, weft.SendOptions{Name: name + ".any", Shape: []int64{int64(dst), 2}}), "Send to RecvAny")
+			must(t, weft.Send(fill[T](dst, 1), dst, weft.SendOptions{Name: name + ".any.nb"}), "Send to RecvAnyNonblocking")
+		}
+	} else {
+		data, shape, err := weft.RecvAny[T](0, weft.RecvAnyOptions{Name: name + ".any"})
+		must(t, err, "RecvAny")
+		if len(shape) != 2 || shape[0] != int64(rank) || shape[1] != 2 {
+			t.Errorf("rank %d: RecvAny shape = %v, want [%d 2]", rank, shape, rank)
+		}
+		expectValues(t, "RecvAny", data, valuesOf(rank, 2*rank))
+		req, err := weft.RecvAnyNonblocking[T](0, weft.RecvAnyOptions{Name: name + ".any.nb"})
+		must(t, err, "RecvAnyNonblocking")
+		data, shape, err = req.Result()
+		must(t, err, "RecvAnyNonblocking's result")
+		if len(shape) != 1 || shape[0] != 1 {
+			t.Errorf("rank %d: RecvAnyNonblocking shape = %v, want [1]", rank, shape)
+		}
+		expectValues(t, "RecvAnyNonblocking", data, valuesOf(rank, 1))
+	}
+	must(t, weft.Barrier(), "Barrier")
+}
+
+// RecvAny of another element type than the sender's: an error naming both.
+func TestRecvAnyOfTheWrongType(t *testing.T) {
+	if size < 2 {
+		t.Skip("needs a peer")
+	}
+	if rank == 0 {
+		must(t, weft.Send(fill[int64](0, 2), 1, weft.SendOptions{Name: "p2p.wrong.type"}), "Send")
+	} else if rank == 1 {
+		_, _, err := weft.RecvAny[float32](0, weft.RecvAnyOptions{Name: "p2p.wrong.type"})
+		expectStatus(t, "RecvAny[float32] of int64 data", err, weft.InvalidArgument,
+			"rank 0 sent int64 elements but the result is []float32")
+	}
+	must(t, weft.Barrier(), "Barrier")
+}
+
 func TestBarrier(t *testing.T) {
 	must(t, weft.Barrier(), "Barrier")
 	req, err := weft.BarrierNonblocking()
@@ -523,6 +656,35 @@ func TestArgumentErrors(t *testing.T) {
 	_, err = weft.NeighborAllgather(in, weft.NeighborAllgatherOptions{
 		SrcRanks: []int{1 << 40}, Name: "bad.int32"})
 	expectStatus(t, "a rank beyond int32", err, weft.InvalidArgument, "SrcRanks")
+	expectStatus(t, "Send to itself", weft.Send(in, rank), weft.InvalidArgument, "itself")
+	_, err = weft.SendNonblocking(in, rank)
+	expectStatus(t, "SendNonblocking to itself", err, weft.InvalidArgument, "itself")
+	expectStatus(t, "Recv from rank Size()", weft.Recv(in, size), weft.InvalidArgument, "src")
+	_, err = weft.RecvNonblocking(in, -1)
+	expectStatus(t, "RecvNonblocking from rank -1", err, weft.InvalidArgument, "out of range")
+	_, _, err = weft.RecvAny[float32](size)
+	expectStatus(t, "RecvAny from rank Size()", err, weft.InvalidArgument, "src")
+	_, err = weft.RecvAnyNonblocking[float32](rank)
+	expectStatus(t, "RecvAnyNonblocking from itself", err, weft.InvalidArgument, "itself")
+	expectStatus(t, "Recv into a Shape of the wrong size",
+		weft.Recv(in, 0, weft.RecvOptions{Shape: []int64{5}}), weft.InvalidArgument, "Shape [5]")
+	expectStatus(t, "a rank twice in a set",
+		weft.Allreduce(in, in, weft.AllreduceOptions{Ranks: []int{rank, rank}}),
+		weft.InvalidArgument, "twice")
+	expectStatus(t, "a set rank out of range",
+		weft.Allreduce(in, in, weft.AllreduceOptions{Ranks: []int{rank, size}}),
+		weft.InvalidArgument, "out of range")
+	_, err = weft.AllreduceNonblocking(in, in, weft.AllreduceOptions{Ranks: []int{1 << 40}})
+	expectStatus(t, "a set rank beyond int32", err, weft.InvalidArgument, "Ranks")
+	if size > 1 {
+		other := (rank + 1) % size
+		expectStatus(t, "a set without this rank",
+			weft.Allreduce(in, in, weft.AllreduceOptions{Ranks: []int{other}}),
+			weft.InvalidArgument, "not in `ranks`")
+		expectStatus(t, "a root outside the set",
+			weft.Broadcast(in, in, other, weft.BroadcastOptions{Ranks: []int{rank}}),
+			weft.InvalidArgument, "root_rank")
+	}
 	expectValues(t, "the input after the failed calls", in, valuesOf(rank, 4))
 	must(t, weft.Barrier(), "Barrier: every rank still in step")
 }

@@ -138,3 +138,23 @@ func (g *GatherRequest[T]) Result() ([]T, error) {
 	}
 	return *g.result, nil
 }
+
+// RecvRequest is a nonblocking RecvAny: a Request whose Result is the received slice and
+// the sender's shape.
+type RecvRequest[T Element] struct {
+	*Request
+	result *received[T] // set when the op completes
+}
+
+type received[T Element] struct {
+	data  []T
+	shape []int64
+}
+
+// Result waits for the op and returns the received slice and its shape.
+func (r *RecvRequest[T]) Result() ([]T, []int64, error) {
+	if err := r.Wait(); err != nil {
+		return nil, nil, err
+	}
+	return r.result.data, r.result.shape, nil
+}

@@ -42,8 +42,8 @@
  *    non-NULL request) keeps its buffers after the call returns, so its data must be C
  *    memory (weftgo_alloc); shapes and options are copied by weft when the op is submitted
  *    and may stay in Go memory.
- *  - DLManagedTensor* results (allgather) are opaque handles to C memory: weftgo_managed_*
- *    read them and call their deleter.
+ *  - DLManagedTensor* results (allgather, recv_any) are opaque handles to C memory:
+ *    weftgo_managed_* read them and call their deleter.
  */
 %module cweft
 
@@ -79,6 +79,15 @@ typedef struct DLManagedTensor DLManagedTensor;
 %ignore weft_comm_hierarchical_neighbor_allreduce_nonblocking;
 %ignore weft_comm_pair_gossip;
 %ignore weft_comm_pair_gossip_nonblocking;
+%ignore weft_comm_allreduce_ranks;
+%ignore weft_comm_allreduce_ranks_nonblocking;
+%ignore weft_comm_broadcast_ranks;
+%ignore weft_comm_broadcast_ranks_nonblocking;
+%ignore weft_comm_send;
+%ignore weft_comm_send_nonblocking;
+%ignore weft_comm_recv;
+%ignore weft_comm_recv_nonblocking;
+/* weft_comm_recv_any and its nonblocking form take no tensor: wrapped as they are. */
 /* The option structs hold pointers: the weftgo_* entry points take their fields as
  * arguments and build them on the C stack. */
 %ignore weft_neighbor_allreduce_options;
@@ -446,21 +455,48 @@ static void weftgo_split(const weftgo_rank_weight* pairs, size_t num, int** rank
  * call); request non-NULL starts it nonblocking and then in and out must be C memory that
  * stays valid until the request has completed. in == out is in place. */
 
+/* num_ranks = 0: every rank (the plain entry points); else the process set `ranks`. */
 weft_status weftgo_allreduce(weft_request** request, void* in, void* out, int code, int bits,
-                             const int64_t* shape, size_t ndim, int average, const char* name) {
+                             const int64_t* shape, size_t ndim, int average, const int* ranks,
+                             size_t num_ranks, const char* name) {
   DLTensor i = weftgo_tensor(in, code, bits, shape, ndim);
   DLTensor o = weftgo_tensor(out, code, bits, shape, ndim);
+  if (num_ranks > 0) {
+    return request == NULL ? weft_comm_allreduce_ranks(&i, &o, average, ranks, num_ranks, name)
+                           : weft_comm_allreduce_ranks_nonblocking(request, &i, &o, average,
+                                                                   ranks, num_ranks, name);
+  }
   return request == NULL ? weft_comm_allreduce(&i, &o, average, name)
                          : weft_comm_allreduce_nonblocking(request, &i, &o, average, name);
 }
 
 weft_status weftgo_broadcast(weft_request** request, void* in, void* out, int code, int bits,
-                             const int64_t* shape, size_t ndim, int root_rank,
-                             const char* name) {
+                             const int64_t* shape, size_t ndim, int root_rank, const int* ranks,
+                             size_t num_ranks, const char* name) {
   DLTensor i = weftgo_tensor(in, code, bits, shape, ndim);
   DLTensor o = weftgo_tensor(out, code, bits, shape, ndim);
+  if (num_ranks > 0) {
+    return request == NULL
+               ? weft_comm_broadcast_ranks(&i, &o, root_rank, ranks, num_ranks, name)
+               : weft_comm_broadcast_ranks_nonblocking(request, &i, &o, root_rank, ranks,
+                                                       num_ranks, name);
+  }
   return request == NULL ? weft_comm_broadcast(&i, &o, root_rank, name)
                          : weft_comm_broadcast_nonblocking(request, &i, &o, root_rank, name);
+}
+
+weft_status weftgo_send(weft_request** request, void* in, int code, int bits,
+                        const int64_t* shape, size_t ndim, int dst, const char* name) {
+  DLTensor i = weftgo_tensor(in, code, bits, shape, ndim);
+  return request == NULL ? weft_comm_send(&i, dst, name)
+                         : weft_comm_send_nonblocking(request, &i, dst, name);
+}
+
+weft_status weftgo_recv(weft_request** request, void* out, int code, int bits,
+                        const int64_t* shape, size_t ndim, int src, const char* name) {
+  DLTensor o = weftgo_tensor(out, code, bits, shape, ndim);
+  return request == NULL ? weft_comm_recv(&o, src, name)
+                         : weft_comm_recv_nonblocking(request, &o, src, name);
 }
 
 /* Blocking (request NULL): the result is stored in *out. Nonblocking: take it from the
@@ -689,6 +725,10 @@ long long weftgo_managed_numel(const DLManagedTensor* t) {
   for (int d = 0; d < t->dl_tensor.ndim; ++d) n *= t->dl_tensor.shape[d];
   return n;
 }
+
+/* The shape (recv_any: the sender's). */
+int weftgo_managed_ndim(const DLManagedTensor* t) { return t->dl_tensor.ndim; }
+long long weftgo_managed_dim(const DLManagedTensor* t, int d) { return t->dl_tensor.shape[d]; }
 
 /* code * 256 + bits, to check against what the caller expects. */
 int weftgo_managed_dtype(const DLManagedTensor* t) {

@@ -567,7 +567,8 @@ WEFT_OUT_HANDLE(weft_pipe_plan, plan)
   $result = SWIG_Python_AppendOutput($result, PyFloat_FromDouble(*$1));
 }
 
-/* Mutex ranks: a list (empty: this rank). */
+/* Rank lists: window mutexes (empty: this rank's own) and process sets (empty: every
+ * rank). */
 %typemap(in) (const int* ranks, size_t num_ranks) {
   int* rank_array = NULL;
   if (weft_py_int_list($input, &rank_array, &$2, "ranks must be a sequence of ranks") < 0) SWIG_fail;

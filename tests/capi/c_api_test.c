@@ -977,6 +977,182 @@ static void TestNeighborOps(int rank, int size) {
   }
 }
 
+/* Point to point: a ring of nonblocking sends and receives, a blocking pair, receives
+ * that take the sender's dtype and shape, and unnamed ops matched in call order. */
+static void TestPointToPoint(int rank, int size) {
+  int64_t shape3[1] = {3};
+  int prev = (rank + size - 1) % size, next = (rank + 1) % size;
+  char recv_name[32], send_name[32];
+  int i;
+
+  if (size < 2) return;
+  /* Named by the sender: on 2 ranks prev == next, and both directions are in flight. */
+  {
+    double out_data[3], in_data[3];
+    DLTensor out = Tensor(out_data, kDLFloat, 64, 1, shape3);
+    DLTensor in = Tensor(in_data, kDLFloat, 64, 1, shape3);
+    weft_request *r = NULL, *s = NULL;
+    DLManagedTensor* none = NULL;
+    for (i = 0; i < 3; ++i) out_data[i] = rank * 100 + i;
+    snprintf(recv_name, sizeof(recv_name), "c.ring%d", prev);
+    snprintf(send_name, sizeof(send_name), "c.ring%d", rank);
+    /* Receive first: neither waits for the other to be posted. */
+    OK(weft_comm_recv_nonblocking(&r, &in, prev, recv_name));
+    OK(weft_comm_send_nonblocking(&s, &out, next, send_name));
+    OK(weft_request_wait(s));
+    OK(weft_request_wait(r));
+    for (i = 0; i < 3; ++i) CHECK(in_data[i] == prev * 100 + i);
+    FAILS(weft_request_take_output(&none, r), WEFT_ERR_INVALID_ARGUMENT, "recv_any");
+    weft_request_free(r);
+    weft_request_free(s);
+  }
+
+  /* Blocking, between ranks 0 and 1 only: the others call nothing. */
+  if (rank < 2) {
+    int32_t v[3];
+    DLTensor t = Tensor(v, kDLInt, 32, 1, shape3);
+    if (rank == 0) {
+      for (i = 0; i < 3; ++i) v[i] = 7 + i;
+      OK(weft_comm_send(&t, 1, "c.p2p.blocking"));
+    } else {
+      OK(weft_comm_recv(&t, 0, "c.p2p.blocking"));
+      for (i = 0; i < 3; ++i) CHECK(v[i] == 7 + i);
+    }
+    /* Unnamed: the pair's ops match in call order (the two sends carry 1 and 2). */
+    if (rank == 0) {
+      weft_request *a = NULL, *b = NULL;
+      int32_t one[3] = {1, 1, 1}, two[3] = {2, 2, 2};
+      DLTensor ta = Tensor(one, kDLInt, 32, 1, shape3), tb = Tensor(two, kDLInt, 32, 1, shape3);
+      OK(weft_comm_send_nonblocking(&a, &ta, 1, NULL));
+      OK(weft_comm_send_nonblocking(&b, &tb, 1, ""));
+      OK(weft_request_wait(a));
+      OK(weft_request_wait(b));
+      weft_request_free(a);
+      weft_request_free(b);
+    } else {
+      OK(weft_comm_recv(&t, 0, NULL));
+      CHECK(v[0] == 1 && v[2] == 1);
+      OK(weft_comm_recv(&t, 0, NULL));
+      CHECK(v[0] == 2 && v[2] == 2);
+    }
+  }
+
+  /* recv_any: rank 0 sends each rank a tensor of its own shape (dst x 2 int64). */
+  if (rank == 0) {
+    int64_t data[16];
+    int64_t shape[2];
+    int dst;
+    for (dst = 1; dst < size; ++dst) {
+      DLTensor t;
+      shape[0] = dst;
+      shape[1] = 2;
+      for (i = 0; i < 2 * dst; ++i) data[i] = dst * 10 + i;
+      t = Tensor(data, kDLInt, 64, 2, shape);
+      OK(weft_comm_send(&t, dst, "c.recv_any"));
+      /* The nonblocking receive below gets a float32 scalar-like [1]. */
+      {
+        float f = (float)dst + 0.5f;
+        int64_t one[1] = {1};
+        DLTensor tf = Tensor(&f, kDLFloat, 32, 1, one);
+        OK(weft_comm_send(&tf, dst, "c.recv_any.nb"));
+      }
+    }
+  } else {
+    DLManagedTensor* got = NULL;
+    weft_request* req = NULL;
+    OK(weft_comm_recv_any(&got, 0, "c.recv_any"));
+    CHECK(got != NULL && got->deleter != NULL);
+    CHECK(got->dl_tensor.ndim == 2 && got->dl_tensor.shape[0] == rank &&
+          got->dl_tensor.shape[1] == 2);
+    CHECK(got->dl_tensor.dtype.code == kDLInt && got->dl_tensor.dtype.bits == 64);
+    CHECK(((uintptr_t)got->dl_tensor.data) % 64 == 0);
+    for (i = 0; i < 2 * rank; ++i) {
+      CHECK(((const int64_t*)got->dl_tensor.data)[i] == rank * 10 + i);
+    }
+    got->deleter(got);
+    got = NULL;
+    OK(weft_comm_recv_any_nonblocking(&req, 0, "c.recv_any.nb"));
+    OK(weft_request_wait(req));
+    OK(weft_request_take_output(&got, req));
+    CHECK(got->dl_tensor.ndim == 1 && got->dl_tensor.shape[0] == 1);
+    CHECK(got->dl_tensor.dtype.code == kDLFloat && got->dl_tensor.dtype.bits == 32);
+    CHECK(*(const float*)got->dl_tensor.data == (float)rank + 0.5f);
+    got->deleter(got);
+    FAILS(weft_request_take_output(&got, req), WEFT_ERR_FAILED_PRECONDITION, "already taken");
+    weft_request_free(req);
+  }
+  OK(weft_comm_barrier());
+}
+
+/* Process sets: even and odd ranks each average, sum and broadcast among themselves under
+ * the same names. */
+static void TestProcessSets(int rank, int size) {
+  int set[8];
+  size_t n = 0;
+  float x[2];
+  int64_t y[2];
+  int64_t shape2[1] = {2};
+  DLTensor tx = Tensor(x, kDLFloat, 32, 1, shape2), ty = Tensor(y, kDLInt, 64, 1, shape2);
+  double mean = 0;
+  int64_t total = 0;
+  int r, i, root;
+  weft_request *a = NULL, *b = NULL;
+
+  for (r = rank % 2; r < size; r += 2) set[n++] = r;
+  for (i = 0; i < (int)n; ++i) {
+    mean += set[i];
+    total += set[i] + 1;
+  }
+  mean /= (double)n;
+  root = set[n - 1];
+
+  x[0] = x[1] = (float)rank;
+  OK(weft_comm_allreduce_ranks(&tx, &tx, 1, set, n, "c.set.avg"));
+  CHECK(NEAR(x[0], mean) && NEAR(x[1], mean));
+  y[0] = y[1] = rank + 1;
+  OK(weft_comm_allreduce_ranks(&ty, &ty, 0, set, n, NULL)); /* unnamed: per set */
+  CHECK(y[0] == total && y[1] == total);
+  x[0] = x[1] = rank == root ? 42.5f : -1.0f;
+  OK(weft_comm_broadcast_ranks(&tx, &tx, root, set, n, "c.set.bcast"));
+  CHECK(x[0] == 42.5f && x[1] == 42.5f);
+
+  /* Nonblocking, and the set's ranks in reverse order (it is a set). */
+  {
+    int reversed[8];
+    float out[2];
+    DLTensor tout = Tensor(out, kDLFloat, 32, 1, shape2);
+    for (i = 0; i < (int)n; ++i) reversed[i] = set[n - 1 - i];
+    x[0] = x[1] = (float)rank;
+    OK(weft_comm_allreduce_ranks_nonblocking(&a, &tx, &tout, 0, reversed, n, "c.set.nb"));
+    y[0] = y[1] = rank == set[0] ? 5 : 0;
+    OK(weft_comm_broadcast_ranks_nonblocking(&b, &ty, &ty, set[0], set, n, "c.set.nb.bcast"));
+    OK(weft_request_wait(a));
+    OK(weft_request_wait(b));
+    CHECK(NEAR(out[0], mean * (double)n) && NEAR(x[0], rank)); /* a sum, out of place */
+    CHECK(y[0] == 5 && y[1] == 5);
+    weft_request_free(a);
+    weft_request_free(b);
+  }
+
+  /* A set of one: the caller alone. */
+  x[0] = x[1] = (float)rank;
+  OK(weft_comm_allreduce_ranks(&tx, &tx, 0, &rank, 1, "c.set.alone"));
+  CHECK(x[0] == (float)rank);
+
+  /* num_ranks = 0 is every rank, and a set listing every rank matches it. */
+  {
+    int everyone[8];
+    for (r = 0; r < size; ++r) everyone[r] = r;
+    x[0] = x[1] = 1;
+    OK(weft_comm_allreduce_ranks(&tx, &tx, 0, rank == 0 ? everyone : NULL,
+                                 rank == 0 ? (size_t)size : 0, "c.set.world"));
+    CHECK(x[0] == (float)size);
+    x[0] = x[1] = 1;
+    OK(weft_comm_allreduce(&tx, &tx, 0, "c.set.world2"));
+    CHECK(x[0] == (float)size);
+  }
+}
+
 static int g_released = 0;
 static void Release(void* owner) { __atomic_add_fetch((int*)owner, 1, __ATOMIC_SEQ_CST); }
 
@@ -1061,6 +1237,49 @@ static void TestErrors(int rank, int size) {
   FAILS(weft_comm_neighbor_allreduce(&in, &in, &o, NULL), WEFT_ERR_INVALID_ARGUMENT, "twice");
   FAILS(weft_comm_pair_gossip(&in, &in, rank, 0.5, 0.5, NULL), WEFT_ERR_INVALID_ARGUMENT,
         "itself");
+
+  /* Point to point and process sets: refused before anything is sent. */
+  {
+    int self = rank, far[2], dup_set[2];
+    weft_request* req = NULL;
+    DLManagedTensor* got = NULL;
+    far[0] = rank;
+    far[1] = size;
+    dup_set[0] = rank;
+    dup_set[1] = rank;
+    FAILS(weft_comm_send(&in, rank, "c.err.self"), WEFT_ERR_INVALID_ARGUMENT, "itself");
+    FAILS(weft_comm_send(&in, -1, "c.err.neg"), WEFT_ERR_INVALID_ARGUMENT, "out of range");
+    FAILS(weft_comm_recv(&in, size, "c.err.far"), WEFT_ERR_INVALID_ARGUMENT, "src");
+    FAILS(weft_comm_recv_any(&got, size, "c.err.far"), WEFT_ERR_INVALID_ARGUMENT, "src");
+    CHECK(got == NULL);
+    FAILS(weft_comm_recv_any(NULL, 0, NULL), WEFT_ERR_INVALID_ARGUMENT, "out is NULL");
+    FAILS(weft_comm_recv_any_nonblocking(NULL, 0, NULL), WEFT_ERR_INVALID_ARGUMENT,
+          "request is NULL");
+    FAILS(weft_comm_send_nonblocking(&req, &in, rank, NULL), WEFT_ERR_INVALID_ARGUMENT,
+          "itself");
+    CHECK(req == NULL);
+    FAILS(weft_comm_recv_nonblocking(NULL, &in, 0, NULL), WEFT_ERR_INVALID_ARGUMENT,
+          "request is NULL");
+    FAILS(weft_comm_send(NULL, 0, NULL), WEFT_ERR_INVALID_ARGUMENT, "in is NULL");
+    FAILS(weft_comm_allreduce_ranks(&in, &in, 1, NULL, 2, NULL), WEFT_ERR_INVALID_ARGUMENT,
+          "ranks is NULL");
+    FAILS(weft_comm_allreduce_ranks(&in, &in, 1, dup_set, 2, NULL), WEFT_ERR_INVALID_ARGUMENT,
+          "twice");
+    FAILS(weft_comm_allreduce_ranks(&in, &in, 1, far, 2, NULL), WEFT_ERR_INVALID_ARGUMENT,
+          "out of range");
+    if (size > 1) {
+      int other = (rank + 1) % size;
+      FAILS(weft_comm_allreduce_ranks(&in, &in, 1, &other, 1, "c.err.without"),
+            WEFT_ERR_INVALID_ARGUMENT, "not in `ranks`");
+      FAILS(weft_comm_allreduce_ranks_nonblocking(&req, &in, &in, 1, &other, 1, NULL),
+            WEFT_ERR_INVALID_ARGUMENT, "not in `ranks`");
+      CHECK(req == NULL);
+      FAILS(weft_comm_broadcast_ranks(&in, &in, other, &self, 1, "c.err.root"),
+            WEFT_ERR_INVALID_ARGUMENT, "root_rank");
+      FAILS(weft_comm_broadcast_ranks_nonblocking(&req, &in, &in, rank, &other, 1, NULL),
+            WEFT_ERR_INVALID_ARGUMENT, "not in `ranks`");
+    }
+  }
 
   /* A name whose shape differs across ranks: an error on every rank, not a hang. */
   if (size > 1) {
@@ -1278,6 +1497,8 @@ int main(void) {
   TestCollectives(rank, size);
   TestNeighborOps(rank, size);
   TestRequests(rank, size);
+  TestPointToPoint(rank, size);
+  TestProcessSets(rank, size);
   TestErrors(rank, size);
   TestProcessTopology(rank, size);
   TestWindows(rank, size);

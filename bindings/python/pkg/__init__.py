@@ -14,6 +14,7 @@ weft.WeftError subclasses carrying the status code and weft's message.
 """
 
 import contextlib as _contextlib
+import operator as _operator
 import warnings as _warnings
 
 from . import _errors
@@ -196,59 +197,163 @@ def _name(name):
     return None if name is None else str(name)
 
 
-def allreduce(tensor, average=True, name=None):
-    """The sum (average=False) or mean of `tensor` over all ranks."""
+def _ranks(ranks):
+    # A process set as the C ABI takes it; [] (every rank) is never built from None, so
+    # that calls without a set stay on the plain entry points.
+    try:
+        return [int(r) for r in ranks]
+    except TypeError:
+        raise TypeError(f"ranks: expected a sequence of ranks, got {type(ranks).__name__}") \
+            from None
+
+
+def allreduce(tensor, average=True, name=None, ranks=None):
+    """The sum (average=False) or mean of `tensor` over all ranks, or over `ranks` only
+    (a process set: only those ranks call, all with the same set, the caller among
+    them; disjoint sets run independently)."""
     x, cx, kind = _prepare(tensor)
     y, cy = _empty_like(x, kind)
-    _c.weft_comm_allreduce(cx, cy, bool(average), _name(name))
+    _allreduce(cx, cy, average, name, ranks)
     return y
 
 
-def allreduce_(tensor, average=True, name=None):
+def _allreduce(cx, cy, average, name, ranks):
+    if ranks is None:
+        _c.weft_comm_allreduce(cx, cy, bool(average), _name(name))
+    else:
+        _c.weft_comm_allreduce_ranks(cx, cy, bool(average), _ranks(ranks), _name(name))
+
+
+def _allreduce_nonblocking(cx, cy, average, name, ranks):
+    if ranks is None:
+        return _c.weft_comm_allreduce_nonblocking(cx, cy, bool(average), _name(name))
+    return _c.weft_comm_allreduce_ranks_nonblocking(cx, cy, bool(average), _ranks(ranks),
+                                                    _name(name))
+
+
+def allreduce_(tensor, average=True, name=None, ranks=None):
     """In-place allreduce; returns `tensor`."""
     x, cx, _ = _prepare(tensor)
-    _c.weft_comm_allreduce(cx, cx, bool(average), _name(name))
+    _allreduce(cx, cx, average, name, ranks)
     return _tensors.copy_back(tensor, x)
 
 
-def allreduce_nonblocking(tensor, average=True, name=None):
+def allreduce_nonblocking(tensor, average=True, name=None, ranks=None):
     x, cx, kind = _prepare(tensor)
     y, cy = _empty_like(x, kind)
-    request = _c.weft_comm_allreduce_nonblocking(cx, cy, bool(average), _name(name))
+    request = _allreduce_nonblocking(cx, cy, average, name, ranks)
     return _start(request, (x, cx, y, cy), y, kind)
 
 
-def allreduce_nonblocking_(tensor, average=True, name=None):
+def allreduce_nonblocking_(tensor, average=True, name=None, ranks=None):
     x, cx, kind = _prepare(tensor)
-    request = _c.weft_comm_allreduce_nonblocking(cx, cx, bool(average), _name(name))
+    request = _allreduce_nonblocking(cx, cx, average, name, ranks)
     return _start(request, (x, cx), x, kind, target=tensor if x is not tensor else None)
 
 
-def broadcast(tensor, root_rank, name=None):
-    """root_rank's `tensor` on every rank."""
+def _broadcast(cx, cy, root_rank, name, ranks):
+    if ranks is None:
+        _c.weft_comm_broadcast(cx, cy, int(root_rank), _name(name))
+    else:
+        _c.weft_comm_broadcast_ranks(cx, cy, int(root_rank), _ranks(ranks), _name(name))
+
+
+def _broadcast_nonblocking(cx, cy, root_rank, name, ranks):
+    if ranks is None:
+        return _c.weft_comm_broadcast_nonblocking(cx, cy, int(root_rank), _name(name))
+    return _c.weft_comm_broadcast_ranks_nonblocking(cx, cy, int(root_rank), _ranks(ranks),
+                                                    _name(name))
+
+
+def broadcast(tensor, root_rank, name=None, ranks=None):
+    """root_rank's `tensor` on every rank, or on every rank of `ranks` (a process set, as
+    for allreduce; root_rank is a rank of the world and of the set)."""
     x, cx, kind = _prepare(tensor)
     y, cy = _empty_like(x, kind)
-    _c.weft_comm_broadcast(cx, cy, int(root_rank), _name(name))
+    _broadcast(cx, cy, root_rank, name, ranks)
     return y
 
 
-def broadcast_(tensor, root_rank, name=None):
+def broadcast_(tensor, root_rank, name=None, ranks=None):
     x, cx, _ = _prepare(tensor)
-    _c.weft_comm_broadcast(cx, cx, int(root_rank), _name(name))
+    _broadcast(cx, cx, root_rank, name, ranks)
     return _tensors.copy_back(tensor, x)
 
 
-def broadcast_nonblocking(tensor, root_rank, name=None):
+def broadcast_nonblocking(tensor, root_rank, name=None, ranks=None):
     x, cx, kind = _prepare(tensor)
     y, cy = _empty_like(x, kind)
-    request = _c.weft_comm_broadcast_nonblocking(cx, cy, int(root_rank), _name(name))
+    request = _broadcast_nonblocking(cx, cy, root_rank, name, ranks)
     return _start(request, (x, cx, y, cy), y, kind)
 
 
-def broadcast_nonblocking_(tensor, root_rank, name=None):
+def broadcast_nonblocking_(tensor, root_rank, name=None, ranks=None):
     x, cx, kind = _prepare(tensor)
-    request = _c.weft_comm_broadcast_nonblocking(cx, cx, int(root_rank), _name(name))
+    request = _broadcast_nonblocking(cx, cx, root_rank, name, ranks)
     return _start(request, (x, cx), x, kind, target=tensor if x is not tensor else None)
+
+
+def _peer(rank, function, what):
+    # A rank, not a tensor: recv(x, src) (the buffer first) would otherwise fail later
+    # with a confusing message about `name`.
+    try:
+        return _operator.index(rank)
+    except TypeError:
+        hint = "; pass the buffer to receive into as out=" if function == "recv" else ""
+        raise TypeError(f"{function}: {what} must be a rank (an int), got "
+                        f"{type(rank).__name__}{hint}") from None
+
+
+def send(tensor, dst, name=None):
+    """Sends `tensor` to rank `dst`, whose recv from this rank with the same name receives
+    it (unnamed: the pair's unnamed sends and receives match in call order). Only the two
+    ranks call. Returns once the data has left `tensor`."""
+    x, cx, _ = _prepare(tensor)
+    _c.weft_comm_send(cx, _peer(dst, "send", "dst"), _name(name))
+
+
+def send_nonblocking(tensor, dst, name=None):
+    """A Handle whose synchronize() returns None once the data has left `tensor`."""
+    x, cx, kind = _prepare(tensor)
+    request = _c.weft_comm_send_nonblocking(cx, _peer(dst, "send", "dst"), _name(name))
+    return _start(request, (x, cx), None, kind)
+
+
+def _result_kind(as_torch):
+    if as_torch:
+        import torch  # noqa: F401  (_tensors finds torch among the loaded modules)
+        return _TORCH
+    return _NUMPY
+
+
+def recv(src, name=None, out=None, as_torch=False):
+    """Receives what rank `src` sends with the same name.
+
+    out=None: a new array of the sender's dtype and shape (NumPy; a torch.Tensor with
+    as_torch=True, needed for bfloat16), allocated by weft and handed over without a
+    copy. Otherwise `out` (a NumPy array or torch.Tensor) receives it in place and is
+    returned; the sender's dtype and shape must be out's (an error on both ranks
+    otherwise)."""
+    src = _peer(src, "recv", "src")
+    if out is None:
+        kind = _result_kind(as_torch)
+        return _tensors.from_capsule(_c.weft_comm_recv_any(src, _name(name)), kind)
+    x, cx, _ = _prepare(out, "out")
+    _c.weft_comm_recv(cx, src, _name(name))
+    return _tensors.copy_back(out, x)
+
+
+def recv_nonblocking(src, name=None, out=None, as_torch=False):
+    """A Handle whose synchronize() returns what recv() would."""
+    src = _peer(src, "recv", "src")
+    if out is None:
+        kind = _result_kind(as_torch)
+        # Nothing of the caller's to keep alive: weft owns the output until it is taken.
+        return Handle(_c.weft_comm_recv_any_nonblocking(src, _name(name)), None, kind,
+                      gather=True)
+    x, cx, kind = _prepare(out, "out")
+    request = _c.weft_comm_recv_nonblocking(cx, src, _name(name))
+    return _start(request, (x, cx), x, kind, target=out if x is not out else None)
 
 
 def allgather(tensor, name=None):

@@ -42,6 +42,50 @@ def test_bad_arguments():
     assert np.all(weft.allreduce(x, average=False) == weft.size())
 
 
+def test_point_to_point_and_process_set_refusals():
+    r, n = weft.rank(), weft.size()
+    x = np.ones(2, dtype=np.float32)
+    with pytest.raises(weft.InvalidArgumentError, match="itself"):
+        weft.send(x, r)
+    with pytest.raises(weft.InvalidArgumentError, match="itself"):
+        weft.send_nonblocking(x, r)
+    with pytest.raises(weft.InvalidArgumentError, match="src"):
+        weft.recv(n)
+    with pytest.raises(weft.InvalidArgumentError, match="src"):
+        weft.recv(n, out=x)
+    with pytest.raises(weft.InvalidArgumentError, match="out of range"):
+        weft.recv_nonblocking(-1)
+    with pytest.raises(TypeError, match="out="):
+        weft.recv(x, 0)  # the buffer goes to out=
+    with pytest.raises(weft.InvalidArgumentError, match="twice"):
+        weft.allreduce(x, ranks=[r, r])
+    with pytest.raises(weft.InvalidArgumentError, match="out of range"):
+        weft.allreduce_nonblocking(x, ranks=[r, n])
+    with pytest.raises(TypeError, match="sequence of ranks"):
+        weft.allreduce(x, ranks=3)
+    if n > 1:
+        other = (r + 1) % n
+        with pytest.raises(weft.InvalidArgumentError, match="not in `ranks`"):
+            weft.allreduce(x, ranks=[other])
+        with pytest.raises(weft.InvalidArgumentError, match="root_rank"):
+            weft.broadcast(x, other, ranks=[r])
+    assert np.all(weft.allreduce(x, average=False) == n)
+
+
+def test_point_to_point_mismatch_fails_on_both_ranks():
+    if weft.size() == 1:
+        pytest.skip("needs two ranks")
+    if weft.rank() == 0:
+        with pytest.raises(weft.InvalidArgumentError, match=r"\[4\]"):
+            weft.send(np.ones(4, dtype=np.float32), 1, name="py.p2p.mismatch")
+    elif weft.rank() == 1:
+        buf = np.full(5, 2, dtype=np.float32)
+        with pytest.raises(weft.InvalidArgumentError, match="py.p2p.mismatch"):
+            weft.recv(0, name="py.p2p.mismatch", out=buf)
+        assert np.all(buf == 2)  # untouched
+    weft.barrier()
+
+
 def test_mismatch_across_ranks_fails_everywhere():
     if weft.size() == 1:
         pytest.skip("needs two ranks")

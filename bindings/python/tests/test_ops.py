@@ -168,6 +168,104 @@ def test_pair_gossip():
     assert np.isclose(y[0], 0.5 * (r + peer))
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_send_recv_ring(kind):
+    r, n = weft.rank(), weft.size()
+    if n == 1:
+        pytest.skip("needs a peer")
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    x = make(kind, [[r, 10 * r, 100 * r]], "float64")
+    # Receive first (nonblocking, into a buffer), then send: named by the sender, so that
+    # on 2 ranks (prv == nxt) the two directions do not match each other.
+    buf = make(kind, np.zeros((1, 3)), "float64")
+    h = weft.recv_nonblocking(prv, name=f"py.ring.{kind}.{prv}", out=buf)
+    s = weft.send_nonblocking(x, nxt, name=f"py.ring.{kind}.{r}")
+    assert weft.synchronize(s) is None
+    assert weft.synchronize(h) is buf
+    assert as_numpy(buf).tolist() == [[prv, 10 * prv, 100 * prv]]
+    # Blocking, the other way round the ring. A blocking send waits for its receiver to
+    # call recv: even ranks send first and odd ranks receive first, so that no cycle of
+    # ranks all blocked in send forms.
+    if r % 2 == 0:
+        weft.send(x, prv, name=f"py.back.{kind}.{r}")
+        got = weft.recv(nxt, name=f"py.back.{kind}.{nxt}", out=buf)
+    else:
+        got = weft.recv(nxt, name=f"py.back.{kind}.{nxt}", out=buf)
+        weft.send(x, prv, name=f"py.back.{kind}.{r}")
+    assert got is buf and as_numpy(buf)[0, 1] == 10 * nxt
+
+
+def test_recv_takes_the_senders_dtype_and_shape():
+    r, n = weft.rank(), weft.size()
+    if n == 1:
+        pytest.skip("needs a peer")
+    if r == 0:
+        for dst in range(1, n):
+            weft.send(np.arange(2 * dst, dtype=np.int64).reshape(dst, 2) + 10 * dst, dst,
+                      name="py.any")
+            weft.send(torch.full((3,), dst + 0.5, dtype=torch.bfloat16), dst, name="py.any.t")
+            weft.send(np.full((2, 2), dst, dtype=np.int32), dst)  # unnamed
+    else:
+        y = weft.recv(0, name="py.any")
+        assert isinstance(y, np.ndarray) and y.dtype == np.int64 and y.shape == (r, 2)
+        assert y.tolist() == (np.arange(2 * r).reshape(r, 2) + 10 * r).tolist()
+        # bfloat16 has no NumPy dtype: as_torch gives a torch.Tensor.
+        h = weft.recv_nonblocking(0, name="py.any.t", as_torch=True)
+        t = weft.synchronize(h)
+        assert isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16
+        assert torch.equal(t, torch.full((3,), r + 0.5, dtype=torch.bfloat16))
+        assert weft.wait(h) is t
+        assert weft.recv(np.int64(0)).tolist() == [[r, r], [r, r]]
+    weft.barrier()
+
+
+def test_recv_into_a_non_contiguous_buffer():
+    r, n = weft.rank(), weft.size()
+    if n == 1:
+        pytest.skip("needs a peer")
+    if r == 0:
+        weft.send(torch.arange(4.0), 1, name="py.strided")
+    elif r == 1:
+        base = torch.zeros(8)
+        weft.recv(0, name="py.strided", out=base[::2])  # received, then copied back
+        assert base.tolist() == [0, 0, 1, 0, 2, 0, 3, 0]
+    weft.barrier()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_process_sets(kind):
+    r, n = weft.rank(), weft.size()
+    group = list(range(r % 2, n, 2))  # even and odd ranks: disjoint sets, the same names
+    x = make(kind, [r, 2 * r], "float64")
+    y = weft.allreduce(x, name=f"py.set.{kind}", ranks=group)
+    check_type(y, x)
+    mean = sum(group) / len(group)
+    assert np.allclose(as_numpy(y), [mean, 2 * mean])
+    total = sum(q + 1 for q in group)
+    z = make(kind, [r + 1], "int64")
+    assert weft.allreduce_(z, average=False, ranks=reversed(group)) is z  # unnamed, any order
+    assert as_numpy(z)[0] == total
+    h = weft.allreduce_nonblocking(x, average=False, name=f"py.set.nb.{kind}", ranks=group)
+    assert np.allclose(as_numpy(weft.synchronize(h)), [sum(group), 2 * sum(group)])
+    h = weft.allreduce_nonblocking_(x, average=False, ranks=group)
+    assert weft.synchronize(h) is x and as_numpy(x)[0] == sum(group)
+
+    root = group[-1]
+    b = make(kind, [r, r], "int32")
+    assert as_numpy(weft.broadcast(b, root, name=f"py.set.bc.{kind}", ranks=group)).tolist() \
+        == [root, root]
+    assert weft.broadcast_(b, group[0], ranks=group) is b and as_numpy(b)[0] == group[0]
+    b = make(kind, [r, r], "int32")
+    assert as_numpy(weft.synchronize(weft.broadcast_nonblocking(b, root, ranks=group)))[1] \
+        == root
+    assert weft.synchronize(weft.broadcast_nonblocking_(b, root, ranks=group)) is b
+    assert as_numpy(b)[0] == root
+    # Listing every rank is the world: it matches ranks that pass no set.
+    w = weft.allreduce(np.ones(1), average=False, name="py.set.world",
+                       ranks=range(n) if r == 0 else None)
+    assert w[0] == n
+
+
 def test_barrier():
     weft.barrier()
     weft.synchronize(weft.barrier_nonblocking())

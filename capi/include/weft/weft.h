@@ -206,8 +206,9 @@ typedef struct weft_request weft_request;
 WEFT_API weft_status weft_request_poll(int* done, const weft_request* request);
 /* Waits for the op and returns its status; waiting again returns the same status. */
 WEFT_API weft_status weft_request_wait(weft_request* request);
-/* For allgather ops, after a successful wait: moves the library-allocated result to the
- * caller, who calls (*out)->deleter(*out) when done with it. Once only. */
+/* For allgather ops and weft_comm_recv_any, after a successful wait: moves the
+ * library-allocated result to the caller, who calls (*out)->deleter(*out) when done with
+ * it. Once only. */
 WEFT_API weft_status weft_request_take_output(DLManagedTensor** out, weft_request* request);
 /* Calls release(owner) once the op has completed and the request has been freed, on
  * whichever thread gets there last (possibly weft's engine thread; release must not call
@@ -286,6 +287,30 @@ WEFT_API weft_status weft_comm_broadcast_nonblocking(weft_request** request,
                                                      const DLTensor* in, DLTensor* out,
                                                      int root_rank, const char* name);
 
+/* Process sets: the same ops among `ranks` only (num_ranks entries, distinct, in any order,
+ * the caller among them; num_ranks = 0: every rank, as weft_comm_allreduce). Only those
+ * ranks call, all passing the same set; they are matched among themselves by name, or by
+ * their call order within the set when name is NULL or "". Disjoint sets run independently
+ * (e.g. the replicas of one pipeline stage). A rank listing every rank matches ranks
+ * calling weft_comm_allreduce. A rank outside the set, a rank listed twice or out of range
+ * is WEFT_ERR_INVALID_ARGUMENT; ranks disagreeing on the set stall (then
+ * WEFT_ERR_DEADLINE_EXCEEDED after WEFT_STALL_TIMEOUT_SECONDS). */
+WEFT_API weft_status weft_comm_allreduce_ranks(const DLTensor* in, DLTensor* out, int average,
+                                               const int* ranks, size_t num_ranks,
+                                               const char* name);
+WEFT_API weft_status weft_comm_allreduce_ranks_nonblocking(weft_request** request,
+                                                           const DLTensor* in, DLTensor* out,
+                                                           int average, const int* ranks,
+                                                           size_t num_ranks, const char* name);
+/* root_rank is a rank of the world, and one of `ranks`. */
+WEFT_API weft_status weft_comm_broadcast_ranks(const DLTensor* in, DLTensor* out,
+                                               int root_rank, const int* ranks,
+                                               size_t num_ranks, const char* name);
+WEFT_API weft_status weft_comm_broadcast_ranks_nonblocking(weft_request** request,
+                                                           const DLTensor* in, DLTensor* out,
+                                                           int root_rank, const int* ranks,
+                                                           size_t num_ranks, const char* name);
+
 /* Concatenation along dim 0 of every rank's tensor, in rank order (dim 0 may differ).
  * The result is allocated by weft; free it with (*out)->deleter(*out). */
 WEFT_API weft_status weft_comm_allgather(DLManagedTensor** out, const DLTensor* in,
@@ -324,6 +349,26 @@ WEFT_API weft_status weft_comm_pair_gossip_nonblocking(weft_request** request,
                                                        const DLTensor* in, DLTensor* out,
                                                        int peer, double self_weight,
                                                        double pair_weight, const char* name);
+
+/* Point to point: only the two ranks call. A send to dst matches the receive on dst from
+ * this rank with the same name; unnamed (NULL or ""), a pair's ops match in call order, so
+ * both ranks must issue them in the same order. Negotiated like every op: a dtype or shape
+ * mismatch is an error on both ranks, a missing peer a stall (then
+ * WEFT_ERR_DEADLINE_EXCEEDED). dst/src equal to the caller or out of range is
+ * WEFT_ERR_INVALID_ARGUMENT. A send completes once the data has left `in`. */
+WEFT_API weft_status weft_comm_send(const DLTensor* in, int dst, const char* name);
+WEFT_API weft_status weft_comm_send_nonblocking(weft_request** request, const DLTensor* in,
+                                                int dst, const char* name);
+/* Receives into `out`, which has the sender's dtype and shape. */
+WEFT_API weft_status weft_comm_recv(DLTensor* out, int src, const char* name);
+WEFT_API weft_status weft_comm_recv_nonblocking(weft_request** request, DLTensor* out,
+                                                int src, const char* name);
+/* Receives whatever dtype and shape the sender sends, into a tensor allocated by weft (as
+ * for allgather); free it with (*out)->deleter(*out). The nonblocking form's result comes
+ * from weft_request_take_output. */
+WEFT_API weft_status weft_comm_recv_any(DLManagedTensor** out, int src, const char* name);
+WEFT_API weft_status weft_comm_recv_any_nonblocking(weft_request** request, int src,
+                                                    const char* name);
 
 WEFT_API weft_status weft_comm_barrier(void);
 WEFT_API weft_status weft_comm_barrier_nonblocking(weft_request** request);

@@ -20,8 +20,8 @@ Conventions (bindings/julia/README.md has the details):
 - every failure throws a [`WeftError`](@ref).
 
 `Weft.size()`, `Weft.rank()`, `Weft.init()`, `Weft.shutdown()`, `Weft.broadcast`,
-`Weft.broadcast!` and `Weft.synchronize` are not exported: Base, LinearAlgebra or CUDA.jl
-use those names. `import Weft as bf` gives Bluefog's `bf.` spelling for everything.
+`Weft.broadcast!`, `Weft.synchronize`, `Weft.send`, `Weft.recv` and `Weft.recv!` are not
+exported: Base, LinearAlgebra, CUDA.jl or Sockets use those names. `import Weft as bf` gives Bluefog's `bf.` spelling for everything.
 """
 module Weft
 
@@ -36,6 +36,8 @@ export WeftError, Topology, Schedule, Handle,
     # ops (broadcast and broadcast! are Weft.-qualified)
     allreduce, allreduce!, allreduce_nonblocking, allreduce_nonblocking!,
     broadcast_nonblocking, broadcast_nonblocking!,
+    # point to point (send, recv and recv! are Weft.-qualified)
+    send_nonblocking, recv_nonblocking, recv_nonblocking!,
     allgather, allgather_nonblocking, neighbor_allgather, neighbor_allgather_nonblocking,
     neighbor_allreduce, neighbor_allreduce!, neighbor_allreduce_nonblocking,
     neighbor_allreduce_nonblocking!, hierarchical_neighbor_allreduce,
@@ -378,77 +380,218 @@ end
 
 _output_of(t::_Tensor) = _ -> t.array
 
-"""
-    allreduce(x; average=true, name=nothing)
-    allreduce!(x; average=true, name=nothing)
+# A process set: `nothing` keeps to the plain entry points (every rank); otherwise the
+# ranks as a Cint vector, which must stay alive (GC.@preserve, or a Handle's keep) while
+# weft reads it.
+_process_set(::Nothing) = nothing
+_process_set(ranks) = _ranks(ranks)
+_set_pointer(set::Vector{Cint}) = isempty(set) ? Ptr{Cint}(C_NULL) : pointer(set)
 
-Sum (`average=false`) or mean over all ranks, elementwise.
+function _allreduce(request, input, output, average, set, cname)
+    if set === nothing
+        return request === nothing ?
+            weft_comm_allreduce(input.dl, output.dl, average, cname) :
+            weft_comm_allreduce_nonblocking(request, input.dl, output.dl, average, cname)
+    end
+    return request === nothing ?
+        weft_comm_allreduce_ranks(input.dl, output.dl, average, _set_pointer(set),
+                                  length(set), cname) :
+        weft_comm_allreduce_ranks_nonblocking(request, input.dl, output.dl, average,
+                                              _set_pointer(set), length(set), cname)
+end
+
 """
-function allreduce(x::AbstractArray; average::Bool=true, name=nothing)
+    allreduce(x; average=true, name=nothing, ranks=nothing)
+    allreduce!(x; average=true, name=nothing, ranks=nothing)
+
+Sum (`average=false`) or mean over all ranks, elementwise. With `ranks` (a collection of
+0-based ranks: a process set), over those ranks only: only they call, all with the same
+set, this rank among them; disjoint sets run independently under the same names.
+"""
+function allreduce(x::AbstractArray; average::Bool=true, name=nothing, ranks=nothing)
     input = _Tensor(_dense(x))
     output = _Tensor(similar(input.array))
-    GC.@preserve input output _check(
-        weft_comm_allreduce(input.dl, output.dl, average, _name(name)))
+    set = _process_set(ranks)
+    GC.@preserve input output set _check(
+        _allreduce(nothing, input, output, average, set, _name(name)))
     return output.array
 end
 
-function allreduce!(x::Array; average::Bool=true, name=nothing)
+function allreduce!(x::Array; average::Bool=true, name=nothing, ranks=nothing)
     t = _Tensor(x)
-    GC.@preserve t _check(weft_comm_allreduce(t.dl, t.dl, average, _name(name)))
+    set = _process_set(ranks)
+    GC.@preserve t set _check(_allreduce(nothing, t, t, average, set, _name(name)))
     return x
 end
 
-function allreduce_nonblocking(x::AbstractArray; average::Bool=true, name=nothing)
+function allreduce_nonblocking(x::AbstractArray; average::Bool=true, name=nothing,
+                               ranks=nothing)
     input = _Tensor(_dense(x))
     output = _Tensor(similar(input.array))
     cname = _name(name)
-    return _start((input, output, cname), _output_of(output)) do request
-        weft_comm_allreduce_nonblocking(request, input.dl, output.dl, average, cname)
+    set = _process_set(ranks)
+    return _start((input, output, set, cname), _output_of(output)) do request
+        _allreduce(request, input, output, average, set, cname)
     end
 end
 
-function allreduce_nonblocking!(x::Array; average::Bool=true, name=nothing)
+function allreduce_nonblocking!(x::Array; average::Bool=true, name=nothing, ranks=nothing)
     t = _Tensor(x)
     cname = _name(name)
-    return _start((t, cname), _output_of(t)) do request
-        weft_comm_allreduce_nonblocking(request, t.dl, t.dl, average, cname)
+    set = _process_set(ranks)
+    return _start((t, set, cname), _output_of(t)) do request
+        _allreduce(request, t, t, average, set, cname)
     end
 end
 
-"""
-    Weft.broadcast(x, root_rank; name=nothing)
-    Weft.broadcast!(x, root_rank; name=nothing)
+function _broadcast(request, input, output, root_rank, set, cname)
+    if set === nothing
+        return request === nothing ?
+            weft_comm_broadcast(input.dl, output.dl, root_rank, cname) :
+            weft_comm_broadcast_nonblocking(request, input.dl, output.dl, root_rank, cname)
+    end
+    return request === nothing ?
+        weft_comm_broadcast_ranks(input.dl, output.dl, root_rank, _set_pointer(set),
+                                  length(set), cname) :
+        weft_comm_broadcast_ranks_nonblocking(request, input.dl, output.dl, root_rank,
+                                              _set_pointer(set), length(set), cname)
+end
 
-Every rank ends with `root_rank`'s `x`. Not exported: `broadcast` is Base's.
 """
-function broadcast(x::AbstractArray, root_rank::Integer; name=nothing)
+    Weft.broadcast(x, root_rank; name=nothing, ranks=nothing)
+    Weft.broadcast!(x, root_rank; name=nothing, ranks=nothing)
+
+Every rank ends with `root_rank`'s `x`. Not exported: `broadcast` is Base's. With `ranks`
+(a process set, as for [`allreduce`](@ref)), every rank of the set; `root_rank` is one of
+them.
+"""
+function broadcast(x::AbstractArray, root_rank::Integer; name=nothing, ranks=nothing)
     input = _Tensor(_dense(x))
     output = _Tensor(similar(input.array))
-    GC.@preserve input output _check(
-        weft_comm_broadcast(input.dl, output.dl, root_rank, _name(name)))
+    set = _process_set(ranks)
+    GC.@preserve input output set _check(
+        _broadcast(nothing, input, output, root_rank, set, _name(name)))
     return output.array
 end
 
-function broadcast!(x::Array, root_rank::Integer; name=nothing)
+function broadcast!(x::Array, root_rank::Integer; name=nothing, ranks=nothing)
     t = _Tensor(x)
-    GC.@preserve t _check(weft_comm_broadcast(t.dl, t.dl, root_rank, _name(name)))
+    set = _process_set(ranks)
+    GC.@preserve t set _check(_broadcast(nothing, t, t, root_rank, set, _name(name)))
     return x
 end
 
-function broadcast_nonblocking(x::AbstractArray, root_rank::Integer; name=nothing)
+function broadcast_nonblocking(x::AbstractArray, root_rank::Integer; name=nothing,
+                               ranks=nothing)
     input = _Tensor(_dense(x))
     output = _Tensor(similar(input.array))
     cname = _name(name)
-    return _start((input, output, cname), _output_of(output)) do request
-        weft_comm_broadcast_nonblocking(request, input.dl, output.dl, root_rank, cname)
+    set = _process_set(ranks)
+    return _start((input, output, set, cname), _output_of(output)) do request
+        _broadcast(request, input, output, root_rank, set, cname)
     end
 end
 
-function broadcast_nonblocking!(x::Array, root_rank::Integer; name=nothing)
+function broadcast_nonblocking!(x::Array, root_rank::Integer; name=nothing, ranks=nothing)
+    t = _Tensor(x)
+    cname = _name(name)
+    set = _process_set(ranks)
+    return _start((t, set, cname), _output_of(t)) do request
+        _broadcast(request, t, t, root_rank, set, cname)
+    end
+end
+
+"""
+    Weft.send(x, dst; name=nothing)
+    send_nonblocking(x, dst; name=nothing)
+
+Sends `x` to rank `dst` (0-based), whose receive from this rank with the same name gets
+it; without a name, the pair's unnamed sends and receives match in call order. Only the
+two ranks call. Returns `nothing` once the data has left `x` (the Handle's result is
+`nothing`). `send`, `recv` and `recv!` are not exported: the Sockets standard library
+exports `send` and `recv`.
+"""
+function send(x::AbstractArray, dst::Integer; name=nothing)
+    input = _Tensor(_dense(x))
+    GC.@preserve input _check(weft_comm_send(input.dl, dst, _name(name)))
+    return nothing
+end
+
+function send_nonblocking(x::AbstractArray, dst::Integer; name=nothing)
+    input = _Tensor(_dense(x))
+    cname = _name(name)
+    return _start((input, cname), _ -> nothing) do request
+        weft_comm_send_nonblocking(request, input.dl, dst, cname)
+    end
+end
+
+"""
+    Weft.recv!(x, src; name=nothing)
+    recv_nonblocking!(x, src; name=nothing)
+
+Receives what rank `src` sends with the same name into `x` (an `Array`), which must have
+the sender's element type and dims (an error on both ranks otherwise); returns `x`.
+"""
+function recv!(x::Array, src::Integer; name=nothing)
+    t = _Tensor(x)
+    GC.@preserve t _check(weft_comm_recv(t.dl, src, _name(name)))
+    return x
+end
+
+function recv_nonblocking!(x::Array, src::Integer; name=nothing)
     t = _Tensor(x)
     cname = _name(name)
     return _start((t, cname), _output_of(t)) do request
-        weft_comm_broadcast_nonblocking(request, t.dl, t.dl, root_rank, cname)
+        weft_comm_recv_nonblocking(request, t.dl, src, cname)
+    end
+end
+
+const _ELTYPES = (Float16, Float32, Float64, Int8, Int32, Int64, UInt8)
+
+# A tensor of whatever type and shape a sender chose (recv_any), as a new Array.
+function _take_received(managed::Ptr{DLManagedTensor})
+    managed == C_NULL &&
+        throw(WeftError(Int(WEFT_ERR_INTERNAL), "weft returned no tensor"))
+    t = unsafe_load(managed).dl_tensor
+    T = nothing
+    for E in _ELTYPES
+        if t.dtype == _dtype(E)
+            T = E
+            break
+        end
+    end
+    if T === nothing
+        deleter = unsafe_load(managed).deleter
+        deleter == C_NULL || ccall(deleter, Cvoid, (Ptr{DLManagedTensor},), managed)
+        throw(WeftError(Int(WEFT_ERR_UNIMPLEMENTED),
+            "received elements of DLPack dtype $(t.dtype), which Julia cannot hold; " *
+            "Weft exchanges $WeftElType"))
+    end
+    return _take_managed(managed, T, Val(Int(t.ndim)))
+end
+
+"""
+    Weft.recv(src; name=nothing)
+    recv_nonblocking(src; name=nothing)
+
+Receives what rank `src` sends with the same name as a new `Array` of the sender's element
+type and dims (the sender's row-major shape reversed, as for every tensor here).
+"""
+function recv(src::Integer; name=nothing)
+    out = Ref{Ptr{DLManagedTensor}}(C_NULL)
+    _check(weft_comm_recv_any(out, src, _name(name)))
+    return _take_received(out[])
+end
+
+function recv_nonblocking(src::Integer; name=nothing)
+    cname = _name(name)
+    finish = request -> begin
+        out = Ref{Ptr{DLManagedTensor}}(C_NULL)
+        _check(weft_request_take_output(out, request))
+        _take_received(out[])
+    end
+    return _start(cname, finish) do request
+        weft_comm_recv_any_nonblocking(request, src, cname)
     end
 end
 

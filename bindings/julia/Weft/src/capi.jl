@@ -485,8 +485,9 @@ function weft_request_wait(request)
     ccall((:weft_request_wait, libweft()), Cint, (Ptr{weft_request},), request)
 end
 
-# For allgather ops, after a successful wait: moves the library-allocated result to the
-# caller, who calls (*out)->deleter(*out) when done with it. Once only.
+# For allgather ops and weft_comm_recv_any, after a successful wait: moves the
+# library-allocated result to the caller, who calls (*out)->deleter(*out) when done with
+# it. Once only.
 # C: weft_status weft_request_take_output(DLManagedTensor** out, weft_request* request)
 function weft_request_take_output(out, request)
     ccall((:weft_request_take_output, libweft()), Cint,
@@ -643,6 +644,53 @@ function weft_comm_broadcast_nonblocking(request, in_, out, root_rank, name)
           request, in_, out, root_rank, name)
 end
 
+# Process sets: the same ops among `ranks` only (num_ranks entries, distinct, in any order,
+# the caller among them; num_ranks = 0: every rank, as weft_comm_allreduce). Only those
+# ranks call, all passing the same set; they are matched among themselves by name, or by
+# their call order within the set when name is NULL or "". Disjoint sets run independently
+# (e.g. the replicas of one pipeline stage). A rank listing every rank matches ranks
+# calling weft_comm_allreduce. A rank outside the set, a rank listed twice or out of range
+# is WEFT_ERR_INVALID_ARGUMENT; ranks disagreeing on the set stall (then
+# WEFT_ERR_DEADLINE_EXCEEDED after WEFT_STALL_TIMEOUT_SECONDS).
+# C: weft_status weft_comm_allreduce_ranks(const DLTensor* in, DLTensor* out, int average,
+#        const int* ranks, size_t num_ranks, const char* name)
+function weft_comm_allreduce_ranks(in_, out, average, ranks, num_ranks, name)
+    ccall((:weft_comm_allreduce_ranks, libweft()), Cint,
+          (Ptr{DLTensor}, Ptr{DLTensor}, Cint, Ptr{Cint}, Csize_t, Cstring),
+          in_, out, average, ranks, num_ranks, name)
+end
+
+# C: weft_status weft_comm_allreduce_ranks_nonblocking(weft_request** request, const
+#        DLTensor* in, DLTensor* out, int average, const int* ranks, size_t num_ranks, const
+#        char* name)
+function weft_comm_allreduce_ranks_nonblocking(request, in_, out, average, ranks, num_ranks,
+        name)
+    ccall((:weft_comm_allreduce_ranks_nonblocking, libweft()), Cint,
+          (Ptr{Ptr{weft_request}}, Ptr{DLTensor}, Ptr{DLTensor}, Cint, Ptr{Cint}, Csize_t,
+           Cstring),
+          request, in_, out, average, ranks, num_ranks, name)
+end
+
+# root_rank is a rank of the world, and one of `ranks`.
+# C: weft_status weft_comm_broadcast_ranks(const DLTensor* in, DLTensor* out, int root_rank,
+#        const int* ranks, size_t num_ranks, const char* name)
+function weft_comm_broadcast_ranks(in_, out, root_rank, ranks, num_ranks, name)
+    ccall((:weft_comm_broadcast_ranks, libweft()), Cint,
+          (Ptr{DLTensor}, Ptr{DLTensor}, Cint, Ptr{Cint}, Csize_t, Cstring),
+          in_, out, root_rank, ranks, num_ranks, name)
+end
+
+# C: weft_status weft_comm_broadcast_ranks_nonblocking(weft_request** request, const
+#        DLTensor* in, DLTensor* out, int root_rank, const int* ranks, size_t num_ranks,
+#        const char* name)
+function weft_comm_broadcast_ranks_nonblocking(request, in_, out, root_rank, ranks,
+        num_ranks, name)
+    ccall((:weft_comm_broadcast_ranks_nonblocking, libweft()), Cint,
+          (Ptr{Ptr{weft_request}}, Ptr{DLTensor}, Ptr{DLTensor}, Cint, Ptr{Cint}, Csize_t,
+           Cstring),
+          request, in_, out, root_rank, ranks, num_ranks, name)
+end
+
 # Concatenation along dim 0 of every rank's tensor, in rank order (dim 0 may differ).
 # The result is allocated by weft; free it with (*out)->deleter(*out).
 # C: weft_status weft_comm_allgather(DLManagedTensor** out, const DLTensor* in, const char*
@@ -736,6 +784,61 @@ function weft_comm_pair_gossip_nonblocking(request, in_, out, peer, self_weight,
           (Ptr{Ptr{weft_request}}, Ptr{DLTensor}, Ptr{DLTensor}, Cint, Cdouble, Cdouble,
            Cstring),
           request, in_, out, peer, self_weight, pair_weight, name)
+end
+
+# Point to point: only the two ranks call. A send to dst matches the receive on dst from
+# this rank with the same name; unnamed (NULL or ""), a pair's ops match in call order, so
+# both ranks must issue them in the same order. Negotiated like every op: a dtype or shape
+# mismatch is an error on both ranks, a missing peer a stall (then
+# WEFT_ERR_DEADLINE_EXCEEDED). dst/src equal to the caller or out of range is
+# WEFT_ERR_INVALID_ARGUMENT. A send completes once the data has left `in`.
+# C: weft_status weft_comm_send(const DLTensor* in, int dst, const char* name)
+function weft_comm_send(in_, dst, name)
+    ccall((:weft_comm_send, libweft()), Cint,
+          (Ptr{DLTensor}, Cint, Cstring),
+          in_, dst, name)
+end
+
+# C: weft_status weft_comm_send_nonblocking(weft_request** request, const DLTensor* in, int
+#        dst, const char* name)
+function weft_comm_send_nonblocking(request, in_, dst, name)
+    ccall((:weft_comm_send_nonblocking, libweft()), Cint,
+          (Ptr{Ptr{weft_request}}, Ptr{DLTensor}, Cint, Cstring),
+          request, in_, dst, name)
+end
+
+# Receives into `out`, which has the sender's dtype and shape.
+# C: weft_status weft_comm_recv(DLTensor* out, int src, const char* name)
+function weft_comm_recv(out, src, name)
+    ccall((:weft_comm_recv, libweft()), Cint,
+          (Ptr{DLTensor}, Cint, Cstring),
+          out, src, name)
+end
+
+# C: weft_status weft_comm_recv_nonblocking(weft_request** request, DLTensor* out, int src,
+#        const char* name)
+function weft_comm_recv_nonblocking(request, out, src, name)
+    ccall((:weft_comm_recv_nonblocking, libweft()), Cint,
+          (Ptr{Ptr{weft_request}}, Ptr{DLTensor}, Cint, Cstring),
+          request, out, src, name)
+end
+
+# Receives whatever dtype and shape the sender sends, into a tensor allocated by weft (as
+# for allgather); free it with (*out)->deleter(*out). The nonblocking form's result comes
+# from weft_request_take_output.
+# C: weft_status weft_comm_recv_any(DLManagedTensor** out, int src, const char* name)
+function weft_comm_recv_any(out, src, name)
+    ccall((:weft_comm_recv_any, libweft()), Cint,
+          (Ptr{Ptr{DLManagedTensor}}, Cint, Cstring),
+          out, src, name)
+end
+
+# C: weft_status weft_comm_recv_any_nonblocking(weft_request** request, int src, const char*
+#        name)
+function weft_comm_recv_any_nonblocking(request, src, name)
+    ccall((:weft_comm_recv_any_nonblocking, libweft()), Cint,
+          (Ptr{Ptr{weft_request}}, Cint, Cstring),
+          request, src, name)
 end
 
 # C: weft_status weft_comm_barrier(void)
@@ -1334,12 +1437,16 @@ export libweft, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, DLDevice, DLDataTy
     weft_neighbor_allreduce_options, WEFT_NEIGHBOR_ALLGATHER_OPTIONS_VERSION,
     weft_neighbor_allgather_options, WEFT_HIERARCHICAL_OPTIONS_VERSION,
     weft_hierarchical_options, weft_comm_allreduce, weft_comm_allreduce_nonblocking,
-    weft_comm_broadcast, weft_comm_broadcast_nonblocking, weft_comm_allgather,
+    weft_comm_broadcast, weft_comm_broadcast_nonblocking, weft_comm_allreduce_ranks,
+    weft_comm_allreduce_ranks_nonblocking, weft_comm_broadcast_ranks,
+    weft_comm_broadcast_ranks_nonblocking, weft_comm_allgather,
     weft_comm_allgather_nonblocking, weft_comm_neighbor_allgather,
     weft_comm_neighbor_allgather_nonblocking, weft_comm_neighbor_allreduce,
     weft_comm_neighbor_allreduce_nonblocking, weft_comm_hierarchical_neighbor_allreduce,
     weft_comm_hierarchical_neighbor_allreduce_nonblocking, weft_comm_pair_gossip,
-    weft_comm_pair_gossip_nonblocking, weft_comm_barrier, weft_comm_barrier_nonblocking,
+    weft_comm_pair_gossip_nonblocking, weft_comm_send, weft_comm_send_nonblocking,
+    weft_comm_recv, weft_comm_recv_nonblocking, weft_comm_recv_any,
+    weft_comm_recv_any_nonblocking, weft_comm_barrier, weft_comm_barrier_nonblocking,
     WEFT_WIN_PUT_OPTIONS_VERSION, weft_win_put_options, WEFT_WIN_GET_OPTIONS_VERSION,
     weft_win_get_options, WEFT_WIN_UPDATE_OPTIONS_VERSION, weft_win_update_options,
     WEFT_WIN_CREATE_OPTIONS_VERSION, weft_win_create_options, weft_win_create,

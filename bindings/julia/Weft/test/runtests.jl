@@ -301,6 +301,45 @@ end
         @test pair_gossip([Float64(r)], peer) ≈ [(r + peer) / 2]
     end
 
+    # Process sets: even and odd ranks, disjoint, under the same names.
+    group = collect(r % 2:2:n-1)
+    @test allreduce(fill(Float64(r), 2); name="set", ranks=group) ≈ fill(sum(group) / length(group), 2)
+    z = [Int64(r + 1)]
+    @test allreduce!(z; average=false, ranks=reverse(group)) === z && z == [sum(group .+ 1)]
+    @test Weft.broadcast([Int32(r)], last(group); ranks=group) == [Int32(last(group))]
+    h = allreduce_nonblocking(fill(1.0, 3); average=false, name="set.nb", ranks=group)
+    @test wait(h) == fill(Float64(length(group)), 3)
+    @test_throws WeftError allreduce([1.0]; ranks=[r, r])
+    n > 1 && @test_throws WeftError allreduce([1.0]; ranks=[(r + 1) % n])
+
+    # Point to point: a ring, received first (nonblocking), then sent; named by the sender.
+    @test_throws WeftError Weft.send([1.0], r)
+    @test_throws WeftError Weft.recv(n)
+    if n > 1
+        next, prev = (r + 1) % n, (r + n - 1) % n
+        buf = zeros(Float64, 3, 2)
+        h = recv_nonblocking!(buf, prev; name="ring$prev")
+        @test wait(send_nonblocking(fill(Float64(r), 3, 2), next; name="ring$r")) === nothing
+        @test wait(h) === buf && buf == fill(Float64(prev), 3, 2)
+        # The sender's element type and dims, allocated by weft.
+        if r == 0
+            for dst in 1:n-1
+                Weft.send(fill(Int32(dst), 2, dst), dst; name="any")
+                Weft.send(UInt8[dst], dst)  # unnamed
+            end
+        else
+            y = Weft.recv(0; name="any")
+            @test y isa Matrix{Int32} && Base.size(y) == (2, r) && all(==(r), y)
+            @test wait(recv_nonblocking(0)) == UInt8[r]
+        end
+        if r == 0
+            Weft.send([1.5, 2.5], 1; name="into")
+        elseif r == 1
+            @test Weft.recv!(zeros(2), 0; name="into") == [1.5, 2.5]
+        end
+        barrier()
+    end
+
     if n > 1  # shapes differ between ranks: an error on every rank, not a hang
         @test_throws WeftError allreduce(fill(1.0, r + 1); name="mismatched shapes")
     end
