@@ -68,6 +68,43 @@ std::vector<int64_t> Shares(int64_t n, int parts) {
 
 }  // namespace
 
+StatusOr<TensorDataset> TensorDataset::Create(at::Tensor inputs, at::Tensor targets,
+                                              bool random_augmentation) {
+  if (!inputs.defined() || !targets.defined()) {
+    return InvalidArgument("TensorDataset: inputs and targets must both be given");
+  }
+  if (inputs.dim() < 1 || targets.dim() < 1) {
+    return InvalidArgument("TensorDataset: inputs and targets need a sample dimension (dim 0)");
+  }
+  if (inputs.size(0) != targets.size(0)) {
+    return InvalidArgument("TensorDataset: ", inputs.size(0), " inputs but ", targets.size(0),
+                           " targets");
+  }
+  TensorDataset data;
+  data.inputs_ = std::move(inputs);
+  data.targets_ = std::move(targets);
+  data.augmentation_ = random_augmentation;
+  return data;
+}
+
+int64_t TensorDataset::size() const { return inputs_.defined() ? inputs_.size(0) : 0; }
+
+Status TensorDataset::Get(const std::vector<int64_t>& ids, at::Tensor* inputs,
+                          at::Tensor* targets) const {
+  for (int64_t id : ids) {
+    if (id < 0 || id >= size()) {
+      return InvalidArgument("TensorDataset: sample ", id, " is not in [0, ", size(), ")");
+    }
+  }
+  const at::Tensor index =
+      at::from_blob(const_cast<int64_t*>(ids.data()), {static_cast<int64_t>(ids.size())},
+                    at::kLong)
+          .clone();
+  if (inputs != nullptr) *inputs = inputs_.index_select(0, index);
+  if (targets != nullptr) *targets = targets_.index_select(0, index);
+  return OkStatus();
+}
+
 std::string EpochMetrics::ToLine() const {
   std::string line = absl::StrCat(
       "PIPE epoch=", epoch, " frozen=", frozen, " k=", k, " replicas=", replicas,

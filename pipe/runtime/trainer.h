@@ -62,6 +62,22 @@ class Dataset {
   virtual bool random_augmentation() const { return false; }
 };
 
+// A data set held in memory: sample i is inputs[i] and targets[i].
+class TensorDataset : public Dataset {
+ public:
+  // InvalidArgument for undefined tensors, no sample dimension, or different sample counts.
+  static StatusOr<TensorDataset> Create(at::Tensor inputs, at::Tensor targets,
+                                        bool random_augmentation = false);
+  int64_t size() const override;
+  Status Get(const std::vector<int64_t>& ids, at::Tensor* inputs,
+             at::Tensor* targets) const override;
+  bool random_augmentation() const override { return augmentation_; }
+
+ private:
+  at::Tensor inputs_, targets_;
+  bool augmentation_ = false;
+};
+
 struct TrainerOptions {
   // Initial pipeline length; 0: min(world size, layers).
   int k0 = 0;
