@@ -434,6 +434,12 @@ Status finalize() {
   if (Current() != nullptr) status = shutdown();
   int finalized = 0;
   MPI_Finalized(&finalized);
+  if (status.code() == absl::StatusCode::kDeadlineExceeded) {
+    // A rank never shut down (it died, or stalls): MPI_Finalize would wait for it forever.
+    WEFT_LOG(Error) << "finalize: not finalizing MPI, since not every rank shut down ("
+                    << status.message() << "); the process exits without it";
+    return status;
+  }
   if (g_own_mpi && !finalized) MPI_Finalize();
   return status;
 }

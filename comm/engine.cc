@@ -84,6 +84,8 @@ thread_local bool t_making_progress = false;
 
 }  // namespace
 
+double Engine::stall_timeout_s() { return kStallTimeout.Get(); }
+
 void Request::Complete(Status s) {
   std::lock_guard<std::mutex> lock(mu);
   status = std::move(s);
@@ -211,9 +213,19 @@ void Engine::Loop() {
     sleeping_ = false;
     kick_ = false;
   }
-  // Let the last messages (the shutdown response) reach their ranks.
+  // Let the last messages (the shutdown response) reach their ranks. A rank that died
+  // never drains its queue: with a stall timeout, give up on it after that long.
   std::lock_guard<std::mutex> lock(progress_mu_);
-  for (auto& s : sends_) MPI_Wait(&s.first, MPI_STATUS_IGNORE);
+  const double timeout_s = kStallTimeout.Get();
+  const int64_t deadline = NowMicros() + static_cast<int64_t>(timeout_s * 1e6);
+  for (ReapSends(); !sends_.empty(); ReapSends()) {
+    if (timeout_s > 0 && NowMicros() > deadline) {
+      WEFT_LOG(Warning) << "shutdown: " << sends_.size()
+                        << " message(s) to other ranks never left; a rank may have died";
+      break;
+    }
+    std::this_thread::yield();
+  }
   sends_.clear();
   for (auto& [ranks, comm] : group_comms_) MPI_Comm_free(&comm);
   group_comms_.clear();

@@ -123,6 +123,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   StatusOr<std::function<Status(void* dst, const void* src, size_t bytes, bool to_device)>>
   DeviceCopier(const Device& device);
 
+  // WEFT_STALL_TIMEOUT_SECONDS (0: wait forever).
+  static double stall_timeout_s();
+
   // Called by the thread making progress when a set_topology op succeeds.
   std::function<void(const Request&)> on_set_topology;
 

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "comm/engine.h"
@@ -181,15 +182,31 @@ Status Engine::RunSendRecv(std::vector<std::shared_ptr<Request>>& group,
   }
   char* data = static_cast<char*>(sending ? r.in.data() : r.out.data());
   const size_t bytes = sending ? r.in.nbytes() : r.out.nbytes();
+  // Both ranks submitted the op, so the peer's data is due now. A peer that dies after
+  // submitting would leave a blocking call waiting forever; with a stall timeout the
+  // transfer fails after it instead (the rest of the job is then in doubt anyway).
+  const double timeout_s = stall_timeout_s();
   for (size_t done = 0; done < bytes || done == 0; done += kMaxChunk) {
     const int n = static_cast<int>(std::min(kMaxChunk, bytes - done));
-    if (sending) {
-      WEFT_RETURN_IF_ERROR(
-          MpiError(MPI_Send(data + done, n, MPI_BYTE, peer, kDataTag, ctx_.data), "MPI_Send"));
-    } else {
-      WEFT_RETURN_IF_ERROR(MpiError(
-          MPI_Recv(data + done, n, MPI_BYTE, peer, kDataTag, ctx_.data, MPI_STATUS_IGNORE),
-          "MPI_Recv"));
+    MPI_Request req;
+    WEFT_RETURN_IF_ERROR(MpiError(
+        sending ? MPI_Isend(data + done, n, MPI_BYTE, peer, kDataTag, ctx_.data, &req)
+                : MPI_Irecv(data + done, n, MPI_BYTE, peer, kDataTag, ctx_.data, &req),
+        sending ? "MPI_Isend" : "MPI_Irecv"));
+    const int64_t deadline = Timeline::NowMicros() + static_cast<int64_t>(timeout_s * 1e6);
+    for (;;) {
+      int finished = 0;
+      WEFT_RETURN_IF_ERROR(MpiError(MPI_Test(&req, &finished, MPI_STATUS_IGNORE), "MPI_Test"));
+      if (finished) break;
+      if (timeout_s > 0 && Timeline::NowMicros() > deadline) {
+        // The request stays with MPI (cancelling a send is unreliable); so does the buffer,
+        // which is why the op fails rather than completing.
+        return DeadlineExceeded(r.desc.display, ": rank ", peer, " agreed to it but its data ",
+                                sending ? "was not taken" : "did not arrive", " within ",
+                                timeout_s, " s (WEFT_STALL_TIMEOUT_SECONDS); did rank ", peer,
+                                " die?");
+      }
+      std::this_thread::yield();
     }
     if (bytes == 0) break;
   }
