@@ -162,6 +162,84 @@ TEST(CostModelTest, AgreesWithARealPlan) {
   EXPECT_DOUBLE_EQ(p->pipeline_seconds, 9 * 36);
 }
 
+// The same two-stage plan on 2 machines x 2 devices: replica 0 = ranks 0, 1 (machine 0),
+// replica 1 = ranks 2, 3 (machine 1). Both stages' rings span the machines, so their
+// gradients share the slower link: 2 (R - 1) / R x 4 x (200 + 700) / 50 B/s = 72 s.
+// Boundary hops (hidden 1, 10 tokens, 4 bytes: 40 bytes per sample, 2 per micro-batch) go
+// inside a machine: 2 x 80 / 100 = 1.6 s.
+pipe::Plan TwoMachines() {
+  pipe::Plan p = TwoStagePlan();
+  p.roles = {{0, 0}, {0, 1}, {1, 0}, {1, 1}};
+  return p;
+}
+
+TEST(CostModelTest, RingsAcrossMachinesShareTheSlowerLink) {
+  CostOptions o = SmallNumbers();
+  o.devices_per_machine = 2;
+  o.inter_bandwidth = 50;
+  o.hidden = 1;
+  StatusOr<Prediction> p = Predict(FourUnits(), TwoMachines(), o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_DOUBLE_EQ(p->sync_seconds, 72);
+  EXPECT_DOUBLE_EQ(p->transfer_seconds, 1.6);
+  EXPECT_DOUBLE_EQ(p->pipeline_seconds, 421.6);
+  EXPECT_DOUBLE_EQ(p->step_seconds, 493.6);
+  // One machine of 4 devices: only the largest stage's ring counts, at the faster link.
+  o.devices_per_machine = 4;
+  p = Predict(FourUnits(), TwoMachines(), o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_DOUBLE_EQ(p->sync_seconds, 28);
+}
+
+// The cache: stage 0 skips unit a; each step reads b = 8 cached activations of 40 bytes at
+// 20 B/s (16 s), and with a cold cache computes a's forward for them (8 x 2 s = 16 s).
+TEST(CostModelTest, CacheChargesItsReadAndItsFill) {
+  CostOptions o = SmallNumbers();
+  o.cache = true;
+  o.hidden = 1;
+  o.cache_bandwidth = 20;
+  StatusOr<Prediction> warm = Predict(FourUnits(), TwoStagePlan(), o);
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  EXPECT_DOUBLE_EQ(warm->cache_seconds, 16);
+  StatusOr<Prediction> cold = Predict(FourUnits(), TwoStagePlan(), o, 0);
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  EXPECT_DOUBLE_EQ(cold->cache_seconds, 32);
+  EXPECT_DOUBLE_EQ(cold->step_seconds - warm->step_seconds, 16);
+}
+
+// Oversubscribed: the whole step's work (2 replicas x 8 samples x (14 + 42) s) shared by
+// one device's compute is 896 s, more than the pipeline's 420 s.
+TEST(CostModelTest, SharedComputeBoundsTheStep) {
+  CostOptions o = SmallNumbers();
+  o.compute_devices = 1;
+  StatusOr<Prediction> p = Predict(FourUnits(), TwoStagePlan(), o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_DOUBLE_EQ(p->work_seconds, 896);
+  EXPECT_DOUBLE_EQ(p->step_seconds, 896 + 28);
+  // A global batch of 8 over 2 replicas: 4 samples each, half the work and pipeline.
+  o.global_batch = true;
+  p = Predict(FourUnits(), TwoStagePlan(), o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_DOUBLE_EQ(p->samples_per_replica, 4);
+  EXPECT_DOUBLE_EQ(p->work_seconds, 448);
+  EXPECT_DOUBLE_EQ(p->throughput, 8 / (448.0 + 28));
+}
+
+// A rank that changes stage receives the units it did not hold; a newly active one all of
+// its stage's (weights 4 bytes, optimizer state 4 more for trainable units).
+TEST(CostModelTest, TransitionBytesCountWhatARankDidNotHold) {
+  pipe::Plan before = TwoStagePlan();
+  before.roles = {{0, 0}, {0, 1}, {-1, -1}, {-1, -1}};
+  before.replicas = 1;
+  pipe::Plan after = TwoMachines();  // replica 1 (ranks 2, 3) is new
+  CostOptions o = SmallNumbers();
+  // Ranks 0 and 1 keep their stages: nothing. Rank 2: a (frozen, 4 B) + b (8 B) = 400 +
+  // 1600; rank 3: c and d, 8 B each = 5600.
+  EXPECT_DOUBLE_EQ(TransitionBytes(FourUnits(), before, after, o), 7600);
+  o.cache = true;  // the frozen unit a is not needed
+  EXPECT_DOUBLE_EQ(TransitionBytes(FourUnits(), before, after, o), 7200);
+}
+
 }  // namespace
 }  // namespace planner
 }  // namespace weft

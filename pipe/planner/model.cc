@@ -106,6 +106,7 @@ Model BuildPreset(const PresetSpec& spec) {
   Model model;
   model.name = spec.name;
   model.title = spec.title;
+  model.hidden = h;
 
   double embed = 0, head = 0;
   switch (spec.family) {

@@ -27,6 +27,10 @@ struct Model {
   std::string title;  // "ViT-B/16"; the path for a layer file
   std::vector<Unit> units;
   int64_t default_tokens = 0;      // tokens per sample of the preset; 0 for a layer file
+  // Width of the activation between two units (tokens x hidden values per sample cross a
+  // stage boundary); 0 for a layer file (boundary transfers and cache reads not costed
+  // unless CostOptions::hidden is given).
+  int64_t hidden = 0;
   std::vector<std::string> notes;  // how the units were counted
 
   int layers() const { return static_cast<int>(units.size()); }

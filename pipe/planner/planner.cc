@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -130,6 +131,9 @@ Status ValidateOptions(const Model& model, const PlannerOptions& options) {
                            " stages for ", model.layers(), " units of ", model.title,
                            ": lower --k0 (every stage needs at least one unit)");
   }
+  if (!std::isfinite(options.epoch_samples) || options.epoch_samples <= 0) {
+    return InvalidArgument("expected --epoch-samples > 0, found ", options.epoch_samples);
+  }
   CostOptions cost = options.cost;
   if (cost.tokens == 0) cost.tokens = 1;  // 0: the model's default, filled in by RunPlanner
   return ValidateCostOptions(cost);
@@ -146,7 +150,9 @@ StatusOr<PlannerResult> RunPlanner(const Model& model, const PlannerOptions& opt
     result.options.cost.tokens =
         model.default_tokens > 0 ? static_cast<double>(model.default_tokens) : kDefaultFileTokens;
   }
+  result.options.cost.devices_per_machine = options.devices;
   const CostOptions& cost = result.options.cost;
+  const double inter = cost.inter_bandwidth > 0 ? cost.inter_bandwidth : cost.bandwidth;
 
   pipe::PlanOptions plan_options;
   plan_options.cluster.machines = options.machines;
@@ -161,13 +167,20 @@ StatusOr<PlannerResult> RunPlanner(const Model& model, const PlannerOptions& opt
   StatusOr<pipe::Plan> initial = pipe::MakePlan(sizes, 0, plan_options);
   if (!initial.ok()) return Annotate(initial.status(), "planning the static pipeline");
   result.static_plan = *std::move(initial);
-  WEFT_ASSIGN_OR_RETURN(result.static_prediction, Predict(model, result.static_plan, cost));
+  {
+    // The static pipeline: nothing frozen, so nothing cached either.
+    CostOptions static_cost = cost;
+    static_cost.cache = false;
+    WEFT_ASSIGN_OR_RETURN(result.static_prediction,
+                          Predict(model, result.static_plan, static_cost));
+  }
+  result.static_epoch_seconds = options.epoch_samples / result.static_prediction.throughput;
 
   pipe::FreezeOptions freeze;
   freeze.alpha = options.alpha;
   freeze.gradient_aware = false;
   freeze.freeze_last = false;
-  double inverse_speedups = 0;
+  double elastic_seconds = 0;
   for (int e = 0; e < options.epochs; ++e) {
     EpochPlan epoch;
     epoch.epoch = e;
@@ -179,20 +192,89 @@ StatusOr<PlannerResult> RunPlanner(const Model& model, const PlannerOptions& opt
       if (!frozen.ok()) {
         return Annotate(frozen.status(), absl::StrCat("freeze point ", e));
       }
-      StatusOr<pipe::Plan> plan = pipe::MakePlan(sizes, *frozen, plan_options, &previous);
+      // Without AutoPipe every plan is an initial one: K0 stages, rebalanced.
+      StatusOr<pipe::Plan> plan = pipe::MakePlan(sizes, *frozen, plan_options,
+                                                 options.autopipe ? &previous : nullptr);
       if (!plan.ok()) {
         return Annotate(plan.status(),
                         absl::StrCat("planning epoch ", e, " (", *frozen, " units frozen)"));
       }
       epoch.plan = *std::move(plan);
+      if (!options.autopipe && !options.rebalance) {
+        const int frozen_now = epoch.plan.frozen;
+        epoch.plan = result.static_plan;
+        epoch.plan.frozen = frozen_now;
+      }
+      if (!options.autodp) {
+        // The static pipeline's replicas only; the others idle, nobody new joins.
+        const int keep = result.static_plan.replicas;
+        if (epoch.plan.replicas > keep) {
+          epoch.plan.replicas = keep;
+          for (pipe::Role& role : epoch.plan.roles) {
+            if (role.replica >= keep) role = pipe::Role{};
+          }
+        }
+        epoch.plan.newly_active.clear();
+      }
+      epoch.transition_bytes = TransitionBytes(model, previous, epoch.plan, cost);
+      epoch.transition_seconds = epoch.transition_bytes / inter;
     }
-    WEFT_ASSIGN_OR_RETURN(epoch.prediction, Predict(model, epoch.plan, cost));
+    const std::optional<int> cached_depth =
+        e == 0 ? std::optional<int>() : std::optional<int>(result.epochs.back().plan.frozen);
+    WEFT_ASSIGN_OR_RETURN(epoch.prediction, Predict(model, epoch.plan, cost, cached_depth));
     epoch.speedup = epoch.prediction.throughput / result.static_prediction.throughput;
-    inverse_speedups += 1.0 / epoch.speedup;
+    epoch.epoch_seconds = options.epoch_samples / epoch.prediction.throughput;
+    elastic_seconds += epoch.epoch_seconds + epoch.transition_seconds;
     result.epochs.push_back(std::move(epoch));
   }
-  result.overall_speedup = options.epochs / inverse_speedups;
+  result.overall_speedup = options.epochs * result.static_epoch_seconds / elastic_seconds;
   return result;
+}
+
+StatusOr<std::vector<AblationRow>> RunAblation(const Model& model,
+                                               const PlannerOptions& options) {
+  std::vector<AblationRow> rows = {
+      {"freeze only, static split", false, false, false, false},
+      {"freeze only, rebalanced", false, false, false},
+      {"+ AutoPipe", true, false, false},
+      {"+ AutoPipe + AutoCache", true, false, true},
+      {"+ AutoPipe + AutoDP", true, true, false},
+      {"all four", true, true, true},
+  };
+  for (AblationRow& row : rows) {
+    PlannerOptions o = options;
+    o.autopipe = row.autopipe;
+    o.autodp = row.autodp;
+    o.cost.cache = row.cache;
+    o.rebalance = row.rebalance;
+    StatusOr<PlannerResult> r = RunPlanner(model, o);
+    if (!r.ok()) return Annotate(r.status(), absl::StrCat("ablation '", row.label, "'"));
+    row.overall_speedup = r->overall_speedup;
+  }
+  return rows;
+}
+
+std::string FormatAblation(const Model& model, const PlannerOptions& options,
+                           const std::vector<AblationRow>& rows) {
+  std::string out = FormatModel(model);
+  absl::StrAppendFormat(&out,
+                        "ablation: %d machine%s x %d devices, alpha %.4f, %d epochs; overall "
+                        "speedup over the static pipeline\n",
+                        options.machines, options.machines == 1 ? "" : "s", options.devices,
+                        options.alpha, options.epochs);
+  absl::StrAppendFormat(&out, "%-24s %8s %6s %5s %8s\n", "configuration", "AutoPipe", "AutoDP",
+                        "cache", "speedup");
+  for (const AblationRow& row : rows) {
+    absl::StrAppendFormat(&out, "%-24s %8s %6s %5s %7.2fx\n", row.label,
+                          row.autopipe ? "on" : "off", row.autodp ? "on" : "off",
+                          row.cache ? "on" : "off", row.overall_speedup);
+  }
+  for (const AblationRow& row : rows) {
+    absl::StrAppend(&out, "ABLATION autopipe=", row.autopipe ? 1 : 0,
+                    " autodp=", row.autodp ? 1 : 0, " cache=", row.cache ? 1 : 0,
+                    " overall_speedup=", Fixed(row.overall_speedup, 4), "\n");
+  }
+  return out;
 }
 
 std::string FormatModel(const Model& model) {
@@ -222,19 +304,30 @@ std::string DescribeOptions(const Model& model, const PlannerResult& r) {
       o.machines, o.machines == 1 ? "" : "s", o.devices, o.machines * o.devices, o.k0, o.alpha,
       r.lambda, pipe::StrategyName(o.strategy), pipe::ScheduleName(c.schedule),
       o.micro_batches == 0 ? std::string("4 x K") : absl::StrCat(o.micro_batches));
-  if (model.has_times()) {
-    absl::StrAppendFormat(&out,
-                          "cost model: batch %g samples per replica per mini-batch; measured "
-                          "times (forward = 1/3 of a unit's time); %g B/s allreduce; %s\n",
-                          c.batch, c.bandwidth,
-                          c.cache ? "frozen units cached (free)" : "frozen units forward only");
-  } else {
-    absl::StrAppendFormat(&out,
-                          "cost model: batch %g samples per replica per mini-batch, %g tokens "
-                          "per sample, %g FLOP/s per device, %g B/s allreduce; %s\n",
-                          c.batch, c.tokens, c.flops, c.bandwidth,
-                          c.cache ? "frozen units cached (free)" : "frozen units forward only");
-  }
+  const std::string batch =
+      c.global_batch ? absl::StrFormat("batch %g samples per mini-batch over all replicas", c.batch)
+                     : absl::StrFormat("batch %g samples per replica per mini-batch", c.batch);
+  const std::string compute =
+      model.has_times()
+          ? std::string("measured times (forward = 1/3 of a unit's time)")
+          : absl::StrFormat("%g tokens per sample, %g FLOP/s per device", c.tokens, c.flops);
+  const double hidden = c.hidden > 0 ? c.hidden : static_cast<double>(model.hidden);
+  absl::StrAppendFormat(
+      &out,
+      "cost model: %s, %s; %g B/s inside a machine, %g B/s between machines; %g values per "
+      "token at a boundary%s\n",
+      batch, compute, c.bandwidth, c.inter_bandwidth > 0 ? c.inter_bandwidth : c.bandwidth,
+      hidden, hidden > 0 ? "" : " (no boundary transfers costed)");
+  absl::StrAppendFormat(
+      &out, "elastic: AutoPipe %s, AutoDP %s, AutoCache %s; %g samples per epoch%s\n",
+      o.autopipe ? "on" : "off", o.autodp ? "on" : "off",
+      c.cache ? absl::StrFormat("on (reads at %g B/s)",
+                                c.cache_bandwidth > 0 ? c.cache_bandwidth : c.bandwidth)
+              : std::string("off (frozen units run forward)"),
+      o.epoch_samples,
+      c.compute_devices > 0
+          ? absl::StrFormat("; all devices share %g devices' compute", c.compute_devices)
+          : std::string());
   const Prediction& s = r.static_prediction;
   absl::StrAppendFormat(&out,
                         "static pipeline: K %d x %d replica%s, step %.2f ms, %.1f samples/s\n", s.k,
@@ -269,10 +362,19 @@ std::string FormatEpoch(const Model& model, const EpochPlan& e) {
         Millions(sp.frozen_params), sp.seconds_per_micro_batch * 1e3);
   }
   absl::StrAppendFormat(&out,
-                        "  step %.2f ms = pipeline %.2f + sync %.2f; %.1f samples/s; speedup "
-                        "%.2fx\n",
-                        p.step_seconds * 1e3, p.pipeline_seconds * 1e3, p.sync_seconds * 1e3,
+                        "  step %.2f ms = pipeline %.2f (of it hops %.2f) + cache %.2f + sync "
+                        "%.2f%s; %.1f samples/s; speedup %.2fx\n",
+                        p.step_seconds * 1e3, p.pipeline_seconds * 1e3, p.transfer_seconds * 1e3,
+                        p.cache_seconds * 1e3, p.sync_seconds * 1e3,
+                        p.work_seconds > p.pipeline_seconds + p.cache_seconds
+                            ? absl::StrFormat(" (compute-bound: work %.2f ms)",
+                                              p.work_seconds * 1e3)
+                            : std::string(),
                         p.throughput, e.speedup);
+  if (e.epoch > 0) {
+    absl::StrAppendFormat(&out, "  transition before it: %.1f MB moved, %.3f s; epoch %.1f s\n",
+                          e.transition_bytes / 1e6, e.transition_seconds, e.epoch_seconds);
+  }
   std::vector<double> stage_ms;
   for (const StagePrediction& sp : p.stages) stage_ms.push_back(sp.seconds_per_micro_batch);
   absl::StrAppend(
@@ -283,7 +385,10 @@ std::string FormatEpoch(const Model& model, const EpochPlan& e) {
       " stage_cost=", CommaList(plan.partition.stage_costs, times ? 6 : 0, times ? 1e3 : 1),
       " stage_ms=", CommaList(stage_ms, 3, 1e3),
       " pipeline_ms=", Fixed(p.pipeline_seconds * 1e3, 3),
+      " transfer_ms=", Fixed(p.transfer_seconds * 1e3, 3),
+      " cache_ms=", Fixed(p.cache_seconds * 1e3, 3), " work_ms=", Fixed(p.work_seconds * 1e3, 3),
       " sync_ms=", Fixed(p.sync_seconds * 1e3, 3), " step_ms=", Fixed(p.step_seconds * 1e3, 3),
+      " transition_s=", Fixed(e.transition_seconds, 3),
       " samples_per_s=", Fixed(p.throughput, 1), " speedup=", Fixed(e.speedup, 4), "\n");
   return out;
 }
@@ -310,10 +415,14 @@ std::string FormatReport(const Model& model, const PlannerResult& r) {
                           FormatRanks(e.plan.newly_active));
   }
   const int n = static_cast<int>(r.epochs.size());
+  double transitions = 0;
+  for (const EpochPlan& e : r.epochs) transitions += e.transition_seconds;
   absl::StrAppendFormat(&out,
-                        "overall: %.2fx over %d epoch%s (the same data each epoch: the static "
-                        "pipeline takes %d epoch-times, the elastic run %.2f)\n",
-                        r.overall_speedup, n, n == 1 ? "" : "s", n, n / r.overall_speedup);
+                        "overall: %.2fx over %d epoch%s of %g samples (static %.0f s; elastic "
+                        "%.0f s, of it %.1f s of transitions)\n",
+                        r.overall_speedup, n, n == 1 ? "" : "s", r.options.epoch_samples,
+                        n * r.static_epoch_seconds, n * r.static_epoch_seconds / r.overall_speedup,
+                        transitions);
   absl::StrAppend(&out, "PLAN_SUMMARY epochs=", n, " units=", model.layers(),
                   " params=", Fixed(model.total_params(), 0), " k0=", r.options.k0,
                   " world=", r.options.machines * r.options.devices,

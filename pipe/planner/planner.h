@@ -30,6 +30,18 @@ struct PlannerOptions {
   // (forward only, of forward + backward), or 0 with AutoCache. The paper's 1/6 on request.
   std::optional<double> lambda;
   CostOptions cost;  // tokens <= 0: the model's default (512 for a layer file)
+  // Ablations (the paper's Figure "speedup breakdown"; weft's TrainerOptions of the same
+  // names). autopipe = false: K stays K0 (the partition is still rebalanced with the frozen
+  // units at lambda, as weft's runtime does). autodp = false: the replicas stay the static
+  // pipeline's; freed devices idle. The cache is cost.cache.
+  bool autopipe = true;
+  bool autodp = true;
+  // With autopipe = false: false keeps the static partition too (the paper's "freeze only":
+  // frozen units stay where they were and skip their backward pass).
+  bool rebalance = true;
+  // Samples per epoch (for the transition cost against the epoch's time); ImageNet-1k's
+  // training set by default.
+  double epoch_samples = 1281167;
 };
 
 // Tokens per sample of a layer file when --tokens is not given.
@@ -40,6 +52,10 @@ struct EpochPlan {
   pipe::Plan plan;
   Prediction prediction;
   double speedup = 0;  // throughput over the static pipeline's
+  double epoch_seconds = 0;       // epoch_samples / throughput
+  // The transition before this epoch: TransitionBytes over the slower link (0 for epoch 0).
+  double transition_seconds = 0;
+  double transition_bytes = 0;
 };
 
 struct PlannerResult {
@@ -50,14 +66,29 @@ struct PlannerResult {
   pipe::Plan static_plan;
   Prediction static_prediction;
   std::vector<EpochPlan> epochs;
-  // The static run's time over the elastic run's for the same data each epoch (the
-  // harmonic mean of the per-epoch speedups); transitions are free in this model.
+  double static_epoch_seconds = 0;
+  // The static run's time over the elastic run's (epochs and transitions) for the same data
+  // each epoch.
   double overall_speedup = 0;
 };
 
+// One configuration of the ablation: freeze only with the static partition (the paper's),
+// freeze only rebalanced (weft's runtime with autopipe = false), + AutoPipe, + AutoPipe + AutoCache,
+// + AutoPipe + AutoDP, all four.
+struct AblationRow {
+  std::string label;
+  bool autopipe = false, autodp = false, cache = false, rebalance = true;
+  double overall_speedup = 0;
+};
+// The five configurations above with `options` otherwise (its autopipe, autodp and
+// cost.cache are overridden; lambda follows the cache unless options.lambda is set).
+StatusOr<std::vector<AblationRow>> RunAblation(const Model& model, const PlannerOptions& options);
+std::string FormatAblation(const Model& model, const PlannerOptions& options,
+                           const std::vector<AblationRow>& rows);
+
 // InvalidArgument, naming the option, for: machines/devices/epochs < 1, K0 < 1, K0 above the
 // world, more stages than units, alpha outside (0, 1], lambda outside [0, 1], micro-batches
-// < 0, a bad cost option.
+// < 0, epoch_samples <= 0, a bad cost option.
 Status ValidateOptions(const Model& model, const PlannerOptions& options);
 
 StatusOr<PlannerResult> RunPlanner(const Model& model, const PlannerOptions& options);

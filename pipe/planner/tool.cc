@@ -48,39 +48,57 @@ cluster and plan
   --lambda X          the balancer's weight of a frozen unit, in [0, 1]; default what the
                       cost model charges for it: 1/3 (forward only), 0 with --cache; the
                       paper's value is 1/6
-  --cache             AutoCache: frozen units cost no time (their outputs are cached)
+  --cache             AutoCache: the frozen prefix's output is read from a cache (frozen
+                      units cost their forward once, when they freeze, plus the read)
+  --no-autopipe       K stays K0 (frozen units still rebalanced): the ablation's "freeze only"
+  --no-autodp         the static pipeline's replicas only; devices freed by AutoPipe idle
+  --ablation          print the ablation: freeze only, + AutoPipe, + AutoPipe + AutoCache,
+                      + AutoPipe + AutoDP, all four (overall speedups)
   --schedule S        gpipe (default) or 1f1b: the schedule drawn by --svg (the same
                       pipeline time in this model)
   --compare           plan with every strategy and print a comparison table
 
 cost model
   --batch N           samples per pipeline replica per mini-batch (256)
+  --global-batch      --batch is the mini-batch over all replicas (weft's runtime)
+  --epoch-samples N   samples per epoch, for the transitions' share (1281167, ImageNet)
   --tokens N          tokens per sample (presets: ViT 197, BERT 384, GPT-2 1024; layer
                       files 512); not used when the units have measured times
-  --flops X           sustained FLOP/s of one device (1e14)
-  --bandwidth X       bytes/s of the gradient allreduce between replicas (1.25e10, i.e.
-                      100 Gb/s)
+  --flops X           FLOP/s of one device (11.2e12: the paper's Quadro RTX 5000, float32)
+  --bandwidth X       bytes/s inside a machine (15.754e9: PCIe 3.0 x16, the paper's)
+  --inter-bandwidth X bytes/s between machines (5e9: the paper's InfiniBand; 0: --bandwidth)
+  --hidden N          values per token crossing a stage boundary (presets: their hidden
+                      size; layer files: 0, no transfer costed)
+  --cache-bandwidth X bytes/s of reading cached activations into a device (0: --bandwidth)
+  --optimizer-bytes X optimizer state per trainable parameter moved at a transition (4)
+  --compute-devices X all devices share this many devices' compute (0: each its own)
 
 output
   --svg FILE          also draw the partition over the epochs and the micro-batch schedule
                       of the first and the last epoch, as an SVG picture
   -h, --help          this text
 
-The cost model, per mini-batch step of a plan with K stages, R replicas, M micro-batches:
+The cost model, per mini-batch step of a plan with K stages, R replicas, M micro-batches,
+b samples per replica (pipe/planner/README.md has every term and its source):
   forward of a unit, per sample  = 2 x params x tokens / flops   (measured: time / 3)
   a trainable unit costs 3 x forward (forward + backward); a frozen one 1 x forward,
-  or 0 with --cache
-  stage time per micro-batch     = the sum over its units x batch / M samples
+  or 0 in the pipeline with --cache
+  stage time per micro-batch     = the sum over its units x b / M samples
   pipeline                       = (M + K - 1) x the largest stage time per micro-batch
-  gradient sync (R > 1)          = 2 (R - 1) / R x 4 bytes x the trainable parameters of the
-                                   stage holding the most of them / bandwidth
-  throughput                     = R x batch / (pipeline + sync)     samples/s
-  speedup                        = throughput / the static pipeline's (K0, nothing frozen)
-  overall                        = the static run's time / the elastic run's, for the same
-                                   data every epoch
-Not modelled: transitions (they are free here), memory, attention's tokens^2 term,
-embedding lookups (costed like matrix products), overlap of the sync with the backward
-pass, slower links between machines than inside one.
+                                   + 2 x the K - 1 hops of b / M activations (fill, drain)
+  cache (--cache)                = b x (forward of the units frozen since the last epoch
+                                   + tokens x hidden x 4 bytes / cache bandwidth)
+  gradient sync (R > 1)          = 2 (R - 1) / R x 4 bytes x (the trainable parameters of
+                                   all stages whose replicas span machines / inter-bandwidth,
+                                   or the largest stage's inside a machine / bandwidth)
+  step                           = max(pipeline + cache, work / compute devices) + sync
+  throughput                     = R x b / step     samples/s
+  transition                     = weights (+ optimizer state) a rank newly needs /
+                                   inter-bandwidth
+  overall                        = the static run's time / the elastic run's (epochs of
+                                   --epoch-samples at each throughput, plus transitions)
+Not modelled: memory, attention's tokens^2 term, embedding lookups (costed like matrix
+products), overlap of the sync with the backward pass, framework overheads.
 
 Output: per epoch, a table of stages and one line "PLAN key=value ..."; then a summary
 table and one line "PLAN_SUMMARY key=value ...". With --compare: the comparison table and
@@ -166,6 +184,18 @@ StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
     } else if (flag == "--cache") {
       WEFT_RETURN_IF_ERROR(no_value());
       o.cost.cache = true;
+    } else if (flag == "--no-autopipe") {
+      WEFT_RETURN_IF_ERROR(no_value());
+      o.autopipe = false;
+    } else if (flag == "--no-autodp") {
+      WEFT_RETURN_IF_ERROR(no_value());
+      o.autodp = false;
+    } else if (flag == "--global-batch") {
+      WEFT_RETURN_IF_ERROR(no_value());
+      o.cost.global_batch = true;
+    } else if (flag == "--ablation") {
+      WEFT_RETURN_IF_ERROR(no_value());
+      cl.ablation = true;
     } else if (flag == "--model") {
       WEFT_ASSIGN_OR_RETURN(cl.model, take_value());
     } else if (flag == "--layers") {
@@ -192,7 +222,10 @@ StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
         o.k0 = n;
       }
     } else if (flag == "--alpha" || flag == "--lambda" || flag == "--batch" || flag == "--tokens" ||
-               flag == "--flops" || flag == "--bandwidth") {
+               flag == "--flops" || flag == "--bandwidth" || flag == "--inter-bandwidth" ||
+               flag == "--hidden" || flag == "--cache-bandwidth" ||
+               flag == "--optimizer-bytes" || flag == "--compute-devices" ||
+               flag == "--epoch-samples") {
       WEFT_ASSIGN_OR_RETURN(const std::string text, take_value());
       double x = 0;
       WEFT_RETURN_IF_ERROR(ParseReal(flag, text, &x));
@@ -201,6 +234,12 @@ StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
       if (flag == "--batch") o.cost.batch = x;
       if (flag == "--flops") o.cost.flops = x;
       if (flag == "--bandwidth") o.cost.bandwidth = x;
+      if (flag == "--inter-bandwidth") o.cost.inter_bandwidth = x;
+      if (flag == "--hidden") o.cost.hidden = x;
+      if (flag == "--cache-bandwidth") o.cost.cache_bandwidth = x;
+      if (flag == "--optimizer-bytes") o.cost.optimizer_bytes = x;
+      if (flag == "--compute-devices") o.cost.compute_devices = x;
+      if (flag == "--epoch-samples") o.epoch_samples = x;
       if (flag == "--tokens") {
         if (!(x > 0))
           return InvalidArgument("expected --tokens > 0 (tokens per sample), found ", x);
@@ -260,7 +299,10 @@ Status RunParsed(const CommandLine& cl, std::ostream& out, std::ostream& err) {
     WEFT_ASSIGN_OR_RETURN(model, LoadLayerFile(cl.layers));
   }
   WEFT_ASSIGN_OR_RETURN(const PlannerResult result, RunPlanner(model, cl.options));
-  if (cl.compare) {
+  if (cl.ablation) {
+    WEFT_ASSIGN_OR_RETURN(const std::vector<AblationRow> rows, RunAblation(model, cl.options));
+    out << FormatAblation(model, cl.options, rows);
+  } else if (cl.compare) {
     std::vector<PlannerResult> results;
     for (pipe::Strategy s :
          {pipe::Strategy::kOptimal, pipe::Strategy::kGreedy, pipe::Strategy::kEven}) {

@@ -16,6 +16,7 @@ struct CommandLine {
   bool help = false;
   bool list_models = false;
   bool compare = false;
+  bool ablation = false;  // --ablation
   std::string model;   // --model NAME
   std::string layers;  // --layers FILE
   std::string svg;     // --svg FILE
