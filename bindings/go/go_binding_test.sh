@@ -59,6 +59,16 @@ echo "go_binding_test.sh: generated and built the test binary and the example in
   "$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f s", e - s }')" \
   "($("${GO:-go}" version | cut -d' ' -f3), $("${SWIG:-swig}" -version | awk '/Version/ {print $3}'))"
 
+# The trainer tests' TorchScript model (//tests/capi:trainer_model); not a WEFT_* name, which
+# weft would warn about as an unknown setting.
+for candidate in "$root/tests/capi/testdata/trainer_model.pt" \
+                 "$root/bazel-bin/tests/capi/testdata/trainer_model.pt"; do
+  if [[ -f "$candidate" ]]; then
+    export GO_TEST_TRAINER_MODEL=$candidate
+    break
+  fi
+done
+
 # mpirun_test.sh gives the project's Open MPI settings (loopback only, oversubscribed).
 "$root/tests/mpirun_test.sh" "$np" "$work/weft.test" -test.failfast "$@"
 # The example checks its own result (the ranks must agree on the mean).

@@ -124,8 +124,8 @@ WEFTGO_SCALAR_OUT(int64_t, int64)
 /* pipe: frozen counts, schedule cycles, a rank's role; a partition's largest stage, the
  * bubble fraction. */
 %apply int* WEFTGO_OUT { int* frozen, int* cycles, int* replica, int* stage };
-%apply double* WEFTGO_OUT { double* max_cost, double* bubble };
-%apply size_t* WEFTGO_OUT { size_t* count };
+%apply double* WEFTGO_OUT { double* max_cost, double* bubble, double* accuracy };
+%apply size_t* WEFTGO_OUT { size_t* count, size_t* needed };
 %apply int64_t* WEFTGO_OUT {
   int64_t* steps_per_communication, int64_t* countdown, int64_t* total,
   int64_t* since_communication
@@ -148,9 +148,10 @@ _Static_assert(sizeof(weft_computation_event) == sizeof(int32_t),
 %typemap(gotype) weft_request** "*SwigcptrStruct_SS_weft_request"
 %typemap(gotype) weft_step_counter** "*SwigcptrStruct_SS_weft_step_counter"
 %typemap(gotype) weft_pipe_plan** "*SwigcptrStruct_SS_weft_pipe_plan"
+%typemap(gotype) weft_pipe_trainer** "*SwigcptrStruct_SS_weft_pipe_trainer"
 %typemap(gotype) DLManagedTensor** "*SwigcptrStruct_SS_DLManagedTensor"
 %typemap(in) weft_topology**, weft_schedule**, weft_request**, weft_step_counter**,
-             weft_pipe_plan**, DLManagedTensor**
+             weft_pipe_plan**, weft_pipe_trainer**, DLManagedTensor**
 %{ $1 = ($1_ltype)$input; %}
 
 /* ---- (buffer, capacity) from a Go slice -------------------------------------------------- */
@@ -249,6 +250,109 @@ type PipePlanInfo struct {
 %ignore weft_pipe_freeze_options;
 %ignore weft_pipe_plan_options;
 %ignore weft_pipe_plan_info;
+
+/* ---- pipe: the elastic pipeline trainer --------------------------------------------------- */
+/* Its options hold strings (cache_dir, name) and its data DLTensors: weftgo_pipe_trainer_*
+ * below take the numbers as a pointer-free struct of Go memory (weftgo_pipe_trainer_numbers,
+ * the same layout on both sides), the strings and the tensors' fields as arguments, and
+ * build the ABI's structs on the C stack. The metrics are a Go struct of the C layout. */
+%ignore weft_pipe_trainer_create;
+%ignore weft_pipe_trainer_train_epoch;
+%ignore weft_pipe_trainer_evaluate;
+%ignore weft_pipe_trainer_options;
+%ignore weft_pipe_epoch_metrics;
+%{
+typedef struct weftgo_pipe_trainer_numbers {
+  int64_t batch_size;
+  uint64_t seed;
+  double alpha;
+  double lr;
+  double momentum;
+  double weight_decay;
+  int32_t k0;
+  int32_t freeze;
+  int32_t gradient_aware;
+  int32_t freeze_every_epochs;
+  int32_t autopipe;
+  int32_t autodp;
+  int32_t cache;
+  int32_t schedule;
+  int32_t micro_batches;
+  int32_t optimizer;
+  int32_t loss;
+  int32_t unused;
+} weftgo_pipe_trainer_numbers;
+_Static_assert(sizeof(weftgo_pipe_trainer_numbers) == 96 &&
+               offsetof(weftgo_pipe_trainer_numbers, alpha) == 16 &&
+               offsetof(weftgo_pipe_trainer_numbers, k0) == 48 &&
+               offsetof(weftgo_pipe_trainer_numbers, loss) == 88,
+               "weftgo_pipe_trainer_numbers must match cweft.PipeTrainerNumbers");
+_Static_assert(sizeof(weft_pipe_epoch_metrics) == 112 &&
+               offsetof(weft_pipe_epoch_metrics, epoch) == 4 &&
+               offsetof(weft_pipe_epoch_metrics, bubble_fraction) == 24 &&
+               offsetof(weft_pipe_epoch_metrics, samples) == 40 &&
+               offsetof(weft_pipe_epoch_metrics, transitioned) == 80 &&
+               offsetof(weft_pipe_epoch_metrics, transition_seconds) == 96 &&
+               offsetof(weft_pipe_epoch_metrics, transition_bytes) == 104,
+               "weft_pipe_epoch_metrics must match cweft.PipeEpochMetrics");
+%}
+%insert(go_wrapper) %{
+// PipeTrainerNumbers is laid out like the C struct weftgo_pipe_trainer_numbers: the
+// numeric fields of weft_pipe_trainer_options.
+type PipeTrainerNumbers struct {
+	BatchSize         int64
+	Seed              uint64
+	Alpha             float64
+	LR                float64
+	Momentum          float64
+	WeightDecay       float64
+	K0                int32
+	Freeze            int32
+	GradientAware     int32
+	FreezeEveryEpochs int32
+	AutoPipe          int32
+	AutoDP            int32
+	Cache             int32
+	Schedule          int32
+	MicroBatches      int32
+	Optimizer         int32
+	Loss              int32
+	Unused            int32
+}
+
+// PipeEpochMetrics is laid out like the C struct weft_pipe_epoch_metrics.
+type PipeEpochMetrics struct {
+	Version           uint32
+	Epoch             int32
+	Frozen            int32
+	K                 int32
+	Replicas          int32
+	MicroBatches      int32
+	BubbleFraction    float64
+	TrainSeconds      float64
+	Samples           int64
+	SamplesPerSecond  float64
+	Loss              float64
+	SyncsPerSecond    float64
+	CacheHitRate      float64
+	Transitioned      int32
+	NextFrozen        int32
+	NextK             int32
+	NextReplicas      int32
+	TransitionSeconds float64
+	TransitionBytes   int64
+}
+%}
+%typemap(gotype) const weftgo_pipe_trainer_numbers* numbers "*PipeTrainerNumbers"
+%typemap(gotype) weft_pipe_epoch_metrics* metrics "*PipeEpochMetrics"
+%typemap(in) const weftgo_pipe_trainer_numbers* numbers, weft_pipe_epoch_metrics* metrics
+%{ $1 = ($1_ltype)$input; %}
+/* The last line into a []byte (capacity: its length). */
+%typemap(gotype) (char* buf, size_t cap) "[]byte"
+%typemap(in) (char* buf, size_t cap) %{
+  $1 = ($1_ltype)$input.array;
+  $2 = (size_t)$input.len;
+%}
 
 /* A (rank, weight) pair; the same layout in C and Go (checked by both). */
 %{
@@ -353,6 +457,7 @@ type RankVersion struct {
   $1 = ($1_ltype)$input.array;
   $2 = (size_t)$input.len;
 %}
+%apply (const int64_t* shape, size_t ndim) { (const int64_t* target_shape, size_t target_ndim) };
 %typemap(gotype) (const int* ranks, size_t num) "[]int32"
 %typemap(in) (const int* ranks, size_t num) %{
   $1 = ($1_ltype)$input.array;
@@ -674,6 +779,57 @@ weft_status weftgo_win_update(const char* name, int has_weights, double self_wei
   weft_status status = weft_win_update(name, &o);
   free(weights);
   return status;
+}
+
+/* ---- pipe: the elastic pipeline trainer --------------------------------------------------- */
+
+/* cache_dir "" is none, name "" is "pipe" (the C defaults). */
+weft_status weftgo_pipe_trainer_create(weft_pipe_trainer** out, const char* path,
+                                       const weftgo_pipe_trainer_numbers* numbers,
+                                       const char* cache_dir, const char* name) {
+  weft_pipe_trainer_options o = WEFT_PIPE_TRAINER_OPTIONS_INIT;
+  o.k0 = numbers->k0;
+  o.freeze = numbers->freeze;
+  o.alpha = numbers->alpha;
+  o.gradient_aware = numbers->gradient_aware;
+  o.freeze_every_epochs = numbers->freeze_every_epochs;
+  o.autopipe = numbers->autopipe;
+  o.autodp = numbers->autodp;
+  o.cache = numbers->cache;
+  o.cache_dir = cache_dir;
+  o.schedule = (weft_pipe_schedule_kind)numbers->schedule;
+  o.micro_batches = numbers->micro_batches;
+  o.batch_size = numbers->batch_size;
+  o.seed = numbers->seed;
+  o.optimizer = (weft_pipe_optimizer_kind)numbers->optimizer;
+  o.lr = numbers->lr;
+  o.momentum = numbers->momentum;
+  o.weight_decay = numbers->weight_decay;
+  o.loss = (weft_pipe_loss_kind)numbers->loss;
+  o.name = name;
+  return weft_pipe_trainer_create(out, path, &o);
+}
+
+/* The training set, lent for the call: inputs and targets as (data, dtype, shape). metrics:
+ * Go memory of the C layout (its version set by the caller). */
+weft_status weftgo_pipe_trainer_train_epoch(weft_pipe_trainer* trainer, void* in, int code,
+                                            int bits, const int64_t* shape, size_t ndim,
+                                            void* targets, int target_code, int target_bits,
+                                            const int64_t* target_shape, size_t target_ndim,
+                                            weft_pipe_epoch_metrics* metrics) {
+  DLTensor x = weftgo_tensor(in, code, bits, shape, ndim);
+  DLTensor y = weftgo_tensor(targets, target_code, target_bits, target_shape, target_ndim);
+  return weft_pipe_trainer_train_epoch(trainer, &x, &y, metrics);
+}
+
+weft_status weftgo_pipe_trainer_evaluate(weft_pipe_trainer* trainer, void* in, int code,
+                                         int bits, const int64_t* shape, size_t ndim,
+                                         void* targets, int target_code, int target_bits,
+                                         const int64_t* target_shape, size_t target_ndim,
+                                         double* accuracy) {
+  DLTensor x = weftgo_tensor(in, code, bits, shape, ndim);
+  DLTensor y = weftgo_tensor(targets, target_code, target_bits, target_shape, target_ndim);
+  return weft_pipe_trainer_evaluate(trainer, &x, &y, accuracy);
 }
 
 /* 64-byte aligned shared memory holding one reference; NULL when out of memory. */

@@ -197,6 +197,7 @@ WEFT_OUT_HANDLE(weft_schedule, out)
 WEFT_OUT_HANDLE(weft_request, request)
 WEFT_OUT_HANDLE(weft_step_counter, counter)
 WEFT_OUT_HANDLE(weft_pipe_plan, plan)
+WEFT_OUT_HANDLE(weft_pipe_trainer, out)
 
 /* ---- scalar out-parameters ---------------------------------------------------------------- */
 %typemap(in, numinputs=0) int* done (int temp = 0), int* result (int temp = 0) { $1 = &temp; }
@@ -659,6 +660,79 @@ WEFT_OUT_HANDLE(weft_pipe_plan, plan)
                              $1->world, $1->m0, $1->max_cost));
 }
 
+/* ---- pipe: the elastic pipeline trainer ------------------------------------------------- */
+/* The training set: DLPack capsules, borrowed for the call. */
+%typemap(in) const DLTensor* inputs {
+  $1 = weft_py_tensor($input, "inputs");
+  if ($1 == NULL) SWIG_fail;
+}
+%typemap(in) const DLTensor* targets {
+  $1 = weft_py_tensor($input, "targets");
+  if ($1 == NULL) SWIG_fail;
+}
+/* (k0, freeze, alpha, gradient_aware, freeze_every_epochs, autopipe, autodp, cache,
+ *  cache_dir or None, schedule, micro_batches, batch_size, seed, optimizer, lr, momentum,
+ *  weight_decay, loss, name or None[, version]); None: the defaults. */
+%typemap(in) const weft_pipe_trainer_options* options
+    (weft_pipe_trainer_options opts = WEFT_PIPE_TRAINER_OPTIONS_INIT) {
+  int schedule = 0, optimizer = 0, loss = 0;
+  long long batch_size = 0;
+  unsigned long long seed = 0;
+  if ($input == Py_None) {
+    $1 = NULL;
+  } else {
+    if (!PyArg_ParseTuple($input, "iidiiiiiziiLKidddiz|I", &opts.k0, &opts.freeze, &opts.alpha,
+                          &opts.gradient_aware, &opts.freeze_every_epochs, &opts.autopipe,
+                          &opts.autodp, &opts.cache, &opts.cache_dir, &schedule,
+                          &opts.micro_batches, &batch_size, &seed, &optimizer, &opts.lr,
+                          &opts.momentum, &opts.weight_decay, &loss, &opts.name,
+                          &opts.version)) SWIG_fail;
+    opts.schedule = (weft_pipe_schedule_kind)schedule;
+    opts.batch_size = (int64_t)batch_size;
+    opts.seed = (uint64_t)seed;
+    opts.optimizer = (weft_pipe_optimizer_kind)optimizer;
+    opts.loss = (weft_pipe_loss_kind)loss;
+    $1 = &opts;
+  }
+}
+/* The epoch's metrics as a tuple in the struct's field order (epoch .. transition_bytes). */
+%typemap(in, numinputs=0) weft_pipe_epoch_metrics* metrics (weft_pipe_epoch_metrics temp) {
+  memset(&temp, 0, sizeof(temp));
+  temp.version = WEFT_PIPE_EPOCH_METRICS_VERSION;
+  $1 = &temp;
+}
+%typemap(argout) weft_pipe_epoch_metrics* metrics {
+  $result = SWIG_Python_AppendOutput(
+      $result,
+      Py_BuildValue("(iiiiiddLddddiiiidL)", $1->epoch, $1->frozen, $1->k, $1->replicas,
+                    $1->micro_batches, $1->bubble_fraction, $1->train_seconds,
+                    (long long)$1->samples, $1->samples_per_second, $1->loss,
+                    $1->syncs_per_second, $1->cache_hit_rate, $1->transitioned,
+                    $1->next_frozen, $1->next_k, $1->next_replicas, $1->transition_seconds,
+                    (long long)$1->transition_bytes));
+}
+%typemap(in, numinputs=0) double* accuracy (double temp = 0) { $1 = &temp; }
+%typemap(argout) double* accuracy {
+  $result = SWIG_Python_AppendOutput($result, PyFloat_FromDouble(*$1));
+}
+/* The last line: Python passes the capacity; 0 gives the size needed (an int), more the
+ * text (a str). */
+%typemap(in) (char* buf, size_t cap, size_t* needed) (size_t n = 0) {
+  $2 = (size_t)PyLong_AsSize_t($input);
+  if (PyErr_Occurred()) SWIG_fail;
+  $1 = $2 > 0 ? (char*)PyMem_Malloc($2) : NULL;
+  if ($2 > 0 && $1 == NULL) {
+    PyErr_NoMemory();
+    SWIG_fail;
+  }
+  $3 = &n;
+}
+%typemap(argout) (char* buf, size_t cap, size_t* needed) {
+  $result = SWIG_Python_AppendOutput(
+      $result, $1 == NULL ? PyLong_FromSize_t(*$3) : PyUnicode_FromString($1));
+}
+%typemap(freearg) (char* buf, size_t cap, size_t* needed) { PyMem_Free($1); }
+
 /* Function pointers do not cross into Python: weft_py_keep_alive below replaces it. */
 %ignore weft_request_keep_alive;
 /* The option structs themselves are built by the typemaps above. */
@@ -672,6 +746,8 @@ WEFT_OUT_HANDLE(weft_pipe_plan, plan)
 %ignore weft_pipe_freeze_options;
 %ignore weft_pipe_plan_options;
 %ignore weft_pipe_plan_info;
+%ignore weft_pipe_trainer_options;
+%ignore weft_pipe_epoch_metrics;
 
 %include "weft/weft.h"
 

@@ -151,8 +151,9 @@ class TypeMapper:
     def _is_type(self, base):
         return base in C_SCALARS or base in self.structs or base in self.enums
 
-    def julia_type(self, base, depth, fnptr, role):
-        """role: 'param' (a const char* is a Cstring), 'return' or 'field'."""
+    def julia_type(self, base, depth, fnptr, role, const=True):
+        """role: 'param' (a const char* is a Cstring; a char* buffer the callee writes,
+        const False, is a Ptr{Cchar}), 'return' or 'field'."""
         if fnptr:
             return "Ptr{Cvoid}"  # a C function pointer, e.g. from @cfunction
         if base in self.enums:
@@ -161,7 +162,7 @@ class TypeMapper:
             jl = C_SCALARS[base]
         else:
             jl = base
-        if role == "param" and base == "char" and depth == 1:
+        if role == "param" and base == "char" and depth == 1 and const:
             # Julia checks a Cstring argument for embedded NULs and passes it NUL-ended.
             # Returned strings (and char** out-parameters) stay Ptr{Cchar}: they may be
             # NULL and are read with unsafe_string.
@@ -576,8 +577,9 @@ def parse_declaration(model, item):
                 base, depth, pname, fnptr = types.parse_declarator(p, item.line)
                 if base == "void" and depth == 0:
                     raise HeaderError(item.line, "void parameter in %s" % name)
+                const = re.match(r"\s*const\b", p) is not None
                 params.append((julia_name(pname or "arg%d" % (k + 1)),
-                               types.julia_type(base, depth, fnptr, "param")))
+                               types.julia_type(base, depth, fnptr, "param", const)))
         prototype = "%s %s(%s)" % (ret_text.strip().replace(" *", "*"), name,
                                    ", ".join(" ".join(p.split()) for p in
                                              split_top_level(params_text)))

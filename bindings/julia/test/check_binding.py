@@ -239,12 +239,15 @@ def split_swig(t):
 
 def julia_type_for(swig_type, role, enums, known_structs):
     """The Julia type capi.jl must use for a C type in SWIG notation. role: 'param',
-    'return' or 'field'. A const char* parameter is a Cstring; returned strings and
-    char** stay pointers (they may be NULL, and out-parameters are written by C)."""
+    'return' or 'field'. A const char* parameter is a Cstring; returned strings, char**
+    and char* buffers the callee writes stay pointers (they may be NULL, and out-parameters
+    are written by C)."""
     parts = split_swig(swig_type)
     depth = 0
+    const = False  # the pointee (the innermost qualifier SWIG lists) is const
     while parts and (parts[0] == "p" or parts[0].startswith("q(")):
         depth += parts[0] == "p"
+        const = parts[0].startswith("q(") and "const" in parts[0]
         parts.pop(0)
     if parts and parts[0].startswith("f("):
         if depth != 1:
@@ -260,7 +263,7 @@ def julia_type_for(swig_type, role, enums, known_structs):
         jl = base
     else:
         raise ValueError("no Julia mapping for C type %r" % swig_type)
-    if role == "param" and base == "char" and depth == 1:
+    if role == "param" and base == "char" and depth == 1 and const:
         return "Cstring"
     return "Ptr{" * depth + jl + "}" * depth
 
@@ -280,6 +283,7 @@ def exported_function_count(header_text):
 def header_inits(header_text):
     """{struct name: [C initializer values]} from the WEFT_*_INIT macros."""
     inits = {}
+    header_text = re.sub(r"\\\n", " ", header_text)  # macros continued over lines
     for m in re.finditer(r"#define\s+(WEFT_\w+)_INIT\s*\\?\s*\{([^}]*)\}", header_text):
         inits[m.group(1).lower()] = [v.strip() for v in m.group(2).split(",")]
     return inits

@@ -6,22 +6,30 @@
 - load balancing: parameter_costs, partition (optimal, greedy or even contiguous stages);
 - AutoPipe/AutoDP: make_plan gives the pipeline length K, the partition, the replica count
   and each rank's role, and (from the previous plan) the ranks that become active;
-- schedule_bubble: the idle fraction of a GPipe or 1F1B micro-batch schedule.
+- schedule_bubble: the idle fraction of a GPipe or 1F1B micro-batch schedule;
+- Trainer: trains a TorchScript model (torch.jit.save of a scripted nn.Sequential) with
+  elastic pipelining (weft_pipe_trainer_*): AutoFreeze, AutoPipe, AutoDP, AutoCache.
 
-Layers are indexed from 0, and a frozen count F means layers 0 .. F-1 are frozen. Nothing
-here needs weft.init() or communicates: every rank computes the same answers. Invalid
-arguments raise weft.InvalidArgumentError (a ValueError) with weft's explanation.
+Layers are indexed from 0, and a frozen count F means layers 0 .. F-1 are frozen. Except for
+Trainer (collective, after weft.init()), nothing here needs weft.init() or communicates:
+every rank computes the same answers. Invalid arguments raise weft.InvalidArgumentError (a
+ValueError) with weft's explanation.
 """
 
+import collections
+import dataclasses
 import math
 import operator
+import os
 
 from . import lowlevel as _c
+from . import _tensors
 from ._errors import InvalidArgumentError
 
 __all__ = [
     "freeze_bound", "next_frozen", "parameter_costs", "Partition", "partition", "Plan",
     "make_plan", "schedule_bubble", "GradNormAccumulator", "STRATEGIES", "SCHEDULES",
+    "Trainer", "EpochMetrics", "PlanInfo", "OPTIMIZERS", "LOSSES",
 ]
 
 # The paper's defaults (PipeTransformer): alpha = 1/3, a frozen layer costs 1/6.
@@ -384,3 +392,169 @@ def schedule_bubble(kind, stages, micro_batches):
                                                   _int(stages, fn, "stages"),
                                                   _int(micro_batches, fn, "micro_batches"))
     return bubble, cycles
+
+
+# ---- the elastic pipeline trainer ----------------------------------------------------------
+
+OPTIMIZERS = {
+    "sgd": _c.WEFT_PIPE_OPTIMIZER_SGD,  # lr, momentum, weight_decay
+    "adam": _c.WEFT_PIPE_OPTIMIZER_ADAM,  # lr, weight_decay (L2 in the gradient)
+    "adamw": _c.WEFT_PIPE_OPTIMIZER_ADAMW,  # lr, weight_decay (decoupled)
+}
+LOSSES = {
+    "cross_entropy": _c.WEFT_PIPE_LOSS_CROSS_ENTROPY,  # logits [N, C], class indices [N]
+    "mse": _c.WEFT_PIPE_LOSS_MSE,  # targets shaped like the outputs
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochMetrics:
+    """One epoch of Trainer.train_epoch: the configuration it trained with (frozen, k,
+    replicas, micro_batches), its throughput, and the transition at its end (transitioned;
+    the next_* and transition_* fields are 0 when none ran). line is the machine-readable
+    "PIPE epoch=..." line, which also has the per-stage layers and costs and the newly
+    active ranks."""
+
+    epoch: int
+    frozen: int
+    k: int
+    replicas: int
+    micro_batches: int
+    bubble_fraction: float
+    train_seconds: float
+    samples: int
+    samples_per_second: float
+    loss: float
+    syncs_per_second: float
+    cache_hit_rate: float
+    transitioned: bool
+    next_frozen: int
+    next_k: int
+    next_replicas: int
+    transition_seconds: float
+    transition_bytes: int
+    line: str
+
+
+PlanInfo = collections.namedtuple(
+    "PlanInfo", ["frozen", "k", "replicas", "micro_batches", "world", "m0", "max_cost"])
+PlanInfo.__doc__ = "The trainer's current plan: what the next epoch trains with."
+
+
+class Trainer:
+    """Elastic pipeline training of a TorchScript model (pipe/runtime's ElasticTrainer).
+
+    path: a file written by torch.jit.save of a module whose children, in order, are the
+    layers (each child's forward takes and returns one tensor):
+
+        model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), ...)
+        torch.jit.save(torch.jit.script(model), "model.pt")
+        trainer = weft.pipe.Trainer("model.pt", alpha=0.5, batch_size=32, lr=1e-2)
+        for epoch in range(epochs):
+            m = trainer.train_epoch(x, y)   # x: [N, ...] floats, y: [N] class indices
+            print(m.line)
+        accuracy = trainer.evaluate(x_test, y_test)
+
+    Collective: every rank makes the trainer and calls each method, after weft.init(),
+    passing the whole data set (NumPy arrays or CPU torch tensors, dim 0 = samples; not
+    copied unless they need another dtype). The model's parameters start from rank 0's
+    (the trained ones are in weft's copy, not in the file). Options (the C defaults):
+    k0 (0: min(world, layers)), freeze, alpha, gradient_aware, freeze_every_epochs,
+    autopipe, autodp, cache, cache_dir, schedule ("gpipe" or "1f1b"), micro_batches (0: 2
+    K), batch_size (over all replicas), seed, optimizer ("sgd", "adam", "adamw"), lr,
+    momentum (sgd), weight_decay, loss ("cross_entropy" or "mse"), name (the op name
+    prefix; two trainers alive at once need different names). close() frees it (also
+    `with` and garbage collection)."""
+
+    def __init__(self, path, *, k0=0, freeze=True, alpha=_ALPHA, gradient_aware=False,
+                 freeze_every_epochs=1, autopipe=True, autodp=True, cache=False,
+                 cache_dir=None, schedule="gpipe", micro_batches=0, batch_size=64, seed=1,
+                 optimizer="adam", lr=1e-3, momentum=0.0, weight_decay=0.0,
+                 loss="cross_entropy", name="pipe"):
+        fn = "Trainer"
+        self._ptr = None
+        path = os.fspath(path)
+        options = (
+            _int(k0, fn, "k0"), int(bool(freeze)), float(alpha), int(bool(gradient_aware)),
+            _int(freeze_every_epochs, fn, "freeze_every_epochs"), int(bool(autopipe)),
+            int(bool(autodp)), int(bool(cache)),
+            None if cache_dir is None else os.fspath(cache_dir),
+            _choice(schedule, SCHEDULES, fn, "schedule"),
+            _int(micro_batches, fn, "micro_batches"), operator.index(batch_size),
+            operator.index(seed), _choice(optimizer, OPTIMIZERS, fn, "optimizer"), float(lr),
+            float(momentum), float(weight_decay), _choice(loss, LOSSES, fn, "loss"), str(name))
+        if not 0 <= options[12] < 2 ** 64:
+            raise _invalid(f"{fn}: seed = {seed} does not fit a uint64")
+        if not -(2 ** 63) <= options[11] < 2 ** 63:
+            raise _invalid(f"{fn}: batch_size = {batch_size} does not fit an int64")
+        self._ptr = _c.weft_pipe_trainer_create(path, options)
+        self._line = ""
+
+    def _handle(self, method):
+        if self._ptr is None:
+            from ._errors import FailedPreconditionError
+            raise FailedPreconditionError(_c.WEFT_ERR_FAILED_PRECONDITION,
+                                          f"Trainer.{method}: the trainer was closed")
+        return self._ptr
+
+    def train_epoch(self, inputs, targets):
+        """Collective: one epoch over (inputs, targets), then the freeze point's
+        transition; the EpochMetrics. inputs float32 or float64; targets int64/int32 class
+        indices (cross-entropy) or floats shaped like the outputs (mse)."""
+        ptr = self._handle("train_epoch")
+        x, x_capsule, _ = _tensors.prepare(inputs, "inputs")
+        y, y_capsule, _ = _tensors.prepare(targets, "targets")
+        values = _c.weft_pipe_trainer_train_epoch(ptr, x_capsule, y_capsule)
+        del x, y  # kept alive until weft returned
+        self._line = _c.weft_pipe_trainer_last_line(
+            ptr, _c.weft_pipe_trainer_last_line(ptr, 0))
+        values = list(values)
+        values[12] = bool(values[12])
+        return EpochMetrics(*values, line=self._line)
+
+    def evaluate(self, inputs, targets):
+        """Collective: the fraction of samples whose argmax output is the target (class
+        indices; a cross-entropy trainer)."""
+        ptr = self._handle("evaluate")
+        x, x_capsule, _ = _tensors.prepare(inputs, "inputs")
+        y, y_capsule, _ = _tensors.prepare(targets, "targets")
+        accuracy = _c.weft_pipe_trainer_evaluate(ptr, x_capsule, y_capsule)
+        del x, y
+        return accuracy
+
+    @property
+    def line(self):
+        """The last epoch's "PIPE epoch=..." line ("" before the first)."""
+        self._handle("line")
+        return self._line
+
+    @property
+    def role(self):
+        """This rank's (replica, stage) in the current plan; (-1, -1) when idle."""
+        return tuple(_c.weft_pipe_trainer_role(self._handle("role")))
+
+    @property
+    def plan(self):
+        """The current plan's PlanInfo (what the next epoch trains with)."""
+        return PlanInfo(*_c.weft_pipe_trainer_plan_info(self._handle("plan")))
+
+    def close(self):
+        """Frees the trainer (not collective); later calls raise. Twice is fine."""
+        ptr, self._ptr = getattr(self, "_ptr", None), None
+        if ptr is not None:
+            _c.weft_pipe_trainer_destroy(ptr)
+
+    __del__ = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        if self._ptr is None:
+            return "<weft.pipe.Trainer: closed>"
+        info = self.plan
+        return (f"<weft.pipe.Trainer: frozen={info.frozen}, k={info.k}, "
+                f"replicas={info.replicas}>")

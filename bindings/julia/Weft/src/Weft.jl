@@ -57,6 +57,8 @@ export WeftError, Topology, Schedule, Handle,
     # elastic pipelining: freezing, partitions, AutoPipe/AutoDP plans
     freeze_bound, next_frozen, parameter_costs, LayerPartition, partition_layers, PipePlan,
     plan_info, boundaries, stage_costs, stages, newly_active, role, schedule_bubble,
+    # the elastic pipeline trainer (a TorchScript model file)
+    PipeTrainer, train_epoch!, evaluate, last_line,
     # one-sided windows
     win_create, win_free, win_put, win_put_nonblocking, win_accumulate,
     win_accumulate_nonblocking, win_get, win_get_nonblocking, win_update,
@@ -1862,6 +1864,168 @@ function schedule_bubble(kind::Union{Symbol,AbstractString}, num_stages::Integer
     cycles = Ref{Cint}(0)
     _check(weft_pipe_schedule_bubble(bubble, cycles, code, num_stages, micro_batches))
     return (bubble=bubble[], cycles=Int(cycles[]))
+end
+
+# ---- the elastic pipeline trainer ----------------------------------------------------------
+
+const _OPTIMIZERS = Dict("sgd" => WEFT_PIPE_OPTIMIZER_SGD, "adam" => WEFT_PIPE_OPTIMIZER_ADAM,
+                         "adamw" => WEFT_PIPE_OPTIMIZER_ADAMW)
+const _LOSSES = Dict("cross_entropy" => WEFT_PIPE_LOSS_CROSS_ENTROPY,
+                     "mse" => WEFT_PIPE_LOSS_MSE)
+
+function _pick(table, value, what)
+    code = get(table, String(value), nothing)
+    code === nothing && throw(ArgumentError(
+        "$what is one of $(join(sort!(collect(keys(table))), ", ")); got $(repr(value))"))
+    return code
+end
+
+"""
+    PipeTrainer(path; k0=0, freeze=true, alpha=1/3, gradient_aware=false,
+                freeze_every_epochs=1, autopipe=true, autodp=true, cache=false,
+                cache_dir="", schedule=:gpipe, micro_batches=0, batch_size=64, seed=1,
+                optimizer=:adam, lr=1e-3, momentum=0.0, weight_decay=0.0,
+                loss=:cross_entropy, name="pipe")
+
+Elastic pipeline training (AutoFreeze, AutoPipe, AutoDP, AutoCache) of the TorchScript model
+at `path`: a file written by `torch.jit.save` of a module whose children, in order, are the
+layers (e.g. a scripted `torch.nn.Sequential`). Collective: every rank makes the trainer
+and calls [`train_epoch!`](@ref) and [`evaluate`](@ref), in the same order, after
+`Weft.init()`. `optimizer` is `:sgd`, `:adam` or `:adamw`; `loss` `:cross_entropy` or
+`:mse`; `schedule` `:gpipe` or `"1f1b"`. Two trainers alive at once need different names.
+`close(trainer)` frees it (a finalizer does otherwise).
+
+    trainer = PipeTrainer("model.pt"; alpha=0.5, batch_size=32, lr=1e-2)
+    m = train_epoch!(trainer, x, y)   # x: features × N Float32, y: N labels in 1:C
+    println(m.line)
+    evaluate(trainer, x, y)           # accuracy
+"""
+mutable struct PipeTrainer
+    ptr::Ptr{weft_pipe_trainer}
+    loss::Cint
+end
+
+function PipeTrainer(path::AbstractString; k0::Integer=0, freeze::Bool=true,
+                     alpha::Real=1 / 3, gradient_aware::Bool=false,
+                     freeze_every_epochs::Integer=1, autopipe::Bool=true,
+                     autodp::Bool=true, cache::Bool=false, cache_dir::AbstractString="",
+                     schedule=:gpipe, micro_batches::Integer=0, batch_size::Integer=64,
+                     seed::Integer=1, optimizer=:adam, lr::Real=1e-3, momentum::Real=0.0,
+                     weight_decay::Real=0.0, loss=:cross_entropy,
+                     name::AbstractString="pipe")
+    sched = _pick(_SCHEDULES, schedule, "schedule")
+    opt = _pick(_OPTIMIZERS, optimizer, "optimizer")
+    loss_code = _pick(_LOSSES, loss, "loss")
+    dir = String(cache_dir)
+    prefix = String(name)
+    out = Ref{Ptr{weft_pipe_trainer}}(C_NULL)
+    GC.@preserve dir prefix begin
+        options = Ref(weft_pipe_trainer_options(; k0=k0, freeze=Cint(freeze), alpha=alpha,
+            gradient_aware=Cint(gradient_aware), freeze_every_epochs=freeze_every_epochs,
+            autopipe=Cint(autopipe), autodp=Cint(autodp), cache=Cint(cache),
+            cache_dir=pointer(dir), schedule=sched, micro_batches=micro_batches,
+            batch_size=batch_size, seed=seed, optimizer=opt, lr=lr, momentum=momentum,
+            weight_decay=weight_decay, loss=loss_code, name=pointer(prefix)))
+        _check(weft_pipe_trainer_create(out, path, options))
+    end
+    return finalizer(_destroy!, PipeTrainer(out[], loss_code))
+end
+
+# weft_pipe_trainer_destroy frees memory only (no communication): safe from a finalizer.
+function _destroy!(trainer::PipeTrainer)
+    ptr = trainer.ptr
+    trainer.ptr = Ptr{weft_pipe_trainer}(C_NULL)
+    weft_pipe_trainer_destroy(ptr)
+    return nothing
+end
+
+Base.close(trainer::PipeTrainer) = _destroy!(trainer)
+
+Base.cconvert(::Type{Ptr{weft_pipe_trainer}}, t::PipeTrainer) = t
+function Base.unsafe_convert(::Type{Ptr{weft_pipe_trainer}}, t::PipeTrainer)
+    t.ptr == C_NULL && throw(WeftError(Int(WEFT_ERR_FAILED_PRECONDITION),
+                                       "the PipeTrainer was closed"))
+    return t.ptr
+end
+
+# Class labels 1:C (Julia's) as the 0-based int64 indices weft takes; other targets as
+# they are.
+_targets(trainer::PipeTrainer, y::AbstractArray{<:Integer}) =
+    trainer.loss == WEFT_PIPE_LOSS_CROSS_ENTROPY ? Int64.(y) .- 1 : _dense(y)
+_targets(::PipeTrainer, y::AbstractArray) = _dense(y)
+
+"""
+    train_epoch!(trainer, inputs, targets) -> metrics
+
+Collective: one epoch over the whole training set (the same on every rank), then the
+freeze point's transition. `inputs`: Float32 or Float64 with the samples along the LAST
+dimension (features × N, as Flux has them); `targets`: N class labels in `1:C` for
+cross-entropy, or floats shaped like the outputs (C × N) for MSE. The metrics are a named
+tuple with the fields of `weft_pipe_epoch_metrics` (epoch 0-based, as in the line) and
+`line`, the machine-readable "PIPE epoch=..." line.
+"""
+function train_epoch!(trainer::PipeTrainer, inputs::AbstractArray, targets::AbstractArray)
+    x = _Tensor(_dense(inputs))
+    y = _Tensor(_targets(trainer, targets))
+    metrics = Ref(weft_pipe_epoch_metrics())
+    GC.@preserve x y _check(weft_pipe_trainer_train_epoch(trainer, x.dl, y.dl, metrics))
+    m = metrics[]
+    return (epoch=Int(m.epoch), frozen=Int(m.frozen), k=Int(m.k), replicas=Int(m.replicas),
+            micro_batches=Int(m.micro_batches), bubble_fraction=m.bubble_fraction,
+            train_seconds=m.train_seconds, samples=Int(m.samples),
+            samples_per_second=m.samples_per_second, loss=m.loss,
+            syncs_per_second=m.syncs_per_second, cache_hit_rate=m.cache_hit_rate,
+            transitioned=m.transitioned != 0, next_frozen=Int(m.next_frozen),
+            next_k=Int(m.next_k), next_replicas=Int(m.next_replicas),
+            transition_seconds=m.transition_seconds,
+            transition_bytes=Int(m.transition_bytes), line=last_line(trainer))
+end
+
+"""
+    evaluate(trainer, inputs, targets) -> accuracy
+
+Collective: the fraction of the samples whose highest output is the label (`targets`: N
+labels in `1:C`; a cross-entropy trainer).
+"""
+function evaluate(trainer::PipeTrainer, inputs::AbstractArray, targets::AbstractArray)
+    x = _Tensor(_dense(inputs))
+    y = _Tensor(_targets(trainer, targets))
+    accuracy = Ref{Cdouble}(0)
+    GC.@preserve x y _check(weft_pipe_trainer_evaluate(trainer, x.dl, y.dl, accuracy))
+    return accuracy[]
+end
+
+"The last epoch's \"PIPE epoch=...\" line (\"\" before the first)."
+function last_line(trainer::PipeTrainer)
+    needed = Ref{Csize_t}(0)
+    _check(weft_pipe_trainer_last_line(trainer, Ptr{Cchar}(C_NULL), 0, needed))
+    buffer = Vector{UInt8}(undef, needed[])
+    GC.@preserve buffer _check(weft_pipe_trainer_last_line(trainer, pointer(buffer),
+                                                           length(buffer), needed))
+    return String(buffer[1:end-1])
+end
+
+"""
+    role(trainer) -> (replica=r, stage=s) or nothing
+
+This rank's place in the trainer's current plan (1-based); `nothing` when idle.
+"""
+function role(trainer::PipeTrainer)
+    replica = Ref{Cint}(-1)
+    stage = Ref{Cint}(-1)
+    _check(weft_pipe_trainer_role(trainer, replica, stage))
+    replica[] < 0 && return nothing
+    return (replica=Int(replica[]) + 1, stage=Int(stage[]) + 1)
+end
+
+"The trainer's current plan (what the next epoch trains with), as [`plan_info`](@ref)."
+function plan_info(trainer::PipeTrainer)
+    info = Ref(weft_pipe_plan_info(0, 0, 0, 0, 0, 0.0, 0.0))
+    _check(weft_pipe_trainer_plan_info(trainer, info))
+    i = info[]
+    return (frozen=Int(i.frozen), k=Int(i.k), replicas=Int(i.replicas),
+            micro_batches=Int(i.micro_batches), world=Int(i.world), m0=i.m0,
+            max_cost=i.max_cost)
 end
 
 # ---- settings ----------------------------------------------------------------------------

@@ -1354,6 +1354,207 @@ function weft_pipe_schedule_bubble(bubble, cycles, kind, stages, micro_batches)
           bubble, cycles, kind, stages, micro_batches)
 end
 
+# ---- pipe: the elastic pipeline trainer --------------------------------------------------
+
+# PipeTransformer-style training of a TorchScript model (pipe/runtime/trainer.h): AutoFreeze
+# at freeze points, AutoPipe (shorter pipelines) and AutoDP (more replicas) transitions,
+# AutoCache for the frozen prefix, per-epoch metrics. The model file comes from
+# torch.jit.save of a module whose children, in order, are the layers (a scripted
+# torch.nn.Sequential); each child's forward takes and returns one tensor. Every call of
+# this section is collective: every rank of the world calls it, in the same order, after
+# weft_init(). These calls are the part of libweft that runs LibTorch. One trainer must not
+# be used by two threads at once.
+mutable struct weft_pipe_trainer end
+# enum weft_pipe_optimizer_kind (a C int)
+const WEFT_PIPE_OPTIMIZER_SGD = Cint(0)  # lr, momentum, weight_decay
+const WEFT_PIPE_OPTIMIZER_ADAM = Cint(1)  # lr, weight_decay (L2 in the gradient)
+const WEFT_PIPE_OPTIMIZER_ADAMW = Cint(2)  # lr, weight_decay (decoupled)
+# enum weft_pipe_loss_kind (a C int)
+const WEFT_PIPE_LOSS_CROSS_ENTROPY = Cint(0)  # outputs [N, C] logits, targets [N] class indices
+const WEFT_PIPE_LOSS_MSE = Cint(1)  # targets shaped like the outputs
+
+const WEFT_PIPE_TRAINER_OPTIONS_VERSION = 1
+
+struct weft_pipe_trainer_options
+    version::Cuint
+    k0::Cint  # the initial pipeline length; 0: min(world size, layers)
+    freeze::Cint  # AutoFreeze at freeze points (default 1)
+    alpha::Cdouble  # the freeze schedule's alpha, in (0, 1] (default 1/3)
+    gradient_aware::Cint  # the gradient-aware freeze policy (default 0)
+    freeze_every_epochs::Cint  # a freeze point every this many epochs (default 1)
+    autopipe::Cint  # K halves while the balanced stages fit M0 (default 1)
+    autodp::Cint  # freed ranks host more replicas (default 1)
+    cache::Cint  # AutoCache of the frozen prefix's output (default 0)
+    cache_dir::Ptr{Cchar}  # the cache's spill directory; NULL or "": none
+    schedule::Cint  # default WEFT_PIPE_SCHEDULE_GPIPE
+    micro_batches::Cint  # per replica mini-batch; 0: 2 K
+    batch_size::Int64  # samples per optimizer step over all replicas (default 64)
+    seed::UInt64  # the epochs' sample orders (default 1)
+    optimizer::Cint  # default WEFT_PIPE_OPTIMIZER_ADAM
+    lr::Cdouble  # default 1e-3
+    momentum::Cdouble  # SGD only (default 0)
+    weight_decay::Cdouble  # default 0
+    loss::Cint  # default WEFT_PIPE_LOSS_CROSS_ENTROPY
+    name::Ptr{Cchar}  # op name prefix; NULL or "": "pipe" (two trainers need two)
+end
+
+# WEFT_PIPE_TRAINER_OPTIONS_INIT: the defaults; any field but version may be given by
+# keyword.
+function weft_pipe_trainer_options(;
+        k0 = 0,
+        freeze = 1,
+        alpha = 1.0 / 3.0,
+        gradient_aware = 0,
+        freeze_every_epochs = 1,
+        autopipe = 1,
+        autodp = 1,
+        cache = 0,
+        cache_dir = C_NULL,
+        schedule = WEFT_PIPE_SCHEDULE_GPIPE,
+        micro_batches = 0,
+        batch_size = 64,
+        seed = 1,
+        optimizer = WEFT_PIPE_OPTIMIZER_ADAM,
+        lr = 1e-3,
+        momentum = 0.0,
+        weight_decay = 0.0,
+        loss = WEFT_PIPE_LOSS_CROSS_ENTROPY,
+        name = C_NULL)
+    weft_pipe_trainer_options(WEFT_PIPE_TRAINER_OPTIONS_VERSION, k0, freeze, alpha,
+        gradient_aware, freeze_every_epochs, autopipe, autodp, cache, cache_dir, schedule,
+        micro_batches, batch_size, seed, optimizer, lr, momentum, weight_decay, loss, name)
+end
+
+# One epoch's metrics (EpochMetrics): the configuration it trained with, its throughput,
+# and the transition at its end. The caller sets version (WEFT_PIPE_EPOCH_METRICS_INIT);
+# weft fills the fields that version has. The per-stage layers and costs and the newly
+# active ranks are in weft_pipe_trainer_last_line.
+const WEFT_PIPE_EPOCH_METRICS_VERSION = 1
+
+struct weft_pipe_epoch_metrics
+    version::Cuint
+    epoch::Cint  # 0-based
+    frozen::Cint
+    k::Cint
+    replicas::Cint
+    micro_batches::Cint
+    bubble_fraction::Cdouble  # (K - 1) / (M + K - 1)
+    train_seconds::Cdouble  # training only: first step to last
+    samples::Int64
+    samples_per_second::Cdouble
+    loss::Cdouble  # mean over the epoch's steps
+    syncs_per_second::Cdouble  # data-parallel gradient synchronizations
+    cache_hit_rate::Cdouble
+    transitioned::Cint  # 0: no transition ran; the next_* and transition_* are 0
+    next_frozen::Cint
+    next_k::Cint
+    next_replicas::Cint
+    transition_seconds::Cdouble
+    transition_bytes::Int64  # weights and optimizer state moved, on all ranks
+end
+
+# WEFT_PIPE_EPOCH_METRICS_INIT: the defaults; any field but version may be given by
+# keyword.
+function weft_pipe_epoch_metrics(;
+        epoch = 0,
+        frozen = 0,
+        k = 0,
+        replicas = 0,
+        micro_batches = 0,
+        bubble_fraction = 0,
+        train_seconds = 0,
+        samples = 0,
+        samples_per_second = 0,
+        loss = 0,
+        syncs_per_second = 0,
+        cache_hit_rate = 0,
+        transitioned = 0,
+        next_frozen = 0,
+        next_k = 0,
+        next_replicas = 0,
+        transition_seconds = 0,
+        transition_bytes = 0)
+    weft_pipe_epoch_metrics(WEFT_PIPE_EPOCH_METRICS_VERSION, epoch, frozen, k, replicas,
+        micro_batches, bubble_fraction, train_seconds, samples, samples_per_second, loss,
+        syncs_per_second, cache_hit_rate, transitioned, next_frozen, next_k, next_replicas,
+        transition_seconds, transition_bytes)
+end
+
+# Collective: loads the TorchScript file on every rank (errors name the path; a rank that
+# fails makes every rank fail), checks the options against the model and the world,
+# starts every rank from rank 0's parameters and makes the first plan. NULL options: the
+# defaults. Needs weft_init().
+# C: weft_status weft_pipe_trainer_create(weft_pipe_trainer** out, const char*
+#        torchscript_path, const weft_pipe_trainer_options* options)
+function weft_pipe_trainer_create(out, torchscript_path, options)
+    ccall((:weft_pipe_trainer_create, libweft()), Cint,
+          (Ptr{Ptr{weft_pipe_trainer}}, Cstring, Ptr{weft_pipe_trainer_options}),
+          out, torchscript_path, options)
+end
+
+# C: void weft_pipe_trainer_destroy(weft_pipe_trainer* trainer)
+function weft_pipe_trainer_destroy(trainer)
+    ccall((:weft_pipe_trainer_destroy, libweft()), Cvoid,
+          (Ptr{weft_pipe_trainer},),
+          trainer)
+end
+
+# Collective: one epoch over the training set, then the freeze point's transition.
+# inputs and targets are the whole training set on every rank: CPU tensors, sample i is
+# inputs[i] and targets[i] (dim 0), borrowed for the call (not copied, unless inputs are of
+# another floating type than the model's parameters, or targets are int32). inputs
+# float32 or float64; targets int64 or int32 class indices for cross-entropy, floating for
+# MSE. metrics may be NULL.
+# C: weft_status weft_pipe_trainer_train_epoch(weft_pipe_trainer* trainer, const DLTensor*
+#        inputs, const DLTensor* targets, weft_pipe_epoch_metrics* metrics)
+function weft_pipe_trainer_train_epoch(trainer, inputs, targets, metrics)
+    ccall((:weft_pipe_trainer_train_epoch, libweft()), Cint,
+          (Ptr{weft_pipe_trainer}, Ptr{DLTensor}, Ptr{DLTensor},
+           Ptr{weft_pipe_epoch_metrics}),
+          trainer, inputs, targets, metrics)
+end
+
+# EpochMetrics::ToLine() of the last epoch ("PIPE epoch=0 frozen=0 k=2 ...", with the
+# per-stage layers and costs and the newly active ranks); "" before the first epoch.
+# *needed is always set to its length plus the terminating NUL; (NULL, 0) only asks for
+# it; a buffer of fewer than *needed bytes is WEFT_ERR_OUT_OF_RANGE, nothing written.
+# C: weft_status weft_pipe_trainer_last_line(const weft_pipe_trainer* trainer, char* buf,
+#        size_t cap, size_t* needed)
+function weft_pipe_trainer_last_line(trainer, buf, cap, needed)
+    ccall((:weft_pipe_trainer_last_line, libweft()), Cint,
+          (Ptr{weft_pipe_trainer}, Ptr{Cchar}, Csize_t, Ptr{Csize_t}),
+          trainer, buf, cap, needed)
+end
+
+# Collective: the fraction of the samples whose argmax output equals the target (int64 or
+# int32 class indices; a cross-entropy trainer), forward only through the current
+# pipelines, the replicas splitting the samples.
+# C: weft_status weft_pipe_trainer_evaluate(weft_pipe_trainer* trainer, const DLTensor*
+#        inputs, const DLTensor* targets, double* accuracy)
+function weft_pipe_trainer_evaluate(trainer, inputs, targets, accuracy)
+    ccall((:weft_pipe_trainer_evaluate, libweft()), Cint,
+          (Ptr{weft_pipe_trainer}, Ptr{DLTensor}, Ptr{DLTensor}, Ptr{Cdouble}),
+          trainer, inputs, targets, accuracy)
+end
+
+# This rank's role in the current plan: replica and stage, both -1 for an idle rank.
+# C: weft_status weft_pipe_trainer_role(const weft_pipe_trainer* trainer, int* replica, int*
+#        stage)
+function weft_pipe_trainer_role(trainer, replica, stage)
+    ccall((:weft_pipe_trainer_role, libweft()), Cint,
+          (Ptr{weft_pipe_trainer}, Ptr{Cint}, Ptr{Cint}),
+          trainer, replica, stage)
+end
+
+# The current plan's summary (what the next epoch trains with).
+# C: weft_status weft_pipe_trainer_plan_info(const weft_pipe_trainer* trainer,
+#        weft_pipe_plan_info* info)
+function weft_pipe_trainer_plan_info(trainer, info)
+    ccall((:weft_pipe_trainer_plan_info, libweft()), Cint,
+          (Ptr{weft_pipe_trainer}, Ptr{weft_pipe_plan_info}),
+          trainer, info)
+end
+
 # ---- configuration (WEFT_* settings) -----------------------------------------------------
 
 # Overrides a setting in this process (wins over the environment); validated at once.
@@ -1467,8 +1668,14 @@ export libweft, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, DLDevice, DLDataTy
     weft_pipe_plan_destroy, weft_pipe_plan_info, weft_pipe_plan_get_info,
     weft_pipe_plan_boundaries, weft_pipe_plan_stage_costs, weft_pipe_plan_newly_active,
     weft_pipe_plan_role, WEFT_PIPE_SCHEDULE_GPIPE, WEFT_PIPE_SCHEDULE_1F1B,
-    weft_pipe_schedule_bubble, weft_config_set, weft_config_unset, weft_config_get,
-    weft_config_describe, weft_timeline_start, weft_timeline_stop,
-    weft_timeline_start_activity, weft_timeline_end_activity
+    weft_pipe_schedule_bubble, weft_pipe_trainer, WEFT_PIPE_OPTIMIZER_SGD,
+    WEFT_PIPE_OPTIMIZER_ADAM, WEFT_PIPE_OPTIMIZER_ADAMW, WEFT_PIPE_LOSS_CROSS_ENTROPY,
+    WEFT_PIPE_LOSS_MSE, WEFT_PIPE_TRAINER_OPTIONS_VERSION, weft_pipe_trainer_options,
+    WEFT_PIPE_EPOCH_METRICS_VERSION, weft_pipe_epoch_metrics, weft_pipe_trainer_create,
+    weft_pipe_trainer_destroy, weft_pipe_trainer_train_epoch, weft_pipe_trainer_last_line,
+    weft_pipe_trainer_evaluate, weft_pipe_trainer_role, weft_pipe_trainer_plan_info,
+    weft_config_set, weft_config_unset, weft_config_get, weft_config_describe,
+    weft_timeline_start, weft_timeline_stop, weft_timeline_start_activity,
+    weft_timeline_end_activity
 
 end  # module CAPI

@@ -447,6 +447,32 @@ end
         set_topology(RingGraph(n))  # allowed again
     end
 
+    # The elastic pipeline trainer, on the TorchScript model of //tests/capi:trainer_model
+    # (7 layers, 6 features, 4 classes) when WEFTJL_TRAINER_MODEL names it.
+    model = get(ENV, "WEFTJL_TRAINER_MODEL", "")
+    if !isempty(model)
+        @testset "pipe trainer" begin
+            centers = 3 .* [sin(7c + f) for f in 1:6, c in 1:4]
+            labels = [mod1(i, 4) for i in 1:512]
+            x = Float32.(centers[:, labels] .+ 0.5 .* cos.(1:6 .* (1:512)'))  # 6 × 512
+            trainer = PipeTrainer(model; alpha=0.5, batch_size=32, micro_batches=2,
+                                  lr=1e-2, name="jl.train")
+            @test plan_info(trainer).frozen == 0 && last_line(trainer) == ""
+            m0 = train_epoch!(trainer, x, labels)
+            m1 = train_epoch!(trainer, x, labels)
+            @test m0.epoch == 0 && m1.epoch == 1 && m1.samples == 512
+            @test m1.frozen == m0.next_frozen == 4 && m1.k == m0.next_k
+            @test m1.k < m0.k || m1.frozen > m0.frozen
+            @test startswith(m1.line, "PIPE epoch=1 frozen=4 ") && last_line(trainer) == m1.line
+            @test evaluate(trainer, x, labels) > 0.6
+            @test n > 1 || role(trainer) == (replica=1, stage=1)
+            close(trainer)
+            @test_throws WeftError train_epoch!(trainer, x, labels)
+            @test_throws WeftError PipeTrainer("/nonexistent/jl-model.pt")
+            @test_throws ArgumentError PipeTrainer(model; optimizer=:rmsprop)
+        end
+    end
+
     @test !isempty(config_describe())
     Weft.shutdown()
 end
