@@ -65,11 +65,24 @@ setup_tree_sitter() {
 BAZEL_FLAGS=(--disk_cache="${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/weft/bazel-disk")
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
+# Two parts: decentralized training of an MLP (examples/train.cc; the options after `demo`
+# go to it, WEFT_DEMO_RANKS ranks), then elastic pipelining of a small ViT with progressive
+# freezing, compared with the same training without freezing (examples/pipe/vit_pipe.cc,
+# WEFT_DEMO_PIPE_RANKS ranks; WEFT_DEMO_PIPE=0 skips it).
 demo() {
-  bazel build "${BAZEL_FLAGS[@]}" //examples:train
-  TMPDIR=/tmp tools/weftrun -np "${WEFT_DEMO_RANKS:-4}" \
-    --mpi-args "--mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo" \
+  local pipe=${WEFT_DEMO_PIPE:-1}
+  local -a targets=(//examples:train)
+  [ "$pipe" = 0 ] || targets+=(//examples/pipe:vit_pipe)
+  bazel build "${BAZEL_FLAGS[@]}" "${targets[@]}"
+  local mpi_args="--mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo"
+  [ "$pipe" = 0 ] || echo "== demo 1/2: decentralized training of an MLP (examples/train.cc)"
+  TMPDIR=/tmp tools/weftrun -np "${WEFT_DEMO_RANKS:-4}" --mpi-args "$mpi_args" \
     bazel-bin/examples/train "$@"
+  [ "$pipe" = 0 ] && return 0
+  echo
+  echo "== demo 2/2: elastic pipeline with progressive freezing (examples/pipe/vit_pipe.cc)"
+  TMPDIR=/tmp tools/weftrun -np "${WEFT_DEMO_PIPE_RANKS:-8}" --mpi-args "$mpi_args" \
+    bazel-bin/examples/pipe/vit_pipe --compare
 }
 
 run_tests() {
