@@ -14,8 +14,25 @@ struct weft_pipe_plan {
   weft::pipe::PlanOptions options;
 };
 
+namespace weft {
+namespace capi {
+
+void FillPlanInfo(const pipe::Plan& p, weft_pipe_plan_info* info) {
+  info->frozen = p.frozen;
+  info->k = p.k;
+  info->replicas = p.replicas;
+  info->micro_batches = p.micro_batches;
+  info->world = static_cast<int>(p.roles.size());
+  info->m0 = p.m0;
+  info->max_cost = p.partition.max_cost;
+}
+
+}  // namespace capi
+}  // namespace weft
+
 using weft::capi::CheckVersion;
 using weft::capi::CopyOut;
+using weft::capi::FillPlanInfo;
 using weft::capi::Guard;
 using weft::capi::Required;
 
@@ -145,14 +162,7 @@ weft_status weft_pipe_plan_get_info(weft_pipe_plan_info* info, const weft_pipe_p
   return Guard(fn, [&]() -> weft::Status {
     WEFT_RETURN_IF_ERROR(Required(info, fn, "info"));
     WEFT_RETURN_IF_ERROR(Required(plan, fn, "plan"));
-    const weft::pipe::Plan& p = plan->plan;
-    info->frozen = p.frozen;
-    info->k = p.k;
-    info->replicas = p.replicas;
-    info->micro_batches = p.micro_batches;
-    info->world = static_cast<int>(p.roles.size());
-    info->m0 = p.m0;
-    info->max_cost = p.partition.max_cost;
+    FillPlanInfo(plan->plan, info);
     return weft::OkStatus();
   });
 }

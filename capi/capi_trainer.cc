@@ -29,6 +29,7 @@ struct weft_pipe_trainer {
 };
 
 using weft::capi::CheckVersion;
+using weft::capi::FillPlanInfo;
 using weft::capi::Guard;
 using weft::capi::Required;
 
@@ -436,14 +437,7 @@ weft_status weft_pipe_trainer_plan_info(const weft_pipe_trainer* trainer,
   return Guard(fn, [&]() -> weft::Status {
     WEFT_RETURN_IF_ERROR(Required(info, fn, "info"));
     WEFT_RETURN_IF_ERROR(NeedTrainer(trainer, fn));
-    const weft::pipe::Plan& p = trainer->trainer->plan();
-    info->frozen = p.frozen;
-    info->k = p.k;
-    info->replicas = p.replicas;
-    info->micro_batches = p.micro_batches;
-    info->world = static_cast<int>(p.roles.size());
-    info->m0 = p.m0;
-    info->max_cost = p.partition.max_cost;
+    FillPlanInfo(trainer->trainer->plan(), info);
     return weft::OkStatus();
   });
 }

@@ -90,4 +90,15 @@ Status CopyOut(const std::vector<T>& values, T* buffer, size_t capacity, size_t*
 }  // namespace capi
 }  // namespace weft
 
+namespace weft {
+namespace pipe {
+struct Plan;
+}
+namespace capi {
+// The plan's summary as the C ABI reports it (capi_pipe.cc; the trainer reports its own
+// plan the same way).
+void FillPlanInfo(const pipe::Plan& plan, weft_pipe_plan_info* info);
+}  // namespace capi
+}  // namespace weft
+
 #endif  // WEFT_CAPI_INTERNAL_H_

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "examples/pipe/recipe.h"
 #include "examples/pipe/synthetic.h"
 #include "examples/pipe/vit.h"
 #include "pipe/runtime/runtime.h"
@@ -136,53 +137,7 @@ Flags Parse(int argc, char** argv) {
   return f;
 }
 
-// SyntheticImages as a pipe::Dataset. The samples are generated once, up front (the same
-// on every rank: they depend only on the seed), so that a step costs an index_select, not
-// image generation. No augmentation: AutoCache may cache the frozen prefix per sample id.
-class SyntheticDataset : public weft::pipe::Dataset {
- public:
-  SyntheticDataset(const SyntheticImages& images) {
-    std::vector<int64_t> ids(images.size());
-    std::iota(ids.begin(), ids.end(), 0);
-    images.Get(ids, &inputs_, &targets_);
-  }
-  int64_t size() const override { return inputs_.size(0); }
-  weft::Status Get(const std::vector<int64_t>& ids, at::Tensor* inputs,
-                   at::Tensor* targets) const override {
-    for (int64_t id : ids) {
-      if (id < 0 || id >= size()) {
-        return weft::InvalidArgument("SyntheticDataset: sample ", id, " not in [0, ", size(),
-                                     ")");
-      }
-    }
-    const at::Tensor index = at::tensor(ids, at::kLong);
-    if (inputs != nullptr) *inputs = inputs_.index_select(0, index);
-    if (targets != nullptr) *targets = targets_.index_select(0, index);
-    return weft::OkStatus();
-  }
 
- private:
-  at::Tensor inputs_, targets_;
-};
-
-// The learning rate of every layer's Adam follows one schedule over the run's global
-// steps: linear warm-up, then cosine decay to 0 at the last step (the baseline's). The
-// trainer steps each layer's optimizer once per global step while the layer is trainable,
-// and moves its state (Adam's per-parameter step count included) to the ranks that take the
-// layer over, so the state's step count is the global step on whichever rank holds it.
-struct LrSchedule {
-  double lr = 1e-3;
-  int64_t warmup = 0;
-  int64_t total = 1;
-  double At(int64_t step) const {
-    if (step < warmup) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
-    const double progress = static_cast<double>(step - warmup) /
-                            static_cast<double>(std::max<int64_t>(1, total - warmup));
-    return lr * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
-  }
-};
-
-// Rank 0's progress bar: the largest global step any of its optimizers reached.
 struct Progress {
   bool on = false;
   int epoch = 0, epochs = 0;
@@ -208,39 +163,6 @@ struct Progress {
   }
 };
 
-class ScheduledAdam : public torch::optim::Adam {
- public:
-  ScheduledAdam(std::vector<at::Tensor> params, const LrSchedule* schedule, Progress* progress)
-      : torch::optim::Adam(std::move(params), torch::optim::AdamOptions(schedule->lr)),
-        schedule_(schedule),
-        progress_(progress) {}
-
-  at::Tensor step(LossClosure closure = nullptr) override {
-    const int64_t global = GlobalStep();
-    const double lr = schedule_->At(global);
-    for (auto& group : param_groups()) {
-      static_cast<torch::optim::AdamOptions&>(group.options()).lr(lr);
-    }
-    progress_->Step(global);
-    return torch::optim::Adam::step(std::move(closure));
-  }
-
- private:
-  // Adam's step count of the first parameter that has state: the steps taken so far.
-  int64_t GlobalStep() const {
-    for (const auto& group : param_groups()) {
-      for (const at::Tensor& p : group.params()) {
-        auto it = state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
-        if (it != state().end()) {
-          return static_cast<const torch::optim::AdamParamState&>(*it->second).step();
-        }
-      }
-    }
-    return 0;
-  }
-  const LrSchedule* schedule_;
-  Progress* progress_;
-};
 
 int Fail(const weft::Status& s) {
   std::fprintf(stderr, "vit_pipe (rank %d): %s\n", weft::rank(), s.ToString().c_str());
@@ -265,15 +187,15 @@ struct RunResult {
   std::vector<int> ks, replicas;
 };
 
-weft::StatusOr<RunResult> Train(const Flags& f, const SyntheticDataset& train,
-                                const SyntheticDataset& test, bool freeze,
+weft::StatusOr<RunResult> Train(const Flags& f, const weft::pipe::TensorDataset& train,
+                                const weft::pipe::TensorDataset& test, bool freeze,
                                 const std::string& name, bool print) {
   const int me = weft::rank();
   const bool table = print && me == 0 && !f.quiet;
   torch::nn::Sequential vit = weft::examples::MakeVit(f.model, f.seed);
   WEFT_ASSIGN_OR_RETURN(weft::pipe::LayerList model, weft::pipe::LayerList::FromSequential(vit));
 
-  LrSchedule schedule;
+  weft::examples::LrSchedule schedule;
   schedule.lr = f.lr;
   schedule.warmup = f.warmup;
   schedule.total = (train.size() / f.batch) * f.epochs;
@@ -297,7 +219,8 @@ weft::StatusOr<RunResult> Train(const Flags& f, const SyntheticDataset& train,
   options.seed = f.seed;
   options.name = name;
   options.make_optimizer = [&schedule, &progress](std::vector<at::Tensor> params) {
-    return std::make_unique<ScheduledAdam>(std::move(params), &schedule, &progress);
+    return std::make_unique<weft::examples::ScheduledAdam>(
+        std::move(params), &schedule, [&progress](int64_t global) { progress.Step(global); });
   };
   options.loss = [](const at::Tensor& out, const at::Tensor& y) {
     return torch::nn::functional::cross_entropy(out, y);
@@ -358,7 +281,12 @@ int Run(const Flags& f) {
                                      static_cast<float>(f.noise));
   const SyntheticImages test_images(f.test_size, f.model, f.seed, SyntheticImages::Split::kTest,
                                     static_cast<float>(f.noise));
-  const SyntheticDataset train(train_images), test(test_images);
+  auto train_set = weft::examples::Pregenerate(train_images);
+  auto test_set = weft::examples::Pregenerate(test_images);
+  if (!train_set.ok()) return Fail(train_set.status());
+  if (!test_set.ok()) return Fail(test_set.status());
+  const weft::pipe::TensorDataset& train = *train_set;
+  const weft::pipe::TensorDataset& test = *test_set;
   if (me == 0 && !f.quiet) {
     const VitConfig& c = f.model;
     std::printf("vit_pipe: ViT image %d patch %d dim %d depth %d (%d groups) on %d ranks; "

@@ -176,6 +176,19 @@ struct ElasticTrainer::Impl {
     return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(wanted, samples)));
   }
 
+  // This rank's part of its replica's pipeline for `samples` samples.
+  StageSpec SpecFor(const Plan& p, Role role, int64_t samples, std::string tag) const {
+    StageSpec spec;
+    spec.ranks = p.ReplicaRanks(role.replica);
+    spec.boundaries = p.partition.boundaries;
+    spec.stage = role.stage;
+    spec.frozen = p.frozen;
+    spec.schedule = options.schedule;
+    spec.micro_batches = MicroBatches(p, samples);
+    spec.tag = std::move(tag);
+    return spec;
+  }
+
   Status CheckCache(const Dataset& data);
   StatusOr<at::Tensor> FrozenPrefix(const Dataset& data, const std::vector<int64_t>& ids,
                                     int frozen, int64_t* hits);
@@ -395,14 +408,9 @@ StatusOr<EpochMetrics> ElasticTrainer::TrainEpoch(const Dataset& data) {
     const int64_t first = step * batch + shares[role.replica];
     const int64_t count = shares[role.replica + 1] - shares[role.replica];
     std::vector<int64_t> ids(order.begin() + first, order.begin() + first + count);
-    StageSpec spec;
-    spec.ranks = plan.ReplicaRanks(role.replica);
-    spec.boundaries = plan.partition.boundaries;
-    spec.stage = role.stage;
-    spec.frozen = plan.frozen;
-    spec.schedule = t.options.schedule;
-    spec.micro_batches = t.MicroBatches(plan, count);
-    spec.tag = absl::StrCat(t.options.name, ".e", t.epoch, ".s", step, ".r", role.replica);
+    StageSpec spec = t.SpecFor(plan, role, count,
+                               absl::StrCat(t.options.name, ".e", t.epoch, ".s", step, ".r",
+                                            role.replica));
     // With the cache, stage 0 hands on the frozen prefix's output: every stage skips the
     // frozen layers the partition gave it.
     spec.input_depth = use_cache ? plan.frozen : 0;
@@ -662,14 +670,9 @@ StatusOr<double> ElasticTrainer::Evaluate(const Dataset& data, int64_t batch_siz
     if (mine == 0) continue;  // every stage of this replica skips alike
     std::vector<int64_t> ids(mine);
     std::iota(ids.begin(), ids.end(), first + shares[role.replica]);
-    StageSpec spec;
-    spec.ranks = plan.ReplicaRanks(role.replica);
-    spec.boundaries = plan.partition.boundaries;
-    spec.stage = role.stage;
-    spec.frozen = plan.frozen;
-    spec.schedule = t.options.schedule;
-    spec.micro_batches = t.MicroBatches(plan, mine);
-    spec.tag = absl::StrCat(t.options.name, ".v", t.evaluations, ".s", step, ".r", role.replica);
+    StageSpec spec = t.SpecFor(plan, role, mine,
+                               absl::StrCat(t.options.name, ".v", t.evaluations, ".s", step,
+                                            ".r", role.replica));
     at::Tensor inputs, targets;
     const bool first_stage = role.stage == 0, last_stage = role.stage == plan.k - 1;
     if (first_stage || last_stage) {

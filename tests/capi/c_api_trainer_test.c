@@ -9,53 +9,9 @@
 
 #include <weft/weft.h>
 
-static int g_rank = -1;
-
-#define CHECK(cond)                                                                      \
-  do {                                                                                   \
-    if (!(cond)) {                                                                       \
-      fprintf(stderr, "rank %d: %s:%d: check failed: %s (last error: %s)\n", g_rank,     \
-              __FILE__, __LINE__, #cond, weft_last_error());                             \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
-
-#define OK(call)                                                                         \
-  do {                                                                                   \
-    weft_status ok_status_ = (call);                                                     \
-    if (ok_status_ != WEFT_OK) {                                                         \
-      fprintf(stderr, "rank %d: %s:%d: %s returned %s: %s\n", g_rank, __FILE__, __LINE__, \
-              #call, weft_status_string(ok_status_), weft_last_error());                 \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
-
-#define FAILS(call, code, text)                                                          \
-  do {                                                                                   \
-    weft_status fails_status_ = (call);                                                  \
-    if (fails_status_ != (code) || strstr(weft_last_error(), (text)) == NULL) {          \
-      fprintf(stderr, "rank %d: %s:%d: %s returned %s (\"%s\"); expected %s mentioning " \
-              "\"%s\"\n", g_rank, __FILE__, __LINE__, #call,                             \
-              weft_status_string(fails_status_), weft_last_error(),                      \
-              weft_status_string(code), (text));                                         \
-      exit(1);                                                                           \
-    }                                                                                    \
-  } while (0)
+#include "tests/capi/check.h"
 
 enum { kSamples = 512, kFeatures = 6, kClasses = 4 };
-
-static DLTensor Tensor(void* data, DLDataTypeCode code, int bits, int ndim, int64_t* shape) {
-  DLTensor t;
-  memset(&t, 0, sizeof(t));
-  t.data = data;
-  t.device.device_type = kDLCPU;
-  t.ndim = ndim;
-  t.dtype.code = (uint8_t)code;
-  t.dtype.bits = (uint8_t)bits;
-  t.dtype.lanes = 1;
-  t.shape = shape;
-  return t;
-}
 
 /* A deterministic generator (the same samples on every rank). */
 static unsigned long long g_state = 88172645463325252ULL;
