@@ -427,8 +427,9 @@ StatusOr<EpochMetrics> ElasticTrainer::TrainEpoch(const Dataset& data) {
     WEFT_ASSIGN_OR_RETURN(StepResult result,
                           RunPipelineStep(t.model, spec, inputs, targets, t.options.loss));
     loss_sum += result.loss;
+    const bool gossip = t.options.sync == TrainerOptions::ReplicaSync::kGossip;
     // Average the gradients of this stage over the replicas (frozen layers have none).
-    if (replicas > 1 && !trainable_held.empty()) {
+    if (replicas > 1 && !trainable_held.empty() && !gossip) {
       // The same names in every replica (the tag names the replica).
       const std::string sync_tag = absl::StrCat(t.options.name, ".e", t.epoch, ".s", step, ".sync");
       std::vector<ta::TorchHandle> handles;
@@ -464,6 +465,27 @@ StatusOr<EpochMetrics> ElasticTrainer::TrainEpoch(const Dataset& data) {
         param.mutable_grad() = at::Tensor();
       }
     }
+    // Decentralized: average the parameters with this step's peer replica.
+    if (gossip && replicas > 1 && !trainable_held.empty()) {
+      int bits = 0;
+      while ((1 << bits) < replicas) ++bits;
+      const int peer_replica = role.replica ^ (1 << (step % bits));
+      if (peer_replica < replicas) {
+        std::vector<int> pair = {t.me, plan.ReplicaRanks(peer_replica)[role.stage]};
+        std::sort(pair.begin(), pair.end());
+        const std::string tag = absl::StrCat(t.options.name, ".e", t.epoch, ".s", step, ".gossip");
+        std::vector<ta::TorchHandle> handles;
+        for (int l : trainable_held) {
+          int i = 0;
+          for (const at::Tensor& p : t.model.Parameters(l)) {
+            WEFT_ASSIGN_OR_RETURN(auto h, ta::allreduce_nonblocking_(
+                                              p, true, absl::StrCat(tag, ".l", l, ".", i++), pair));
+            handles.push_back(std::move(h));
+          }
+        }
+        WEFT_RETURN_IF_ERROR(WaitAll(handles));
+      }
+    }
   }
   WEFT_RETURN_IF_ERROR(barrier());
   metrics.train_seconds = Now() - start;
@@ -486,15 +508,37 @@ StatusOr<EpochMetrics> ElasticTrainer::TrainEpoch(const Dataset& data) {
   metrics.cache_hit_rate = totals[2].item<double>() > 0
                                ? totals[1].item<double>() / totals[2].item<double>()
                                : 0;
-  // Until the transition, only the stages that ran a trainable layer hold it up to date.
+  // Until the transition, only the stages that ran a trainable layer hold it up to date;
+  // with gossip, only replica 0's (the others differ a little: they take its copy at the
+  // transition, after the replicas averaged their parameters below).
+  const bool gossip = t.options.sync == TrainerOptions::ReplicaSync::kGossip;
   for (int r = 0; r < t.world; ++r) {
     std::vector<char> holds(t.layers, 0);
-    for (int l : t.Needs(plan, r)) holds[l] = 1;
+    const bool counts = !gossip || t.RoleOf(plan, r).replica == 0;
+    for (int l : t.Needs(plan, r)) holds[l] = counts;
     for (int l = plan.frozen; l < t.layers; ++l) t.fresh[r][l] = t.fresh[r][l] && holds[l];
   }
   ++t.epoch;
+  const bool freeze_point =
+      t.options.freeze && t.epoch % t.options.freeze_every_epochs == 0;
+  if (gossip && freeze_point && replicas > 1 && !trainable_held.empty()) {
+    // The consensus average, so that the copy the others take is everyone's.
+    std::vector<ta::TorchHandle> handles;
+    for (int l : trainable_held) {
+      int i = 0;
+      for (const at::Tensor& p : t.model.Parameters(l)) {
+        WEFT_ASSIGN_OR_RETURN(
+            auto h, ta::allreduce_nonblocking_(
+                        p, true, absl::StrCat(t.options.name, ".e", t.epoch, ".consensus.l", l,
+                                              ".", i++),
+                        sync_ranks));
+        handles.push_back(std::move(h));
+      }
+    }
+    WEFT_RETURN_IF_ERROR(WaitAll(handles));
+  }
 
-  if (t.options.freeze && t.epoch % t.options.freeze_every_epochs == 0) {
+  if (freeze_point) {
     const double transition_start = Now();
     ++t.freeze_points;
     // The leader decides; gradient norms come from replica 0's stages.

@@ -101,6 +101,16 @@ struct TrainerOptions {
   double lambda = 1.0 / 6.0;
   Strategy strategy = Strategy::kOptimal;
   ScheduleKind schedule = ScheduleKind::kGPipe;
+  // How the replicas of a stage stay together. kAllreduce: gradients are averaged over
+  // all of them every step (the replicas stay identical). kGossip: decentralized, as in
+  // Bluefog: each replica steps on its own gradients, then averages its parameters with
+  // one other replica of the stage (one-peer exponential-2 schedule over the replicas: at
+  // step t, replica r pairs with r XOR 2^(t mod ceil(log2 R)), none when that is >= R), a
+  // process set of two ranks instead of R. At a freeze point the stage's replicas average
+  // their parameters and adopt replica 0's optimizer state, so every transition starts
+  // from identical replicas.
+  enum class ReplicaSync { kAllreduce, kGossip };
+  ReplicaSync sync = ReplicaSync::kAllreduce;
   // Micro-batches per replica mini-batch (capped at its sample count); 0: 2 K.
   int micro_batches = 0;
   // Samples per optimizer step over all replicas (each replica takes an equal share).

@@ -131,10 +131,11 @@ at::Tensor Fingerprints(ElasticTrainer& trainer, const LayerList& model, const s
   return at::where(mask.unsqueeze(2) > 0, table, at::full_like(table, NAN));
 }
 
-TEST(Trainer, TransitionsKeepReplicasIdenticalAndFrozenLayersUnchanged) {
+void CheckTransitions(TrainerOptions::ReplicaSync sync, const std::string& name) {
   auto model = LayerList::FromSequential(MakeModel());
   ASSERT_TRUE(model.ok()) << model.status();
-  TrainerOptions options = Options("t1");
+  TrainerOptions options = Options(name);
+  options.sync = sync;
   auto trainer = ElasticTrainer::Create(*model, options);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   Clusters data(512);
@@ -164,7 +165,7 @@ TEST(Trainer, TransitionsKeepReplicasIdenticalAndFrozenLayersUnchanged) {
     }
     EXPECT_EQ((*trainer)->held_layers(), expected);
     // Every holder of a layer has the same parameters and optimizer state.
-    at::Tensor table = Fingerprints(**trainer, *model, "t1.check" + std::to_string(epoch));
+    at::Tensor table = Fingerprints(**trainer, *model, name + ".check" + std::to_string(epoch));
     int holders_total = 0;
     for (int l = 0; l < model->size(); ++l) {
       std::vector<double> first;
@@ -193,8 +194,19 @@ TEST(Trainer, TransitionsKeepReplicasIdenticalAndFrozenLayersUnchanged) {
   auto accuracy = (*trainer)->Evaluate(Clusters(128));
   ASSERT_TRUE(accuracy.ok()) << accuracy.status();
   // Half the layers freeze after one epoch of 16 steps: it learns, not to convergence
-  // (chance is 1/4). The same figure on every world size: the math does not depend on K.
+  // (chance is 1/4). With allreduce, the same figure on every world size: the math does
+  // not depend on K.
   EXPECT_GT(*accuracy, 0.5);
+}
+
+TEST(Trainer, TransitionsKeepReplicasIdenticalAndFrozenLayersUnchanged) {
+  CheckTransitions(TrainerOptions::ReplicaSync::kAllreduce, "t1");
+}
+
+// Decentralized replicas differ between freeze points; every transition still starts from
+// identical ones (the consensus average, replica 0's optimizer state).
+TEST(Trainer, GossipReplicasAreIdenticalAfterEveryTransition) {
+  CheckTransitions(TrainerOptions::ReplicaSync::kGossip, "t2");
 }
 
 TEST(Trainer, TheCacheChangesTheWorkNotTheResult) {
