@@ -154,6 +154,12 @@ weft::Status ToTrainerOptions(const weft_pipe_trainer_options& c, const char* fn
                                    "; expected WEFT_PIPE_LOSS_CROSS_ENTROPY or _MSE");
   }
   o->name = (c.name == nullptr || c.name[0] == '\0') ? "pipe" : c.name;
+  if (c.decentralized != 0 && c.decentralized != 1) {
+    return weft::InvalidArgument(fn, ": options->decentralized is ", c.decentralized,
+                                 "; use 0 or 1");
+  }
+  o->sync = c.decentralized ? pipe::TrainerOptions::ReplicaSync::kGossip
+                            : pipe::TrainerOptions::ReplicaSync::kAllreduce;
   return weft::OkStatus();
 }
 

@@ -461,6 +461,9 @@ type TrainerOptions struct {
 	WeightDecay       float64
 	Loss              Loss
 	Name              string // the op name prefix; "": "pipe" (two live trainers need two)
+	// Replicas average parameters with one peer replica per step instead of allreducing
+	// gradients (pipe/README.md).
+	Decentralized bool
 }
 
 // Tensor is a dense, row-major CPU tensor over a Go slice ([]float32, []float64, []int32 or
@@ -600,6 +603,9 @@ func NewTrainer(path string, opts TrainerOptions) (*Trainer, error) {
 	}
 	if opts.FreezeEveryEpochs != 0 {
 		n.FreezeEveryEpochs = int32(opts.FreezeEveryEpochs)
+	}
+	if opts.Decentralized {
+		n.Decentralized = 1
 	}
 	var h trainerHandle
 	if err := call(func() cstatus {

@@ -104,6 +104,28 @@ func TestTrainerTrainsAndTransitions(t *testing.T) {
 	tr.Close() // twice is fine
 }
 
+// Replicas gossip parameters with one peer replica per step; the run still learns.
+func TestTrainerDecentralized(t *testing.T) {
+	path := trainerModel(t)
+	const n = 512
+	x, y := clusters(n)
+	inputs, targets := weft.TensorOf(x, n, trainerFeatures), weft.TensorOf(y)
+	tr, err := weft.NewTrainer(path, weft.TrainerOptions{Alpha: 0.5, BatchSize: 32,
+		MicroBatches: 2, LR: 1e-2, Name: "go.gossip", Decentralized: true})
+	if err != nil {
+		t.Fatalf("NewTrainer: %v", err)
+	}
+	defer tr.Close()
+	for e := 0; e < 3; e++ {
+		if _, err := tr.TrainEpoch(inputs, targets); err != nil {
+			t.Fatalf("TrainEpoch %d: %v", e, err)
+		}
+	}
+	if accuracy, err := tr.Evaluate(inputs, targets); err != nil || !(accuracy > 0.6) {
+		t.Fatalf("Evaluate: %v, %v; want above 0.6 (chance is 0.25)", accuracy, err)
+	}
+}
+
 func TestTrainerErrors(t *testing.T) {
 	path := trainerModel(t)
 	var problems []string

@@ -280,7 +280,7 @@ typedef struct weftgo_pipe_trainer_numbers {
   int32_t micro_batches;
   int32_t optimizer;
   int32_t loss;
-  int32_t unused;
+  int32_t decentralized;
 } weftgo_pipe_trainer_numbers;
 _Static_assert(sizeof(weftgo_pipe_trainer_numbers) == 96 &&
                offsetof(weftgo_pipe_trainer_numbers, alpha) == 16 &&
@@ -317,7 +317,7 @@ type PipeTrainerNumbers struct {
 	MicroBatches      int32
 	Optimizer         int32
 	Loss              int32
-	Unused            int32
+	Decentralized     int32
 }
 
 // PipeEpochMetrics is laid out like the C struct weft_pipe_epoch_metrics.
@@ -807,6 +807,7 @@ weft_status weftgo_pipe_trainer_create(weft_pipe_trainer** out, const char* path
   o.weight_decay = numbers->weight_decay;
   o.loss = (weft_pipe_loss_kind)numbers->loss;
   o.name = name;
+  o.decentralized = numbers->decentralized;
   return weft_pipe_trainer_create(out, path, &o);
 }
 

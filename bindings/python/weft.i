@@ -672,7 +672,7 @@ WEFT_OUT_HANDLE(weft_pipe_trainer, out)
 }
 /* (k0, freeze, alpha, gradient_aware, freeze_every_epochs, autopipe, autodp, cache,
  *  cache_dir or None, schedule, micro_batches, batch_size, seed, optimizer, lr, momentum,
- *  weight_decay, loss, name or None[, version]); None: the defaults. */
+ *  weight_decay, loss, name or None, decentralized[, version]); None: the defaults. */
 %typemap(in) const weft_pipe_trainer_options* options
     (weft_pipe_trainer_options opts = WEFT_PIPE_TRAINER_OPTIONS_INIT) {
   int schedule = 0, optimizer = 0, loss = 0;
@@ -681,12 +681,12 @@ WEFT_OUT_HANDLE(weft_pipe_trainer, out)
   if ($input == Py_None) {
     $1 = NULL;
   } else {
-    if (!PyArg_ParseTuple($input, "iidiiiiiziiLKidddiz|I", &opts.k0, &opts.freeze, &opts.alpha,
+    if (!PyArg_ParseTuple($input, "iidiiiiiziiLKidddizi|I", &opts.k0, &opts.freeze, &opts.alpha,
                           &opts.gradient_aware, &opts.freeze_every_epochs, &opts.autopipe,
                           &opts.autodp, &opts.cache, &opts.cache_dir, &schedule,
                           &opts.micro_batches, &batch_size, &seed, &optimizer, &opts.lr,
                           &opts.momentum, &opts.weight_decay, &loss, &opts.name,
-                          &opts.version)) SWIG_fail;
+                          &opts.decentralized, &opts.version)) SWIG_fail;
     opts.schedule = (weft_pipe_schedule_kind)schedule;
     opts.batch_size = (int64_t)batch_size;
     opts.seed = (uint64_t)seed;

@@ -74,6 +74,9 @@ static void TestCreateErrors(const char* path) {
   o.optimizer = (weft_pipe_optimizer_kind)7;
   FAILS(weft_pipe_trainer_create(&t, path, &o), WEFT_ERR_INVALID_ARGUMENT, "optimizer");
   o.optimizer = WEFT_PIPE_OPTIMIZER_SGD;
+  o.decentralized = 2;
+  FAILS(weft_pipe_trainer_create(&t, path, &o), WEFT_ERR_INVALID_ARGUMENT, "decentralized");
+  o.decentralized = 0;
   o.loss = (weft_pipe_loss_kind)3;
   FAILS(weft_pipe_trainer_create(&t, path, &o), WEFT_ERR_INVALID_ARGUMENT, "loss");
   o.loss = WEFT_PIPE_LOSS_CROSS_ENTROPY;

@@ -463,14 +463,16 @@ class Trainer:
     autopipe, autodp, cache, cache_dir, schedule ("gpipe" or "1f1b"), micro_batches (0: 2
     K), batch_size (over all replicas), seed, optimizer ("sgd", "adam", "adamw"), lr,
     momentum (sgd), weight_decay, loss ("cross_entropy" or "mse"), name (the op name
-    prefix; two trainers alive at once need different names). close() frees it (also
+    prefix; two trainers alive at once need different names), decentralized (replicas
+    average parameters with one peer replica per step instead of allreducing gradients).
+    close() frees it (also
     `with` and garbage collection)."""
 
     def __init__(self, path, *, k0=0, freeze=True, alpha=_ALPHA, gradient_aware=False,
                  freeze_every_epochs=1, autopipe=True, autodp=True, cache=False,
                  cache_dir=None, schedule="gpipe", micro_batches=0, batch_size=64, seed=1,
                  optimizer="adam", lr=1e-3, momentum=0.0, weight_decay=0.0,
-                 loss="cross_entropy", name="pipe"):
+                 loss="cross_entropy", name="pipe", decentralized=False):
         fn = "Trainer"
         self._ptr = None
         path = os.fspath(path)
@@ -482,7 +484,8 @@ class Trainer:
             _choice(schedule, SCHEDULES, fn, "schedule"),
             _int(micro_batches, fn, "micro_batches"), operator.index(batch_size),
             operator.index(seed), _choice(optimizer, OPTIMIZERS, fn, "optimizer"), float(lr),
-            float(momentum), float(weight_decay), _choice(loss, LOSSES, fn, "loss"), str(name))
+            float(momentum), float(weight_decay), _choice(loss, LOSSES, fn, "loss"), str(name),
+            int(bool(decentralized)))
         if not 0 <= options[12] < 2 ** 64:
             raise _invalid(f"{fn}: seed = {seed} does not fit a uint64")
         if not -(2 ** 63) <= options[11] < 2 ** 63:

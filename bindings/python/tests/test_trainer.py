@@ -77,6 +77,17 @@ def test_trainer_trains_and_transitions(model_path):
     trainer.close()  # twice is fine
 
 
+def test_trainer_decentralized(model_path):
+    # Replicas gossip parameters with one peer each step; the run still learns.
+    x, y = clusters()
+    with wp.Trainer(model_path, alpha=0.5, batch_size=32, micro_batches=2, lr=1e-2,
+                    decentralized=True, name="py.gossip") as trainer:
+        for _ in range(3):
+            m = trainer.train_epoch(x, y)
+        assert m.epoch == 2
+        assert trainer.evaluate(x, y) > 0.6  # chance is 0.25
+
+
 def test_trainer_mse_sgd_1f1b(model_path):
     x, y = clusters(64)
     onehot = torch.nn.functional.one_hot(torch.from_numpy(y), CLASSES).float()

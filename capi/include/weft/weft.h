@@ -676,11 +676,13 @@ typedef struct weft_pipe_trainer_options {
   double weight_decay;     /* default 0 */
   weft_pipe_loss_kind loss; /* default WEFT_PIPE_LOSS_CROSS_ENTROPY */
   const char* name;        /* op name prefix; NULL or "": "pipe" (two trainers need two) */
+  int decentralized;       /* replicas average parameters with one peer replica per step
+                              instead of allreducing gradients (default 0; pipe/README.md) */
 } weft_pipe_trainer_options;
 #define WEFT_PIPE_TRAINER_OPTIONS_INIT                                                     \
   { WEFT_PIPE_TRAINER_OPTIONS_VERSION, 0, 1, 1.0 / 3.0, 0, 1, 1, 1, 0, NULL,              \
     WEFT_PIPE_SCHEDULE_GPIPE, 0, 64, 1, WEFT_PIPE_OPTIMIZER_ADAM, 1e-3, 0.0, 0.0,          \
-    WEFT_PIPE_LOSS_CROSS_ENTROPY, NULL }
+    WEFT_PIPE_LOSS_CROSS_ENTROPY, NULL, 0 }
 
 /* One epoch's metrics (EpochMetrics): the configuration it trained with, its throughput,
  * and the transition at its end. The caller sets version (WEFT_PIPE_EPOCH_METRICS_INIT);

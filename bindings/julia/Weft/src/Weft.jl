@@ -1885,7 +1885,7 @@ end
                 freeze_every_epochs=1, autopipe=true, autodp=true, cache=false,
                 cache_dir="", schedule=:gpipe, micro_batches=0, batch_size=64, seed=1,
                 optimizer=:adam, lr=1e-3, momentum=0.0, weight_decay=0.0,
-                loss=:cross_entropy, name="pipe")
+                loss=:cross_entropy, name="pipe", decentralized=false)
 
 Elastic pipeline training (AutoFreeze, AutoPipe, AutoDP, AutoCache) of the TorchScript model
 at `path`: a file written by `torch.jit.save` of a module whose children, in order, are the
@@ -1893,7 +1893,8 @@ layers (e.g. a scripted `torch.nn.Sequential`). Collective: every rank makes the
 and calls [`train_epoch!`](@ref) and [`evaluate`](@ref), in the same order, after
 `Weft.init()`. `optimizer` is `:sgd`, `:adam` or `:adamw`; `loss` `:cross_entropy` or
 `:mse`; `schedule` `:gpipe` or `"1f1b"`. Two trainers alive at once need different names.
-`close(trainer)` frees it (a finalizer does otherwise).
+With `decentralized`, the replicas of a stage average parameters with one peer replica per
+step instead of allreducing gradients. `close(trainer)` frees it (a finalizer does otherwise).
 
     trainer = PipeTrainer("model.pt"; alpha=0.5, batch_size=32, lr=1e-2)
     m = train_epoch!(trainer, x, y)   # x: features × N Float32, y: N labels in 1:C
@@ -1912,7 +1913,7 @@ function PipeTrainer(path::AbstractString; k0::Integer=0, freeze::Bool=true,
                      schedule=:gpipe, micro_batches::Integer=0, batch_size::Integer=64,
                      seed::Integer=1, optimizer=:adam, lr::Real=1e-3, momentum::Real=0.0,
                      weight_decay::Real=0.0, loss=:cross_entropy,
-                     name::AbstractString="pipe")
+                     name::AbstractString="pipe", decentralized::Bool=false)
     sched = _pick(_SCHEDULES, schedule, "schedule")
     opt = _pick(_OPTIMIZERS, optimizer, "optimizer")
     loss_code = _pick(_LOSSES, loss, "loss")
@@ -1925,7 +1926,8 @@ function PipeTrainer(path::AbstractString; k0::Integer=0, freeze::Bool=true,
             autopipe=Cint(autopipe), autodp=Cint(autodp), cache=Cint(cache),
             cache_dir=pointer(dir), schedule=sched, micro_batches=micro_batches,
             batch_size=batch_size, seed=seed, optimizer=opt, lr=lr, momentum=momentum,
-            weight_decay=weight_decay, loss=loss_code, name=pointer(prefix)))
+            weight_decay=weight_decay, loss=loss_code, name=pointer(prefix),
+            decentralized=Cint(decentralized)))
         _check(weft_pipe_trainer_create(out, path, options))
     end
     return finalizer(_destroy!, PipeTrainer(out[], loss_code))

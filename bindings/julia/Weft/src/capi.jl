@@ -1396,6 +1396,7 @@ struct weft_pipe_trainer_options
     weight_decay::Cdouble  # default 0
     loss::Cint  # default WEFT_PIPE_LOSS_CROSS_ENTROPY
     name::Ptr{Cchar}  # op name prefix; NULL or "": "pipe" (two trainers need two)
+    decentralized::Cint  # replicas average parameters with one peer replica per step instead of allreducing gradients (default 0; pipe/README.md)
 end
 
 # WEFT_PIPE_TRAINER_OPTIONS_INIT: the defaults; any field but version may be given by
@@ -1419,10 +1420,12 @@ function weft_pipe_trainer_options(;
         momentum = 0.0,
         weight_decay = 0.0,
         loss = WEFT_PIPE_LOSS_CROSS_ENTROPY,
-        name = C_NULL)
+        name = C_NULL,
+        decentralized = 0)
     weft_pipe_trainer_options(WEFT_PIPE_TRAINER_OPTIONS_VERSION, k0, freeze, alpha,
         gradient_aware, freeze_every_epochs, autopipe, autodp, cache, cache_dir, schedule,
-        micro_batches, batch_size, seed, optimizer, lr, momentum, weight_decay, loss, name)
+        micro_batches, batch_size, seed, optimizer, lr, momentum, weight_decay, loss, name,
+        decentralized)
 end
 
 # One epoch's metrics (EpochMetrics): the configuration it trained with, its throughput,
