@@ -18,6 +18,8 @@
 //   --micro-batches M per replica mini-batch (0: 2 K)  --schedule gpipe|1f1b (gpipe)
 //   --k0 N initial pipeline length (0: the world size)
 //   --no-freeze --no-autopipe --no-autodp --no-cache   turn one part off
+//   --cache-dir DIR    AutoCache's spill directory, shared by the replicas (every rank
+//                      passes the same path; entries are written through to it)
 //   --gradient-aware   AutoFreeze's gradient-norm policy on top of the schedule
 //   --train-size N (4096)  --test-size N (1024)  --noise X (0.4)  --seed N (1)
 //   --threads N (1)    intra-op threads per rank
@@ -76,6 +78,7 @@ struct Flags {
   double target = 0.0;
   int expect_k = 0;
   bool quiet = false;
+  std::string cache_dir;
 };
 
 [[noreturn]] void Usage(const std::string& why) {
@@ -110,7 +113,8 @@ Flags Parse(int argc, char** argv) {
       if (end == value || *end != '\0') Usage("bad number for " + name);
       return v;
     };
-    if (name == "--epochs") f.epochs = static_cast<int>(integer());
+    if (name == "--cache-dir") f.cache_dir = value;
+    else if (name == "--epochs") f.epochs = static_cast<int>(integer());
     else if (name == "--alpha") f.alpha = real();
     else if (name == "--batch") f.batch = integer();
     else if (name == "--lr") f.lr = real();
@@ -212,6 +216,7 @@ weft::StatusOr<RunResult> Train(const Flags& f, const weft::pipe::TensorDataset&
   options.autopipe = f.autopipe;
   options.autodp = f.autodp;
   options.cache = f.cache;
+  options.cache_dir = f.cache_dir;
   options.schedule =
       f.schedule == "1f1b" ? weft::pipe::ScheduleKind::kOneFOneB : weft::pipe::ScheduleKind::kGPipe;
   options.micro_batches = f.micro_batches;

@@ -262,11 +262,16 @@ StatusOr<std::unique_ptr<ActivationCache>> ActivationCache::Create(Options optio
                                 ErrnoText(err), advice);
     }
   }
-  return std::unique_ptr<ActivationCache>(new ActivationCache(budget, dir, false));
+  return std::unique_ptr<ActivationCache>(
+      new ActivationCache(budget, dir, false, options.write_through && !dir.empty()));
 }
 
-ActivationCache::ActivationCache(size_t budget_bytes, std::string spill_dir, bool bypassed)
-    : budget_bytes_(budget_bytes), spill_dir_(std::move(spill_dir)), bypassed_(bypassed) {}
+ActivationCache::ActivationCache(size_t budget_bytes, std::string spill_dir, bool bypassed,
+                                 bool write_through)
+    : budget_bytes_(budget_bytes),
+      spill_dir_(std::move(spill_dir)),
+      bypassed_(bypassed),
+      write_through_(write_through) {}
 
 ActivationCache::~ActivationCache() = default;
 
@@ -332,7 +337,14 @@ Status ActivationCache::Put(int64_t sample, int depth, const TensorView& activat
     if (it->second.on_disk) RemoveSpill(key);
     EraseFromMemory(it);
   }
-  Insert(key, std::move(entry), /*on_disk=*/false);
+  bool on_disk = false;
+  if (write_through_) {
+    // A failed write only loses sharing: warn and keep the entry in memory.
+    const Status status = WriteSpill(key, entry);
+    if (!status.ok()) WEFT_LOG(Warning) << "AutoCache: " << status.message();
+    on_disk = status.ok();
+  }
+  Insert(key, std::move(entry), on_disk);
   return OkStatus();
 }
 

@@ -57,6 +57,10 @@ class ActivationCache {
     std::optional<size_t> budget_bytes;
     // Directory for evicted entries, created if missing; empty: no spilling.
     std::string spill_dir;
+    // With spill_dir: every Put also writes its file at once (not only on eviction), so
+    // that the other caches sharing the directory (the replicas on this machine) find the
+    // entry right away. Costs a file write per Put.
+    bool write_through = false;
     // Set when the data pipeline applies random augmentation before (or inside) the frozen
     // prefix: a sample's frozen-prefix output then differs every epoch.
     bool random_augmentation = false;
@@ -142,7 +146,8 @@ class ActivationCache {
     std::list<Key>::iterator lru;  // position in lru_ (front: most recently used)
   };
 
-  ActivationCache(size_t budget_bytes, std::string spill_dir, bool bypassed);
+  ActivationCache(size_t budget_bytes, std::string spill_dir, bool bypassed,
+                  bool write_through = false);
 
   // All private members below expect mu_ held.
   std::optional<Entry> Lookup(const Key& key, bool exact);
@@ -161,6 +166,7 @@ class ActivationCache {
   const size_t budget_bytes_;
   const std::string spill_dir_;
   const bool bypassed_;
+  const bool write_through_;
 
   mutable std::mutex mu_;
   std::map<Key, Slot> memory_;

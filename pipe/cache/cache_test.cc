@@ -251,6 +251,32 @@ TEST(ActivationCacheTest, TwoCachesShareOneSpillDirectory) {
   EXPECT_FALSE(Has(*c, 7, 3));
 }
 
+TEST(ActivationCacheTest, WriteThroughSharesEntriesAtOnce) {
+  const std::string dir = TempDir("write_through");
+  ActivationCache::Options options;
+  options.budget_bytes = 1 << 20;  // nothing is ever evicted
+  options.spill_dir = dir;
+  options.write_through = true;
+  auto a = ActivationCache::Create(options);
+  auto b = ActivationCache::Create(options);
+  ASSERT_TRUE(a.ok() && b.ok());
+  Floats x(10, 5);
+  ASSERT_TRUE((*a)->Put(4, 2, x.view()).ok());
+  EXPECT_EQ((*a)->stats().evictions, 0);
+  auto got = (*b)->GetDeepestAtMost(4, 6);  // the other replica's entry, from the directory
+  ASSERT_TRUE(got.ok() && got->has_value());
+  EXPECT_EQ((*got)->depth, 2);
+  EXPECT_EQ(std::memcmp((*got)->data(), x.values.data(), 40), 0);
+  EXPECT_EQ((*b)->stats().disk_hits, 1);
+  // Without write-through the entry stays in a's memory only.
+  options.write_through = false;
+  options.spill_dir = TempDir("no_write_through");
+  auto c = ActivationCache::Create(options);
+  auto d = ActivationCache::Create(options);
+  ASSERT_TRUE((*c)->Put(4, 2, x.view()).ok());
+  EXPECT_FALSE(Has(**d, 4, 2));
+}
+
 TEST(ActivationCacheTest, GetDeepestAtMostResumesFromTheDeepestCachedDepth) {
   const std::string dir = TempDir("deepest");
   auto cache = MakeCache(40, dir);  // one entry in memory; the rest spill

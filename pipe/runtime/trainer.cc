@@ -295,6 +295,9 @@ Status ElasticTrainer::Impl::CheckCache(const Dataset& data) {
   ActivationCache::Options cache_options;
   cache_options.budget_bytes = options.cache_bytes;
   cache_options.spill_dir = options.cache_dir;
+  // A directory given is for sharing: the replicas' stage 0s on this machine see each
+  // other's entries at once, not only the evicted ones.
+  cache_options.write_through = !options.cache_dir.empty();
   cache_options.random_augmentation = data.random_augmentation();
   cache_options.on_augmentation = options.bypass_cache_on_augmentation
                                       ? ActivationCache::OnAugmentation::kBypass
