@@ -57,6 +57,9 @@ const config::BoolSetting kHierarchicalByMpi(
     "WEFT_HIERARCHICAL_NEIGHBOR_ALLREDUCE_BY_MPI", false,
     "CUDA tensors: run hierarchical_neighbor_allreduce on MPI, staged through host memory, "
     "instead of NCCL.");
+const config::BoolSetting kSendRecvByMpi(
+    "WEFT_SEND_RECV_BY_MPI", false,
+    "CUDA tensors: run send/recv on MPI, staged through host memory, instead of NCCL.");
 const config::BoolSetting kPairGossipByMpi(
     "WEFT_PAIR_GOSSIP_BY_MPI", false,
     "CUDA tensors: run pair_gossip on MPI, staged through host memory, instead of NCCL.");
@@ -70,7 +73,8 @@ const config::BoolSetting kPairGossipByMpi(
     case OpType::kNeighborAllreduce: return kNeighborAllreduceByMpi.Get();
     case OpType::kHierarchicalNeighborAllreduce: return kHierarchicalByMpi.Get();
     case OpType::kPairGossip: return kPairGossipByMpi.Get();
-    default: return true;  // no NCCL path (point to point), or no tensors  // no tensors on a device
+    case OpType::kSendRecv: return kSendRecvByMpi.Get();
+    default: return true;  // no tensors  // no tensors on a device
   }
 }
 
@@ -553,9 +557,11 @@ void Engine::ExecuteOnDevice(const Response& response,
     // No CUDA call yet: NCCL is bootstrapped at the first op that runs on it.
     nccl_ = std::make_shared<nccl::NcclBackend>(ctx_.data, ctx_.local, ctx_.cross);
   }
-  // NCCL's communicators span every rank: process sets and point-to-point ops go through
-  // host memory on MPI.
-  if (ForcedToMpi(response.op) || !group[0]->desc.group.empty()) {
+  // NCCL's communicators span every rank: process sets go through host memory on MPI.
+  // Point to point needs no set of its own (ncclSend/ncclRecv on the global communicator).
+  const bool process_set =
+      !group[0]->desc.group.empty() && response.op != OpType::kSendRecv;
+  if (ForcedToMpi(response.op) || process_set) {
     const Status status = RunStaged(response, group);
     for (auto& r : group) Finish(r, Annotate(status, r->desc.display));
     return;

@@ -493,6 +493,13 @@ Status Engine::EnqueueOnNccl(const Response& response, Request& r) {
       return nccl_->NeighborAllgather(r.in.data(), r.in.nbytes(), r.out.data(), recv, send,
                                       device);
     }
+    case OpType::kSendRecv:  // a neighbor allgather with one peer, one way
+      if (!r.send.empty()) {
+        return nccl_->NeighborAllgather(r.in.data(), r.in.nbytes(), nullptr, {},
+                                        {r.send[0].first}, device);
+      }
+      return nccl_->NeighborAllgather(nullptr, 0, r.out.data(),
+                                      {{r.recv[0].first, r.out.nbytes()}}, {}, device);
     case OpType::kNeighborAllreduce:
     case OpType::kPairGossip:  // recv = {peer: pair_weight}, send = {peer: 1}
       return nccl_->NeighborAllreduce(r.in.data(), r.out.data(), count, dtype, r.self_weight,

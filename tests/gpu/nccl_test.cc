@@ -262,6 +262,31 @@ TEST_F(Nccl, PairGossip) {
   ExpectAll(x.Download(), 0.5 * (rank() + 1) + 0.5 * (peer + 1), "pair_gossip");
 }
 
+TEST_F(Nccl, SendRecvAroundARing) {
+  if (size() < 2) GTEST_SKIP() << "needs two ranks";
+  const int next = (rank() + 1) % size(), prev = (rank() + size() - 1) % size();
+  DeviceTensor out(DType::kFloat32, {3, 5}), in(DType::kFloat32, {3, 5});
+  out.Fill(rank() + 10);
+  in.Fill(-1);
+  auto r = recv_nonblocking(in.view(), prev, "ring" + std::to_string(prev));
+  auto s = send_nonblocking(out.view(), next, "ring" + std::to_string(rank()));
+  ASSERT_TRUE(r.ok() && s.ok());
+  ASSERT_TRUE(wait(*s).ok());
+  ASSERT_TRUE(wait(*r).ok());
+  ExpectAll(in.Download(), prev + 10, "recv");
+}
+
+TEST_F(Nccl, AllreduceOverAProcessSetStagesThroughTheHost) {
+  std::vector<int> set;
+  for (int r = rank() % 2; r < size(); r += 2) set.push_back(r);
+  DeviceTensor x(DType::kFloat32, {4});
+  x.Fill(rank());
+  ASSERT_TRUE(allreduce(x.view(), x.view(), false, "set", set).ok());
+  double sum = 0;
+  for (int r : set) sum += r;
+  ExpectAll(x.Download(), sum, "allreduce over a process set");
+}
+
 TEST_F(Nccl, NonblockingOpsCompleteWithoutBlockingTheEngine) {
   // Many small ops at once: the coordinator fuses them; the device runs them in order and
   // the engine completes each group when its event fires.

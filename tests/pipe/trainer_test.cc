@@ -190,7 +190,9 @@ void CheckTransitions(TrainerOptions::ReplicaSync sync, const std::string& name)
   }
   // With alpha = 1/2 on 8 layers, layers froze and (on more than one rank) K shrank.
   EXPECT_GE((*trainer)->plan().frozen, 4);
-  if (size() >= 4) EXPECT_LT((*trainer)->plan().k, size());
+  if (size() >= 4) {
+    EXPECT_LT((*trainer)->plan().k, size());
+  }
   auto accuracy = (*trainer)->Evaluate(Clusters(128));
   ASSERT_TRUE(accuracy.ok()) << accuracy.status();
   // Half the layers freeze after one epoch of 16 steps: it learns, not to convergence
