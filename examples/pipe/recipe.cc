@@ -19,6 +19,7 @@ StatusOr<pipe::TensorDataset> Pregenerate(const SyntheticImages& images) {
 
 double LrSchedule::At(int64_t step) const {
   if (step < warmup) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  if (!cosine) return lr;
   const double progress = static_cast<double>(step - warmup) /
                           static_cast<double>(std::max<int64_t>(1, total - warmup));
   return lr * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress)));

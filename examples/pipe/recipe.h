@@ -21,11 +21,13 @@ namespace examples {
 // that a step costs an index_select. No augmentation: AutoCache may cache them.
 StatusOr<pipe::TensorDataset> Pregenerate(const SyntheticImages& images);
 
-// Linear warm-up over `warmup` steps, then cosine decay to 0 at step `total`.
+// Linear warm-up over `warmup` steps, then cosine decay to 0 at step `total` (or, with
+// `cosine` off, constant).
 struct LrSchedule {
   double lr = 1e-3;
   int64_t warmup = 0;
   int64_t total = 1;
+  bool cosine = true;
   double At(int64_t step) const;
 };
 

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/pipe/recipe.h"
 #include "examples/pipe/synthetic.h"
 #include "examples/pipe/vit.h"
 #include "pipe/freeze/freeze.h"
@@ -120,15 +121,6 @@ Flags Parse(int argc, char** argv) {
   }
   if (f.freeze_alpha < 0.0 || f.freeze_alpha > 1.0) Usage("--freeze-alpha is in [0, 1]");
   return f;
-}
-
-// Linear warm-up, then constant or cosine decay to zero at the last step.
-double LearningRate(const Flags& f, int64_t step, int64_t total_steps) {
-  if (step < f.warmup) return f.lr * static_cast<double>(step + 1) / f.warmup;
-  if (f.schedule == "constant") return f.lr;
-  const double progress =
-      static_cast<double>(step - f.warmup) / std::max<int64_t>(1, total_steps - f.warmup);
-  return f.lr * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
 }
 
 void SetLearningRate(torch::optim::Optimizer* optimizer, double lr) {
@@ -220,6 +212,11 @@ int main(int argc, char** argv) {
 
   const int64_t steps_per_epoch = (f.train_size + f.batch - 1) / f.batch;
   const int64_t total_steps = steps_per_epoch * f.epochs;
+  weft::examples::LrSchedule schedule;  // the demo's (examples/pipe/recipe.h)
+  schedule.lr = f.lr;
+  schedule.warmup = f.warmup;
+  schedule.total = total_steps;
+  schedule.cosine = f.schedule == "cosine";
   std::mt19937_64 shuffle_rng(f.seed);
   std::vector<int64_t> order(f.train_size);
   std::iota(order.begin(), order.end(), 0);
@@ -235,7 +232,7 @@ int main(int argc, char** argv) {
                                      order.begin() + std::min(f.train_size, begin + f.batch));
       at::Tensor images, labels;
       train.Get(ids, &images, &labels);
-      SetLearningRate(optimizer.get(), LearningRate(f, step, total_steps));
+      SetLearningRate(optimizer.get(), schedule.At(step));
       optimizer->zero_grad();
       at::Tensor loss =
           torch::nn::functional::cross_entropy(Forward(model, frozen, images), labels);
