@@ -10,6 +10,7 @@
 
 #include "capi/internal.h"
 #include "comm/comm.h"
+#include "comm/refuse.h"
 #include "comm/topology.h"
 
 
@@ -187,6 +188,8 @@ using weft::capi::ProcessSet;
 using weft::capi::Required;
 using weft::capi::ToOptions;
 using weft::capi::View;
+using weft::comm::OpIdentity;
+using weft::comm::OpType;
 
 namespace {
 
@@ -209,16 +212,46 @@ Status weft::capi::EmitRequest(weft_request** request, StatusOr<weft::Handle> ha
 
 namespace {
 
+OpIdentity Identity(OpType op, const char* name, const int* ranks = nullptr, size_t num_ranks = 0) {
+  OpIdentity id;
+  id.op = op;
+  id.name = NameOrEmpty(name);
+  if (ranks != nullptr) id.ranks.assign(ranks, ranks + num_ranks);
+  return id;
+}
+
+// An option struct the C ABI refuses, refused as the op it belongs to.
+template <typename T>
+StatusOr<T> Refusing(StatusOr<T> value, const OpIdentity& id) {
+  if (!value.ok()) return weft::comm::RefuseOp(id, value.status());
+  return value;
+}
+
+OpIdentity PeerIdentity(bool sending, int peer, const char* name) {
+  OpIdentity id = Identity(OpType::kSendRecv, name);
+  (sending ? id.send_to : id.recv_from) = peer;
+  return id;
+}
+
 // The common shape of ops with an input and a same-layout output.
 template <typename Start>
 weft_status InOutOp(const char* fn, weft_request** request, const DLTensor* in, DLTensor* out,
-                    Start&& start) {
+                    const OpIdentity& id, Start&& start) {
   return Guard(fn, [&]() -> Status {
     if (request != nullptr) *request = nullptr;
-    WEFT_ASSIGN_OR_RETURN(TensorView input, View(in, fn, "in"));
-    WEFT_ASSIGN_OR_RETURN(TensorView output, View(out, fn, "out"));
-    return start(input, output);
+    StatusOr<TensorView> input = View(in, fn, "in");
+    if (!input.ok()) return weft::comm::RefuseOp(id, input.status());
+    StatusOr<TensorView> output = View(out, fn, "out");
+    if (!output.ok()) return weft::comm::RefuseOp(id, output.status());
+    return start(*input, *output);
   });
+}
+
+// The tensor of a send or recv, refused as that op when the C ABI cannot describe it.
+StatusOr<TensorView> PeerView(const DLTensor* tensor, const char* fn, const OpIdentity& id) {
+  StatusOr<TensorView> view = View(tensor, fn, id.send_to >= 0 ? "in" : "out");
+  if (!view.ok()) return weft::comm::RefuseOp(id, view.status());
+  return view;
 }
 
 // Ops whose output weft allocates (allgather ops, recv_any): run, then hand the
@@ -249,20 +282,22 @@ weft_status AllocatingOpNonblocking(const char* fn, weft_request** request, Star
 
 // Allgather ops: the same, with an input.
 template <typename Run>
-weft_status GatherOp(const char* fn, DLManagedTensor** out, const DLTensor* in, Run&& run) {
+weft_status GatherOp(const char* fn, DLManagedTensor** out, const DLTensor* in,
+                     const OpIdentity& id, Run&& run) {
   return AllocatingOp(fn, out, [&](weft::Allocator alloc) -> StatusOr<TensorView> {
-    WEFT_ASSIGN_OR_RETURN(TensorView input, View(in, fn, "in"));
-    return run(input, std::move(alloc));
+    StatusOr<TensorView> input = View(in, fn, "in");
+    if (!input.ok()) return weft::comm::RefuseOp(id, input.status());
+    return run(*input, std::move(alloc));
   });
 }
 
 template <typename Start>
 weft_status GatherOpNonblocking(const char* fn, weft_request** request, const DLTensor* in,
-                                Start&& start) {
-  return AllocatingOpNonblocking(fn, request,
-                                 [&](weft::Allocator alloc) -> StatusOr<weft::Handle> {
-    WEFT_ASSIGN_OR_RETURN(TensorView input, View(in, fn, "in"));
-    return start(input, std::move(alloc));
+                                const OpIdentity& id, Start&& start) {
+  return AllocatingOpNonblocking(fn, request, [&](weft::Allocator alloc) -> StatusOr<weft::Handle> {
+    StatusOr<TensorView> input = View(in, fn, "in");
+    if (!input.ok()) return weft::comm::RefuseOp(id, input.status());
+    return start(*input, std::move(alloc));
   });
 }
 
@@ -405,7 +440,7 @@ void weft_request_free(weft_request* request) { delete request; }
 
 weft_status weft_comm_allreduce(const DLTensor* in, DLTensor* out, int average,
                                 const char* name) {
-  return InOutOp("weft_comm_allreduce", nullptr, in, out,
+  return InOutOp("weft_comm_allreduce", nullptr, in, out, Identity(OpType::kAllreduce, name),
                  [&](const TensorView& i, const TensorView& o) {
                    return weft::allreduce(i, o, average != 0, NameOrEmpty(name));
                  });
@@ -415,15 +450,17 @@ weft_status weft_comm_allreduce_nonblocking(weft_request** request, const DLTens
                                             DLTensor* out, int average, const char* name) {
   const char* fn = "weft_comm_allreduce_nonblocking";
   if (request == nullptr) return weft::capi::FailInvalid(std::string(fn) + ": request is NULL");
-  return InOutOp(fn, request, in, out, [&](const TensorView& i, const TensorView& o) {
-    return Emit(request, weft::allreduce_nonblocking(i, o, average != 0, NameOrEmpty(name)),
-                fn);
-  });
+  return InOutOp(fn, request, in, out, Identity(OpType::kAllreduce, name),
+                 [&](const TensorView& i, const TensorView& o) {
+                   return Emit(request,
+                               weft::allreduce_nonblocking(i, o, average != 0, NameOrEmpty(name)),
+                               fn);
+                 });
 }
 
 weft_status weft_comm_broadcast(const DLTensor* in, DLTensor* out, int root_rank,
                                 const char* name) {
-  return InOutOp("weft_comm_broadcast", nullptr, in, out,
+  return InOutOp("weft_comm_broadcast", nullptr, in, out, Identity(OpType::kBroadcast, name),
                  [&](const TensorView& i, const TensorView& o) {
                    return weft::broadcast(i, o, root_rank, NameOrEmpty(name));
                  });
@@ -433,18 +470,21 @@ weft_status weft_comm_broadcast_nonblocking(weft_request** request, const DLTens
                                             DLTensor* out, int root_rank, const char* name) {
   const char* fn = "weft_comm_broadcast_nonblocking";
   if (request == nullptr) return weft::capi::FailInvalid(std::string(fn) + ": request is NULL");
-  return InOutOp(fn, request, in, out, [&](const TensorView& i, const TensorView& o) {
-    return Emit(request, weft::broadcast_nonblocking(i, o, root_rank, NameOrEmpty(name)), fn);
-  });
+  return InOutOp(fn, request, in, out, Identity(OpType::kBroadcast, name),
+                 [&](const TensorView& i, const TensorView& o) {
+                   return Emit(request,
+                               weft::broadcast_nonblocking(i, o, root_rank, NameOrEmpty(name)), fn);
+                 });
 }
 
 weft_status weft_comm_allreduce_ranks(const DLTensor* in, DLTensor* out, int average,
                                       const int* ranks, size_t num_ranks, const char* name) {
   const char* fn = "weft_comm_allreduce_ranks";
-  return InOutOp(fn, nullptr, in, out, [&](const TensorView& i, const TensorView& o) -> Status {
-    WEFT_ASSIGN_OR_RETURN(auto set, ProcessSet(ranks, num_ranks, fn));
-    return weft::allreduce(i, o, average != 0, NameOrEmpty(name), set);
-  });
+  return InOutOp(fn, nullptr, in, out, Identity(OpType::kAllreduce, name, ranks, num_ranks),
+                 [&](const TensorView& i, const TensorView& o) -> Status {
+                   WEFT_ASSIGN_OR_RETURN(auto set, ProcessSet(ranks, num_ranks, fn));
+                   return weft::allreduce(i, o, average != 0, NameOrEmpty(name), set);
+                 });
 }
 
 weft_status weft_comm_allreduce_ranks_nonblocking(weft_request** request, const DLTensor* in,
@@ -452,20 +492,23 @@ weft_status weft_comm_allreduce_ranks_nonblocking(weft_request** request, const 
                                                   size_t num_ranks, const char* name) {
   const char* fn = "weft_comm_allreduce_ranks_nonblocking";
   if (request == nullptr) return weft::capi::FailInvalid(std::string(fn) + ": request is NULL");
-  return InOutOp(fn, request, in, out, [&](const TensorView& i, const TensorView& o) -> Status {
-    WEFT_ASSIGN_OR_RETURN(auto set, ProcessSet(ranks, num_ranks, fn));
-    return Emit(request,
-                weft::allreduce_nonblocking(i, o, average != 0, NameOrEmpty(name), set), fn);
-  });
+  return InOutOp(fn, request, in, out, Identity(OpType::kAllreduce, name, ranks, num_ranks),
+                 [&](const TensorView& i, const TensorView& o) -> Status {
+                   WEFT_ASSIGN_OR_RETURN(auto set, ProcessSet(ranks, num_ranks, fn));
+                   return Emit(
+                       request,
+                       weft::allreduce_nonblocking(i, o, average != 0, NameOrEmpty(name), set), fn);
+                 });
 }
 
 weft_status weft_comm_broadcast_ranks(const DLTensor* in, DLTensor* out, int root_rank,
                                       const int* ranks, size_t num_ranks, const char* name) {
   const char* fn = "weft_comm_broadcast_ranks";
-  return InOutOp(fn, nullptr, in, out, [&](const TensorView& i, const TensorView& o) -> Status {
-    WEFT_ASSIGN_OR_RETURN(auto set, ProcessSet(ranks, num_ranks, fn));
-    return weft::broadcast(i, o, root_rank, NameOrEmpty(name), set);
-  });
+  return InOutOp(fn, nullptr, in, out, Identity(OpType::kBroadcast, name, ranks, num_ranks),
+                 [&](const TensorView& i, const TensorView& o) -> Status {
+                   WEFT_ASSIGN_OR_RETURN(auto set, ProcessSet(ranks, num_ranks, fn));
+                   return weft::broadcast(i, o, root_rank, NameOrEmpty(name), set);
+                 });
 }
 
 weft_status weft_comm_broadcast_ranks_nonblocking(weft_request** request, const DLTensor* in,
@@ -474,15 +517,17 @@ weft_status weft_comm_broadcast_ranks_nonblocking(weft_request** request, const 
                                                   const char* name) {
   const char* fn = "weft_comm_broadcast_ranks_nonblocking";
   if (request == nullptr) return weft::capi::FailInvalid(std::string(fn) + ": request is NULL");
-  return InOutOp(fn, request, in, out, [&](const TensorView& i, const TensorView& o) -> Status {
-    WEFT_ASSIGN_OR_RETURN(auto set, ProcessSet(ranks, num_ranks, fn));
-    return Emit(request, weft::broadcast_nonblocking(i, o, root_rank, NameOrEmpty(name), set),
-                fn);
-  });
+  return InOutOp(fn, request, in, out, Identity(OpType::kBroadcast, name, ranks, num_ranks),
+                 [&](const TensorView& i, const TensorView& o) -> Status {
+                   WEFT_ASSIGN_OR_RETURN(auto set, ProcessSet(ranks, num_ranks, fn));
+                   return Emit(request,
+                               weft::broadcast_nonblocking(i, o, root_rank, NameOrEmpty(name), set),
+                               fn);
+                 });
 }
 
 weft_status weft_comm_allgather(DLManagedTensor** out, const DLTensor* in, const char* name) {
-  return GatherOp("weft_comm_allgather", out, in,
+  return GatherOp("weft_comm_allgather", out, in, Identity(OpType::kAllgather, name),
                   [&](const TensorView& i, weft::Allocator alloc) {
                     return weft::allgather(i, std::move(alloc), NameOrEmpty(name));
                   });
@@ -491,6 +536,7 @@ weft_status weft_comm_allgather(DLManagedTensor** out, const DLTensor* in, const
 weft_status weft_comm_allgather_nonblocking(weft_request** request, const DLTensor* in,
                                             const char* name) {
   return GatherOpNonblocking("weft_comm_allgather_nonblocking", request, in,
+                             Identity(OpType::kAllgather, name),
                              [&](const TensorView& i, weft::Allocator alloc) {
                                return weft::allgather_nonblocking(i, std::move(alloc),
                                                                   NameOrEmpty(name));
@@ -501,32 +547,39 @@ weft_status weft_comm_neighbor_allgather(DLManagedTensor** out, const DLTensor* 
                                          const weft_neighbor_allgather_options* options,
                                          const char* name) {
   const char* fn = "weft_comm_neighbor_allgather";
-  return GatherOp(fn, out, in, [&](const TensorView& i, weft::Allocator alloc)
-                                   -> StatusOr<TensorView> {
-    WEFT_ASSIGN_OR_RETURN(auto opts, ToOptions(options, fn));
-    return weft::neighbor_allgather(i, std::move(alloc), opts, NameOrEmpty(name));
-  });
+  return GatherOp(fn, out, in, Identity(OpType::kNeighborAllgather, name),
+                  [&](const TensorView& i, weft::Allocator alloc) -> StatusOr<TensorView> {
+                    WEFT_ASSIGN_OR_RETURN(auto opts,
+                                          Refusing(ToOptions(options, fn),
+                                                   Identity(OpType::kNeighborAllgather, name)));
+                    return weft::neighbor_allgather(i, std::move(alloc), opts, NameOrEmpty(name));
+                  });
 }
 
 weft_status weft_comm_neighbor_allgather_nonblocking(
     weft_request** request, const DLTensor* in, const weft_neighbor_allgather_options* options,
     const char* name) {
   const char* fn = "weft_comm_neighbor_allgather_nonblocking";
-  return GatherOpNonblocking(fn, request, in, [&](const TensorView& i, weft::Allocator alloc)
-                                                  -> StatusOr<weft::Handle> {
-    WEFT_ASSIGN_OR_RETURN(auto opts, ToOptions(options, fn));
-    return weft::neighbor_allgather_nonblocking(i, std::move(alloc), opts, NameOrEmpty(name));
-  });
+  return GatherOpNonblocking(
+      fn, request, in, Identity(OpType::kNeighborAllgather, name),
+      [&](const TensorView& i, weft::Allocator alloc) -> StatusOr<weft::Handle> {
+        WEFT_ASSIGN_OR_RETURN(auto opts, Refusing(ToOptions(options, fn),
+                                                  Identity(OpType::kNeighborAllgather, name)));
+        return weft::neighbor_allgather_nonblocking(i, std::move(alloc), opts, NameOrEmpty(name));
+      });
 }
 
 weft_status weft_comm_neighbor_allreduce(const DLTensor* in, DLTensor* out,
                                          const weft_neighbor_allreduce_options* options,
                                          const char* name) {
   const char* fn = "weft_comm_neighbor_allreduce";
-  return InOutOp(fn, nullptr, in, out, [&](const TensorView& i, const TensorView& o) -> Status {
-    WEFT_ASSIGN_OR_RETURN(auto opts, ToOptions(options, fn));
-    return weft::neighbor_allreduce(i, o, opts, NameOrEmpty(name));
-  });
+  return InOutOp(fn, nullptr, in, out, Identity(OpType::kNeighborAllreduce, name),
+                 [&](const TensorView& i, const TensorView& o) -> Status {
+                   WEFT_ASSIGN_OR_RETURN(auto opts,
+                                         Refusing(ToOptions(options, fn),
+                                                  Identity(OpType::kNeighborAllreduce, name)));
+                   return weft::neighbor_allreduce(i, o, opts, NameOrEmpty(name));
+                 });
 }
 
 weft_status weft_comm_neighbor_allreduce_nonblocking(
@@ -534,20 +587,27 @@ weft_status weft_comm_neighbor_allreduce_nonblocking(
     const weft_neighbor_allreduce_options* options, const char* name) {
   const char* fn = "weft_comm_neighbor_allreduce_nonblocking";
   if (request == nullptr) return weft::capi::FailInvalid(std::string(fn) + ": request is NULL");
-  return InOutOp(fn, request, in, out, [&](const TensorView& i, const TensorView& o) -> Status {
-    WEFT_ASSIGN_OR_RETURN(auto opts, ToOptions(options, fn));
-    return Emit(request, weft::neighbor_allreduce_nonblocking(i, o, opts, NameOrEmpty(name)), fn);
-  });
+  return InOutOp(
+      fn, request, in, out, Identity(OpType::kNeighborAllreduce, name),
+      [&](const TensorView& i, const TensorView& o) -> Status {
+        WEFT_ASSIGN_OR_RETURN(auto opts, Refusing(ToOptions(options, fn),
+                                                  Identity(OpType::kNeighborAllreduce, name)));
+        return Emit(request, weft::neighbor_allreduce_nonblocking(i, o, opts, NameOrEmpty(name)),
+                    fn);
+      });
 }
 
 weft_status weft_comm_hierarchical_neighbor_allreduce(const DLTensor* in, DLTensor* out,
                                                       const weft_hierarchical_options* options,
                                                       const char* name) {
   const char* fn = "weft_comm_hierarchical_neighbor_allreduce";
-  return InOutOp(fn, nullptr, in, out, [&](const TensorView& i, const TensorView& o) -> Status {
-    WEFT_ASSIGN_OR_RETURN(auto opts, ToOptions(options, fn));
-    return weft::hierarchical_neighbor_allreduce(i, o, opts, NameOrEmpty(name));
-  });
+  return InOutOp(fn, nullptr, in, out, Identity(OpType::kHierarchicalNeighborAllreduce, name),
+                 [&](const TensorView& i, const TensorView& o) -> Status {
+                   WEFT_ASSIGN_OR_RETURN(
+                       auto opts, Refusing(ToOptions(options, fn),
+                                           Identity(OpType::kHierarchicalNeighborAllreduce, name)));
+                   return weft::hierarchical_neighbor_allreduce(i, o, opts, NameOrEmpty(name));
+                 });
 }
 
 weft_status weft_comm_hierarchical_neighbor_allreduce_nonblocking(
@@ -555,17 +615,21 @@ weft_status weft_comm_hierarchical_neighbor_allreduce_nonblocking(
     const weft_hierarchical_options* options, const char* name) {
   const char* fn = "weft_comm_hierarchical_neighbor_allreduce_nonblocking";
   if (request == nullptr) return weft::capi::FailInvalid(std::string(fn) + ": request is NULL");
-  return InOutOp(fn, request, in, out, [&](const TensorView& i, const TensorView& o) -> Status {
-    WEFT_ASSIGN_OR_RETURN(auto opts, ToOptions(options, fn));
-    return Emit(request,
-                weft::hierarchical_neighbor_allreduce_nonblocking(i, o, opts, NameOrEmpty(name)),
-                fn);
-  });
+  return InOutOp(
+      fn, request, in, out, Identity(OpType::kHierarchicalNeighborAllreduce, name),
+      [&](const TensorView& i, const TensorView& o) -> Status {
+        WEFT_ASSIGN_OR_RETURN(auto opts,
+                              Refusing(ToOptions(options, fn),
+                                       Identity(OpType::kHierarchicalNeighborAllreduce, name)));
+        return Emit(
+            request,
+            weft::hierarchical_neighbor_allreduce_nonblocking(i, o, opts, NameOrEmpty(name)), fn);
+      });
 }
 
 weft_status weft_comm_pair_gossip(const DLTensor* in, DLTensor* out, int peer,
                                   double self_weight, double pair_weight, const char* name) {
-  return InOutOp("weft_comm_pair_gossip", nullptr, in, out,
+  return InOutOp("weft_comm_pair_gossip", nullptr, in, out, Identity(OpType::kPairGossip, name),
                  [&](const TensorView& i, const TensorView& o) {
                    return weft::pair_gossip(i, o, peer, self_weight, pair_weight,
                                             NameOrEmpty(name));
@@ -577,18 +641,19 @@ weft_status weft_comm_pair_gossip_nonblocking(weft_request** request, const DLTe
                                               double pair_weight, const char* name) {
   const char* fn = "weft_comm_pair_gossip_nonblocking";
   if (request == nullptr) return weft::capi::FailInvalid(std::string(fn) + ": request is NULL");
-  return InOutOp(fn, request, in, out, [&](const TensorView& i, const TensorView& o) {
-    return Emit(request,
-                weft::pair_gossip_nonblocking(i, o, peer, self_weight, pair_weight,
-                                              NameOrEmpty(name)),
-                fn);
-  });
+  return InOutOp(fn, request, in, out, Identity(OpType::kPairGossip, name),
+                 [&](const TensorView& i, const TensorView& o) {
+                   return Emit(request,
+                               weft::pair_gossip_nonblocking(i, o, peer, self_weight, pair_weight,
+                                                             NameOrEmpty(name)),
+                               fn);
+                 });
 }
 
 weft_status weft_comm_send(const DLTensor* in, int dst, const char* name) {
   const char* fn = "weft_comm_send";
   return Guard(fn, [&]() -> Status {
-    WEFT_ASSIGN_OR_RETURN(TensorView input, View(in, fn, "in"));
+    WEFT_ASSIGN_OR_RETURN(TensorView input, PeerView(in, fn, PeerIdentity(true, dst, name)));
     return weft::send(input, dst, NameOrEmpty(name));
   });
 }
@@ -599,7 +664,7 @@ weft_status weft_comm_send_nonblocking(weft_request** request, const DLTensor* i
   return Guard(fn, [&]() -> Status {
     WEFT_RETURN_IF_ERROR(Required(request, fn, "request"));
     *request = nullptr;
-    WEFT_ASSIGN_OR_RETURN(TensorView input, View(in, fn, "in"));
+    WEFT_ASSIGN_OR_RETURN(TensorView input, PeerView(in, fn, PeerIdentity(true, dst, name)));
     return Emit(request, weft::send_nonblocking(input, dst, NameOrEmpty(name)), fn);
   });
 }
@@ -607,7 +672,7 @@ weft_status weft_comm_send_nonblocking(weft_request** request, const DLTensor* i
 weft_status weft_comm_recv(DLTensor* out, int src, const char* name) {
   const char* fn = "weft_comm_recv";
   return Guard(fn, [&]() -> Status {
-    WEFT_ASSIGN_OR_RETURN(TensorView output, View(out, fn, "out"));
+    WEFT_ASSIGN_OR_RETURN(TensorView output, PeerView(out, fn, PeerIdentity(false, src, name)));
     return weft::recv(output, src, NameOrEmpty(name));
   });
 }
@@ -618,7 +683,7 @@ weft_status weft_comm_recv_nonblocking(weft_request** request, DLTensor* out, in
   return Guard(fn, [&]() -> Status {
     WEFT_RETURN_IF_ERROR(Required(request, fn, "request"));
     *request = nullptr;
-    WEFT_ASSIGN_OR_RETURN(TensorView output, View(out, fn, "out"));
+    WEFT_ASSIGN_OR_RETURN(TensorView output, PeerView(out, fn, PeerIdentity(false, src, name)));
     return Emit(request, weft::recv_nonblocking(output, src, NameOrEmpty(name)), fn);
   });
 }

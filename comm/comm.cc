@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "comm/engine.h"
+#include "comm/refuse.h"
 #ifdef WEFT_WITH_NCCL
 #include "comm/nccl/nccl_ops.h"
 #endif
@@ -268,6 +269,17 @@ StatusOr<Handle> Submit(State& state, std::shared_ptr<Request> r) {
   return state.engine->Submit(std::move(r), t_caller_waits);
 }
 
+// Hands a request to the engine, or, when this rank's own checks refused its arguments,
+// has the engine tell the other ranks (Engine::Refuse): the op still takes its place in
+// the call order, and the ranks that called it correctly fail with this rank's reason
+// instead of waiting for it, or pairing their later unnamed ops with the wrong ones.
+// Checks that run before the op's process set is known cannot be told (the others key
+// the op by its set) and return at once instead.
+StatusOr<Handle> SubmitOrRefuse(State& state, std::shared_ptr<Request> r, Status checks) {
+  if (!checks.ok()) return state.engine->Refuse(std::move(r), std::move(checks));
+  return Submit(state, std::move(r));
+}
+
 std::pair<std::shared_ptr<const Topology>, bool> Topo(State& s) {
   std::lock_guard<std::mutex> lock(s.topo_mu);
   return {s.topology, s.weighted};
@@ -491,22 +503,24 @@ WEFT_QUERY(machine_size, machine_size)
 
 Status set_topology(const Topology& topo, bool is_weighted) {
   WEFT_ASSIGN_OR_RETURN(auto state, Begin("set_topology", ""));
+  auto r = NewRequest(*state, OpType::kSetTopology, TensorView(), TensorView(), "");
   if (topo.size() != state->ctx.size) {
-    return InvalidArgument("set_topology: the topology has ", topo.size(),
-                           " ranks but weft runs ", state->ctx.size);
+    return state->engine->Refuse(r, InvalidArgument("set_topology: the topology has ",
+                                                    topo.size(), " ranks but weft runs ",
+                                                    state->ctx.size));
   }
   {
-    // Windows are collective, so every rank refuses alike (no rank waits for the others).
+    // Windows are collective, so every rank refuses alike.
     std::lock_guard<std::mutex> lock(state->win_mu);
     if (!state->windows.empty()) {
       std::vector<std::string> names;
       for (const auto& entry : state->windows) names.push_back(entry.first);
-      return FailedPrecondition("set_topology: windows exist (", absl::StrJoin(names, ", "),
+      return state->engine->Refuse(
+          r, FailedPrecondition("set_topology: windows exist (", absl::StrJoin(names, ", "),
                                 "); their buffers follow the topology they were created "
-                                "with: win_free them first");
+                                "with: win_free them first"));
     }
   }
-  auto r = NewRequest(*state, OpType::kSetTopology, TensorView(), TensorView(), "");
   r->new_topology = std::make_shared<const Topology>(topo);
   r->new_topology_weighted = is_weighted;
   r->desc.fingerprint = topo.AdjacencyFingerprint();
@@ -582,33 +596,33 @@ StatusOr<std::vector<int32_t>> ProcessSet(const State& state, const std::vector<
 StatusOr<Handle> allreduce_nonblocking(const TensorView& in, const TensorView& out, bool average,
                                        const std::string& name, const std::vector<int>& ranks) {
   WEFT_ASSIGN_OR_RETURN(auto state, Begin("allreduce", name));
-  WEFT_RETURN_IF_ERROR(CheckTensor(in, "allreduce", "input"));
-  WEFT_RETURN_IF_ERROR(CheckSameLayout(in, out, "allreduce"));
   WEFT_ASSIGN_OR_RETURN(auto set, ProcessSet(*state, ranks, "allreduce"));
   auto r = NewRequest(*state, OpType::kAllreduce, in, out, name);
   r->desc.average = average;
   r->desc.fusion_signature = average ? "avg" : "sum";
   r->desc.group = std::move(set);
-  return Submit(*state, r);
+  Status checks = CheckTensor(in, "allreduce", "input");
+  if (checks.ok()) checks = CheckSameLayout(in, out, "allreduce");
+  return SubmitOrRefuse(*state, r, std::move(checks));
 }
 
 StatusOr<Handle> broadcast_nonblocking(const TensorView& in, const TensorView& out,
                                        int root_rank, const std::string& name,
                                        const std::vector<int>& ranks) {
   WEFT_ASSIGN_OR_RETURN(auto state, Begin("broadcast", name));
-  WEFT_RETURN_IF_ERROR(CheckTensor(in, "broadcast", "input"));
-  WEFT_RETURN_IF_ERROR(CheckSameLayout(in, out, "broadcast"));
-  WEFT_RETURN_IF_ERROR(CheckRank(root_rank, state->ctx.size, "broadcast", "root_rank"));
   WEFT_ASSIGN_OR_RETURN(auto set, ProcessSet(*state, ranks, "broadcast"));
-  if (!set.empty() && !std::binary_search(set.begin(), set.end(), root_rank)) {
-    return InvalidArgument("broadcast: root_rank ", root_rank, " is not in `ranks` (",
-                           comm::RankList(ranks), ")");
-  }
   auto r = NewRequest(*state, OpType::kBroadcast, in, out, name);
   r->desc.root = root_rank;
   r->desc.fusion_signature = absl::StrCat("root", root_rank);
-  r->desc.group = std::move(set);
-  return Submit(*state, r);
+  r->desc.group = set;
+  Status checks = CheckTensor(in, "broadcast", "input");
+  if (checks.ok()) checks = CheckSameLayout(in, out, "broadcast");
+  if (checks.ok()) checks = CheckRank(root_rank, state->ctx.size, "broadcast", "root_rank");
+  if (checks.ok() && !set.empty() && !std::binary_search(set.begin(), set.end(), root_rank)) {
+    checks = InvalidArgument("broadcast: root_rank ", root_rank, " is not in `ranks` (",
+                             comm::RankList(ranks), ")");
+  }
+  return SubmitOrRefuse(*state, r, std::move(checks));
 }
 
 namespace {
@@ -631,47 +645,47 @@ StatusOr<std::shared_ptr<Request>> PointToPoint(State& state, const char* op, in
 
 StatusOr<Handle> send_nonblocking(const TensorView& in, int dst, const std::string& name) {
   WEFT_ASSIGN_OR_RETURN(auto state, Begin("send", name));
-  WEFT_RETURN_IF_ERROR(CheckTensor(in, "send", "input"));
   WEFT_ASSIGN_OR_RETURN(auto r, PointToPoint(*state, "send", dst, in, TensorView(), name));
   r->send = {{dst, 1.0}};
   r->desc.send_ranks = {dst};
-  return Submit(*state, r);
+  return SubmitOrRefuse(*state, r, CheckTensor(in, "send", "input"));
 }
 
 StatusOr<Handle> recv_nonblocking(const TensorView& out, int src, const std::string& name) {
   WEFT_ASSIGN_OR_RETURN(auto state, Begin("recv", name));
-  WEFT_RETURN_IF_ERROR(CheckTensor(out, "recv", "output"));
   WEFT_ASSIGN_OR_RETURN(auto r, PointToPoint(*state, "recv", src, out, out, name));
   r->recv = {{src, 1.0}};
   r->desc.recv_ranks = {src};
-  return Submit(*state, r);
+  return SubmitOrRefuse(*state, r, CheckTensor(out, "recv", "output"));
 }
 
 StatusOr<Handle> recv_nonblocking(Allocator alloc, int src, const std::string& name) {
   WEFT_ASSIGN_OR_RETURN(auto state, Begin("recv", name));
-  if (!alloc) return InvalidArgument("recv: no output allocator given");
   WEFT_ASSIGN_OR_RETURN(auto r,
                         PointToPoint(*state, "recv", src, TensorView(), TensorView(), name));
+  const bool has_alloc = static_cast<bool>(alloc);
   r->alloc = std::move(alloc);
   r->recv = {{src, 1.0}};
   r->desc.recv_ranks = {src};
   r->desc.shape_from_peer = true;
   r->desc.shape.clear();
-  return Submit(*state, r);
+  return SubmitOrRefuse(*state, r,
+                        has_alloc ? OkStatus()
+                                  : InvalidArgument("recv: no output allocator given"));
 }
 
 StatusOr<Handle> allgather_nonblocking(const TensorView& in, Allocator alloc,
                                        const std::string& name) {
   WEFT_ASSIGN_OR_RETURN(auto state, Begin("allgather", name));
-  WEFT_RETURN_IF_ERROR(CheckTensor(in, "allgather", "input"));
-  if (in.ndim() == 0) {
-    return InvalidArgument("allgather: the input must have at least one dimension (it is "
-                           "concatenated along dim 0); got a scalar");
+  Status checks = CheckTensor(in, "allgather", "input");
+  if (checks.ok() && in.ndim() == 0) {
+    checks = InvalidArgument("allgather: the input must have at least one dimension (it is "
+                             "concatenated along dim 0); got a scalar");
   }
-  if (!alloc) return InvalidArgument("allgather: no output allocator given");
+  if (checks.ok() && !alloc) checks = InvalidArgument("allgather: no output allocator given");
   auto r = NewRequest(*state, OpType::kAllgather, in, TensorView(), name);
   r->alloc = std::move(alloc);
-  return Submit(*state, r);
+  return SubmitOrRefuse(*state, r, std::move(checks));
 }
 
 StatusOr<Handle> neighbor_allgather_nonblocking(const TensorView& in, Allocator alloc,
@@ -679,27 +693,34 @@ StatusOr<Handle> neighbor_allgather_nonblocking(const TensorView& in, Allocator 
                                                 const std::string& name) {
   const char* op = "neighbor_allgather";
   WEFT_ASSIGN_OR_RETURN(auto state, Begin(op, name));
-  WEFT_RETURN_IF_ERROR(CheckTensor(in, op, "input"));
-  if (in.ndim() == 0) {
-    return InvalidArgument(op, ": the input must have at least one dimension; got a scalar");
-  }
-  if (!alloc) return InvalidArgument(op, ": no output allocator given");
-  if (options.src_ranks.has_value() != options.dst_ranks.has_value()) {
-    return InvalidArgument(op, ": src_ranks and dst_ranks go together: pass both or neither");
-  }
   auto r = NewRequest(*state, OpType::kNeighborAllgather, in, TensorView(), name);
-  r->alloc = std::move(alloc);
   const int self = state->ctx.rank;
-  if (options.src_ranks.has_value()) {
+  Status checks = [&]() -> Status {
+    WEFT_RETURN_IF_ERROR(CheckTensor(in, op, "input"));
+    if (in.ndim() == 0) {
+      return InvalidArgument(op, ": the input must have at least one dimension; got a scalar");
+    }
+    if (!alloc) return InvalidArgument(op, ": no output allocator given");
+    if (options.src_ranks.has_value() != options.dst_ranks.has_value()) {
+      return InvalidArgument(op, ": src_ranks and dst_ranks go together: pass both or neither");
+    }
+    if (!options.src_ranks.has_value()) return OkStatus();
     for (const auto* list : {&*options.src_ranks, &*options.dst_ranks}) {
       std::set<int> seen;
       const char* what = list == &*options.src_ranks ? "src_ranks" : "dst_ranks";
       for (int j : *list) {
         WEFT_RETURN_IF_ERROR(CheckRank(j, state->ctx.size, op, what));
         if (j == self) return InvalidArgument(op, ": ", what, " names this rank (", self, ")");
-        if (!seen.insert(j).second) return InvalidArgument(op, ": ", what, " names rank ", j, " twice");
+        if (!seen.insert(j).second) {
+          return InvalidArgument(op, ": ", what, " names rank ", j, " twice");
+        }
       }
     }
+    return OkStatus();
+  }();
+  if (!checks.ok()) return state->engine->Refuse(r, std::move(checks));
+  r->alloc = std::move(alloc);
+  if (options.src_ranks.has_value()) {
     for (int j : *options.src_ranks) r->recv.emplace_back(j, 1.0);
     for (int j : *options.dst_ranks) r->send.emplace_back(j, 1.0);
   } else {
@@ -717,16 +738,18 @@ StatusOr<Handle> neighbor_allreduce_nonblocking(const TensorView& in, const Tens
                                                 const std::string& name) {
   const char* op = "neighbor_allreduce";
   WEFT_ASSIGN_OR_RETURN(auto state, Begin(op, name));
-  WEFT_RETURN_IF_ERROR(CheckTensor(in, op, "input"));
-  WEFT_RETURN_IF_ERROR(CheckSameLayout(in, out, op));
   auto r = NewRequest(*state, OpType::kNeighborAllreduce, in, out, name);
   auto [topo, weighted] = Topo(*state);
-  WEFT_RETURN_IF_ERROR(ResolveNeighborWeights(r.get(), *topo, weighted, state->ctx.rank,
-                                              options.self_weight, options.src_weights,
-                                              options.dst_weights, op, "rank", "src_weights",
-                                              "dst_weights"));
+  Status checks = CheckTensor(in, op, "input");
+  if (checks.ok()) checks = CheckSameLayout(in, out, op);
+  if (checks.ok()) {
+    checks = ResolveNeighborWeights(r.get(), *topo, weighted, state->ctx.rank,
+                                    options.self_weight, options.src_weights,
+                                    options.dst_weights, op, "rank", "src_weights",
+                                    "dst_weights");
+  }
   r->desc.fusion_signature = PatternSignature("nar", r->self_weight, r->send, r->recv);
-  return Submit(*state, r);
+  return SubmitOrRefuse(*state, r, std::move(checks));
 }
 
 StatusOr<Handle> hierarchical_neighbor_allreduce_nonblocking(
@@ -734,8 +757,6 @@ StatusOr<Handle> hierarchical_neighbor_allreduce_nonblocking(
     const HierarchicalNeighborAllreduceOptions& options, const std::string& name) {
   const char* op = "hierarchical_neighbor_allreduce";
   WEFT_ASSIGN_OR_RETURN(auto state, Begin(op, name));
-  WEFT_RETURN_IF_ERROR(CheckTensor(in, op, "input"));
-  WEFT_RETURN_IF_ERROR(CheckSameLayout(in, out, op));
   auto r = NewRequest(*state, OpType::kHierarchicalNeighborAllreduce, in, out, name);
   std::shared_ptr<const Topology> topo;
   bool weighted;
@@ -744,12 +765,16 @@ StatusOr<Handle> hierarchical_neighbor_allreduce_nonblocking(
     topo = state->machine_topology;
     weighted = state->machine_weighted;
   }
-  WEFT_RETURN_IF_ERROR(ResolveNeighborWeights(
-      r.get(), *topo, weighted, state->ctx.machine_rank, options.self_weight,
-      options.src_machine_weights, options.dst_machine_weights, op, "machine",
-      "src_machine_weights", "dst_machine_weights"));
+  Status checks = CheckTensor(in, op, "input");
+  if (checks.ok()) checks = CheckSameLayout(in, out, op);
+  if (checks.ok()) {
+    checks = ResolveNeighborWeights(r.get(), *topo, weighted, state->ctx.machine_rank,
+                                    options.self_weight, options.src_machine_weights,
+                                    options.dst_machine_weights, op, "machine",
+                                    "src_machine_weights", "dst_machine_weights");
+  }
   r->desc.fusion_signature = PatternSignature("hnar", r->self_weight, r->send, r->recv);
-  return Submit(*state, r);
+  return SubmitOrRefuse(*state, r, std::move(checks));
 }
 
 StatusOr<Handle> pair_gossip_nonblocking(const TensorView& in, const TensorView& out, int peer,
@@ -757,17 +782,18 @@ StatusOr<Handle> pair_gossip_nonblocking(const TensorView& in, const TensorView&
                                          const std::string& name) {
   const char* op = "pair_gossip";
   WEFT_ASSIGN_OR_RETURN(auto state, Begin(op, name));
-  WEFT_RETURN_IF_ERROR(CheckTensor(in, op, "input"));
-  WEFT_RETURN_IF_ERROR(CheckSameLayout(in, out, op));
-  WEFT_RETURN_IF_ERROR(CheckRank(peer, state->ctx.size, op, "peer"));
-  if (peer == state->ctx.rank) {
-    return InvalidArgument(op, ": rank ", peer, " cannot gossip with itself");
-  }
-  if (!std::isfinite(self_weight) || !std::isfinite(pair_weight)) {
-    return InvalidArgument(op, ": weights must be finite: self_weight ", self_weight,
-                           ", pair_weight ", pair_weight);
-  }
   auto r = NewRequest(*state, OpType::kPairGossip, in, out, name);
+  Status checks = CheckTensor(in, op, "input");
+  if (checks.ok()) checks = CheckSameLayout(in, out, op);
+  if (checks.ok()) checks = CheckRank(peer, state->ctx.size, op, "peer");
+  if (checks.ok() && peer == state->ctx.rank) {
+    checks = InvalidArgument(op, ": rank ", peer, " cannot gossip with itself");
+  }
+  if (checks.ok() && (!std::isfinite(self_weight) || !std::isfinite(pair_weight))) {
+    checks = InvalidArgument(op, ": weights must be finite: self_weight ", self_weight,
+                             ", pair_weight ", pair_weight);
+  }
+  if (!checks.ok()) return state->engine->Refuse(r, std::move(checks));
   r->self_weight = self_weight;
   r->send = {{peer, 1.0}};
   r->recv = {{peer, pair_weight}};
@@ -776,6 +802,31 @@ StatusOr<Handle> pair_gossip_nonblocking(const TensorView& in, const TensorView&
   r->desc.fusion_signature = PatternSignature("gossip", self_weight, r->send, r->recv);
   return Submit(*state, r);
 }
+
+namespace comm {
+
+Status RefuseOp(const OpIdentity& id, Status why) {
+  const char* op = OpName(id.op);
+  auto state = Begin(op, id.name);
+  if (!state.ok()) return why;
+  auto r = NewRequest(**state, id.op, TensorView(), TensorView(), id.name);
+  if (id.op == OpType::kSendRecv) {
+    const bool sending = id.send_to >= 0;
+    auto p2p = PointToPoint(**state, sending ? "send" : "recv",
+                            sending ? id.send_to : id.recv_from, TensorView(), TensorView(),
+                            id.name);
+    if (!p2p.ok()) return why;
+    r = *p2p;
+    (sending ? r->desc.send_ranks : r->desc.recv_ranks) = {sending ? id.send_to : id.recv_from};
+  } else if (!id.ranks.empty()) {
+    auto set = ProcessSet(**state, id.ranks, op);
+    if (!set.ok()) return why;
+    r->desc.group = std::move(*set);
+  }
+  return (*state)->engine->Refuse(r, std::move(why));
+}
+
+}  // namespace comm
 
 StatusOr<Handle> barrier_nonblocking() {
   WEFT_ASSIGN_OR_RETURN(auto state, Begin("barrier", ""));

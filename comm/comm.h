@@ -5,6 +5,12 @@
 // Every op has a blocking form (returns Status) and a nonblocking form (returns a Handle at
 // once; poll() or wait() on it). Ops are matched across ranks by `name`, or by call order
 // when unnamed, and every rank must call every op. `out` may be `in` (in place).
+//
+// Threads: any thread may call any function after init(), with one rule. Unnamed ops are
+// matched by their order on the thread that called init(), and are refused (an
+// InvalidArgument error, nothing sent) from any other thread, whose order could differ
+// across ranks; name the ops you start on other threads. A call refused for its arguments
+// still takes its place in the call order, and the other ranks' op fails with its reason.
 #ifndef WEFT_COMM_COMM_H_
 #define WEFT_COMM_COMM_H_
 

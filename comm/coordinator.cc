@@ -42,13 +42,22 @@ std::string DescribeDisagreement(const std::vector<std::pair<int, std::string>>&
 }
 
 void Coordinator::Add(const Descriptor& d, int64_t now_us) {
+  // A key that failed before this rank submitted it (it timed out, or a rank refused it):
+  // this submission is the owed one and fails the same way. A rank that is not owed (it
+  // refused the op, then submits the same name again) starts a new round instead.
   auto failed = failed_.find(d.key);
-  if (failed != failed_.end()) {
-    Response error = failed->second.error;
-    error.ranks = {d.rank};
-    immediate_.push_back(std::move(error));
+  if (failed != failed_.end() && failed->second.owed.count(d.rank)) {
+    if (d.refused_code == 0) {
+      Response error = failed->second.error;
+      error.ranks = {d.rank};
+      immediate_.push_back(std::move(error));
+    }
     failed->second.owed.erase(d.rank);
     if (failed->second.owed.empty()) failed_.erase(failed);
+    return;
+  }
+  if (d.refused_code != 0) {
+    Refuse(d);
     return;
   }
   Entry& e = pending_[d.key];
@@ -69,6 +78,27 @@ void Coordinator::Add(const Descriptor& d, int64_t now_us) {
     ready_.emplace_back(d.key, std::move(e));
     pending_.erase(d.key);
   }
+}
+
+void Coordinator::Refuse(const Descriptor& d) {
+  std::vector<int32_t> present;
+  auto pending = pending_.find(d.key);
+  if (pending != pending_.end()) {
+    for (const auto& entry : pending->second.by_rank) present.push_back(entry.first);
+    pending_.erase(pending);
+  }
+  Response error = ErrorFor({d.key}, d.op, static_cast<absl::StatusCode>(d.refused_code),
+                            absl::StrCat(d.display, " failed on rank ", d.rank,
+                                         ", which refused it: ", d.refused_message),
+                            present);
+  std::set<int> owed;
+  for (int r : Members(d.group)) {
+    if (r != d.rank && std::find(present.begin(), present.end(), r) == present.end()) {
+      owed.insert(r);
+    }
+  }
+  if (!present.empty()) immediate_.push_back(error);
+  if (!owed.empty()) failed_[d.key] = Failed{std::move(error), std::move(owed)};
 }
 
 Response Coordinator::ErrorFor(const std::vector<std::string>& keys, OpType op,
@@ -327,7 +357,10 @@ std::vector<Response> Coordinator::TakeReady(int64_t fusion_threshold) {
 }
 
 std::vector<int> Coordinator::Members(const Entry& e) const {
-  const std::vector<int32_t>& group = e.by_rank.begin()->second.group;
+  return Members(e.by_rank.begin()->second.group);
+}
+
+std::vector<int> Coordinator::Members(const std::vector<int32_t>& group) const {
   if (!group.empty()) return std::vector<int>(group.begin(), group.end());
   std::vector<int> all(size_);
   for (int r = 0; r < size_; ++r) all[r] = r;

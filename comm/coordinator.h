@@ -21,7 +21,8 @@ class Coordinator {
  public:
   explicit Coordinator(int size) : size_(size) {}
 
-  // Records one rank's descriptor, received at `now_us`.
+  // Records one rank's descriptor, received at `now_us`. A refused one (refused_code set)
+  // fails the key on every other rank of the op.
   void Add(const Descriptor& d, int64_t now_us);
 
   // Responses for every key that all ranks have submitted, in the order they became
@@ -57,6 +58,10 @@ class Coordinator {
   std::string MissingRanks(const Entry& e) const;
   // The ranks an entry's op runs on: its process set, or every rank.
   std::vector<int> Members(const Entry& e) const;
+  std::vector<int> Members(const std::vector<int32_t>& group) const;
+  // A rank refused `d` locally: the ranks that submitted it get the refusal now, the others
+  // when they submit it.
+  void Refuse(const Descriptor& d);
   static bool Fusable(OpType op);
   bool CanFuse(const Entry& a, const Entry& b) const;
   Response ErrorFor(const std::vector<std::string>& keys, OpType op, absl::StatusCode code,

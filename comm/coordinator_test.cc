@@ -208,7 +208,7 @@ TEST(ProtocolTest, ManyMinimalItemsParse) {
   // The smallest items: the parsers' bounds on counts must not reject them.
   const std::vector<Descriptor> ds(1000);
   const std::string d_bytes = SerializeDescriptors(ds);
-  EXPECT_EQ(d_bytes.size(), 4u + 1000u * 69u);
+  EXPECT_EQ(d_bytes.size(), 4u + 1000u * 77u);
   auto d_out = ParseDescriptors(d_bytes);
   ASSERT_TRUE(d_out.ok()) << d_out.status();
   EXPECT_EQ(d_out->size(), 1000u);
@@ -1046,6 +1046,87 @@ TEST(CoordinatorTest, NoWarningsWhenWarningDisabled) {
   EXPECT_TRUE(report.warnings.empty());
   EXPECT_TRUE(report.errors.empty());
   EXPECT_EQ(c.pending(), 1u);
+}
+
+TEST(CoordinatorTest, ARefusalFailsTheRanksAlreadyThereAndThoseStillToCome) {
+  Coordinator c(4);
+  c.Add(WithRank(Allreduce("#3"), 0), 0);
+  c.Add(WithRank(Allreduce("#3"), 2), 0);
+  Descriptor refused = WithRank(Allreduce("#3"), 1);
+  refused.display = "unnamed allreduce #3";
+  refused.refused_code = static_cast<int32_t>(absl::StatusCode::kUnimplemented);
+  refused.refused_message = "allreduce: complex64 is not supported";
+  c.Add(refused, 0);
+  EXPECT_EQ(c.pending(), 0u);
+  std::vector<Response> rs = c.TakeReady(1 << 20);
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].keys, Keys{"#3"});
+  EXPECT_EQ(rs[0].status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(rs[0].error_message,
+            "unnamed allreduce #3 failed on rank 1, which refused it: allreduce: complex64 is "
+            "not supported");
+  EXPECT_EQ(rs[0].ranks, (std::vector<int32_t>{0, 2}));
+  // Rank 3 submits it later: the same error, at once, to rank 3 alone; nothing waits.
+  c.Add(WithRank(Allreduce("#3"), 3), 0);
+  rs = c.TakeReady(1 << 20);
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].ranks, std::vector<int32_t>{3});
+  EXPECT_EQ(rs[0].status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(c.pending(), 0u);
+  // The next unnamed op pairs normally.
+  AddAll(&c, Allreduce("#4"), 4);
+  ExpectOkSingle(c.TakeReady(1 << 20), "#4");
+}
+
+TEST(CoordinatorTest, EveryRankRefusingAloneSendsNothing) {
+  Coordinator c(3);
+  for (int r = 0; r < 3; ++r) {
+    Descriptor d = WithRank(Make(OpType::kBroadcast, "#0"), r);
+    d.refused_code = static_cast<int32_t>(absl::StatusCode::kInvalidArgument);
+    d.refused_message = "broadcast: root_rank 7 is out of range";
+    c.Add(d, 0);
+  }
+  EXPECT_TRUE(c.TakeReady(1 << 20).empty());
+  EXPECT_EQ(c.pending(), 0u);
+  AddAll(&c, Make(OpType::kBroadcast, "#1"), 3);
+  ExpectOkSingle(c.TakeReady(1 << 20), "#1");
+}
+
+TEST(CoordinatorTest, ARankThatRefusedANameCanUseItAgain) {
+  Coordinator c(2);
+  Descriptor refused = WithRank(Allreduce("g"), 1);
+  refused.refused_code = static_cast<int32_t>(absl::StatusCode::kInvalidArgument);
+  refused.refused_message = "bad";
+  c.Add(refused, 0);
+  EXPECT_TRUE(c.TakeReady(1 << 20).empty());  // rank 0 has not submitted 'g' yet
+  // Rank 1 retries 'g' correctly before rank 0 arrives: a new round, not the old error.
+  c.Add(WithRank(Allreduce("g"), 1), 0);
+  EXPECT_TRUE(c.TakeReady(1 << 20).empty());
+  // Rank 0's first 'g' pairs with the refused one and fails...
+  c.Add(WithRank(Allreduce("g"), 0), 0);
+  std::vector<Response> rs = c.TakeReady(1 << 20);
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].ranks, std::vector<int32_t>{0});
+  EXPECT_EQ(rs[0].status().code(), absl::StatusCode::kInvalidArgument);
+  // ...and its second pairs with rank 1's retry.
+  c.Add(WithRank(Allreduce("g"), 0), 0);
+  ExpectOkSingle(c.TakeReady(1 << 20), "g");
+}
+
+TEST(CoordinatorTest, ARefusalInAProcessSetOwesOnlyItsMembers) {
+  Coordinator c(4);
+  Descriptor refused = WithRank(Allreduce("#0@1,3"), 3);
+  refused.group = {1, 3};
+  refused.refused_code = static_cast<int32_t>(absl::StatusCode::kInvalidArgument);
+  refused.refused_message = "bad";
+  c.Add(refused, 0);
+  Descriptor d = WithRank(Allreduce("#0@1,3"), 1);
+  d.group = {1, 3};
+  c.Add(d, 0);
+  std::vector<Response> rs = c.TakeReady(1 << 20);
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].ranks, std::vector<int32_t>{1});
+  EXPECT_EQ(c.pending(), 0u);
 }
 
 TEST(CoordinatorTest, StallTimeoutFailsTheKey) {

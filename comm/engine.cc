@@ -97,7 +97,8 @@ void Request::Complete(Status s) {
   cv.notify_all();
 }
 
-Engine::Engine(const Context& ctx, Timeline* timeline) : ctx_(ctx), timeline_(timeline) {
+Engine::Engine(const Context& ctx, Timeline* timeline)
+    : ctx_(ctx), timeline_(timeline), init_thread_(std::this_thread::get_id()) {
   if (ctx_.rank == 0) coordinator_ = std::make_unique<Coordinator>(ctx_.size);
 }
 
@@ -112,6 +113,54 @@ void Engine::Join() {
   std::lock_guard<std::mutex> lock(progress_mu_);  // a driving caller has left
 }
 
+Status Engine::AssignKey(Descriptor& d, bool refusing) {
+  // A process set's ops are matched among its ranks only: their keys carry the set, and
+  // unnamed ones count calls per set (the other ranks never see them).
+  const std::string scope = d.group.empty() ? "" : absl::StrCat("@", absl::StrJoin(d.group, ","));
+  // For messages: "send 'x' to rank 1", "allreduce 'g' over ranks 0, 2".
+  std::string what = OpName(d.op), where;
+  if (d.op == OpType::kSendRecv) {
+    const bool sending = !d.send_ranks.empty();
+    what = sending ? "send" : "recv";
+    where = absl::StrCat(sending ? " to rank " : " from rank ",
+                         sending ? d.send_ranks[0] : d.recv_ranks[0]);
+  } else if (!d.group.empty()) {
+    where = absl::StrCat(" over ranks ", RankList({d.group.begin(), d.group.end()}));
+  }
+  if (d.key.empty()) {
+    // Call order is only defined on one thread: unnamed ops from two threads would be
+    // numbered in whatever order the threads happen to reach this point, differently on
+    // each rank, and pair with other ranks' different ops without any error. So the order
+    // that counts is the init() thread's, and every rank refuses the same calls.
+    if (std::this_thread::get_id() != init_thread_) {
+      const bool nameless = d.op == OpType::kBarrier || d.op == OpType::kSetTopology;
+      return InvalidArgument(
+          what, where,
+          ": unnamed ops are matched across ranks by their order on the thread "
+          "that called init(), and this call comes from another thread, where that order "
+          "is not the same on every rank; ",
+          nameless ? "call it from the thread that called init()"
+                   : "give the op a name (named ops are matched by name, from any thread)");
+    }
+    const int64_t seq = d.group.empty() ? next_unnamed_++ : next_unnamed_in_group_[d.group]++;
+    d.key = absl::StrCat("#", seq, scope);
+    d.display = absl::StrCat("unnamed ", what, " #", seq, where);
+  } else if (d.key[0] == '#') {  // internal ops with a fixed key (shutdown, window ops)
+    if (d.display.empty()) d.display = OpName(d.op);
+  } else {
+    const std::string name = d.key;
+    d.key += scope;
+    if (!refusing && !names_in_flight_.insert(d.key).second) {
+      return InvalidArgument(what, " '", name, "'", where,
+                             ": an op with this name is already in flight ",
+                             scope.empty() ? "" : "in this process set ", "on rank ", ctx_.rank,
+                             "; wait for it before reusing the name");
+    }
+    d.display = absl::StrCat(what, " '", name, "'", where);
+  }
+  return OkStatus();
+}
+
 StatusOr<Handle> Engine::Submit(std::shared_ptr<Request> r, bool caller_waits) {
   bool wake = false;
   {
@@ -121,37 +170,14 @@ StatusOr<Handle> Engine::Submit(std::shared_ptr<Request> r, bool caller_waits) {
                                 ": weft is shutting down; no new ops are accepted");
     }
     Descriptor& d = r->desc;
-    // A process set's ops are matched among its ranks only: their keys carry the set, and
-    // unnamed ones count calls per set (the other ranks never see them).
-    const std::string scope =
-        d.group.empty() ? "" : absl::StrCat("@", absl::StrJoin(d.group, ","));
-    // For messages: "send 'x' to rank 1", "allreduce 'g' over ranks 0, 2".
-    std::string what = OpName(d.op), where;
-    if (d.op == OpType::kSendRecv) {
-      const bool sending = !d.send_ranks.empty();
-      what = sending ? "send" : "recv";
-      where = absl::StrCat(sending ? " to rank " : " from rank ",
-                           sending ? d.send_ranks[0] : d.recv_ranks[0]);
-    } else if (!d.group.empty()) {
-      where = absl::StrCat(" over ranks ", RankList({d.group.begin(), d.group.end()}));
+    if (t_making_progress) {
+      // Refused before it takes a place, whichever thread makes the progress, so that every
+      // rank refuses alike.
+      return FailedPrecondition(OpName(d.op),
+                                ": called while this thread runs weft's engine (from an output "
+                                "Allocator?); start ops outside the allocator");
     }
-    if (d.key.empty()) {
-      const int64_t seq = d.group.empty() ? next_unnamed_++ : next_unnamed_in_group_[d.group]++;
-      d.key = absl::StrCat("#", seq, scope);
-      d.display = absl::StrCat("unnamed ", what, " #", seq, where);
-    } else if (d.key[0] == '#') {  // internal ops with a fixed key (shutdown, window ops)
-      if (d.display.empty()) d.display = OpName(d.op);
-    } else {
-      const std::string name = d.key;
-      d.key += scope;
-      if (!names_in_flight_.insert(d.key).second) {
-        return InvalidArgument(what, " '", name, "'", where,
-                               ": an op with this name is already in flight ",
-                               scope.empty() ? "" : "in this process set ", "on rank ",
-                               ctx_.rank, "; wait for it before reusing the name");
-      }
-      d.display = absl::StrCat(what, " '", name, "'", where);
-    }
+    WEFT_RETURN_IF_ERROR(AssignKey(d, /*refusing=*/false));
     if (d.op == OpType::kSetTopology) d.in_flight = in_flight_.load();
     if (d.op == OpType::kShutdown) stopping_ = true;
     r->submitted_us = NowMicros();
@@ -164,6 +190,27 @@ StatusOr<Handle> Engine::Submit(std::shared_ptr<Request> r, bool caller_waits) {
   }
   if (wake) queue_cv_.notify_one();
   return MakeHandle(std::move(r));
+}
+
+Status Engine::Refuse(std::shared_ptr<Request> r, Status why) {
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (stopping_) return why;
+    Descriptor& d = r->desc;
+    // An op that cannot take a place in the call order (from another thread) has nothing
+    // to tell the others: every rank refuses it alike.
+    if (!AssignKey(d, /*refusing=*/true).ok()) return why;
+    d.refused_code = static_cast<int32_t>(why.code());
+    d.refused_message = std::string(why.message());
+    r->submitted_us = NowMicros();
+    // The other ranks wait for this message: the engine thread sends it even if nothing
+    // else happens on this rank.
+    wake = queue_.empty() && sleeping_;
+    queue_.push_back(std::move(r));
+  }
+  if (wake) queue_cv_.notify_one();
+  return why;
 }
 
 bool Engine::Busy() const {
@@ -302,6 +349,10 @@ bool Engine::Progress() {
       }
       if (r->desc.op == OpType::kWinLocal) {
         local_.push_back(r);
+        continue;
+      }
+      if (r->desc.refused_code != 0) {  // nothing runs here: only the others are told
+        descriptors.push_back(r->desc);
         continue;
       }
       outstanding_[r->desc.key] = r;

@@ -96,6 +96,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // waits for it right away and so makes the progress itself; the engine thread is not
   // woken (it would run the op on whatever core it gets, often one another rank needs).
   StatusOr<Handle> Submit(std::shared_ptr<Request> request, bool caller_waits = false);
+  // A request this rank refused before submitting it (a bad argument): it still takes its
+  // place in the call order (an unnamed op's number), and the other ranks of the op get
+  // the refusal as their op's error. Only desc.op, key (the name), group and the pattern
+  // used for messages need to be set. Returns `why`.
+  Status Refuse(std::shared_ptr<Request> request, Status why);
   // Number of submitted requests not yet completed.
   int64_t in_flight() const { return in_flight_.load(); }
   // Runs after the engine processed the shutdown response; joins the thread and waits
@@ -132,6 +137,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   static Handle MakeHandle(std::shared_ptr<Request> r) { return Handle(std::move(r)); }
 
  private:
+  // Turns the name into the key that matches the op across ranks (the unnamed ones are
+  // numbered) and fills the display string; refuses unnamed ops from threads other than
+  // the one that created the engine (init()). Requires queue_mu_.
+  Status AssignKey(Descriptor& d, bool refusing);
   void Loop();
   bool Progress();  // requires progress_mu_
   bool Busy() const;  // requires progress_mu_: ops outstanding or messages in flight
@@ -188,6 +197,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   Context ctx_;
   Timeline* timeline_;
+  const std::thread::id init_thread_;  // the only thread whose unnamed ops have an order
   std::thread thread_;
 
   std::mutex queue_mu_;

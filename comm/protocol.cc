@@ -128,6 +128,8 @@ std::string SerializeDescriptors(const std::vector<Descriptor>& ds) {
     w.Pod(d.in_flight);
     w.Vec(d.group);
     w.Pod<uint8_t>(d.shape_from_peer);
+    w.Pod(d.refused_code);
+    w.Str(d.refused_message);
   }
   return w.Take();
 }
@@ -136,7 +138,7 @@ StatusOr<std::vector<Descriptor>> ParseDescriptors(const std::string& bytes) {
   Reader r(bytes);
   uint32_t n;
   // The smallest encoding of one descriptor: every fixed field, empty strings and vectors.
-  constexpr size_t kMinDescriptorBytes = 69;
+  constexpr size_t kMinDescriptorBytes = 77;
   if (!r.Pod(&n)) return Internal("truncated descriptor batch");
   if (!r.Fits(n, kMinDescriptorBytes)) return Internal("malformed descriptor batch");
   std::vector<Descriptor> ds(n);
@@ -148,7 +150,8 @@ StatusOr<std::vector<Descriptor>> ParseDescriptors(const std::string& bytes) {
               r.Vec(&d.shape) && r.Pod(&d.root) && r.Pod(&average) && r.Vec(&d.send_ranks) &&
               r.Vec(&d.recv_ranks) && r.Pod(&d.machine) && r.Pod(&d.local_rank) &&
               r.Str(&d.fusion_signature) && r.Pod(&d.fingerprint) && r.Pod(&d.in_flight) &&
-              r.Vec(&d.group) && r.Pod(&shape_from_peer);
+              r.Vec(&d.group) && r.Pod(&shape_from_peer) && r.Pod(&d.refused_code) &&
+              r.Str(&d.refused_message);
     if (!ok || !IsWireOp(op) || dtype >= kNumDTypes ||
         device_type > static_cast<uint8_t>(Device::Type::kCUDA)) {
       return Internal("malformed descriptor batch");

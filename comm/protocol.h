@@ -69,6 +69,13 @@ struct Descriptor {
   uint64_t fingerprint = 0;
   int64_t in_flight = 0;
 
+  // Non-zero: this rank refused the op before running it (a bad argument, say) and told
+  // the others, so that the op still takes its place in the call order and fails on every
+  // rank instead of leaving the others waiting, or pairing their later ops with the wrong
+  // ones. Only key, display, op and group are meaningful then.
+  int32_t refused_code = 0;  // absl::StatusCode
+  std::string refused_message;
+
   size_t nbytes() const;
 };
 

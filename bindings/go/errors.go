@@ -95,6 +95,37 @@ func call(f func() cstatus) error {
 	return nil
 }
 
+// Unnamed ops are matched across ranks by their order on the thread that called weft_init
+// (the C library refuses them from any other thread, where the order could differ across
+// ranks). Go moves goroutines between threads at will, so Init and every unnamed op run on
+// one goroutine locked to its thread, in the order their callers reach it. Several
+// goroutines issuing unnamed ops at once still get an arbitrary order: name those ops.
+var initThread = make(chan func())
+
+func init() {
+	go func() {
+		runtime.LockOSThread() // for the life of the process
+		for f := range initThread {
+			f()
+		}
+	}()
+}
+
+// onInitThread runs f on the thread Init runs on and returns its result.
+func onInitThread(f func() error) error {
+	done := make(chan error, 1)
+	initThread <- func() { done <- f() }
+	return <-done
+}
+
+// ordered is call for an op: on the Init thread when the op is unnamed ("").
+func ordered(name string, f func() cstatus) error {
+	if name != "" {
+		return call(f)
+	}
+	return onInitThread(func() error { return call(f) })
+}
+
 // invalid is an InvalidArgument error found by the binding itself, before any C call.
 func invalid(format string, args ...any) error {
 	return &Error{Status: InvalidArgument, Message: fmt.Sprintf(format, args...)}

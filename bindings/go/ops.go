@@ -131,7 +131,7 @@ func Allreduce[T Element](in, out []T, opts ...AllreduceOptions) error {
 	if err != nil {
 		return err
 	}
-	return call(func() cstatus {
+	return ordered(o.Name, func() cstatus {
 		return cweft.Weftgo_allreduce(nil, dataOf(in), dataOf(out), l.code, l.bits, l.shape,
 			boolInt(o.Op == Average), ranks, o.Name)
 	})
@@ -144,7 +144,7 @@ func Broadcast[T Element](in, out []T, root int, opts ...BroadcastOptions) error
 	if err != nil {
 		return err
 	}
-	return call(func() cstatus {
+	return ordered(o.Name, func() cstatus {
 		return cweft.Weftgo_broadcast(nil, dataOf(in), dataOf(out), l.code, l.bits, l.shape,
 			root, ranks, o.Name)
 	})
@@ -158,7 +158,7 @@ func Send[T Element](in []T, dst int, opts ...SendOptions) error {
 	if err != nil {
 		return err
 	}
-	return call(func() cstatus {
+	return ordered(o.Name, func() cstatus {
 		return cweft.Weftgo_send(nil, dataOf(in), l.code, l.bits, l.shape, dst, o.Name)
 	})
 }
@@ -171,7 +171,7 @@ func Recv[T Element](out []T, src int, opts ...RecvOptions) error {
 	if err != nil {
 		return err
 	}
-	return call(func() cstatus {
+	return ordered(o.Name, func() cstatus {
 		return cweft.Weftgo_recv(nil, dataOf(out), l.code, l.bits, l.shape, src, o.Name)
 	})
 }
@@ -186,7 +186,7 @@ func RecvAny[T Element](src int, opts ...RecvAnyOptions) ([]T, []int64, error) {
 		return nil, nil, err
 	}
 	var m managedHandle
-	err = call(func() cstatus { return cweft.Weft_comm_recv_any(&m, src, o.Name) })
+	err = ordered(o.Name, func() cstatus { return cweft.Weft_comm_recv_any(&m, src, o.Name) })
 	if err != nil {
 		return nil, nil, err
 	}
@@ -202,7 +202,7 @@ func Allgather[T Element](in []T, opts ...AllgatherOptions) ([]T, error) {
 		return nil, err
 	}
 	var m managedHandle
-	err = call(func() cstatus {
+	err = ordered(o.Name, func() cstatus {
 		return cweft.Weftgo_allgather(nil, &m, dataOf(in), l.code, l.bits, l.shape, o.Name)
 	})
 	if err != nil {
@@ -224,7 +224,7 @@ func NeighborAllgather[T Element](in []T, opts ...NeighborAllgatherOptions) ([]T
 		return nil, err
 	}
 	var m managedHandle
-	err = call(func() cstatus {
+	err = ordered(o.Name, func() cstatus {
 		return cweft.Weftgo_neighbor_allgather(nil, &m, dataOf(in), l.code, l.bits, l.shape,
 			r.has, r.src, r.dst, o.Name)
 	})
@@ -246,7 +246,7 @@ func NeighborAllreduce[T Element](in, out []T, opts ...NeighborAllreduceOptions)
 	if err != nil {
 		return err
 	}
-	return call(func() cstatus {
+	return ordered(o.Name, func() cstatus {
 		return cweft.Weftgo_neighbor_allreduce(nil, dataOf(in), dataOf(out), l.code, l.bits,
 			l.shape, w.has, w.self, w.src, w.hasDst, w.dst, o.Name)
 	})
@@ -265,7 +265,7 @@ func HierarchicalNeighborAllreduce[T Element](in, out []T, opts ...HierarchicalN
 	if err != nil {
 		return err
 	}
-	return call(func() cstatus {
+	return ordered(o.Name, func() cstatus {
 		return cweft.Weftgo_hierarchical_neighbor_allreduce(nil, dataOf(in), dataOf(out), l.code,
 			l.bits, l.shape, w.has, w.self, w.src, w.hasDst, w.dst, o.Name)
 	})
@@ -280,14 +280,14 @@ func PairGossip[T Element](in, out []T, peer int, opts ...PairGossipOptions) err
 		return err
 	}
 	self, pair := gossipWeights(o)
-	return call(func() cstatus {
+	return ordered(o.Name, func() cstatus {
 		return cweft.Weftgo_pair_gossip(nil, dataOf(in), dataOf(out), l.code, l.bits, l.shape,
 			peer, self, pair, o.Name)
 	})
 }
 
 // Barrier returns once every rank has called it.
-func Barrier() error { return call(cweft.Weft_comm_barrier) }
+func Barrier() error { return ordered("", cweft.Weft_comm_barrier) }
 
 // ---- nonblocking ops ------------------------------------------------------------------------
 //
@@ -300,7 +300,7 @@ func AllreduceNonblocking[T Element](in, out []T, opts ...AllreduceOptions) (*Re
 	if err != nil {
 		return nil, err
 	}
-	return startInOut(fn, in, out, func(req *reqHandle, cin, cout unsafe.Pointer) cstatus {
+	return startInOut(fn, o.Name, in, out, func(req *reqHandle, cin, cout unsafe.Pointer) cstatus {
 		return cweft.Weftgo_allreduce(req, cin, cout, l.code, l.bits, l.shape,
 			boolInt(o.Op == Average), ranks, o.Name)
 	})
@@ -313,7 +313,7 @@ func BroadcastNonblocking[T Element](in, out []T, root int, opts ...BroadcastOpt
 	if err != nil {
 		return nil, err
 	}
-	return startInOut(fn, in, out, func(req *reqHandle, cin, cout unsafe.Pointer) cstatus {
+	return startInOut(fn, o.Name, in, out, func(req *reqHandle, cin, cout unsafe.Pointer) cstatus {
 		return cweft.Weftgo_broadcast(req, cin, cout, l.code, l.bits, l.shape, root, ranks,
 			o.Name)
 	})
@@ -326,7 +326,7 @@ func SendNonblocking[T Element](in []T, dst int, opts ...SendOptions) (*Request,
 	if err != nil {
 		return nil, err
 	}
-	return startIn(fn, in, func(req *reqHandle, cin unsafe.Pointer) cstatus {
+	return startIn(fn, o.Name, in, func(req *reqHandle, cin unsafe.Pointer) cstatus {
 		return cweft.Weftgo_send(req, cin, l.code, l.bits, l.shape, dst, o.Name)
 	}, nil)
 }
@@ -338,7 +338,7 @@ func RecvNonblocking[T Element](out []T, src int, opts ...RecvOptions) (*Request
 	if err != nil {
 		return nil, err
 	}
-	return startOut(fn, out, func(req *reqHandle, cout unsafe.Pointer) cstatus {
+	return startOut(fn, o.Name, out, func(req *reqHandle, cout unsafe.Pointer) cstatus {
 		return cweft.Weftgo_recv(req, cout, l.code, l.bits, l.shape, src, o.Name)
 	})
 }
@@ -352,7 +352,9 @@ func RecvAnyNonblocking[T Element](src int, opts ...RecvAnyOptions) (*RecvReques
 		return nil, err
 	}
 	var h reqHandle
-	err = call(func() cstatus { return cweft.Weft_comm_recv_any_nonblocking(&h, src, o.Name) })
+	err = ordered(o.Name, func() cstatus {
+		return cweft.Weft_comm_recv_any_nonblocking(&h, src, o.Name)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -377,7 +379,7 @@ func AllgatherNonblocking[T Element](in []T, opts ...AllgatherOptions) (*GatherR
 	if err != nil {
 		return nil, err
 	}
-	return startGather(fn, in, func(req *reqHandle, cin unsafe.Pointer) cstatus {
+	return startGather(fn, o.Name, in, func(req *reqHandle, cin unsafe.Pointer) cstatus {
 		return cweft.Weftgo_allgather(req, nil, cin, l.code, l.bits, l.shape, o.Name)
 	})
 }
@@ -393,7 +395,7 @@ func NeighborAllgatherNonblocking[T Element](in []T, opts ...NeighborAllgatherOp
 	if err != nil {
 		return nil, err
 	}
-	return startGather(fn, in, func(req *reqHandle, cin unsafe.Pointer) cstatus {
+	return startGather(fn, o.Name, in, func(req *reqHandle, cin unsafe.Pointer) cstatus {
 		return cweft.Weftgo_neighbor_allgather(req, nil, cin, l.code, l.bits, l.shape, r.has,
 			r.src, r.dst, o.Name)
 	})
@@ -410,7 +412,7 @@ func NeighborAllreduceNonblocking[T Element](in, out []T, opts ...NeighborAllred
 	if err != nil {
 		return nil, err
 	}
-	return startInOut(fn, in, out, func(req *reqHandle, cin, cout unsafe.Pointer) cstatus {
+	return startInOut(fn, o.Name, in, out, func(req *reqHandle, cin, cout unsafe.Pointer) cstatus {
 		return cweft.Weftgo_neighbor_allreduce(req, cin, cout, l.code, l.bits, l.shape, w.has,
 			w.self, w.src, w.hasDst, w.dst, o.Name)
 	})
@@ -427,7 +429,7 @@ func HierarchicalNeighborAllreduceNonblocking[T Element](in, out []T, opts ...Hi
 	if err != nil {
 		return nil, err
 	}
-	return startInOut(fn, in, out, func(req *reqHandle, cin, cout unsafe.Pointer) cstatus {
+	return startInOut(fn, o.Name, in, out, func(req *reqHandle, cin, cout unsafe.Pointer) cstatus {
 		return cweft.Weftgo_hierarchical_neighbor_allreduce(req, cin, cout, l.code, l.bits,
 			l.shape, w.has, w.self, w.src, w.hasDst, w.dst, o.Name)
 	})
@@ -441,7 +443,7 @@ func PairGossipNonblocking[T Element](in, out []T, peer int, opts ...PairGossipO
 		return nil, err
 	}
 	self, pair := gossipWeights(o)
-	return startInOut(fn, in, out, func(req *reqHandle, cin, cout unsafe.Pointer) cstatus {
+	return startInOut(fn, o.Name, in, out, func(req *reqHandle, cin, cout unsafe.Pointer) cstatus {
 		return cweft.Weftgo_pair_gossip(req, cin, cout, l.code, l.bits, l.shape, peer, self,
 			pair, o.Name)
 	})
@@ -450,7 +452,7 @@ func PairGossipNonblocking[T Element](in, out []T, peer int, opts ...PairGossipO
 // BarrierNonblocking starts Barrier.
 func BarrierNonblocking() (*Request, error) {
 	var h reqHandle
-	if err := call(func() cstatus { return cweft.Weft_comm_barrier_nonblocking(&h) }); err != nil {
+	if err := ordered("", func() cstatus { return cweft.Weft_comm_barrier_nonblocking(&h) }); err != nil {
 		return nil, err
 	}
 	return newRequest(h, nil, nil), nil
@@ -661,7 +663,7 @@ func allocC(fn string, nbytes int) (unsafe.Pointer, error) {
 
 // startInOut copies in into C memory, starts the op there (one buffer when in and out are
 // the same slice) and returns a Request that copies the C result into out on success.
-func startInOut[T Element](fn string, in, out []T,
+func startInOut[T Element](fn, name string, in, out []T,
 	start func(req *reqHandle, cin, cout unsafe.Pointer) cstatus) (*Request, error) {
 	n, size := len(in), sizeOf[T]()
 	inPlace := n > 0 && &in[0] == &out[0]
@@ -681,7 +683,7 @@ func startInOut[T Element](fn string, in, out []T,
 	}
 	cout := unsafe.Slice((*T)(coutPtr), n)
 	var h reqHandle
-	if err := call(func() cstatus { return start(&h, buf, coutPtr) }); err != nil {
+	if err := ordered(name, func() cstatus { return start(&h, buf, coutPtr) }); err != nil {
 		cweft.Weftgo_free(buf)
 		return nil, err
 	}
@@ -693,7 +695,7 @@ func startInOut[T Element](fn string, in, out []T,
 
 // startIn copies in into C memory and starts an op that reads it (send, the gathering
 // ops); finish (may be nil) delivers the result when the op completes.
-func startIn[T Element](fn string, in []T, start func(req *reqHandle, cin unsafe.Pointer) cstatus,
+func startIn[T Element](fn, name string, in []T, start func(req *reqHandle, cin unsafe.Pointer) cstatus,
 	finish func(reqHandle) error) (*Request, error) {
 	buf, err := allocC(fn, len(in)*sizeOf[T]())
 	if err != nil {
@@ -701,7 +703,7 @@ func startIn[T Element](fn string, in []T, start func(req *reqHandle, cin unsafe
 	}
 	copy(unsafe.Slice((*T)(buf), len(in)), in)
 	var h reqHandle
-	if err := call(func() cstatus { return start(&h, buf) }); err != nil {
+	if err := ordered(name, func() cstatus { return start(&h, buf) }); err != nil {
 		cweft.Weftgo_free(buf)
 		return nil, err
 	}
@@ -710,7 +712,7 @@ func startIn[T Element](fn string, in []T, start func(req *reqHandle, cin unsafe
 
 // startOut starts an op that writes into C memory (recv) and returns a Request that
 // copies the result into out on success.
-func startOut[T Element](fn string, out []T,
+func startOut[T Element](fn, name string, out []T,
 	start func(req *reqHandle, cout unsafe.Pointer) cstatus) (*Request, error) {
 	buf, err := allocC(fn, len(out)*sizeOf[T]())
 	if err != nil {
@@ -718,7 +720,7 @@ func startOut[T Element](fn string, out []T,
 	}
 	cout := unsafe.Slice((*T)(buf), len(out))
 	var h reqHandle
-	if err := call(func() cstatus { return start(&h, buf) }); err != nil {
+	if err := ordered(name, func() cstatus { return start(&h, buf) }); err != nil {
 		cweft.Weftgo_free(buf)
 		return nil, err
 	}
@@ -730,13 +732,13 @@ func startOut[T Element](fn string, out []T,
 
 // startGather copies in into C memory and starts a gathering op; the result is taken from
 // the request when it completes.
-func startGather[T Element](fn string, in []T,
+func startGather[T Element](fn, name string, in []T,
 	start func(req *reqHandle, cin unsafe.Pointer) cstatus) (*GatherRequest[T], error) {
 	// The result goes to a cell shared with the GatherRequest, not to the GatherRequest
 	// itself: a reference from the Request's finish back to it would make a cycle through
 	// the finalized Request, which Go then never finalizes.
 	result := new([]T)
-	r, err := startIn(fn, in, start, func(h reqHandle) error {
+	r, err := startIn(fn, name, in, start, func(h reqHandle) error {
 		var m managedHandle
 		if err := call(func() cstatus { return cweft.Weft_request_take_output(&m, h) }); err != nil {
 			return err

@@ -608,7 +608,9 @@ func NewTrainer(path string, opts TrainerOptions) (*Trainer, error) {
 		n.Decentralized = 1
 	}
 	var h trainerHandle
-	if err := call(func() cstatus {
+	// The trainer's steps include unnamed barriers: like every unnamed op they run on the
+	// Init thread (ordered).
+	if err := ordered("", func() cstatus {
 		return cweft.Weftgo_pipe_trainer_create(&h, path, &n, opts.CacheDir, opts.Name)
 	}); err != nil {
 		return nil, err
@@ -645,7 +647,7 @@ func (t *Trainer) TrainEpoch(inputs, targets Tensor) (EpochMetrics, error) {
 		return EpochMetrics{}, err
 	}
 	m := cweft.PipeEpochMetrics{Version: uint32(cweft.WEFT_PIPE_EPOCH_METRICS_VERSION)}
-	if err := call(func() cstatus {
+	if err := ordered("", func() cstatus {
 		return cweft.Weftgo_pipe_trainer_train_epoch(h, x, xc, xb, xs, y, yc, yb, ys, &m)
 	}); err != nil {
 		return EpochMetrics{}, err
@@ -684,7 +686,7 @@ func (t *Trainer) Evaluate(inputs, targets Tensor) (float64, error) {
 		return 0, err
 	}
 	var accuracy float64
-	err = call(func() cstatus {
+	err = ordered("", func() cstatus {
 		return cweft.Weftgo_pipe_trainer_evaluate(h, x, xc, xb, xs, y, yc, yb, ys, &accuracy)
 	})
 	runtime.KeepAlive(inputs.Data)

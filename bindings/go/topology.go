@@ -309,7 +309,7 @@ func SetTopology(t *Topology, isWeighted bool) error {
 	if err != nil {
 		return err
 	}
-	return call(func() cstatus { return cweft.Weft_comm_set_topology(h, boolInt(isWeighted)) })
+	return ordered("", func() cstatus { return cweft.Weft_comm_set_topology(h, boolInt(isWeighted)) })
 }
 
 // LoadTopology returns a copy of the topology in force.

@@ -23,7 +23,7 @@ func VersionNumber() int { return cweft.Weft_version_number() }
 
 // Init starts MPI (unless the program already did) and weft's engine. The topology is then
 // ExponentialGraph(Size(), 2). Calling it twice is an error; Init after Shutdown works.
-func Init() error { return call(cweft.Weft_init) }
+func Init() error { return onInitThread(func() error { return call(cweft.Weft_init) }) }
 
 // Shutdown waits until every rank has called it; ops that cannot complete then fail.
 func Shutdown() error { return call(cweft.Weft_shutdown) }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "comm/refuse.h"
 
 namespace weft {
 namespace torch_api {
@@ -128,33 +129,56 @@ StatusOr<TensorView> MakeView(const at::Tensor& t, const char* op, bool allow_cu
 
 // --- launching ops ----------------------------------------------------------------------------
 
-// Ops with an output of the input's shape: `submit(in, out)` starts the weft op.
+comm::OpIdentity Identity(comm::OpType op, const std::string& name,
+                          const std::vector<int>& ranks = {}) {
+  comm::OpIdentity id;
+  id.op = op;
+  id.name = name;
+  id.ranks = ranks;
+  return id;
+}
+
+comm::OpIdentity PeerIdentity(bool sending, int peer, const std::string& name) {
+  comm::OpIdentity id = Identity(comm::OpType::kSendRecv, name);
+  (sending ? id.send_to : id.recv_from) = peer;
+  return id;
+}
+
+// Ops with an output of the input's shape: `submit(in, out)` starts the weft op. A tensor
+// refused here is refused as the op `id` (comm/refuse.h), as weft's own checks do.
 template <typename Submit>
 StatusOr<TorchHandle> LaunchSameShape(const char* op, const at::Tensor& t, bool in_place,
-                                      Submit&& submit) {
-  WEFT_RETURN_IF_ERROR(CheckTensor(t, op, /*allow_cuda=*/false));
+                                      const comm::OpIdentity& id, Submit&& submit) {
   auto state = std::make_shared<TorchHandle::State>();
   state->op = op;
-  WEFT_RETURN_IF_ERROR(Guarded(op, [&]() -> Status {
-    c10::NoGradGuard no_grad;
-    if (!in_place) {
-      state->input = t.contiguous();
-      state->output = at::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()).device(t.device()));
-    } else if (t.is_contiguous()) {
-      state->input = state->output = t;
-    } else {
-      if (at::has_internal_overlap(t) == at::MemOverlap::Yes) {
-        return InvalidArgument(op, ": cannot write in place into a tensor whose elements share "
-                                   "memory (e.g. from expand()); use the out-of-place form or "
-                                   "t.clone() first");
+  TensorView in, out;
+  Status prepared = [&]() -> Status {
+    WEFT_RETURN_IF_ERROR(CheckTensor(t, op, /*allow_cuda=*/false));
+    WEFT_RETURN_IF_ERROR(Guarded(op, [&]() -> Status {
+      c10::NoGradGuard no_grad;
+      if (!in_place) {
+        state->input = t.contiguous();
+        state->output =
+            at::empty(t.sizes(), at::TensorOptions().dtype(t.scalar_type()).device(t.device()));
+      } else if (t.is_contiguous()) {
+        state->input = state->output = t;
+      } else {
+        if (at::has_internal_overlap(t) == at::MemOverlap::Yes) {
+          return InvalidArgument(op,
+                                 ": cannot write in place into a tensor whose elements "
+                                 "share memory (e.g. from expand()); use the out-of-place "
+                                 "form or t.clone() first");
+        }
+        state->input = state->output = t.contiguous();
+        state->target = t;
       }
-      state->input = state->output = t.contiguous();
-      state->target = t;
-    }
+      return OkStatus();
+    }));
+    WEFT_ASSIGN_OR_RETURN(in, MakeView(state->input, op, false));
+    WEFT_ASSIGN_OR_RETURN(out, MakeView(state->output, op, false));
     return OkStatus();
-  }));
-  WEFT_ASSIGN_OR_RETURN(TensorView in, MakeView(state->input, op, false));
-  WEFT_ASSIGN_OR_RETURN(TensorView out, MakeView(state->output, op, false));
+  }();
+  if (!prepared.ok()) return comm::RefuseOp(id, std::move(prepared));
   WEFT_ASSIGN_OR_RETURN(state->handle, submit(in, out));
   // The engine keeps what it reads and writes alive even if every TorchHandle is dropped.
   state->handle.keep_alive(std::make_shared<const std::pair<at::Tensor, at::Tensor>>(
@@ -186,15 +210,21 @@ Allocator GatherInto(TorchHandle::State& state, at::Device device) {
 // Ops whose output weft allocates once the ranks agree on its shape:
 // `submit(in, allocator)` starts the weft op.
 template <typename Submit>
-StatusOr<TorchHandle> LaunchGather(const char* op, const at::Tensor& t, Submit&& submit) {
-  WEFT_RETURN_IF_ERROR(CheckTensor(t, op, /*allow_cuda=*/false));
+StatusOr<TorchHandle> LaunchGather(const char* op, const at::Tensor& t, const comm::OpIdentity& id,
+                                   Submit&& submit) {
   auto state = std::make_shared<TorchHandle::State>();
   state->op = op;
-  WEFT_RETURN_IF_ERROR(Guarded(op, [&]() -> Status {
-    state->input = t.contiguous();
+  TensorView in;
+  Status prepared = [&]() -> Status {
+    WEFT_RETURN_IF_ERROR(CheckTensor(t, op, /*allow_cuda=*/false));
+    WEFT_RETURN_IF_ERROR(Guarded(op, [&]() -> Status {
+      state->input = t.contiguous();
+      return OkStatus();
+    }));
+    WEFT_ASSIGN_OR_RETURN(in, MakeView(state->input, op, false));
     return OkStatus();
-  }));
-  WEFT_ASSIGN_OR_RETURN(TensorView in, MakeView(state->input, op, false));
+  }();
+  if (!prepared.ok()) return comm::RefuseOp(id, std::move(prepared));
   WEFT_ASSIGN_OR_RETURN(state->handle, submit(in, GatherInto(*state, t.device())));
   // The output lives in the slot, which the allocator (owned by the op) holds.
   state->handle.keep_alive(std::make_shared<const at::Tensor>(state->input));
@@ -304,46 +334,59 @@ const Handle& TorchHandle::handle() const {
 StatusOr<TorchHandle> allreduce_nonblocking(const at::Tensor& tensor, bool average,
                                             const std::string& name,
                                             const std::vector<int>& ranks) {
-  return LaunchSameShape("allreduce", tensor, false, [&](const TensorView& in, const TensorView& out) {
-    return ::weft::allreduce_nonblocking(in, out, average, name, ranks);
-  });
+  return LaunchSameShape("allreduce", tensor, false,
+                         Identity(comm::OpType::kAllreduce, name, ranks),
+                         [&](const TensorView& in, const TensorView& out) {
+                           return ::weft::allreduce_nonblocking(in, out, average, name, ranks);
+                         });
 }
 
 StatusOr<TorchHandle> allreduce_nonblocking_(const at::Tensor& tensor, bool average,
                                              const std::string& name,
                                              const std::vector<int>& ranks) {
-  return LaunchSameShape("allreduce_", tensor, true, [&](const TensorView& in, const TensorView& out) {
-    return ::weft::allreduce_nonblocking(in, out, average, name, ranks);
-  });
+  return LaunchSameShape("allreduce_", tensor, true,
+                         Identity(comm::OpType::kAllreduce, name, ranks),
+                         [&](const TensorView& in, const TensorView& out) {
+                           return ::weft::allreduce_nonblocking(in, out, average, name, ranks);
+                         });
 }
 
 StatusOr<TorchHandle> broadcast_nonblocking(const at::Tensor& tensor, int root_rank,
                                             const std::string& name,
                                             const std::vector<int>& ranks) {
-  return LaunchSameShape("broadcast", tensor, false, [&](const TensorView& in, const TensorView& out) {
-    return ::weft::broadcast_nonblocking(in, out, root_rank, name, ranks);
-  });
+  return LaunchSameShape("broadcast", tensor, false,
+                         Identity(comm::OpType::kBroadcast, name, ranks),
+                         [&](const TensorView& in, const TensorView& out) {
+                           return ::weft::broadcast_nonblocking(in, out, root_rank, name, ranks);
+                         });
 }
 
 StatusOr<TorchHandle> broadcast_nonblocking_(const at::Tensor& tensor, int root_rank,
                                              const std::string& name,
                                              const std::vector<int>& ranks) {
-  return LaunchSameShape("broadcast_", tensor, true, [&](const TensorView& in, const TensorView& out) {
-    return ::weft::broadcast_nonblocking(in, out, root_rank, name, ranks);
-  });
+  return LaunchSameShape("broadcast_", tensor, true,
+                         Identity(comm::OpType::kBroadcast, name, ranks),
+                         [&](const TensorView& in, const TensorView& out) {
+                           return ::weft::broadcast_nonblocking(in, out, root_rank, name, ranks);
+                         });
 }
 
 StatusOr<TorchHandle> send_nonblocking(const at::Tensor& tensor, int dst,
                                        const std::string& name) {
   const char* op = "send";
-  WEFT_RETURN_IF_ERROR(CheckTensor(tensor, op, /*allow_cuda=*/false));
   auto state = std::make_shared<TorchHandle::State>();
   state->op = op;
-  WEFT_RETURN_IF_ERROR(Guarded(op, [&]() -> Status {
-    state->input = state->output = tensor.contiguous();
+  TensorView in;
+  Status prepared = [&]() -> Status {
+    WEFT_RETURN_IF_ERROR(CheckTensor(tensor, op, /*allow_cuda=*/false));
+    WEFT_RETURN_IF_ERROR(Guarded(op, [&]() -> Status {
+      state->input = state->output = tensor.contiguous();
+      return OkStatus();
+    }));
+    WEFT_ASSIGN_OR_RETURN(in, MakeView(state->input, op, false));
     return OkStatus();
-  }));
-  WEFT_ASSIGN_OR_RETURN(TensorView in, MakeView(state->input, op, false));
+  }();
+  if (!prepared.ok()) return comm::RefuseOp(PeerIdentity(true, dst, name), std::move(prepared));
   WEFT_ASSIGN_OR_RETURN(state->handle, ::weft::send_nonblocking(in, dst, name));
   state->handle.keep_alive(std::make_shared<const at::Tensor>(state->input));
   return TorchHandle(std::move(state));
@@ -351,9 +394,10 @@ StatusOr<TorchHandle> send_nonblocking(const at::Tensor& tensor, int dst,
 
 StatusOr<TorchHandle> recv_nonblocking_(const at::Tensor& tensor, int src,
                                         const std::string& name) {
-  return LaunchSameShape("recv_", tensor, true, [&](const TensorView&, const TensorView& out) {
-    return ::weft::recv_nonblocking(out, src, name);
-  });
+  return LaunchSameShape("recv_", tensor, true, PeerIdentity(false, src, name),
+                         [&](const TensorView&, const TensorView& out) {
+                           return ::weft::recv_nonblocking(out, src, name);
+                         });
 }
 
 StatusOr<TorchHandle> recv_nonblocking(int src, const std::string& name) {
@@ -365,23 +409,27 @@ StatusOr<TorchHandle> recv_nonblocking(int src, const std::string& name) {
 }
 
 StatusOr<TorchHandle> allgather_nonblocking(const at::Tensor& tensor, const std::string& name) {
-  return LaunchGather("allgather", tensor, [&](const TensorView& in, Allocator alloc) {
-    return ::weft::allgather_nonblocking(in, std::move(alloc), name);
-  });
+  return LaunchGather("allgather", tensor, Identity(comm::OpType::kAllgather, name),
+                      [&](const TensorView& in, Allocator alloc) {
+                        return ::weft::allgather_nonblocking(in, std::move(alloc), name);
+                      });
 }
 
 StatusOr<TorchHandle> neighbor_allgather_nonblocking(const at::Tensor& tensor,
                                                      const NeighborAllgatherOptions& options,
                                                      const std::string& name) {
-  return LaunchGather("neighbor_allgather", tensor, [&](const TensorView& in, Allocator alloc) {
-    return ::weft::neighbor_allgather_nonblocking(in, std::move(alloc), options, name);
-  });
+  return LaunchGather(
+      "neighbor_allgather", tensor, Identity(comm::OpType::kNeighborAllgather, name),
+      [&](const TensorView& in, Allocator alloc) {
+        return ::weft::neighbor_allgather_nonblocking(in, std::move(alloc), options, name);
+      });
 }
 
 StatusOr<TorchHandle> neighbor_allreduce_nonblocking(const at::Tensor& tensor,
                                                      const NeighborAllreduceOptions& options,
                                                      const std::string& name) {
   return LaunchSameShape("neighbor_allreduce", tensor, false,
+                         Identity(comm::OpType::kNeighborAllreduce, name),
                          [&](const TensorView& in, const TensorView& out) {
                            return ::weft::neighbor_allreduce_nonblocking(in, out, options, name);
                          });
@@ -391,6 +439,7 @@ StatusOr<TorchHandle> neighbor_allreduce_nonblocking_(const at::Tensor& tensor,
                                                       const NeighborAllreduceOptions& options,
                                                       const std::string& name) {
   return LaunchSameShape("neighbor_allreduce_", tensor, true,
+                         Identity(comm::OpType::kNeighborAllreduce, name),
                          [&](const TensorView& in, const TensorView& out) {
                            return ::weft::neighbor_allreduce_nonblocking(in, out, options, name);
                          });
@@ -400,6 +449,7 @@ StatusOr<TorchHandle> hierarchical_neighbor_allreduce_nonblocking(
     const at::Tensor& tensor, const HierarchicalNeighborAllreduceOptions& options,
     const std::string& name) {
   return LaunchSameShape("hierarchical_neighbor_allreduce", tensor, false,
+                         Identity(comm::OpType::kHierarchicalNeighborAllreduce, name),
                          [&](const TensorView& in, const TensorView& out) {
                            return ::weft::hierarchical_neighbor_allreduce_nonblocking(
                                in, out, options, name);
@@ -409,7 +459,7 @@ StatusOr<TorchHandle> hierarchical_neighbor_allreduce_nonblocking(
 StatusOr<TorchHandle> pair_gossip_nonblocking(const at::Tensor& tensor, int peer,
                                               double self_weight, double pair_weight,
                                               const std::string& name) {
-  return LaunchSameShape("pair_gossip", tensor, false,
+  return LaunchSameShape("pair_gossip", tensor, false, Identity(comm::OpType::kPairGossip, name),
                          [&](const TensorView& in, const TensorView& out) {
                            return ::weft::pair_gossip_nonblocking(in, out, peer, self_weight,
                                                                   pair_weight, name);
@@ -481,6 +531,7 @@ Status hierarchical_neighbor_allreduce_(const at::Tensor& tensor,
                                         const HierarchicalNeighborAllreduceOptions& options,
                                         const std::string& name) {
   return WaitStatus(LaunchSameShape("hierarchical_neighbor_allreduce_", tensor, true,
+                                    Identity(comm::OpType::kHierarchicalNeighborAllreduce, name),
                                     [&](const TensorView& in, const TensorView& out) {
                                       return ::weft::hierarchical_neighbor_allreduce_nonblocking(
                                           in, out, options, name);
@@ -495,6 +546,7 @@ StatusOr<at::Tensor> pair_gossip(const at::Tensor& tensor, int peer, double self
 Status pair_gossip_(const at::Tensor& tensor, int peer, double self_weight, double pair_weight,
                     const std::string& name) {
   return WaitStatus(LaunchSameShape("pair_gossip_", tensor, true,
+                                    Identity(comm::OpType::kPairGossip, name),
                                     [&](const TensorView& in, const TensorView& out) {
                                       return ::weft::pair_gossip_nonblocking(
                                           in, out, peer, self_weight, pair_weight, name);

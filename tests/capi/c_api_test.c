@@ -1168,6 +1168,21 @@ static void TestErrors(int rank, int size) {
   weft_status st;
 
   cuda.device.device_type = kDLCUDA;
+  if (size > 1) {
+    /* A tensor one rank's C ABI refuses fails that unnamed op on every rank, at once, and
+     * the unnamed ops after it still pair with the right ones. */
+    float a[4] = {1, 1, 1, 1};
+    DLTensor ta = Tensor(a, kDLFloat, 32, 1, shape4);
+    DLTensor* mine = rank == size - 1 ? &int16 : &ta;
+    st = weft_comm_allreduce(mine, mine, 0, NULL);
+    CHECK(st == WEFT_ERR_UNIMPLEMENTED);
+    if (rank != size - 1) CHECK(strstr(weft_last_error(), "which refused it") != NULL);
+    for (int v = 2; v <= 4; v += 2) {
+      for (int i = 0; i < 4; ++i) a[i] = (float)v;
+      OK(weft_comm_allreduce(&ta, &ta, 0, NULL));
+      CHECK(a[0] == (float)(v * size) && a[3] == (float)(v * size));
+    }
+  }
   FAILS(weft_comm_allreduce(&in, &wrong, 1, NULL), WEFT_ERR_INVALID_ARGUMENT,
         "the output must have the input's dtype and shape");
   FAILS(weft_comm_allreduce(NULL, &in, 1, NULL), WEFT_ERR_INVALID_ARGUMENT, "in is NULL");

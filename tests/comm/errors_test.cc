@@ -266,5 +266,122 @@ TEST_F(Errors, StalledRankIsNamedThenTimesOut) {
   }
 }
 
+// --- refusals keep the call order -----------------------------------------------------------
+
+// The others' op fails promptly with the refusing rank's reason (no stall timeout is set:
+// without the refusal being told, they would wait forever), and the unnamed ops after it
+// pair with the right ones.
+TEST_F(Errors, ARefusedUnnamedOpFailsEverywhereAndKeepsTheOrder) {
+  if (size() < 2) GTEST_SKIP();
+  const int refuser = size() - 1;
+  Buffer x(DType::kFloat32, {4});
+  x.Fill(1);
+  Buffer wrong(DType::kFloat64, {4});  // not the input's dtype: refused before submission
+  const auto start = std::chrono::steady_clock::now();
+  Status st = allreduce(x.view(), rank() == refuser ? wrong.view() : x.view(), false);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(Contains(st, "the output must have the input's dtype and shape")) << st;
+  if (rank() != refuser) {
+    EXPECT_TRUE(Contains(st, "failed on rank " + std::to_string(refuser) + ", which refused it"))
+        << st;
+    EXPECT_LT(seconds, 5.0);
+    EXPECT_EQ(x.Get(0), 1);  // untouched
+  }
+  // Two more unnamed ops with different values: each must add up its own values.
+  for (double v : {2.0, 4.0}) {
+    Buffer y(DType::kFloat32, {4});
+    y.Fill(v);
+    ASSERT_TRUE(allreduce(y.view(), y.view(), false).ok());
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(y.Get(i), v * size()) << "value " << v;
+  }
+}
+
+TEST_F(Errors, ARefusedNamedOpFailsOnTheOthersPromptly) {
+  if (size() < 2) GTEST_SKIP();
+  const int refuser = 0;
+  Buffer x(DType::kFloat32, {3});
+  x.Fill(rank());
+  const auto start = std::chrono::steady_clock::now();
+  Status st = broadcast(x.view(), x.view(), rank() == refuser ? -1 : 0, "refused.root");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(Contains(st, "root_rank -1 is out of range")) << st;
+  if (rank() != refuser) {
+    EXPECT_TRUE(Contains(st, "broadcast 'refused.root' failed on rank 0")) << st;
+    EXPECT_LT(seconds, 5.0);
+    EXPECT_EQ(x.Get(0), rank());
+  }
+  // The name is free again everywhere, and a correct call under it runs.
+  ASSERT_TRUE(broadcast(x.view(), x.view(), 0, "refused.root").ok());
+  EXPECT_EQ(x.Get(0), 0);
+}
+
+// A refusal in a process set reaches the set's other members only.
+TEST_F(Errors, ARefusedProcessSetOpFailsItsMembers) {
+  if (size() < 3) GTEST_SKIP();
+  const std::vector<int> set = {0, 1};
+  if (rank() > 1) return;
+  Buffer x(DType::kFloat32, {2});
+  x.Fill(1);
+  Buffer wrong(DType::kFloat32, {3});
+  Status st = allreduce(x.view(), rank() == 1 ? wrong.view() : x.view(), false, "", set);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  if (rank() == 0) {
+    EXPECT_TRUE(Contains(st, "failed on rank 1, which refused it")) << st;
+  }
+  ASSERT_TRUE(allreduce(x.view(), x.view(), false, "", set).ok());
+  EXPECT_EQ(x.Get(0), 2);
+}
+
+// Unnamed ops from a thread other than init()'s are refused on every rank: their order
+// there is not the same across ranks, so they could pair with other ranks' different ops.
+// Named ops work from any thread, and the init thread's unnamed ops keep their order.
+TEST_F(Errors, UnnamedOpsFromOtherThreadsAreRefusedNeverMixed) {
+  constexpr int kThreads = 4, kOps = 8;
+  std::atomic<int> refused{0}, wrong{0}, other{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kOps; ++i) {
+        Buffer y(DType::kFloat64, {2});
+        y.Fill(100 * t + i);
+        Status st = allreduce(y.view(), y.view(), false);
+        if (st.ok()) {
+          wrong++;
+        } else if (st.code() == absl::StatusCode::kInvalidArgument &&
+                   Contains(st, "thread that called init()") &&
+                   Contains(st, "give the op a name")) {
+          refused++;
+          if (y.Get(0) != 100 * t + i) wrong++;  // a refused op writes nothing
+        } else {
+          other++;
+        }
+        // Named, the same ops are fine from any thread.
+        Buffer z(DType::kFloat64, {2});
+        z.Fill(100 * t + i);
+        st = allreduce(z.view(), z.view(), false,
+                       "thread." + std::to_string(t) + "." + std::to_string(i));
+        if (!st.ok() || z.Get(0) != (100 * t + i) * size()) wrong++;
+      }
+      if (barrier().ok()) wrong++;  // barrier cannot be named: init thread only
+    });
+  }
+  // Meanwhile the init thread's own unnamed ops.
+  for (int i = 0; i < kOps; ++i) {
+    Buffer y(DType::kFloat32, {2});
+    y.Fill(i + 1);
+    Status st = allreduce(y.view(), y.view(), false);
+    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_EQ(y.Get(1), (i + 1) * size());
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(refused.load(), kThreads * kOps);
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(other.load(), 0);
+}
+
 }  // namespace
 }  // namespace weft

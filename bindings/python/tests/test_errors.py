@@ -1,6 +1,8 @@
 """Bad input: a clear WeftError on every rank, never a hang or a crash."""
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -40,6 +42,42 @@ def test_bad_arguments():
         weft.allgather(np.float32(3.0))
     # The engine keeps working after every refusal.
     assert np.all(weft.allreduce(x, average=False) == weft.size())
+
+
+def test_a_refusal_on_one_rank_fails_the_op_everywhere_and_keeps_the_order():
+    if weft.size() < 2:
+        pytest.skip("needs a second rank")
+    n = weft.size()
+    refuser = n - 1
+    x = np.ones(4, dtype=np.complex64 if weft.rank() == refuser else np.float32)
+    start = time.monotonic()
+    with pytest.raises(weft.UnimplementedError) as info:
+        weft.allreduce(x, average=False)  # unnamed: matched by call order
+    if weft.rank() != refuser:
+        # Told at once (no stall timeout is set: otherwise this would wait forever).
+        assert time.monotonic() - start < 5
+        assert f"failed on rank {refuser}, which refused it" in str(info.value)
+    # The following unnamed ops pair with the right ones: no sum of different ops.
+    for v in (2.0, 4.0):
+        assert np.all(weft.allreduce(np.full(3, v), average=False) == v * n)
+
+
+def test_unnamed_ops_from_another_thread_are_refused():
+    errors, results = [], []
+
+    def worker():
+        try:
+            weft.allreduce(np.ones(2), average=False)
+        except weft.InvalidArgumentError as e:
+            errors.append(str(e))
+        results.append(weft.allreduce(np.ones(2), average=False, name="from.thread"))
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert len(errors) == 1 and "thread that called init()" in errors[0], errors
+    assert np.all(results[0] == weft.size())
+    assert np.all(weft.allreduce(np.ones(2), average=False) == weft.size())
 
 
 def test_point_to_point_and_process_set_refusals():

@@ -20,8 +20,12 @@
  *    that a program compiled against an older header keeps working. NULL options means the
  *    defaults.
  *  - Ops are matched across ranks by name, or by call order when name is NULL or "".
- *    Every rank must call every op. The output may be the input (in place).
- *  - Thread-safe: any thread may call any function after weft_init(); one topology or
+ *    Every rank must call every op. The output may be the input (in place). An op refused
+ *    on one rank (a bad argument) still takes its place in the call order: the other
+ *    ranks' op fails with that rank's reason instead of waiting for it.
+ *  - Thread-safe: any thread may call any function after weft_init(), except that unnamed
+ *    ops (and barrier, set_topology) are refused on threads other than weft_init()'s, whose
+ *    order could differ across ranks: name ops started on other threads. One topology or
  *    schedule object must not be changed (add_edge, next) by two threads at once.
  */
 #ifndef WEFT_WEFT_H_
