@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -24,7 +26,8 @@ const config::DoubleSetting kStallWarning(
     "Warn (on rank 0) when some ranks have waited this long for others to submit an op.");
 const config::DoubleSetting kStallTimeout(
     "WEFT_STALL_TIMEOUT_SECONDS", 0,
-    "Fail an op that some ranks have waited this long for (0: wait forever).");
+    "Fail an op that some ranks have waited this long for; also the longest an op may stay "
+    "inside MPI before the watchdog aborts the job (0: wait forever).");
 const config::IntSetting kSpinMicros(
     "WEFT_ENGINE_SPIN_MICROS", 1000,
     "How long the engine thread, or a thread waiting for its op, polls without sleeping "
@@ -104,13 +107,76 @@ Engine::Engine(const Context& ctx, Timeline* timeline)
 
 Engine::~Engine() {
   if (thread_.joinable()) thread_.join();
+  StopWatchdog();
 }
 
-void Engine::Start() { thread_ = std::thread([this] { Loop(); }); }
+void Engine::Start() {
+  thread_ = std::thread([this] { Loop(); });
+  watchdog_ = std::thread([this] { Watchdog(); });
+}
 
 void Engine::Join() {
   if (thread_.joinable()) thread_.join();
   std::lock_guard<std::mutex> lock(progress_mu_);  // a driving caller has left
+  StopWatchdog();
+}
+
+void Engine::StopWatchdog() {
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    watch_stop_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+Engine::Running::Running(Engine* engine, const std::string& what) : engine_(engine) {
+  {
+    std::lock_guard<std::mutex> lock(engine_->watch_mu_);
+    engine_->running_what_ = what;
+  }
+  engine_->running_since_us_.store(NowMicros());
+}
+
+Engine::Running::~Running() { engine_->running_since_us_.store(0); }
+
+void Engine::Watchdog() {
+  std::unique_lock<std::mutex> lock(watch_mu_);
+  while (!watch_stop_) {
+    watch_cv_.wait_for(lock, std::chrono::milliseconds(200));
+    if (watch_stop_) break;
+    const double timeout_s = kStallTimeout.Get();
+    if (!(timeout_s > 0)) continue;
+    const int64_t now = NowMicros();
+    const int64_t timeout_us = static_cast<int64_t>(timeout_s * 1e6);
+    std::string why;
+    const int64_t since = running_since_us_.load();
+    if (since != 0 && now - since > timeout_us) {
+      why = absl::StrCat(running_what_, " has been inside MPI for ", (now - since) / 1000000,
+                         " s, longer than WEFT_STALL_TIMEOUT_SECONDS (", timeout_s,
+                         " s): a rank or the network between ranks is likely gone");
+    }
+    // The coordinator answers every op within the timeout (the op, or its timeout error),
+    // so a longer silence means rank 0, or the link to it, is gone. The margin covers
+    // rank 0's own stall check.
+    const int64_t margin_us = std::max<int64_t>(2000000, timeout_us / 2);
+    const int64_t answered = last_answer_us_.load();
+    if (why.empty() && ctx_.rank != 0 && awaiting_answer_.load() && answered != 0 &&
+        now - answered > timeout_us + margin_us) {
+      why = absl::StrCat("no answer from rank 0 (the coordinator) for ", (now - answered) / 1000000,
+                         " s while ops wait for it, longer than WEFT_STALL_TIMEOUT_SECONDS (",
+                         timeout_s, " s) and a margin: rank 0 or the link to it is likely gone");
+    }
+    if (why.empty()) continue;
+    lock.unlock();
+    WEFT_LOG(Error) << "watchdog: " << why << "; aborting the job";
+    std::fflush(stderr);
+    // MPI_Abort asks Open MPI to end every rank; if it cannot reach the launcher (the link
+    // is gone), this process still ends.
+    std::thread([] { MPI_Abort(MPI_COMM_WORLD, 70); }).detach();
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+    std::_Exit(70);
+  }
 }
 
 Status Engine::AssignKey(Descriptor& d, bool refusing) {
@@ -376,6 +442,12 @@ bool Engine::Progress() {
     progressed |= PollResponses();
   }
   ReapSends();
+  if (coordinator_ == nullptr) {
+    const bool awaiting = !outstanding_.empty();
+    // The clock starts when ops begin to wait, not at the last answer before them.
+    if (awaiting && !awaiting_answer_.load()) last_answer_us_.store(NowMicros());
+    awaiting_answer_.store(awaiting);
+  }
   return progressed;
 }
 
@@ -385,7 +457,11 @@ bool Engine::RunLocal() {
   while (!local_.empty()) {
     std::shared_ptr<Request> r = local_.front();
     const int64_t start = NowMicros();
-    std::optional<Status> result = r->action();
+    std::optional<Status> result;
+    {
+      Running running(this, r->desc.display);
+      result = r->action();
+    }
     if (!result.has_value()) break;
     local_.pop_front();
     if (timeline_->enabled()) {
@@ -482,6 +558,7 @@ bool Engine::PollResponses() {
       shutdown_done_ = true;
       return true;
     }
+    last_answer_us_.store(NowMicros());
     Process(*parsed);
     got = true;
   }
@@ -523,6 +600,9 @@ void Engine::Process(const std::vector<Response>& responses) {
       for (auto& r : group) Finish(r, resp.status());
       continue;
     }
+    Running running(this, group.size() > 1 ? absl::StrCat(group[0]->desc.display, " (fused with ",
+                                                          group.size() - 1, " more)")
+                                           : group[0]->desc.display);
     Execute(resp, group);
   }
 }

@@ -91,6 +91,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   Engine(const Context& ctx, Timeline* timeline);
   ~Engine();
 
+  // Starts the engine thread and the watchdog.
   void Start();
   // Validated requests only. Fails if the engine is stopping. `caller_waits`: the caller
   // waits for it right away and so makes the progress itself; the engine thread is not
@@ -137,6 +138,21 @@ class Engine : public std::enable_shared_from_this<Engine> {
   static Handle MakeHandle(std::shared_ptr<Request> r) { return Handle(std::move(r)); }
 
  private:
+  // With WEFT_STALL_TIMEOUT_SECONDS set, ends the job (MPI_Abort, then _exit) when this
+  // rank has spent longer than the timeout inside one MPI call of an op, or, away from
+  // rank 0, has had ops waiting that long (plus a margin) for any answer from the
+  // coordinator: a rank or a link is gone, and nothing else would ever return.
+  void Watchdog();
+  void StopWatchdog();
+  // Marks the op this thread runs on MPI (the watchdog's first condition).
+  class Running {
+   public:
+    Running(Engine* engine, const std::string& what);
+    ~Running();
+
+   private:
+    Engine* engine_;
+  };
   // Turns the name into the key that matches the op across ranks (the unnamed ones are
   // numbered) and fills the display string; refuses unnamed ops from threads other than
   // the one that created the engine (init()). Requires queue_mu_.
@@ -198,6 +214,14 @@ class Engine : public std::enable_shared_from_this<Engine> {
   Context ctx_;
   Timeline* timeline_;
   const std::thread::id init_thread_;  // the only thread whose unnamed ops have an order
+  std::thread watchdog_;
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  bool watch_stop_ = false;                   // watch_mu_
+  std::string running_what_;                  // watch_mu_: the op inside MPI now
+  std::atomic<int64_t> running_since_us_{0};  // 0: none
+  std::atomic<int64_t> last_answer_us_{0};    // ranks != 0: the coordinator's last answer
+  std::atomic<bool> awaiting_answer_{false};  // ranks != 0: ops wait for the coordinator
   std::thread thread_;
 
   std::mutex queue_mu_;
