@@ -15,10 +15,13 @@ PACKAGES=(
   libucx-dev ucx-utils python3-dev
   swig golang-go python3-numpy python3-torch python3-pytest python3-networkx
 )
+# The multi-host tests (tests/cluster) start their own sshd in each simulated host.
+TEST_PACKAGES=(openssh-server openssh-client iproute2)
 
 setup() {
-  local missing=()
-  for p in "${PACKAGES[@]}"; do
+  local missing=() wanted=("${PACKAGES[@]}")
+  [ "${1:-}" != test ] || wanted+=("${TEST_PACKAGES[@]}")
+  for p in "${wanted[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if ((${#missing[@]})); then
@@ -104,9 +107,9 @@ run_tests() {
 }
 
 case "${1:-}" in
-  setup) setup ;;
+  setup) setup test ;;
   demo) shift; setup; demo "$@" ;;
-  test) shift; setup; run_tests "$@" ;;
+  test) shift; setup test; run_tests "$@" ;;
   *)
     echo "usage: $0 demo|test|setup" >&2
     exit 2

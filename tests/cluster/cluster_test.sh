@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# weft across hosts: a 4-host cluster simulated with network namespaces (tools/cluster),
+# each host with its own sshd, and jobs started the way a user starts them on a real
+# cluster: `weftrun -H h1:2,h2:2 ./program` typed on h1. Checks the process model against
+# the hosts, the op suites across hosts (MPI and UCX over TCP), the elastic trainer on 2
+# hosts x 4 ranks, and faults: a host's sshd down before launch, a host killed in the
+# middle of an op, a link pulled in the middle of an op, and a link that comes back.
+# Each fault prints how long it took until the job had ended.
+set -uo pipefail
+
+if [[ $(id -u) != 0 ]] || ! ip netns add "weft-probe-$$" 2>/dev/null; then
+  echo "SKIPPED: the multi-host tests need root and network namespaces (ip netns add)," \
+    "which this machine does not allow"
+  exit 0
+fi
+ip netns del "weft-probe-$$"
+
+CLUSTER=$PWD/tools/cluster
+WEFTRUN=$PWD/tools/weftrun
+CHECK=tests/cluster/cluster_check
+export TMPDIR=/tmp # Open MPI's session directories: Bazel's TMPDIR is too long a path
+unset WEFT_RANKS_PER_MACHINE
+
+DIR=$("$CLUSTER" up --hosts 4) || {
+  echo "FAILED: could not start the cluster"
+  exit 1
+}
+trap '"$CLUSTER" down "$DIR"' EXIT
+
+passed=0
+failed=0
+pass() {
+  passed=$((passed + 1))
+  echo "ok: $*"
+}
+fail() {
+  failed=$((failed + 1))
+  echo "FAILED: $*"
+}
+
+# on_h1 SECONDS CMD...: CMD on h1 under a time limit; output in $LOG.
+LOG=$(mktemp /tmp/weft-cluster-test.XXXXXX)
+on_h1() {
+  local limit=$1
+  shift
+  timeout -k 5 "$limit" "$CLUSTER" exec "$DIR" h1 -- "$@" >"$LOG" 2>&1
+}
+
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# --- the process model comes from the real hosts ---------------------------------------
+for layout in "h1:2,h2:2 2,2" "h1,h2,h3,h4 1,1,1,1" "h1:2,h2:2,h3:2 2,2,2" "h1:3,h2:1 3,1"; do
+  set -- $layout
+  if on_h1 60 "$WEFTRUN" -H "$1" "$CHECK" model "$2" && grep -q "model ok" "$LOG"; then
+    pass "process model on $1"
+  else
+    fail "process model on $1"
+    cat "$LOG"
+  fi
+done
+
+# --- every op across hosts --------------------------------------------------------------
+# The suites written for one host; the one test that expects a single machine is left out.
+suite() { # suite NAME HOSTS BINARY [ENV=VALUE...] [-- GTEST ARGS...]
+  local name=$1 hosts=$2 binary=$3
+  shift 3
+  local -a envs=() args=()
+  while (($# > 0)) && [[ $1 != -- ]]; do
+    envs+=("$1")
+    shift
+  done
+  [[ ${1:-} == -- ]] && shift
+  args=("$@")
+  local start
+  start=$(now)
+  if env "${envs[@]}" timeout -k 5 300 "$CLUSTER" exec "$DIR" h1 -- \
+    "$WEFTRUN" -H "$hosts" "$binary" "${args[@]}" >"$LOG" 2>&1; then
+    pass "$name on $hosts ($(since "$start") s)"
+  else
+    fail "$name on $hosts"
+    grep -E "Failure|FAILED|rror" "$LOG" | head -40
+  fi
+}
+single_host_only=--gtest_filter=-ProcessModel.QueriesAreConsistent:HierarchicalNeighborAllreduce.OneMachineIsTheLocalAverage
+suite "collectives and neighbor ops" h1:2,h2:2 tests/comm_ops_test_bin -- "$single_host_only"
+suite "collectives and neighbor ops" h1,h2,h3,h4 tests/comm_ops_test_bin -- "$single_host_only"
+suite "neighbor exchanges over UCX" h1:2,h2:2 tests/comm_ops_test_bin \
+  WEFT_EXCHANGE_TRANSPORT=ucx -- "$single_host_only"
+suite "send/recv and process sets" h1:2,h2:2 tests/comm_p2p_test_bin
+suite "hierarchical ops, machines detected" h1:2,h2:2 tests/comm_hierarchical_test_bin
+suite "hierarchical ops, machines detected" h1:2,h2:2,h3:2 tests/comm_hierarchical_test_bin
+suite "windows on MPI RMA" h1:2,h2:2 tests/comm_window_test_bin
+suite "windows on UCX" h1:2,h2:2 tests/comm_window_test_bin WEFT_TRANSPORT=ucx
+suite "optimizers, one step" h1:2,h2:2 tests/optim_test_bin -- --gtest_filter=OneStep.*
+suite "elastic trainer" h1:4,h2:4 tests/trainer_test_bin
+
+# --- faults -----------------------------------------------------------------------------
+# A host whose sshd is down: weftrun names it before anything starts.
+"$CLUSTER" sshd "$DIR" h3 stop
+start=$(now)
+if ! on_h1 30 "$WEFTRUN" -H h1,h2,h3 "$CHECK" model 1,1,1 &&
+  grep -q "cannot reach h3 over ssh" "$LOG" && ! grep -q "cannot reach h2" "$LOG"; then
+  pass "sshd down on h3: weftrun refuses in $(since "$start") s: $(grep -m1 'cannot reach' "$LOG")"
+else
+  fail "sshd down on h3"
+  cat "$LOG"
+fi
+"$CLUSTER" sshd "$DIR" h3 start
+
+# steps_job HOSTS SECONDS [ENV=VALUE...]: the steps job in the background, from h1.
+steps_job() {
+  local hosts=$1 seconds=$2
+  shift 2
+  env "$@" timeout -k 5 120 "$CLUSTER" exec "$DIR" h1 -- \
+    "$WEFTRUN" -H "$hosts" "$CHECK" steps "$seconds" >"$LOG" 2>&1 &
+  JOB=$!
+  local i
+  for i in $(seq 300); do
+    grep -q "^step 3$" "$LOG" && return 0
+    kill -0 "$JOB" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+# No rank process may outlive its job, on any host.
+leftovers() { pgrep -f "$CHECK steps" | tr '\n' ' '; }
+
+# A host killed (every process on it) in the middle of an op: the job ends.
+if steps_job h1,h2,h3,h4 60; then
+  start=$(now)
+  "$CLUSTER" kill "$DIR" h3
+  wait "$JOB"
+  status=$?
+  took=$(since "$start")
+  left=$(leftovers)
+  if ((status != 0)) && [[ -z $left ]]; then
+    pass "h3 killed mid-op: job ended (status $status) in $took s"
+  else
+    fail "h3 killed mid-op: status $status after $took s, rank processes left: ${left:-none}"
+    tail -20 "$LOG"
+  fi
+else
+  fail "h3 killed mid-op: the job did not start"
+  cat "$LOG"
+fi
+pkill -9 -f "$CHECK steps" 2>/dev/null
+"$CLUSTER" sshd "$DIR" h3 start
+
+# A link pulled in the middle of an op, with a stall timeout: no rank waits past it.
+if steps_job h1,h2,h3,h4 60 WEFT_STALL_TIMEOUT_SECONDS=5; then
+  start=$(now)
+  "$CLUSTER" link "$DIR" h2 down
+  wait "$JOB"
+  status=$?
+  took=$(since "$start")
+  sleep 1
+  left=$(leftovers)
+  if ((status != 0 && status != 124 && status != 137)) && [[ -z $left ]]; then
+    pass "h2's link down mid-op (WEFT_STALL_TIMEOUT_SECONDS=5): job ended (status $status)" \
+      "in $took s: $(grep -m1 -E 'watchdog|timed out' "$LOG")"
+  else
+    fail "h2's link down mid-op: status $status after $took s, rank processes left: ${left:-none}"
+    tail -30 "$LOG"
+  fi
+else
+  fail "h2's link down mid-op: the job did not start"
+  cat "$LOG"
+fi
+"$CLUSTER" link "$DIR" h2 up
+pkill -9 -f "$CHECK steps" 2>/dev/null
+"$CLUSTER" kill "$DIR" h2 # its orted may still wait for the launcher it lost
+"$CLUSTER" sshd "$DIR" h2 start
+
+# A link that comes back within the stall timeout: the job carries on, every result right.
+if steps_job h1,h2,h3,h4 12 WEFT_STALL_TIMEOUT_SECONDS=30; then
+  "$CLUSTER" link "$DIR" h2 down
+  sleep 3
+  "$CLUSTER" link "$DIR" h2 up
+  wait "$JOB"
+  status=$?
+  if ((status == 0)) && grep -q "^done after" "$LOG"; then
+    pass "h2's link down for 3 s: the job carried on ($(grep -m1 '^done after' "$LOG"))"
+  else
+    fail "h2's link down for 3 s: status $status"
+    tail -30 "$LOG"
+  fi
+else
+  fail "link comes back: the job did not start"
+  cat "$LOG"
+fi
+
+rm -f "$LOG"
+echo "cluster: $passed passed, $failed failed"
+((failed == 0))
