@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# comm_bench across hosts of a simulated cluster (tools/cluster), one rank per host, with
+# every host's link shaped: weft against raw MPI in the same run, and the fraction of the
+# link rate each reaches. Needs root (network namespaces).
+#
+#   bench/cluster_bench.sh                          # 4 and 8 hosts, 1gbit and 10gbit links
+#   bench/cluster_bench.sh --hosts "4" --links "1gbit" --mpi-args "--mca ..."
+#
+# --mpi-args goes to weftrun (e.g. Open MPI's collective algorithm choice); --ops, --min-bytes
+# and --max-bytes to comm_bench. The fraction is busbw over the link rate in one direction:
+# for allreduce busbw = algbw * 2(n-1)/n; for the neighbor ops, algbw * in-degree, which is
+# what each host sends on its link per second.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+hosts_list="4 8"
+links="1gbit 10gbit"
+mpi_args=""
+ops=allreduce,neighbor_allreduce,neighbor_allreduce_onepeer
+min_bytes=1048576
+max_bytes=16777216
+while (($# > 0)); do
+  case $1 in
+    --hosts) hosts_list=$2; shift ;;
+    --links) links=$2; shift ;;
+    --mpi-args) mpi_args=$2; shift ;;
+    --ops) ops=$2; shift ;;
+    --min-bytes) min_bytes=$2; shift ;;
+    --max-bytes) max_bytes=$2; shift ;;
+    *) echo "usage: $0 [--hosts \"4 8\"] [--links \"1gbit 10gbit\"] [--mpi-args ARGS] [--ops LIST] [--min-bytes N] [--max-bytes N]" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+"${BAZEL:-bazel}" build -c opt //bench:comm_bench >&2
+# A copy under /tmp: every host sees the same files, and a later build cannot replace it.
+work=$(mktemp -d /tmp/cluster_bench.XXXXXX)
+cp "$("${BAZEL:-bazel}" info -c opt bazel-bin 2>/dev/null)/bench/comm_bench" "$work/"
+dir=""
+cleanup() {
+  [[ -z $dir ]] || tools/cluster down "$dir"
+  rm -rf "$work"
+}
+trap cleanup EXIT
+version=$(git describe --always --dirty 2>/dev/null || echo unknown)
+
+echo "# cluster_bench: weft $version, $(nproc) cores shared by every host, tools/cluster links" \
+  "shaped with tc tbf, no added delay; mpi-args: ${mpi_args:-none}"
+printf '# %-5s %-7s %-27s %9s | %10s %7s %6s | %10s %7s %6s\n' hosts link op bytes \
+  "weft(us)" "busbw" "link" "mpi(us)" "busbw" "link"
+for n in $hosts_list; do
+  for link in $links; do
+    dir=$(tools/cluster up --hosts "$n" --link "$link")
+    spec=$(seq -s, -f 'h%g' 1 "$n")
+    rate_gbps=$(awk -v l="$link" 'BEGIN { sub(/gbit/, "", l); print l / 8 }') # GB/s
+    TMPDIR=/tmp tools/cluster exec "$dir" h1 -- tools/weftrun -H "$spec" \
+      ${mpi_args:+--mpi-args "$mpi_args"} "$work/comm_bench" --ops "$ops" \
+      --min-bytes "$min_bytes" --max-bytes "$max_bytes" --weft-version "git $version" \
+      >"$work/out" 2>&1 || { cat "$work/out"; exit 1; }
+    python3 - "$work/out" "$n" "$link" "$rate_gbps" <<'EOF'
+import json, sys
+path, n, link, rate = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+for line in open(path):
+    if not line.startswith("RESULT "):
+        continue
+    r = json.loads(line[7:])
+    print(f"  {n:<5} {link:<7} {r['op']:<27} {r['bytes']:9d} | {r['weft_us']:10.0f} "
+          f"{r['weft_busbw_gbps']:7.3f} {r['weft_busbw_gbps'] / rate:6.2f} | {r['mpi_us']:10.0f} "
+          f"{r['mpi_busbw_gbps']:7.3f} {r['mpi_busbw_gbps'] / rate:6.2f}")
+EOF
+    tools/cluster down "$dir"
+    dir=""
+  done
+done
