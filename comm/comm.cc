@@ -40,7 +40,8 @@ const config::StringSetting kTimelinePath(
 const config::IntSetting kRanksPerMachine(
     "WEFT_RANKS_PER_MACHINE", 0,
     "Treat every N consecutive ranks as one machine (0: machines are found from shared "
-    "memory). For testing hierarchical ops on one host.");
+    "memory). For testing hierarchical ops on one host.",
+    /*min=*/0);
 
 struct State {
   comm::Context ctx;
@@ -343,6 +344,12 @@ Status init() {
   MPI_Comm_dup(MPI_COMM_WORLD, &ctx.control);
   MPI_Comm_dup(MPI_COMM_WORLD, &ctx.data);
   const int64_t per_machine = kRanksPerMachine.Get();
+  if (per_machine > 0 && ctx.size % per_machine != 0) {
+    MPI_Comm_free(&ctx.control);
+    MPI_Comm_free(&ctx.data);
+    return InvalidArgument("init: WEFT_RANKS_PER_MACHINE=", per_machine, " does not divide the ",
+                           ctx.size, " ranks into machines of equal size");
+  }
   if (per_machine > 0) {
     MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(ctx.rank / per_machine), ctx.rank,
                    &ctx.local);

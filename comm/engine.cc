@@ -20,21 +20,25 @@ namespace {
 
 const config::IntSetting kFusionThreshold(
     "WEFT_FUSION_THRESHOLD_BYTES", 64 << 20,
-    "Largest buffer that consecutive small ops of one kind are fused into (0: no fusion).");
+    "Largest buffer that consecutive small ops of one kind are fused into (0: no fusion).",
+    /*min=*/0, /*max=*/int64_t{1} << 40);
 const config::DoubleSetting kStallWarning(
     "WEFT_STALL_WARNING_SECONDS", 60,
-    "Warn (on rank 0) when some ranks have waited this long for others to submit an op.");
+    "Warn (on rank 0) when some ranks have waited this long for others to submit an op.",
+    /*min=*/0, /*max=*/1e6);
 const config::DoubleSetting kStallTimeout(
     "WEFT_STALL_TIMEOUT_SECONDS", 0,
     "Fail an op that some ranks have waited this long for; also the longest an op may stay "
-    "inside MPI before the watchdog aborts the job (0: wait forever).");
+    "inside MPI before the watchdog aborts the job (0: wait forever).",
+    /*min=*/0, /*max=*/1e6);
 const config::IntSetting kSpinMicros(
     "WEFT_ENGINE_SPIN_MICROS", 1000,
     "How long the engine thread, or a thread waiting for its op, polls without sleeping "
-    "after activity (latency vs CPU).");
-const config::IntSetting kMaxSleepMicros(
-    "WEFT_ENGINE_MAX_SLEEP_MICROS", 1000,
-    "Longest sleep between polls while ops are outstanding.");
+    "after activity (latency vs CPU).",
+    /*min=*/0, /*max=*/10000000);
+const config::IntSetting kMaxSleepMicros("WEFT_ENGINE_MAX_SLEEP_MICROS", 1000,
+                                         "Longest sleep between polls while ops are outstanding.",
+                                         /*min=*/0, /*max=*/1000000);
 
 // CUDA tensors run on NCCL unless these force the MPI path (through host memory). Declared
 // in every build so that a job's environment means the same everywhere; every rank must

@@ -1,11 +1,13 @@
 #include "core/config.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 extern char** environ;
@@ -176,8 +178,11 @@ void Setting::EnsureLoaded() const {
   std::call_once(loaded_, [this] { (void)const_cast<Setting*>(this)->Load(); });
 }
 
-IntSetting::IntSetting(const char* name, int64_t default_value, const char* description)
+IntSetting::IntSetting(const char* name, int64_t default_value, const char* description,
+                       int64_t min, int64_t max)
     : Setting(name, Type::kInt, std::to_string(default_value), description),
+      min_(min),
+      max_(max),
       value_(default_value) {}
 
 int64_t IntSetting::Get() const {
@@ -187,13 +192,25 @@ int64_t IntSetting::Get() const {
 
 bool IntSetting::Parse(const std::string& text) {
   int64_t v;
-  if (!absl::SimpleAtoi(text, &v)) return false;
+  if (!absl::SimpleAtoi(text, &v) || v < min_ || v > max_) return false;
   value_.store(v);
   return true;
 }
 
-DoubleSetting::DoubleSetting(const char* name, double default_value, const char* description)
+std::string IntSetting::expected() const {
+  const bool low = min_ != std::numeric_limits<int64_t>::min();
+  const bool high = max_ != std::numeric_limits<int64_t>::max();
+  if (low && high) return absl::StrCat("an integer from ", min_, " to ", max_);
+  if (low) return absl::StrCat("an integer of at least ", min_);
+  if (high) return absl::StrCat("an integer of at most ", max_);
+  return "an integer";
+}
+
+DoubleSetting::DoubleSetting(const char* name, double default_value, const char* description,
+                             double min, double max)
     : Setting(name, Type::kDouble, absl::StrCat(default_value), description),
+      min_(min),
+      max_(max),
       value_(default_value) {}
 
 double DoubleSetting::Get() const {
@@ -202,10 +219,21 @@ double DoubleSetting::Get() const {
 }
 
 bool DoubleSetting::Parse(const std::string& text) {
+  // Decimal only: SimpleAtod also takes "inf", "nan" and hexadecimal floats.
+  if (text.find_first_not_of("0123456789+-.eE") != std::string::npos) return false;
   double v;
-  if (!absl::SimpleAtod(text, &v)) return false;
+  if (!absl::SimpleAtod(text, &v) || !std::isfinite(v) || v < min_ || v > max_) return false;
   value_.store(v);
   return true;
+}
+
+std::string DoubleSetting::expected() const {
+  const bool low = min_ != std::numeric_limits<double>::lowest();
+  const bool high = max_ != std::numeric_limits<double>::max();
+  if (low && high) return absl::StrCat("a number from ", min_, " to ", max_);
+  if (low) return absl::StrCat("a number of at least ", min_);
+  if (high) return absl::StrCat("a number of at most ", max_);
+  return "a finite number";
 }
 
 BoolSetting::BoolSetting(const char* name, bool default_value, const char* description)
@@ -238,7 +266,7 @@ std::string StringSetting::Get() const {
   return value_;
 }
 
-const char* StringSetting::expected() const { return expected_.c_str(); }
+std::string StringSetting::expected() const { return expected_; }
 
 bool StringSetting::Parse(const std::string& text) {
   std::string v = text;

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <string>
@@ -82,7 +83,7 @@ class Setting {
   friend class Registry;
   // Parses `text` into the typed value; returns false if it is not valid.
   virtual bool Parse(const std::string& text) = 0;
-  virtual const char* expected() const = 0;
+  virtual std::string expected() const = 0;
   Status Load();                     // parse the raw value (or the default)
   void EnsureLoaded() const;
 
@@ -93,25 +94,33 @@ class Setting {
   mutable std::once_flag loaded_;
 };
 
+// Numbers: a value outside [min, max] is invalid, as is a number that is not finite or
+// not written in decimal (a timeout of "inf" or "0x10" would reach code that converts it).
 class IntSetting : public Setting {
  public:
-  IntSetting(const char* name, int64_t default_value, const char* description);
+  IntSetting(const char* name, int64_t default_value, const char* description,
+             int64_t min = std::numeric_limits<int64_t>::min(),
+             int64_t max = std::numeric_limits<int64_t>::max());
   int64_t Get() const;
 
  private:
   bool Parse(const std::string& text) override;
-  const char* expected() const override { return "an integer"; }
+  std::string expected() const override;
+  const int64_t min_, max_;
   std::atomic<int64_t> value_;
 };
 
 class DoubleSetting : public Setting {
  public:
-  DoubleSetting(const char* name, double default_value, const char* description);
+  DoubleSetting(const char* name, double default_value, const char* description,
+                double min = std::numeric_limits<double>::lowest(),
+                double max = std::numeric_limits<double>::max());
   double Get() const;
 
  private:
   bool Parse(const std::string& text) override;
-  const char* expected() const override { return "a number"; }
+  std::string expected() const override;
+  const double min_, max_;
   std::atomic<double> value_;
 };
 
@@ -122,7 +131,7 @@ class BoolSetting : public Setting {
 
  private:
   bool Parse(const std::string& text) override;
-  const char* expected() const override { return "0/1, true/false, yes/no or on/off"; }
+  std::string expected() const override { return "0/1, true/false, yes/no or on/off"; }
   std::atomic<bool> value_;
 };
 
@@ -136,7 +145,7 @@ class StringSetting : public Setting {
 
  private:
   bool Parse(const std::string& text) override;
-  const char* expected() const override;
+  std::string expected() const override;
   std::vector<std::string> choices_;
   std::string expected_;
   mutable std::mutex mu_;

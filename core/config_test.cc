@@ -11,6 +11,8 @@ namespace {
 const IntSetting kTestInt("WEFT_TEST_INT", 7, "An integer for this test.");
 const BoolSetting kTestBool("WEFT_TEST_BOOL", false, "A flag for this test.");
 const DoubleSetting kTestDouble("WEFT_TEST_DOUBLE", 1.5, "A number for this test.");
+const IntSetting kTestCount("WEFT_TEST_COUNT", 4, "A bounded integer for this test.", 0, 100);
+const DoubleSetting kTestSeconds("WEFT_TEST_SECONDS", 2, "A bounded number for this test.", 0, 1e6);
 const StringSetting kTestChoice("WEFT_TEST_CHOICE", "b", "A choice for this test.",
                                 {"a", "b", "c"});
 
@@ -66,6 +68,38 @@ TEST(Config, SetOverridesEnvironmentAndRejectsBadValues) {
   EXPECT_EQ(kTestInt.Get(), 3);
   unsetenv("WEFT_TEST_INT");
   ASSERT_TRUE(Registry::Global().Reload().ok());
+}
+
+// Numbers that would overflow a conversion, or are out of a setting's range, are refused
+// with the range in the message, and leave the value in force unchanged.
+TEST(Config, NumbersMustBeFiniteDecimalAndInRange) {
+  Registry& r = Registry::Global();
+  for (const char* bad : {"inf", "-inf", "nan", "1e13", "-1", "0x10", "1e400", ""}) {
+    Status st = r.Set("WEFT_TEST_SECONDS", bad);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find("a number from 0 to 1e+06"), std::string::npos) << st;
+  }
+  EXPECT_EQ(kTestSeconds.Get(), 2);
+  ASSERT_TRUE(r.Set("WEFT_TEST_SECONDS", "2.5e3").ok());
+  EXPECT_EQ(kTestSeconds.Get(), 2500);
+  r.Unset("WEFT_TEST_SECONDS");
+  for (const char* bad : {"-3", "101", "1.5", "9223372036854775808"}) {
+    Status st = r.Set("WEFT_TEST_COUNT", bad);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find("an integer from 0 to 100"), std::string::npos) << st;
+  }
+  ASSERT_TRUE(r.Set("WEFT_TEST_COUNT", "100").ok());
+  EXPECT_EQ(kTestCount.Get(), 100);
+  r.Unset("WEFT_TEST_COUNT");
+  // An unbounded double still refuses what is not a finite number.
+  EXPECT_FALSE(r.Set("WEFT_TEST_DOUBLE", "nan").ok());
+  EXPECT_TRUE(r.Set("WEFT_TEST_DOUBLE", "-7.25").ok());
+  r.Unset("WEFT_TEST_DOUBLE");
+  setenv("WEFT_TEST_SECONDS", "inf", 1);
+  Status st = r.Reload();
+  EXPECT_NE(st.message().find("WEFT_TEST_SECONDS='inf'"), std::string::npos) << st;
+  unsetenv("WEFT_TEST_SECONDS");
+  ASSERT_TRUE(r.Reload().ok());
 }
 
 TEST(Config, DescribeListsEverySettingAndUnknownVariablesAreReported) {

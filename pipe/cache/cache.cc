@@ -26,7 +26,8 @@ const config::IntSetting kCacheBytes(
     "WEFT_CACHE_BYTES", int64_t{1} << 30,
     "AutoCache: bytes of frozen-prefix activations kept in host memory per cache, least "
     "recently used evicted first (to the spill directory when one is set). 0 keeps nothing "
-    "in memory.");
+    "in memory.",
+    /*min=*/0);
 
 // Spill file, version 1, little-endian:
 //   "WFTC" | u32 version | i64 sample | i32 depth | u8 dtype | 3 zero bytes | u32 ndim |

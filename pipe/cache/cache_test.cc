@@ -517,10 +517,12 @@ TEST(ActivationCacheTest, BudgetComesFromWeftCacheBytes) {
   auto cache = ActivationCache::Create(Options());
   ASSERT_TRUE(cache.ok());
   EXPECT_EQ((*cache)->budget_bytes(), 4096u);
-  ASSERT_TRUE(registry.Set("WEFT_CACHE_BYTES", "-1").ok());
-  auto bad = ActivationCache::Create(Options());
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("WEFT_CACHE_BYTES"), std::string::npos);
+  // A negative budget is refused where it is set, naming the setting and its range.
+  Status bad = registry.Set("WEFT_CACHE_BYTES", "-1");
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("WEFT_CACHE_BYTES='-1'"), std::string::npos) << bad;
+  EXPECT_NE(bad.message().find("at least 0"), std::string::npos) << bad;
+  EXPECT_EQ((*ActivationCache::Create(Options()))->budget_bytes(), 4096u);
   registry.Unset("WEFT_CACHE_BYTES");
   auto by_default = ActivationCache::Create(Options());
   ASSERT_TRUE(by_default.ok());

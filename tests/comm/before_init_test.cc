@@ -1,5 +1,8 @@
 // Calls before init() and after shutdown() are clear errors, never crashes; init works
 // again after shutdown.
+#include <cstdlib>
+#include <string>
+
 #include "comm/comm.h"
 #include "gtest/gtest.h"
 #include "tests/comm/test_util.h"
@@ -56,6 +59,28 @@ TEST(Lifecycle, InvalidSettingFailsInit) {
             std::string::npos)
       << st;
   EXPECT_FALSE(is_initialized());
+}
+
+TEST(Lifecycle, SettingsOutOfRangeFailInit) {
+  for (const char* timeout : {"inf", "nan", "-1", "1e13", "0x10"}) {
+    setenv("WEFT_STALL_TIMEOUT_SECONDS", timeout, 1);
+    Status st = init();
+    unsetenv("WEFT_STALL_TIMEOUT_SECONDS");
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << timeout << ": " << st;
+    EXPECT_NE(std::string(st.message()).find("a number from 0 to 1e+06"), std::string::npos) << st;
+    EXPECT_FALSE(is_initialized());
+  }
+  // Machines of equal size: N + 1 ranks per machine never divides N ranks.
+  const char* world = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const int n = world != nullptr ? std::atoi(world) : 1;
+  setenv("WEFT_RANKS_PER_MACHINE", std::to_string(n + 1).c_str(), 1);
+  Status st = init();
+  unsetenv("WEFT_RANKS_PER_MACHINE");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(std::string(st.message()).find("does not divide"), std::string::npos) << st;
+  EXPECT_FALSE(is_initialized());
+  ASSERT_TRUE(init().ok());  // and nothing is left half made
+  ASSERT_TRUE(shutdown().ok());
 }
 
 }  // namespace
