@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Training across hosts of a simulated cluster (tools/cluster) whose links are shaped: the
+# demo's MLP (examples/train.cc) made wide enough that communication matters, trained by
+# gradient allreduce, adapt-with-combine and adapt-then-combine over the dynamic one-peer
+# graph, and local SGD (no communication, the compute-only baseline), one rank per host.
+# Needs root (network namespaces).
+#
+#   bench/cluster_train_bench.sh                     # 4 hosts, 1gbit
+#   bench/cluster_train_bench.sh --hosts "4 8" --link 1gbit --hidden 3200 --epochs 4
+#
+# Per optimizer: seconds per step end to end; communication per step = that minus local
+# SGD's (what communication costs the step, after overlap); seconds per epoch; training
+# seconds until the test accuracy first reaches --target (checked after each epoch); the
+# final accuracy (on 512 test samples); and each ratio to gradient allreduce.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+hosts_list=4
+link=1gbit
+hidden=3200   # 32 -> 3200 -> 3200 -> 10: 10.4 M parameters
+batch=16
+samples=512   # per rank: 32 steps per epoch at batch 16
+epochs=3
+target=0.85
+while (($# > 0)); do
+  case $1 in
+    --hosts) hosts_list=$2; shift ;;
+    --link) link=$2; shift ;;
+    --hidden) hidden=$2; shift ;;
+    --batch) batch=$2; shift ;;
+    --samples) samples=$2; shift ;;
+    --epochs) epochs=$2; shift ;;
+    --target) target=$2; shift ;;
+    *) echo "usage: $0 [--hosts \"4 8\"] [--link RATE] [--hidden N] [--batch N] [--samples N] [--epochs N] [--target X]" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+"${BAZEL:-bazel}" build -c opt //examples:train >&2
+work=$(mktemp -d /tmp/cluster_train_bench.XXXXXX)
+cp "$("${BAZEL:-bazel}" info -c opt bazel-bin 2>/dev/null)/examples/train" "$work/"
+dir=""
+cleanup() {
+  [[ -z $dir ]] || tools/cluster down "$dir"
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+configs=(
+  "local|--optimizer local"
+  "gradient_allreduce|--optimizer gradient_allreduce"
+  "awc one-peer|--optimizer awc"
+  "atc one-peer|--optimizer atc"
+)
+echo "# cluster_train_bench: weft $(git describe --always --dirty 2>/dev/null), $(nproc) cores" \
+  "shared by every host, links $link (tc tbf, no added delay); MLP --hidden $hidden," \
+  "batch $batch per rank, $samples samples per rank, $epochs epochs, target accuracy $target"
+for n in $hosts_list; do
+  dir=$(tools/cluster up --hosts "$n" --link "$link")
+  spec=$(seq -s, -f 'h%g' 1 "$n")
+  for c in "${configs[@]}"; do
+    label=${c%%|*}
+    # shellcheck disable=SC2086
+    TMPDIR=/tmp tools/cluster exec "$dir" h1 -- tools/weftrun -H "$spec" "$work/train" \
+      ${c#*|} --quiet --target 0 --hidden "$hidden" --batch "$batch" --samples "$samples" \
+      --epochs "$epochs" --test-samples 512 >"$work/$n.${label// /_}" 2>&1 || { cat "$work/$n.${label// /_}"; exit 1; }
+  done
+  tools/cluster down "$dir"
+  dir=""
+  python3 - "$work" "$n" "$target" "$samples" "$batch" "${configs[@]}" <<'PY'
+import sys
+work, n, target, samples, batch = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+labels = [c.split("|")[0] for c in sys.argv[6:]]
+steps_per_epoch = samples // batch
+rows = {}
+for label in labels:
+    epochs, result = [], {}
+    for line in open(f"{work}/{n}.{label.replace(' ', '_')}"):
+        if line.startswith("EPOCH ") or line.startswith("RESULT "):
+            kv = dict(f.split("=", 1) for f in line.split()[1:])
+            (epochs.append(kv) if line.startswith("EPOCH") else result.update(kv))
+    total = float(epochs[-1]["train_s"])
+    reach = next((float(e["train_s"]) for e in epochs if float(e["accuracy"]) >= target), None)
+    rows[label] = dict(step=total / (steps_per_epoch * len(epochs)), epoch=total / len(epochs),
+                       reach=reach, acc=float(result["accuracy"]), params=result["parameters"])
+local = rows["local"]["step"]
+ga = rows["gradient_allreduce"]
+print(f"\n{n} hosts, {rows['local']['params']} parameters")
+print(f"{'optimizer':<20} {'s/step':>7} {'comm s/step':>11} {'s/epoch':>8} {'s to target':>11} "
+      f"{'accuracy':>8} | {'comm vs GA':>10} {'to target vs GA':>15}")
+for label in labels:
+    r = rows[label]
+    comm = r["step"] - local
+    reach = f"{r['reach']:.1f}" if r["reach"] is not None else "not reached"
+    comm_ratio = "" if label == "local" else f"{comm / (ga['step'] - local):.2f}"
+    reach_ratio = ("" if label == "local" or r["reach"] is None or ga["reach"] is None
+                   else f"{r['reach'] / ga['reach']:.2f}")
+    print(f"{label:<20} {r['step']:7.3f} {comm:11.3f} {r['epoch']:8.1f} {reach:>11} "
+          f"{100 * r['acc']:7.2f}% | {comm_ratio:>10} {reach_ratio:>15}")
+PY
+done
