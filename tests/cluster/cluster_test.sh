@@ -4,7 +4,8 @@
 # cluster: `weftrun -H h1:2,h2:2 ./program` typed on h1. Checks the process model against
 # the hosts, the op suites across hosts (MPI and UCX over TCP), the elastic trainer on 2
 # hosts x 4 ranks, and faults: a host's sshd down before launch, a host killed in the
-# middle of an op, a link pulled in the middle of an op, and a link that comes back.
+# middle of an op, a link pulled in the middle of an op, a stuck rank whose link then goes,
+# and a link that comes back.
 # Each fault prints how long it took until the job had ended.
 set -uo pipefail
 
@@ -19,7 +20,9 @@ CLUSTER=$PWD/tools/cluster
 WEFTRUN=$PWD/tools/weftrun
 CHECK=tests/cluster/cluster_check
 export TMPDIR=/tmp # Open MPI's session directories: Bazel's TMPDIR is too long a path
-unset WEFT_RANKS_PER_MACHINE
+# Machines come from the hosts here; and weftrun forwards every WEFT_* variable, so the
+# test runner's WEFT_NODE_MODULES (not a weft setting) would make every rank warn.
+unset WEFT_RANKS_PER_MACHINE WEFT_NODE_MODULES
 
 DIR=$("$CLUSTER" up --hosts 4) || {
   echo "FAILED: could not start the cluster"
@@ -124,8 +127,19 @@ steps_job() {
   return 1
 }
 
-# No rank process may outlive its job, on any host.
-leftovers() { pgrep -f "$CHECK steps" | tr '\n' ' '; }
+# No rank process may outlive its job, on any host, by more than a few seconds (remote
+# daemons end their ranks once they hear the job is over).
+leftovers() {
+  local i
+  for i in $(seq 50); do
+    pgrep -f "^$CHECK steps" >/dev/null || return 0
+    sleep 0.1
+  done
+  local pid
+  for pid in $(pgrep -f "^$CHECK steps"); do
+    printf '%s ' "$(ps -o pid=,stat=,etimes=,args= -p "$pid" | cut -c1-80)"
+  done
+}
 
 # A host killed (every process on it) in the middle of an op: the job ends.
 if steps_job h1,h2,h3,h4 60; then
@@ -155,7 +169,6 @@ if steps_job h1,h2,h3,h4 60 WEFT_STALL_TIMEOUT_SECONDS=5; then
   wait "$JOB"
   status=$?
   took=$(since "$start")
-  sleep 1
   left=$(leftovers)
   if ((status != 0 && status != 124 && status != 137)) && [[ -z $left ]]; then
     pass "h2's link down mid-op (WEFT_STALL_TIMEOUT_SECONDS=5): job ended (status $status)" \
@@ -171,6 +184,42 @@ fi
 "$CLUSTER" link "$DIR" h2 up
 pkill -9 -f "$CHECK steps" 2>/dev/null
 "$CLUSTER" kill "$DIR" h2 # its orted may still wait for the launcher it lost
+"$CLUSTER" sshd "$DIR" h2 start
+
+# A rank that stops submitting (SIGSTOP) on a host whose link then goes: the others fail by
+# the stall timeout, Open MPI begins to end the job and cannot reach that host's daemon.
+rank_on() { # the pid of the steps rank on HOST
+  local pid
+  for pid in $(ip netns pids "wc$(<"$DIR/id")-$1"); do
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "$CHECK steps" && echo "$pid" && return
+  done
+}
+if steps_job h1,h2,h3,h4 60 WEFT_STALL_TIMEOUT_SECONDS=5; then
+  stuck=$(rank_on h2)
+  kill -STOP "$stuck"
+  sleep 1
+  start=$(now)
+  "$CLUSTER" link "$DIR" h2 down
+  wait "$JOB"
+  status=$?
+  took=$(since "$start")
+  # Stopped inside an op (the others then sit in MPI: the watchdog) or before submitting
+  # it (the coordinator's timeout): either way the job ends.
+  if ((status != 0 && status != 124 && status != 137)) &&
+    grep -qE "timed out after 5 s \(WEFT_STALL_TIMEOUT_SECONDS\) waiting for rank 1|watchdog: " "$LOG"; then
+    pass "a stuck rank on h2, then h2's link down: job ended (status $status) in $took s"
+  else
+    fail "a stuck rank on h2, then h2's link down: status $status after $took s"
+    tail -30 "$LOG"
+  fi
+  kill -9 "$stuck" 2>/dev/null
+else
+  fail "stuck rank: the job did not start"
+  cat "$LOG"
+fi
+"$CLUSTER" link "$DIR" h2 up
+pkill -9 -f "$CHECK steps" 2>/dev/null
+"$CLUSTER" kill "$DIR" h2
 "$CLUSTER" sshd "$DIR" h2 start
 
 # A link that comes back within the stall timeout: the job carries on, every result right.
