@@ -28,8 +28,8 @@ const config::DoubleSetting kStallWarning(
     /*min=*/0, /*max=*/1e6);
 const config::DoubleSetting kStallTimeout(
     "WEFT_STALL_TIMEOUT_SECONDS", 0,
-    "Fail an op that some ranks have waited this long for; also the longest an op may stay "
-    "inside MPI before the watchdog aborts the job (0: wait forever).",
+    "Fail an op that some ranks have waited this long for; also, plus a margin, the longest "
+    "an op may stay inside MPI before the watchdog aborts the job (0: wait forever).",
     /*min=*/0, /*max=*/1e6);
 const config::IntSetting kSpinMicros(
     "WEFT_ENGINE_SPIN_MICROS", 1000,
@@ -153,23 +153,27 @@ void Engine::Watchdog() {
     if (!(timeout_s > 0)) continue;
     const int64_t now = NowMicros();
     const int64_t timeout_us = static_cast<int64_t>(timeout_s * 1e6);
+    // The margin lets weft's own timeouts (the coordinator's, a point-to-point transfer's),
+    // which end an op with an error the program can handle, come first.
+    const int64_t margin_us = std::max<int64_t>(2000000, timeout_us / 2);
     std::string why;
     const int64_t since = running_since_us_.load();
-    if (since != 0 && now - since > timeout_us) {
+    if (since != 0 && now - since > timeout_us + margin_us) {
       why = absl::StrCat(running_what_, " has been inside MPI for ", (now - since) / 1000000,
                          " s, longer than WEFT_STALL_TIMEOUT_SECONDS (", timeout_s,
-                         " s): a rank or the network between ranks is likely gone");
+                         " s) and a margin: a rank or the network between ranks is likely gone");
     }
     // The coordinator answers every op within the timeout (the op, or its timeout error),
-    // so a longer silence means rank 0, or the link to it, is gone. The margin covers
-    // rank 0's own stall check.
-    const int64_t margin_us = std::max<int64_t>(2000000, timeout_us / 2);
+    // once it gets to its stall check: rank 0 may itself be held in ops that end by their
+    // own timeouts first (seen: a transfer from a dead rank delayed the answer to 6 s with
+    // a 3 s timeout). So only a silence of three timeouts and the margin means rank 0, or
+    // the link to it, is gone.
     const int64_t answered = last_answer_us_.load();
     if (why.empty() && ctx_.rank != 0 && awaiting_answer_.load() && answered != 0 &&
-        now - answered > timeout_us + margin_us) {
+        now - answered > 3 * timeout_us + margin_us) {
       why = absl::StrCat("no answer from rank 0 (the coordinator) for ", (now - answered) / 1000000,
-                         " s while ops wait for it, longer than WEFT_STALL_TIMEOUT_SECONDS (",
-                         timeout_s, " s) and a margin: rank 0 or the link to it is likely gone");
+                         " s while ops wait for it, over three times WEFT_STALL_TIMEOUT_SECONDS (",
+                         timeout_s, " s): rank 0 or the link to it is likely gone");
     }
     if (why.empty()) continue;
     lock.unlock();

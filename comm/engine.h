@@ -139,9 +139,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
  private:
   // With WEFT_STALL_TIMEOUT_SECONDS set, ends the job (MPI_Abort, then _exit) when this
-  // rank has spent longer than the timeout inside one MPI call of an op, or, away from
-  // rank 0, has had ops waiting that long (plus a margin) for any answer from the
-  // coordinator: a rank or a link is gone, and nothing else would ever return.
+  // rank has spent longer than the timeout plus a margin inside one MPI call of an op,
+  // or, away from rank 0, has had ops waiting three times as long for any answer from
+  // the coordinator: a rank or a link is gone, and nothing else would ever return.
   void Watchdog();
   void StopWatchdog();
   // Marks the op this thread runs on MPI (the watchdog's first condition).
