@@ -33,16 +33,9 @@ while (($# > 0)); do
   shift
 done
 
-"${BAZEL:-bazel}" build -c opt //bench:comm_bench >&2
-# A copy under /tmp: every host sees the same files, and a later build cannot replace it.
-work=$(mktemp -d /tmp/cluster_bench.XXXXXX)
-cp "$("${BAZEL:-bazel}" info -c opt bazel-bin 2>/dev/null)/bench/comm_bench" "$work/"
-dir=""
-cleanup() {
-  [[ -z $dir ]] || tools/cluster down "$dir"
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=bench/cluster_lib.sh
+source bench/cluster_lib.sh
+cluster_bench_prepare //bench:comm_bench bench/comm_bench
 version=$(git describe --always --dirty 2>/dev/null || echo unknown)
 
 echo "# cluster_bench: weft $version, $(nproc) cores shared by every host, tools/cluster links" \

@@ -37,15 +37,9 @@ while (($# > 0)); do
   shift
 done
 
-"${BAZEL:-bazel}" build -c opt //examples:train >&2
-work=$(mktemp -d /tmp/cluster_train_bench.XXXXXX)
-cp "$("${BAZEL:-bazel}" info -c opt bazel-bin 2>/dev/null)/examples/train" "$work/"
-dir=""
-cleanup() {
-  [[ -z $dir ]] || tools/cluster down "$dir"
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=bench/cluster_lib.sh
+source bench/cluster_lib.sh
+cluster_bench_prepare //examples:train examples/train
 
 configs=(
   "local|--optimizer local"
@@ -93,7 +87,9 @@ for label in labels:
     r = rows[label]
     comm = r["step"] - local
     reach = f"{r['reach']:.1f}" if r["reach"] is not None else "not reached"
-    comm_ratio = "" if label == "local" else f"{comm / (ga['step'] - local):.2f}"
+    ga_comm = ga["step"] - local
+    comm_ratio = ("" if label == "local" else
+                  f"{comm / ga_comm:.2f}" if ga_comm > 0 else "n/a")
     reach_ratio = ("" if label == "local" or r["reach"] is None or ga["reach"] is None
                    else f"{r['reach'] / ga['reach']:.2f}")
     print(f"{label:<20} {r['step']:7.3f} {comm:11.3f} {r['epoch']:8.1f} {reach:>11} "
