@@ -1,5 +1,5 @@
 // weft's communication API for C++: the process model, the virtual topology, and every
-// collective and neighbor operation on tensor views. Semantics: shared/design/comm.md and
+// collective and neighbor operation on tensor views. Semantics: this header and
 // comm/README.md. LibTorch users: comm/torch/torch_comm.h takes torch::Tensor directly.
 //
 // Every op has a blocking form (returns Status) and a nonblocking form (returns a Handle at
@@ -192,7 +192,7 @@ StatusOr<Handle> barrier_nonblocking();
 Status barrier();
 
 // --- one-sided windows ------------------------------------------------------------------
-// shared/design/comm.md, "One-sided windows". A window associates a tensor x with a name;
+// One-sided windows. A window associates a tensor x with a name;
 // every rank holds one receive buffer per in-neighbor (of the topology in force at
 // creation) and exposes x for win_get. Puts and gets are one-sided: the other rank calls
 // nothing. set_topology is refused while windows exist.

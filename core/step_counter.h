@@ -1,5 +1,4 @@
-// The step counter of the distributed optimizers (shared/design/optim.md, "The step
-// counter"): when J = num_steps_per_communication counted computations have run, the
+// The step counter of the distributed optimizers: when J = num_steps_per_communication counted computations have run, the
 // optimizer communicates; a step() then is an S (wait, combine, update, start over), a
 // step() before is an s (local). One state machine for every language: the C++ optimizers
 // use it directly, Python, Go and Julia through the C ABI (weft_step_counter_*).

@@ -1,4 +1,4 @@
-// Distributed optimizers over LibTorch optimizers (shared/design/optim.md; optim/README.md).
+// Distributed optimizers over LibTorch optimizers (optim/README.md).
 //
 // A DistributedOptimizer wraps any torch::optim::Optimizer and the model it trains, and
 // decides when parameters (or gradients) are communicated, counting computations with the

@@ -10,7 +10,7 @@ import (
 
 // ---- elastic pipelining: freezing, partitions, AutoPipe/AutoDP plans ----------------------
 //
-// The pure computations behind PipeTransformer-style training (shared/design/pipe.md), the
+// The pure computations behind PipeTransformer-style training (pipe/README.md), the
 // weft_pipe_* calls of weft.h: no Init needed, nothing communicated (every rank computes the
 // same answers). Layers are indexed from 0, and a frozen count F means layers 0 .. F-1 are
 // frozen.

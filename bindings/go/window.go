@@ -10,7 +10,7 @@ import (
 
 // ---- one-sided windows ------------------------------------------------------------------
 //
-// A window associates a tensor with a name (shared/design/comm.md, "One-sided windows"):
+// A window associates a tensor with a name (comm/comm.h, "windows"):
 // every rank holds one receive buffer per in-neighbor (of the topology in force when the
 // window was created) and exposes its tensor to the others' gets. Puts and gets are
 // one-sided: the other rank calls nothing. SetTopology fails while windows exist.

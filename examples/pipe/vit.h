@@ -1,4 +1,4 @@
-// A small vision transformer for weft's elastic-pipeline demo (shared/design/pipe.md),
+// A small vision transformer for weft's elastic-pipeline demo (pipe/README.md),
 // built as a torch::nn::Sequential of "layer groups": the unit that AutoFreeze freezes
 // and that the balancer assigns to pipeline stages. Every group takes and returns ONE
 // tensor, so any contiguous run of groups is a valid pipeline stage:

@@ -1,7 +1,7 @@
 // Single-process reference for the elastic-pipeline demo: trains the demo ViT
 // (examples/pipe/vit.h) on the synthetic image task (examples/pipe/synthetic.h), no MPI.
 // With --freeze-alpha it also freezes a growing prefix of layer groups after each epoch,
-// on the AutoFreeze schedule (shared/design/pipe.md), so the accuracy cost of freezing
+// on the AutoFreeze schedule (pipe/README.md), so the accuracy cost of freezing
 // can be measured apart from any pipelining.
 //
 //   bazel run -c opt //examples/pipe:vit_baseline -- --epochs 5 [--freeze-alpha 0.3333]

@@ -1,4 +1,4 @@
-// The elastic-pipeline demo (shared/design/pipe.md): the demo ViT (examples/pipe/vit.h, 18
+// The elastic-pipeline demo (pipe/README.md): the demo ViT (examples/pipe/vit.h, 18
 // layer groups) learns the synthetic image task (examples/pipe/synthetic.h) on N ranks with
 // pipe::ElasticTrainer. It starts as one pipeline of K = N stages (k0); after every epoch
 // AutoFreeze freezes a growing prefix of layer groups, AutoPipe halves K while the

@@ -1,5 +1,5 @@
 // Load balancing: partitioning L layers (groups) into K contiguous pipeline stages
-// (shared/design/pipe.md, "Load balancing"). Pure: no LibTorch, no MPI.
+// (pipe/README.md, "pipe/balance"). Pure: no LibTorch, no MPI.
 #ifndef WEFT_PIPE_BALANCE_BALANCE_H_
 #define WEFT_PIPE_BALANCE_BALANCE_H_
 

@@ -1,4 +1,4 @@
-// AutoFreeze (shared/design/pipe.md, "AutoFreeze"): how many leading layers (groups) are
+// AutoFreeze (pipe/README.md, "pipe/freeze"): how many leading layers (groups) are
 // frozen after each freeze point. Pure: no LibTorch, no MPI (the LibTorch gradient-norm
 // collection is pipe/freeze/torch_grad_norms.h).
 //

@@ -1,4 +1,4 @@
-// AutoPipe and AutoDP plans (shared/design/pipe.md, "AutoPipe", "AutoDP"): from the
+// AutoPipe and AutoDP plans (pipe/README.md, "pipe/plan"): from the
 // cluster, the initial pipeline length K0, the layer sizes and the frozen count, which
 // pipeline length K, partition, replica count and rank roles to use. Plus the control
 // message that carries a transition, and the micro-batch schedules as data. Pure: no

@@ -1,4 +1,4 @@
-// The stage runtime of elastic pipelining (shared/design/pipe.md; issue 7, part 1): a model
+// The stage runtime of elastic pipelining (pipe/README.md): a model
 // as a sequence of layer groups, and one mini-batch through one pipeline replica with the
 // GPipe or 1F1B schedule, activations forward and gradients backward between stages over
 // comm's point-to-point ops. The trainer (AutoPipe/AutoDP transitions, replica gradient

@@ -1,4 +1,4 @@
-// The elastic pipeline trainer (shared/design/pipe.md; issue 7, parts 2-4): AutoFreeze at
+// The elastic pipeline trainer (pipe/README.md): AutoFreeze at
 // freeze points, AutoPipe (shorter pipelines) and AutoDP (more replicas) transitions,
 // AutoCache for the frozen prefix, gradient synchronization among the replicas of each
 // stage, and per-epoch metrics. Built on RunPipelineStep (runtime.h), comm's point-to-point

@@ -22,8 +22,8 @@ _EVENTS = {
 
 
 class StepCounter:
-    """Counts computations and says when to communicate (shared/design/optim.md, "The step
-    counter"): every counted computation of a unit brings its countdown from J towards 0;
+    """Counts computations and says when to communicate (the rules: core/step_counter.h):
+    every counted computation of a unit brings its countdown from J towards 0;
     the one that reaches 0 means "communicate" (start the communication now); a step()
     then is an S (returns True: wait, combine, start over), a step() before is an s
     (returns False: local update only); a counted computation with the countdown already

@@ -1,4 +1,4 @@
-"""weft.pipe: elastic pipelining's pure computations (shared/design/pipe.md), over the C ABI
+"""weft.pipe: elastic pipelining's pure computations (pipe/README.md), over the C ABI
 (weft_pipe_* in weft.h).
 
 - AutoFreeze: freeze_bound, next_frozen (the schedule, or the gradient-aware policy fed by

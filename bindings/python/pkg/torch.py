@@ -20,7 +20,7 @@ computation since the last communicating step() launches the communication (nonb
 so that it overlaps the rest of the computation), and the next step() waits for it,
 combines and updates (an "S"); a step() before is a plain local update (an "s"). A counted
 computation after the J-th and before the S is a misuse, warned about with a
-StepCountWarning (shared/design/optim.md, "The step counter").
+StepCountWarning (the rules: core/step_counter.h).
 
 Op and window names are "weft.opt<k>.<parameter name>", k counting the distributed
 optimizers this process constructed: every rank must construct them in the same order. The

@@ -1,5 +1,5 @@
 """weft.StepCounter and weft.torch's distributed optimizers: where communication happens
-(the step counter of shared/design/optim.md), exact one-step formulas, convergence on a
+(the step counter of core/step_counter.h), exact one-step formulas, convergence on a
 least-squares problem with a known solution, helpers, and bad input."""
 import os
 import subprocess

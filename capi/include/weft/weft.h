@@ -111,7 +111,7 @@ WEFT_API weft_status weft_topology_create(weft_topology** out, int size);
 /* From a dense row-major size x size matrix: w[i*size+j] != 0 (i != j) is an edge. */
 WEFT_API weft_status weft_topology_from_weight_matrix(weft_topology** out, int size,
                                                       const double* weights);
-/* Generators (shared/design/comm.md defines each). */
+/* Generators (comm/topology.h defines each). */
 WEFT_API weft_status weft_topology_exponential(weft_topology** out, int size, int base);
 WEFT_API weft_status weft_topology_exponential_two(weft_topology** out, int size);
 WEFT_API weft_status weft_topology_symmetric_exponential(weft_topology** out, int size,
@@ -378,7 +378,7 @@ WEFT_API weft_status weft_comm_barrier(void);
 WEFT_API weft_status weft_comm_barrier_nonblocking(weft_request** request);
 
 /* ---- one-sided windows ---------------------------------------------------------------- */
-/* shared/design/comm.md, "One-sided windows". A window associates a tensor x with a name;
+/* One-sided windows. A window associates a tensor x with a name;
  * every rank holds one receive buffer per in-neighbor (topology at creation) and exposes x
  * for gets. Puts and gets are one-sided. weft_comm_set_topology fails while windows exist.
  * Nonblocking forms return requests (weft_request_poll/wait/free). */

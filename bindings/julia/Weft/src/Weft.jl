@@ -904,7 +904,7 @@ barrier() = _check(weft_comm_barrier())
 barrier_nonblocking() = _start(weft_comm_barrier_nonblocking, nothing, _ -> nothing)
 
 # ---- one-sided windows -------------------------------------------------------------------
-# shared/design/comm.md, "One-sided windows". A window associates an array with a name:
+# One-sided windows. A window associates an array with a name:
 # every rank holds one receive buffer per in-neighbor (of the topology in force at
 # win_create) and exposes its array to the others' win_get. Puts and gets are one-sided:
 # the other rank calls nothing. set_topology throws while windows exist.
@@ -1610,7 +1610,7 @@ end
 
 # ---- elastic pipelining: freezing, partitions, AutoPipe/AutoDP plans ---------------------
 #
-# The pure computations behind PipeTransformer-style training (shared/design/pipe.md), over
+# The pure computations behind PipeTransformer-style training (pipe/README.md), over
 # weft_pipe_*: no Weft.init() needed, nothing communicated. Numbering, as in the rest of
 # the module: counts (layers, frozen F, stages K, micro-batches) are the same in every
 # language, and F frozen means the first F layers (1:F here, 0:F-1 in C); indices into

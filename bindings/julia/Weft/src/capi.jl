@@ -187,7 +187,7 @@ function weft_topology_from_weight_matrix(out, size, weights)
           out, size, weights)
 end
 
-# Generators (shared/design/comm.md defines each).
+# Generators (comm/topology.h defines each).
 # C: weft_status weft_topology_exponential(weft_topology** out, int size, int base)
 function weft_topology_exponential(out, size, base)
     ccall((:weft_topology_exponential, libweft()), Cint,
