@@ -134,15 +134,22 @@ void Engine::StopWatchdog() {
   if (watchdog_.joinable()) watchdog_.join();
 }
 
-Engine::Running::Running(Engine* engine, const std::string& what) : engine_(engine) {
-  {
-    std::lock_guard<std::mutex> lock(engine_->watch_mu_);
-    engine_->running_what_ = what;
-  }
+Engine::Running::Running(Engine* engine, const Request& r, size_t fused_with)
+    // Without a timeout there is no watchdog to tell: nothing on the op's path.
+    : engine_(kStallTimeout.Get() > 0 ? engine : nullptr) {
+  if (engine_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(engine_->watch_mu_);
+  engine_->running_ = &r;  // alive until this scope ends
+  engine_->running_fused_with_ = fused_with;
   engine_->running_since_us_.store(NowMicros());
 }
 
-Engine::Running::~Running() { engine_->running_since_us_.store(0); }
+Engine::Running::~Running() {
+  if (engine_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(engine_->watch_mu_);
+  engine_->running_ = nullptr;
+  engine_->running_since_us_.store(0);
+}
 
 void Engine::Watchdog() {
   std::unique_lock<std::mutex> lock(watch_mu_);
@@ -158,9 +165,13 @@ void Engine::Watchdog() {
     const int64_t margin_us = std::max<int64_t>(2000000, timeout_us / 2);
     std::string why;
     const int64_t since = running_since_us_.load();
-    if (since != 0 && now - since > timeout_us + margin_us) {
-      why = absl::StrCat(running_what_, " has been inside MPI for ", (now - since) / 1000000,
-                         " s, longer than WEFT_STALL_TIMEOUT_SECONDS (", timeout_s,
+    if (running_ != nullptr && since != 0 && now - since > timeout_us + margin_us) {
+      const std::string fused = running_fused_with_ > 0
+                                    ? absl::StrCat(" (fused with ", running_fused_with_, " more)")
+                                    : "";
+      why = absl::StrCat(running_->desc.display, fused, " has been inside MPI for ",
+                         (now - since) / 1000000, " s, longer than WEFT_STALL_TIMEOUT_SECONDS (",
+                         timeout_s,
                          " s) and a margin: a rank or the network between ranks is likely gone");
     }
     // The coordinator answers every op within the timeout (the op, or its timeout error),
@@ -467,7 +478,7 @@ bool Engine::RunLocal() {
     const int64_t start = NowMicros();
     std::optional<Status> result;
     {
-      Running running(this, r->desc.display);
+      Running running(this, *r, 0);
       result = r->action();
     }
     if (!result.has_value()) break;
@@ -608,9 +619,7 @@ void Engine::Process(const std::vector<Response>& responses) {
       for (auto& r : group) Finish(r, resp.status());
       continue;
     }
-    Running running(this, group.size() > 1 ? absl::StrCat(group[0]->desc.display, " (fused with ",
-                                                          group.size() - 1, " more)")
-                                           : group[0]->desc.display);
+    Running running(this, *group[0], group.size() - 1);
     Execute(resp, group);
   }
 }
