@@ -24,8 +24,10 @@
 //   --target X       exit 1 unless the final test accuracy reaches X (default 0.95)
 //   --steps N        stop each epoch after N steps (benchmarks)
 //   --test-samples N the common test set (default 4096)
-//   --quiet          machine-readable lines instead: EPOCH per epoch (training seconds so
-//                    far, test accuracy, loss), RESULT at the end
+//   --eval-every N   also evaluate after every N steps (default 0: after each epoch only)
+//   --quiet          machine-readable lines instead: EVAL per evaluation and EPOCH per
+//                    epoch (steps and training seconds so far, test accuracy), RESULT at
+//                    the end; training seconds leave out the evaluations
 //   --no-overlap     start communication in step() (measures what overlap hides)
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/module.h>
@@ -69,6 +71,7 @@ struct Flags {
   double target = 0.95;
   int64_t steps = 0;
   int64_t test_samples = 4096;
+  int64_t eval_every = 0;
   bool quiet = false;
   bool overlap = true;
 };
@@ -102,13 +105,17 @@ Flags Parse(int argc, char** argv) {
     else if (a == "--target") f.target = std::atof(value().c_str());
     else if (a == "--steps") f.steps = std::atoll(value().c_str());
     else if (a == "--test-samples") f.test_samples = std::atoll(value().c_str());
+    else if (a == "--eval-every")
+      f.eval_every = std::atoll(value().c_str());
     else if (a == "--quiet") f.quiet = true;
     else if (a == "--no-overlap") f.overlap = false;
     else Usage(("unknown option " + a).c_str());
   }
   if (f.epochs < 1 || f.batch < 1 || f.samples < f.batch || f.hidden < 1 || f.features < 1 ||
-      f.classes < 2 || f.test_samples < 1) {
-    Usage("epochs, batch, hidden, features, test-samples >= 1, classes >= 2, samples >= batch");
+      f.classes < 2 || f.test_samples < 1 || f.eval_every < 0) {
+    Usage(
+        "epochs, batch, hidden, features, test-samples >= 1, classes >= 2, samples >= batch, "
+        "eval-every >= 0");
   }
   return f;
 }
@@ -257,11 +264,32 @@ int Run(const Flags& f) {
   double accuracy = 0, loss_avg = 0, distance = 0, rate = 0, step_seconds = 0;
   double train_seconds = 0;
   int64_t total_steps = 0;
+  // Test accuracy averaged over ranks (each rank's own model on the common test set).
+  // Called between steps, when no communication is in flight.
+  auto evaluate = [&]() -> weft::Status {
+    model->eval();
+    torch::NoGradGuard no_grad;
+    torch::Tensor correct =
+        model->forward(test_x).argmax(1).eq(test_y).to(torch::kDouble).mean().reshape({1});
+    if (auto s = weft::torch_api::allreduce_(correct, /*average=*/true, "train.accuracy");
+        !s.ok()) {
+      return s;
+    }
+    accuracy = correct[0].item<double>();
+    model->train();
+    if (me == 0 && f.quiet) {
+      std::printf("EVAL step=%lld train_s=%.3f accuracy=%.4f\n",
+                  static_cast<long long>(total_steps), train_seconds, accuracy);
+      std::fflush(stdout);
+    }
+    return weft::OkStatus();
+  };
   for (int epoch = 1; epoch <= f.epochs; ++epoch) {
     model->train();
     const torch::Tensor order = torch::randperm(f.samples, torch::kLong);
     double loss_sum = 0;
-    const auto start = Clock::now();
+    double seconds = 0;  // this epoch's training time
+    auto start = Clock::now();
     for (int64_t b = 0; b < steps_per_epoch; ++b) {
       if (per_round) {
         const weft::SendRecvRanks sr = (*schedule)->Next();
@@ -287,32 +315,34 @@ int Run(const Flags& f) {
       if (bar && (b % 8 == 0 || b + 1 == steps_per_epoch)) {
         Progress(epoch, f.epochs, b + 1, steps_per_epoch);
       }
+      ++total_steps;
+      if (f.eval_every > 0 && total_steps % f.eval_every == 0 && b + 1 < steps_per_epoch) {
+        const double part = std::chrono::duration<double>(Clock::now() - start).count();
+        seconds += part;
+        train_seconds += part;
+        if (weft::Status s = evaluate(); !s.ok()) return Fail(s);
+        start = Clock::now();
+      }
     }
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    train_seconds += seconds;
-    total_steps += steps_per_epoch;
+    const double part = std::chrono::duration<double>(Clock::now() - start).count();
+    seconds += part;
+    train_seconds += part;
     rate = static_cast<double>(steps_per_epoch * f.batch * n) / seconds;
 
-    // Evaluation: averaged over ranks (each rank's own model on the common test set).
-    model->eval();
-    torch::NoGradGuard no_grad;
-    const torch::Tensor test_logits = model->forward(test_x);
-    torch::Tensor metrics = torch::stack(
-        {test_logits.argmax(1).eq(test_y).to(torch::kDouble).mean(),
-         torch::tensor(loss_sum / static_cast<double>(steps_per_epoch), torch::kDouble)});
-    if (auto s = weft::torch_api::allreduce_(metrics, /*average=*/true, "train.metrics");
-        !s.ok()) {
+    if (weft::Status s = evaluate(); !s.ok()) return Fail(s);
+    torch::Tensor mean_loss =
+        torch::tensor({loss_sum / static_cast<double>(steps_per_epoch)}, torch::kDouble);
+    if (auto s = weft::torch_api::allreduce_(mean_loss, /*average=*/true, "train.loss"); !s.ok()) {
       return Fail(s);
     }
-    accuracy = metrics[0].item<double>();
-    loss_avg = metrics[1].item<double>();
+    loss_avg = mean_loss[0].item<double>();
     auto d = weft::optim::consensus_distance(model->named_parameters());
     if (!d.ok()) return Fail(d.status());
     distance = *d;
     if (me == 0 && f.quiet) {
       // Per epoch, for benchmarks that measure the time to an accuracy.
-      std::printf("EPOCH epoch=%d train_s=%.3f accuracy=%.4f loss=%.4f\n", epoch,
-                  train_seconds, accuracy, loss_avg);
+      std::printf("EPOCH epoch=%d step=%lld train_s=%.3f accuracy=%.4f loss=%.4f\n", epoch,
+                  static_cast<long long>(total_steps), train_seconds, accuracy, loss_avg);
       std::fflush(stdout);
     }
     if (me == 0 && !f.quiet) {
