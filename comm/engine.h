@@ -248,6 +248,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::vector<char> fusion_;
   // Reused across ops: fresh multi-MiB buffers per call cost a page fault per page.
   std::vector<std::vector<char>> recv_scratch_;
+  std::vector<char> ring_scratch_;  // the ring allreduce's incoming segment
   std::vector<std::vector<char>> send_scratch_;
   std::map<std::vector<int32_t>, MPI_Comm> group_comms_;  // CommOf
 

@@ -5,10 +5,12 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "comm/engine.h"
 #include "comm/reduce.h"
+#include "core/config.h"
 #ifdef WEFT_WITH_UCX
 #include "comm/ucx_context.h"
 #endif
@@ -80,6 +82,123 @@ Status AllreduceSum(const void* in, void* out, size_t count, DType dtype, MPI_Co
     WEFT_RETURN_IF_ERROR(MpiError(
         MPI_Allreduce(src, dst, n, MpiType(dtype), SumOp(dtype), comm), "MPI_Allreduce"));
   }
+  return OkStatus();
+}
+
+const config::IntSetting kRingAllreduceBytes(
+    "WEFT_RING_ALLREDUCE_BYTES", 4 << 20,
+    "Allreduces (CPU, through MPI) of at least this many bytes run weft's ring when the job "
+    "spans several machines; smaller ones, and all on one machine, run MPI_Allreduce "
+    "(0: always MPI_Allreduce). Every rank must see the same value.",
+    /*min=*/0, /*max=*/int64_t{1} << 50);
+
+constexpr int kRingTag = 5;
+// The ring moves segments in chunks of this size: a chunk goes on to the next rank as soon
+// as it has arrived (and been summed), so every link stays busy.
+constexpr size_t kRingChunkBytes = size_t{256} << 10;
+
+// Sums `buf` over `comm` in place along a ring: a reduce-scatter, then an allgather. There
+// are 2 (n - 1) steps; in step t every rank receives one segment (1/n of the buffer) from
+// the previous rank, and what it received in step t it sends on to the next rank in step
+// t + 1: summed with its own part during the reduce-scatter, as it is during the
+// allgather. Each link carries 2 (n - 1) / n of the buffer, the least any allreduce sends.
+// The segments travel in chunks, each forwarded as soon as it is ready, so the steps
+// overlap. Open MPI 4.1's default algorithms for large buffers reached about half of a
+// shaped TCP link between machines (bench/README.md).
+Status RingAllreduceSum(void* buf, size_t count, DType dtype, MPI_Comm comm,
+                        std::vector<char>* scratch) {
+  int n = 1, me = 0;
+  MPI_Comm_size(comm, &n);
+  MPI_Comm_rank(comm, &me);
+  if (n == 1 || count == 0) return OkStatus();
+  const size_t item = DTypeSize(dtype);
+  const int next = (me + 1) % n, prev = (me + n - 1) % n;
+  const int steps = 2 * (n - 1);
+  auto seg_begin = [&](int seg) { return count * static_cast<size_t>(seg) / n; };
+  // The segment received in step t; the one sent in step t is recv_seg(t - 1), and
+  // this rank's own in step 0.
+  auto recv_seg = [&](int t) {
+    return ((t < n - 1 ? me - t - 1 : me - (t - (n - 1))) + 2 * n) % n;
+  };
+  size_t largest = 0;
+  for (int seg = 0; seg < n; ++seg) {
+    largest = std::max(largest, seg_begin(seg + 1) - seg_begin(seg));
+  }
+  // Reduce-scatter steps receive into one of two scratch halves (step parity), so that
+  // the next step's receives can be posted while this step's chunks are summed.
+  if (scratch->size() < 2 * largest * item) scratch->resize(2 * largest * item);
+  const size_t chunk = std::max<size_t>(1, kRingChunkBytes / item);
+  char* data = static_cast<char*>(buf);
+  std::vector<std::vector<MPI_Request>> sends(steps), recvs(steps);
+  std::vector<char> recvs_posted(steps, 0);
+
+  auto for_chunks = [&](int seg, auto&& fn) -> Status {
+    const size_t begin = seg_begin(seg), end = seg_begin(seg + 1);
+    size_t c = 0;
+    for (size_t at = begin; at < end; at += chunk, ++c) {
+      WEFT_RETURN_IF_ERROR(fn(c, at, std::min(chunk, end - at)));
+    }
+    return OkStatus();
+  };
+  auto wait_all = [&](std::vector<MPI_Request>& reqs) -> Status {
+    const int code = MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
+    reqs.clear();
+    return MpiError(code, "MPI_Waitall");
+  };
+  auto send_chunk = [&](int t, size_t at, size_t len) -> Status {
+    MPI_Request req;
+    WEFT_RETURN_IF_ERROR(MpiError(MPI_Isend(data + at * item, static_cast<int>(len * item),
+                                            MPI_BYTE, next, kRingTag, comm, &req),
+                                  "MPI_Isend"));
+    sends[t].push_back(req);
+    return OkStatus();
+  };
+  auto post_recvs = [&](int t) -> Status {
+    if (t >= steps || recvs_posted[t]) return OkStatus();
+    const int seg = recv_seg(t);
+    if (t >= n - 1) {
+      // The allgather receives in place, over the segment this rank sent in step
+      // t - (n - 1): that send must be complete first.
+      WEFT_RETURN_IF_ERROR(wait_all(sends[t - (n - 1)]));
+    }
+    char* into =
+        t < n - 1 ? scratch->data() + (t % 2) * largest * item : data + seg_begin(seg) * item;
+    const size_t begin = seg_begin(seg);
+    WEFT_RETURN_IF_ERROR(for_chunks(seg, [&](size_t, size_t at, size_t len) -> Status {
+      MPI_Request req;
+      WEFT_RETURN_IF_ERROR(
+          MpiError(MPI_Irecv(into + (at - begin) * item, static_cast<int>(len * item), MPI_BYTE,
+                             prev, kRingTag, comm, &req),
+                   "MPI_Irecv"));
+      recvs[t].push_back(req);
+      return OkStatus();
+    }));
+    recvs_posted[t] = 1;
+    return OkStatus();
+  };
+
+  WEFT_RETURN_IF_ERROR(post_recvs(0));
+  WEFT_RETURN_IF_ERROR(
+      for_chunks(me, [&](size_t, size_t at, size_t len) { return send_chunk(0, at, len); }));
+  for (int t = 0; t < steps; ++t) {
+    // Post the next step's receives ahead, unless (two ranks) they land on the segment this
+    // step is still sending; then after this step's sends.
+    if (!(t + 1 >= n - 1 && t + 1 - (n - 1) == t)) WEFT_RETURN_IF_ERROR(post_recvs(t + 1));
+    const int seg = recv_seg(t);
+    const size_t begin = seg_begin(seg);
+    const char* part = scratch->data() + (t % 2) * largest * item;
+    WEFT_RETURN_IF_ERROR(for_chunks(seg, [&](size_t c, size_t at, size_t len) -> Status {
+      WEFT_RETURN_IF_ERROR(MpiError(MPI_Wait(&recvs[t][c], MPI_STATUS_IGNORE), "MPI_Wait"));
+      if (t < n - 1) AddInPlace(data + at * item, part + (at - begin) * item, dtype, len);
+      return t + 1 < steps ? send_chunk(t + 1, at, len) : OkStatus();
+    }));
+    recvs[t].clear();
+    if (t + 1 < steps && !recvs_posted[t + 1]) {
+      WEFT_RETURN_IF_ERROR(wait_all(sends[t]));
+      WEFT_RETURN_IF_ERROR(post_recvs(t + 1));
+    }
+  }
+  for (auto& reqs : sends) WEFT_RETURN_IF_ERROR(wait_all(reqs));
   return OkStatus();
 }
 
@@ -227,7 +346,14 @@ Status Engine::RunAllreduce(std::vector<std::shared_ptr<Request>>& group) {
   void* buf = group[0]->out.data();
   if (group.size() > 1) send = buf = Pack(group, &count);
   int64_t start = Timeline::NowMicros();
-  WEFT_RETURN_IF_ERROR(AllreduceSum(send, buf, count, dtype, comm));
+  const int64_t ring_bytes = kRingAllreduceBytes.Get();
+  if (ctx_.machine_size > 1 && members > 1 && ring_bytes > 0 &&
+      count * DTypeSize(dtype) >= static_cast<size_t>(ring_bytes)) {
+    if (send != buf) std::memcpy(buf, send, count * DTypeSize(dtype));
+    WEFT_RETURN_IF_ERROR(RingAllreduceSum(buf, count, dtype, comm, &ring_scratch_));
+  } else {
+    WEFT_RETURN_IF_ERROR(AllreduceSum(send, buf, count, dtype, comm));
+  }
   Trace(group, "communicate", start);
   start = Timeline::NowMicros();
   if (group[0]->desc.average && members > 1) Scale(buf, dtype, count, 1.0 / members);

@@ -86,6 +86,31 @@ TEST(Allreduce, SumAndAverageForEveryDTypeAndShape) {
   }
 }
 
+// Every element its own value, so a piece summed into the wrong place shows: sizes below
+// the rank count (empty ring segments), not divisible by it, and several MiB (segments in
+// several chunks). //tests:comm_ops_ring_test runs this on weft's ring.
+TEST(Allreduce, ElementsKeepTheirPlaceAtAnySize) {
+  const int n = size();
+  const double ranks_sum = n * (n + 1) / 2.0;  // of rank + 1
+  for (DType d : {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kBFloat16}) {
+    for (int64_t count : {int64_t{1}, int64_t{n + 1}, int64_t{1000003}, int64_t{3} << 20}) {
+      if (count > 4096 && d != DType::kFloat32) continue;
+      Buffer in(d, {count}), out(d, {count});
+      for (int64_t i = 0; i < count; ++i) in.Set(i, (rank() + 1) * (i % 7 + 1));
+      ASSERT_TRUE(allreduce(in.view(), out.view(), false, "places").ok());
+      int64_t wrong = 0, first = -1;
+      for (int64_t i = 0; i < count; ++i) {
+        if (out.Get(i) != ranks_sum * (i % 7 + 1)) {
+          if (first < 0) first = i;
+          ++wrong;
+        }
+      }
+      EXPECT_EQ(wrong, 0) << DTypeName(d) << " x " << count << ": first wrong at " << first
+                          << " (" << out.Get(first < 0 ? 0 : first) << ")";
+    }
+  }
+}
+
 TEST(Allreduce, InPlaceNamedAndNonblocking) {
   const int n = size();
   Buffer a(DType::kFloat32, {16});
