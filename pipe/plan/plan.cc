@@ -30,6 +30,21 @@ Status ValidateCluster(const Cluster& cluster) {
     return InvalidArgument("cluster of ", cluster.machines, " x ", cluster.devices_per_machine,
                            " devices overflows the rank type");
   }
+  if (!cluster.ranks.empty()) {
+    const int world = cluster.world();
+    if (static_cast<int>(cluster.ranks.size()) != world) {
+      return InvalidArgument("expected cluster.ranks to hold one rank per device (", world,
+                             "), found ", cluster.ranks.size());
+    }
+    std::vector<char> seen(world, 0);
+    for (int r : cluster.ranks) {
+      if (r < 0 || r >= world || seen[r]) {
+        return InvalidArgument("expected cluster.ranks to be a permutation of 0..", world - 1,
+                               ", found rank ", r, r >= 0 && r < world ? " twice" : "");
+      }
+      seen[r] = 1;
+    }
+  }
   return OkStatus();
 }
 
@@ -70,7 +85,7 @@ StatusOr<double> M0Unchecked(const std::vector<double>& sizes, const PlanOptions
 }
 
 // Replicas inside machines first (no cross-machine traffic inside a pipeline), then the
-// leftover devices of all machines in rank order, K at a time; the rest stay idle.
+// leftover devices of all machines in device order, K at a time; the rest stay idle.
 std::vector<Role> PlaceReplicas(const Cluster& cluster, int k, int* replicas) {
   const int world = cluster.world();
   const int per_machine = cluster.devices_per_machine / k;
@@ -79,14 +94,14 @@ std::vector<Role> PlaceReplicas(const Cluster& cluster, int k, int* replicas) {
   for (int m = 0; m < cluster.machines; ++m) {
     for (int r = 0; r < per_machine; ++r, ++replica) {
       for (int s = 0; s < k; ++s) {
-        roles[m * cluster.devices_per_machine + r * k + s] = Role{replica, s};
+        roles[cluster.RankOfDevice(m * cluster.devices_per_machine + r * k + s)] = Role{replica, s};
       }
     }
   }
   std::vector<int> leftovers;
   for (int m = 0; m < cluster.machines; ++m) {
     for (int d = per_machine * k; d < cluster.devices_per_machine; ++d) {
-      leftovers.push_back(m * cluster.devices_per_machine + d);
+      leftovers.push_back(cluster.RankOfDevice(m * cluster.devices_per_machine + d));
     }
   }
   const int straddling = static_cast<int>(leftovers.size()) / k;

@@ -21,7 +21,13 @@ namespace pipe {
 struct Cluster {
   int machines = 1;
   int devices_per_machine = 8;
+  // The rank on each device, devices numbered machine by machine (device d is the
+  // (d % devices_per_machine)-th device of machine d / devices_per_machine); a permutation
+  // of 0..world()-1. Empty: rank d is on device d, i.e. ranks fill the machines in order.
+  // Roles are indexed by rank either way.
+  std::vector<int> ranks;
   int world() const { return machines * devices_per_machine; }
+  int RankOfDevice(int device) const { return ranks.empty() ? device : ranks[device]; }
 };
 
 struct PlanOptions {

@@ -281,6 +281,26 @@ TEST(PlacementTest, TwoMachinesOfFour) {
   EXPECT_EQ(plans[3].newly_active, (std::vector<int>{4, 5, 6, 7}));
 }
 
+// Ranks dealt round-robin over the machines (mpirun --map-by node): machine 0 holds the
+// even ranks. The replicas still stay inside machines, on the machines' own ranks.
+TEST(PlacementTest, RanksDealtRoundRobinOverMachines) {
+  PlanOptions options = Options(2, 4, 8, 0.0);
+  options.cluster.ranks = {0, 2, 4, 6, 1, 3, 5, 7};
+  std::vector<Plan> plans = Progress(std::vector<double>(16, 1.0), options, {0, 8, 12, 14});
+  ASSERT_EQ(Ks(plans), (std::vector<int>{8, 4, 2, 1}));
+  // K = 8: one replica across both machines, in device order.
+  EXPECT_EQ(plans[0].ReplicaRanks(0), (std::vector<int>{0, 2, 4, 6, 1, 3, 5, 7}));
+  // K = 4: one replica per machine.
+  EXPECT_EQ(plans[1].ReplicaRanks(0), (std::vector<int>{0, 2, 4, 6}));
+  EXPECT_EQ(plans[1].ReplicaRanks(1), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(plans[1].newly_active, (std::vector<int>{1, 3, 5, 7}));
+  // K = 2: two per machine.
+  EXPECT_EQ(plans[2].ReplicaRanks(0), (std::vector<int>{0, 2}));
+  EXPECT_EQ(plans[2].ReplicaRanks(1), (std::vector<int>{4, 6}));
+  EXPECT_EQ(plans[2].ReplicaRanks(2), (std::vector<int>{1, 3}));
+  EXPECT_EQ(plans[2].ReplicaRanks(3), (std::vector<int>{5, 7}));
+}
+
 TEST(PlacementTest, TwoMachinesOfEight) {
   std::vector<Plan> plans = EightFourTwoOne(2, 8);
   ASSERT_EQ(plans.size(), 4u);
@@ -407,6 +427,17 @@ TEST(MakePlanTest, RejectsAnIncompatiblePreviousPlan) {
   ExpectInvalid(MakePlan(sizes, 6, Options(1, 8, 2, 0.0), &*first), "previous plan's K");
   // Another layer count with the same M0 (3 of 12 or of 11 unit layers on 4 stages).
   ExpectInvalid(MakePlan(std::vector<double>(11, 1.0), 6, options, &*first), "found one of 12");
+}
+
+TEST(PlacementTest, RanksMustBeAPermutation) {
+  const std::vector<double> sizes(8, 1.0);
+  PlanOptions options = Options(2, 2, 2, 0.0);
+  options.cluster.ranks = {0, 1, 2};
+  ExpectInvalid(MakePlan(sizes, 0, options), "one rank per device (4), found 3");
+  options.cluster.ranks = {0, 1, 1, 3};
+  ExpectInvalid(MakePlan(sizes, 0, options), "found rank 1 twice");
+  options.cluster.ranks = {0, 1, 2, 4};
+  ExpectInvalid(MakePlan(sizes, 0, options), "permutation of 0..3, found rank 4");
 }
 
 // ---- the control message ----------------------------------------------------------------

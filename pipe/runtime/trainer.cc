@@ -66,6 +66,35 @@ std::vector<int64_t> Shares(int64_t n, int parts) {
   return offsets;
 }
 
+// The machines the ranks run on, as the planner sees them: every machine's ranks (from
+// comm's machine detection), in rank order, when all machines hold the same number of
+// ranks; otherwise one machine of all ranks (placement is then rank order). Collective.
+StatusOr<Cluster> DetectCluster(const std::string& name, int world, int me) {
+  at::Tensor machine_of = at::zeros({world}, at::kLong);
+  machine_of[me] = machine_rank();
+  WEFT_RETURN_IF_ERROR(ta::allreduce_(machine_of, /*average=*/false, name + ".machines"));
+  const int machines = machine_size();
+  std::vector<std::vector<int>> ranks_on(machines);
+  const int64_t* m = machine_of.data_ptr<int64_t>();
+  for (int r = 0; r < world; ++r) {
+    if (m[r] < 0 || m[r] >= machines) {
+      return Internal("ElasticTrainer: rank ", r, " reports machine ", m[r], " of ", machines);
+    }
+    ranks_on[m[r]].push_back(r);
+  }
+  Cluster cluster{1, world, {}};
+  for (const auto& on : ranks_on) {
+    if (static_cast<int>(on.size()) * machines != world) return cluster;
+  }
+  cluster.machines = machines;
+  cluster.devices_per_machine = world / machines;
+  for (const auto& on : ranks_on) cluster.ranks.insert(cluster.ranks.end(), on.begin(), on.end());
+  bool in_order = true;
+  for (int d = 0; d < world; ++d) in_order = in_order && cluster.ranks[d] == d;
+  if (in_order) cluster.ranks.clear();
+  return cluster;
+}
+
 }  // namespace
 
 StatusOr<TensorDataset> TensorDataset::Create(at::Tensor inputs, at::Tensor targets,
@@ -242,12 +271,7 @@ StatusOr<std::unique_ptr<ElasticTrainer>> ElasticTrainer::Create(const LayerList
                            " layers; a stage needs at least one layer");
   }
   t.sizes = model.ParameterCounts();
-  t.plan_options.cluster.machines = machine_size();
-  t.plan_options.cluster.devices_per_machine = t.world / machine_size();
-  if (t.plan_options.cluster.world() != t.world) {
-    // Machines of different sizes: plan as one machine (placement is then rank order).
-    t.plan_options.cluster = Cluster{1, t.world};
-  }
+  WEFT_ASSIGN_OR_RETURN(t.plan_options.cluster, DetectCluster(options.name, t.world, t.me));
   t.plan_options.k0 = k0;
   t.plan_options.lambda = options.cache ? 0.0 : options.lambda;
   t.plan_options.strategy = options.strategy;

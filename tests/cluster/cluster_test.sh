@@ -78,13 +78,14 @@ suite() { # suite NAME HOSTS BINARY [ENV=VALUE...] [-- GTEST ARGS...]
   local start
   start=$(now)
   if env "${envs[@]}" timeout -k 5 300 "$CLUSTER" exec "$DIR" h1 -- \
-    "$WEFTRUN" -H "$hosts" "$binary" "${args[@]}" >"$LOG" 2>&1; then
+    "$WEFTRUN" -H "$hosts" "${weftrun_opts[@]}" "$binary" "${args[@]}" >"$LOG" 2>&1; then
     pass "$name on $hosts ($(since "$start") s)"
   else
     fail "$name on $hosts"
     grep -E "Failure|FAILED|rror" "$LOG" | head -40
   fi
 }
+weftrun_opts=()
 single_host_only=--gtest_filter=-ProcessModel.QueriesAreConsistent:HierarchicalNeighborAllreduce.OneMachineIsTheLocalAverage
 suite "collectives and neighbor ops" h1:2,h2:2 tests/comm_ops_test_bin -- "$single_host_only"
 suite "collectives and neighbor ops" h1,h2,h3,h4 tests/comm_ops_test_bin -- "$single_host_only"
@@ -96,7 +97,47 @@ suite "hierarchical ops, machines detected" h1:2,h2:2,h3:2 tests/comm_hierarchic
 suite "windows on MPI RMA" h1:2,h2:2 tests/comm_window_test_bin
 suite "windows on UCX" h1:2,h2:2 tests/comm_window_test_bin WEFT_TRANSPORT=ucx
 suite "optimizers, one step" h1:2,h2:2 tests/optim_test_bin -- --gtest_filter=OneStep.*
+# The elastic trainer: transitions move layers and optimizer state between the hosts, and
+# pipelines stay inside hosts wherever they fit (the test checks placement against the
+# ranks' real machines), also when mpirun deals the ranks round-robin over the hosts.
+# Each run's final accuracy and layer sums must match a one-host run of the same plan
+# (8 ranks on h1 split into two machines of 4).
+trainer_results() { grep -o 'TRAINER_RESULT .*' "$LOG" | sort; }
 suite "elastic trainer" h1:4,h2:4 tests/trainer_test_bin
+trainer_results >"$LOG.two_hosts"
+weftrun_opts=(--mpi-args "--map-by node")
+suite "elastic trainer, ranks round-robin over the hosts" h1:4,h2:4 tests/trainer_test_bin \
+  -- --gtest_filter='Trainer.Transitions*:Trainer.Gossip*'
+trainer_results >"$LOG.round_robin"
+weftrun_opts=()
+suite "elastic trainer, one host as two machines" h1:8 tests/trainer_test_bin \
+  WEFT_RANKS_PER_MACHINE=4 -- --gtest_filter='Trainer.Transitions*:Trainer.Gossip*'
+trainer_results >"$LOG.one_host"
+for run in two_hosts round_robin; do
+  if python3 - "$LOG.one_host" "$LOG.$run" <<'PY'; then
+import math, sys
+def read(path):
+    out = {}
+    for line in open(path):
+        f = line.split()
+        kv = dict(x.split("=", 1) for x in f[2:])
+        out[f[1]] = (float(kv["accuracy"]), [float(v) for v in kv["layer_sums"].split(",")])
+    return out
+ref, got = read(sys.argv[1]), read(sys.argv[2])
+assert ref and set(ref) <= set(got), (sorted(ref), sorted(got))
+for name, (acc, sums) in ref.items():
+    acc2, sums2 = got[name]
+    assert abs(acc - acc2) <= 1 / 128, (name, acc, acc2)
+    for a, b in zip(sums, sums2):
+        assert math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-4), (name, sums, sums2)
+PY
+    pass "elastic trainer ($run): the same accuracy and parameters as on one host"
+  else
+    fail "elastic trainer ($run) differs from the one-host run"
+    cat "$LOG.one_host" "$LOG.$run"
+  fi
+done
+rm -f "$LOG.one_host" "$LOG.two_hosts" "$LOG.round_robin"
 
 # --- faults -----------------------------------------------------------------------------
 # A host whose sshd is down: weftrun names it before anything starts.

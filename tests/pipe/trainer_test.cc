@@ -1,12 +1,17 @@
 // The elastic trainer (pipe/runtime/trainer.h) under real mpirun: transitions keep every
 // replica identical and frozen layers unchanged, the stages always cover the model,
 // AutoCache changes nothing but the work, and bad set-ups fail on every rank.
+#include "pipe/runtime/trainer.h"
+
 #include <ATen/ATen.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/adam.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
@@ -17,7 +22,6 @@
 #include "comm/torch/torch_comm.h"
 #include "gtest/gtest.h"
 #include "optim/optim.h"
-#include "pipe/runtime/trainer.h"
 #include "tests/comm/test_util.h"
 
 namespace weft {
@@ -131,6 +135,35 @@ at::Tensor Fingerprints(ElasticTrainer& trainer, const LayerList& model, const s
   return at::where(mask.unsqueeze(2) > 0, table, at::full_like(table, NAN));
 }
 
+// The machine of every rank (comm's machine detection).
+std::vector<int64_t> MachineOfEachRank(const std::string& name) {
+  at::Tensor table = at::zeros({size()}, at::kLong);
+  table[rank()] = machine_rank();
+  EXPECT_TRUE(torch_api::allreduce_(table, false, name).ok());
+  return std::vector<int64_t>(table.data_ptr<int64_t>(), table.data_ptr<int64_t>() + size());
+}
+
+// Pipelines stay inside machines where they fit: on machines of equal size L, at least
+// machines x floor(L / K) replicas have all their stages on one machine, however mpirun
+// dealt the ranks over the machines.
+void CheckPlacement(const Plan& plan, const std::vector<int64_t>& machine_of) {
+  std::vector<int> per_machine(machine_size(), 0);
+  for (int64_t m : machine_of) ++per_machine[m];
+  if (std::count(per_machine.begin(), per_machine.end(), per_machine[0]) != machine_size()) {
+    return;  // machines of different sizes: placement is rank order
+  }
+  int inside = 0;
+  for (int r = 0; r < plan.replicas; ++r) {
+    std::vector<int> ranks = plan.ReplicaRanks(r);
+    bool one_machine = true;
+    for (int q : ranks) one_machine = one_machine && machine_of[q] == machine_of[ranks[0]];
+    inside += one_machine ? 1 : 0;
+  }
+  EXPECT_GE(inside, machine_size() * (per_machine[0] / plan.k))
+      << "K = " << plan.k << ", " << plan.replicas << " replicas on " << machine_size()
+      << " machines of " << per_machine[0] << " ranks";
+}
+
 void CheckTransitions(TrainerOptions::ReplicaSync sync, const std::string& name) {
   auto model = LayerList::FromSequential(MakeModel());
   ASSERT_TRUE(model.ok()) << model.status();
@@ -138,6 +171,8 @@ void CheckTransitions(TrainerOptions::ReplicaSync sync, const std::string& name)
   options.sync = sync;
   auto trainer = ElasticTrainer::Create(*model, options);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
+  const std::vector<int64_t> machine_of = MachineOfEachRank(name + ".machines");
+  CheckPlacement((*trainer)->plan(), machine_of);
   Clusters data(512);
   std::map<int, std::vector<double>> frozen_reference;  // layer -> fingerprint when frozen
   int previous_k = (*trainer)->plan().k;
@@ -150,6 +185,7 @@ void CheckTransitions(TrainerOptions::ReplicaSync sync, const std::string& name)
     EXPECT_EQ(metrics->next_frozen, plan.frozen);
     EXPECT_LE(plan.k, previous_k);  // K only shrinks
     EXPECT_EQ(plan.replicas, size() / plan.k);
+    CheckPlacement(plan, machine_of);
     previous_k = plan.k;
     // The stages cover the model: boundaries from 0 to L, no stage empty, and this rank
     // holds exactly its stage's layers.
@@ -195,6 +231,21 @@ void CheckTransitions(TrainerOptions::ReplicaSync sync, const std::string& name)
   }
   auto accuracy = (*trainer)->Evaluate(Clusters(128));
   ASSERT_TRUE(accuracy.ok()) << accuracy.status();
+  // What the multi-host test compares with a one-host run of the same plan: the accuracy
+  // and every layer's parameter sum.
+  at::Tensor table = Fingerprints(**trainer, *model, name + ".final");
+  if (rank() == 0) {
+    std::string sums;
+    for (int l = 0; l < model->size(); ++l) {
+      double sum = NAN;
+      for (int r = 0; r < size() && std::isnan(sum); ++r) sum = table[r][l][0].item<double>();
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%s%.9g", l ? "," : "", sum);
+      sums += buf;
+    }
+    std::printf("TRAINER_RESULT %s accuracy=%.6f layer_sums=%s\n", name.c_str(), *accuracy,
+                sums.c_str());
+  }
   // Half the layers freeze after one epoch of 16 steps: it learns, not to convergence
   // (chance is 1/4). With allreduce, the same figure on every world size: the math does
   // not depend on K.
