@@ -25,6 +25,10 @@
 //   --steps N        stop each epoch after N steps (benchmarks)
 //   --test-samples N the common test set (default 4096)
 //   --eval-every N   also evaluate after every N steps (default 0: after each epoch only)
+//   --independent-init  every rank starts from its own random parameters (default: all
+//                    from rank 0's; gradient allreduce always does)
+//   --eval-average   also evaluate the average of all ranks' parameters (the consensus
+//                    model a decentralized run would deploy), as average_accuracy=
 //   --quiet          machine-readable lines instead: EVAL per evaluation and EPOCH per
 //                    epoch (steps and training seconds so far, test accuracy), RESULT at
 //                    the end; training seconds leave out the evaluations
@@ -44,6 +48,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/comm.h"
 #include "comm/topology.h"
@@ -72,6 +77,8 @@ struct Flags {
   int64_t steps = 0;
   int64_t test_samples = 4096;
   int64_t eval_every = 0;
+  bool eval_average = false;
+  bool independent_init = false;
   bool quiet = false;
   bool overlap = true;
 };
@@ -107,6 +114,8 @@ Flags Parse(int argc, char** argv) {
     else if (a == "--test-samples") f.test_samples = std::atoll(value().c_str());
     else if (a == "--eval-every")
       f.eval_every = std::atoll(value().c_str());
+    else if (a == "--eval-average") f.eval_average = true;
+    else if (a == "--independent-init") f.independent_init = true;
     else if (a == "--quiet") f.quiet = true;
     else if (a == "--no-overlap") f.overlap = false;
     else Usage(("unknown option " + a).c_str());
@@ -225,12 +234,14 @@ int Run(const Flags& f) {
   torch::manual_seed(f.seed * 1000);
   const auto [test_x, test_y] = task.Draw(f.test_samples);
 
-  torch::manual_seed(f.seed * 7 + me);  // every rank starts from its own parameters
+  torch::manual_seed(f.seed * 7 + me);  // each rank draws its own (see --independent-init)
   Mlp model(f.features, f.hidden, f.classes);
   auto sgd = std::make_shared<torch::optim::SGD>(model->parameters(),
                                                  torch::optim::SGDOptions(f.lr).momentum(0.9));
-  if (algorithm == weft::optim::Algorithm::kGradientAllreduce) {
-    // Data parallelism keeps the replicas equal: start them equal.
+  if (!f.independent_init || algorithm == weft::optim::Algorithm::kGradientAllreduce) {
+    // Every rank starts from rank 0's parameters (data parallelism needs it; the
+    // decentralized optimizers otherwise spend their first steps averaging unrelated
+    // random networks).
     if (auto s = weft::optim::broadcast_parameters(model->named_parameters(), 0); !s.ok()) {
       return Fail(s);
     }
@@ -266,20 +277,49 @@ int Run(const Flags& f) {
   int64_t total_steps = 0;
   // Test accuracy averaged over ranks (each rank's own model on the common test set).
   // Called between steps, when no communication is in flight.
+  double average_accuracy = 0;
+  auto test_accuracy = [&]() {
+    return model->forward(test_x).argmax(1).eq(test_y).to(torch::kDouble).mean().reshape({1});
+  };
   auto evaluate = [&]() -> weft::Status {
     model->eval();
     torch::NoGradGuard no_grad;
-    torch::Tensor correct =
-        model->forward(test_x).argmax(1).eq(test_y).to(torch::kDouble).mean().reshape({1});
+    torch::Tensor correct = test_accuracy();
+    if (f.eval_average) {
+      // The consensus model: every parameter averaged over the ranks (one flat allreduce),
+      // evaluated in place of this rank's own, which is then put back.
+      std::vector<torch::Tensor> params = model->parameters();
+      std::vector<torch::Tensor> flat_parts;
+      for (const auto& p : params) flat_parts.push_back(p.reshape({-1}));
+      const torch::Tensor own = torch::cat(flat_parts);
+      torch::Tensor averaged = own.clone();
+      if (auto s = weft::torch_api::allreduce_(averaged, /*average=*/true, "train.average");
+          !s.ok()) {
+        return s;
+      }
+      auto install = [&](const torch::Tensor& flat) {
+        int64_t at = 0;
+        for (auto& p : params) {
+          p.copy_(flat.slice(0, at, at + p.numel()).view_as(p));
+          at += p.numel();
+        }
+      };
+      install(averaged);
+      correct = torch::cat({correct, test_accuracy()});
+      install(own);
+    }
     if (auto s = weft::torch_api::allreduce_(correct, /*average=*/true, "train.accuracy");
         !s.ok()) {
       return s;
     }
     accuracy = correct[0].item<double>();
+    if (f.eval_average) average_accuracy = correct[1].item<double>();
     model->train();
     if (me == 0 && f.quiet) {
-      std::printf("EVAL step=%lld train_s=%.3f accuracy=%.4f\n",
-                  static_cast<long long>(total_steps), train_seconds, accuracy);
+      std::printf("EVAL step=%lld train_s=%.3f accuracy=%.4f", static_cast<long long>(total_steps),
+                  train_seconds, accuracy);
+      if (f.eval_average) std::printf(" average_accuracy=%.4f", average_accuracy);
+      std::printf("\n");
       std::fflush(stdout);
     }
     return weft::OkStatus();
@@ -365,9 +405,11 @@ int Run(const Flags& f) {
   if (me == 0) {
     if (f.quiet) {
       std::printf("RESULT optimizer=%s ranks=%d parameters=%lld steps_per_s=%.2f "
-                  "step_ms=%.4f accuracy=%.4f loss=%.4f consensus=%.3e\n",
+                  "step_ms=%.4f accuracy=%.4f loss=%.4f consensus=%.3e",
                   f.optimizer.c_str(), n, static_cast<long long>(parameters), steps_per_second,
                   1e3 * exposed[0].item<double>(), accuracy, loss_avg, distance);
+      if (f.eval_average) std::printf(" average_accuracy=%.4f", average_accuracy);
+      std::printf("\n");
     } else {
       std::printf("final test accuracy %.2f%% (target %.0f%%): %s\n", 100 * accuracy,
                   100 * f.target, accuracy >= f.target ? "reached" : "NOT reached");
