@@ -333,6 +333,17 @@ int weft_local_rank(void) { return weft::local_rank(); }
 int weft_local_size(void) { return weft::local_size(); }
 int weft_machine_rank(void) { return weft::machine_rank(); }
 int weft_machine_size(void) { return weft::machine_size(); }
+int weft_is_homogeneous(void) { return weft::is_homogeneous(); }
+int weft_nccl_built(void) { return weft::nccl_built() ? 1 : 0; }
+
+weft_status weft_unified_mpi_window_model(int* result) {
+  return Guard("weft_unified_mpi_window_model", [&]() -> Status {
+    WEFT_RETURN_IF_ERROR(Required(result, "weft_unified_mpi_window_model", "result"));
+    WEFT_ASSIGN_OR_RETURN(bool unified, weft::unified_mpi_window_model());
+    *result = unified ? 1 : 0;
+    return weft::OkStatus();
+  });
+}
 
 weft_status weft_comm_set_topology(const weft_topology* topo, int is_weighted) {
   return Guard("weft_comm_set_topology", [&]() -> Status {

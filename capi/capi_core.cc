@@ -178,4 +178,6 @@ weft_status weft_timeline_end_activity(const char* tensor_name) {
   });
 }
 
+int weft_timeline_active(void) { return weft::timeline_active() ? 1 : 0; }
+
 }  // extern "C"

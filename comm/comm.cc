@@ -368,6 +368,12 @@ Status init() {
   MPI_Bcast(machine, 2, MPI_INT, 0, ctx.local);
   ctx.machine_rank = machine[0];
   ctx.machine_size = machine[1];
+  // Homogeneous: the same local_size everywhere (min == max) and rank = machine * local_size
+  // + local_rank on every rank.
+  int shape[3] = {ctx.local_size, -ctx.local_size,
+                  ctx.rank == ctx.machine_rank * ctx.local_size + ctx.local_rank ? 1 : 0};
+  MPI_Allreduce(MPI_IN_PLACE, shape, 3, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  ctx.homogeneous = shape[0] == -shape[1] && shape[2] == 1;
 
   log::SetPrefix(absl::StrCat("weft ", ctx.rank, "/", ctx.size));
   WEFT_LOG(Debug) << "settings in force:\n" << config::Registry::Global().Describe();
@@ -507,6 +513,39 @@ WEFT_QUERY(local_size, local_size)
 WEFT_QUERY(machine_rank, machine_rank)
 WEFT_QUERY(machine_size, machine_size)
 #undef WEFT_QUERY
+
+int is_homogeneous() {
+  auto s = Current();
+  return s ? (s->ctx.homogeneous ? 1 : 0) : -1;
+}
+
+StatusOr<bool> unified_mpi_window_model() {
+  if (Current() == nullptr) return NotInitialized("unified_mpi_window_model");
+  void* base = nullptr;
+  MPI_Win win = MPI_WIN_NULL;
+  if (MPI_Win_allocate(8, 1, MPI_INFO_NULL, MPI_COMM_SELF, &base, &win) != MPI_SUCCESS) {
+    return Internal("unified_mpi_window_model: MPI_Win_allocate failed");
+  }
+  int* model = nullptr;
+  int found = 0;
+  MPI_Win_get_attr(win, MPI_WIN_MODEL, &model, &found);
+  const bool unified = found && model != nullptr && *model == MPI_WIN_UNIFIED;
+  MPI_Win_free(&win);
+  return unified;
+}
+
+bool nccl_built() {
+#ifdef WEFT_WITH_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool timeline_active() {
+  auto s = Current();
+  return s != nullptr && s->timeline.enabled();
+}
 
 Status set_topology(const Topology& topo, bool is_weighted) {
   WEFT_ASSIGN_OR_RETURN(auto state, Begin("set_topology", ""));

@@ -78,6 +78,14 @@ int local_rank();    // rank among the processes on this machine
 int local_size();
 int machine_rank();  // index of this machine
 int machine_size();
+// 1 when every machine runs the same number of ranks and each machine's ranks are
+// consecutive (machine m holds ranks m * local_size() ..), 0 otherwise; -1 before init().
+int is_homogeneous();
+// Whether MPI windows here use MPI's unified memory model (MPI_WIN_MODEL of a window on
+// MPI_COMM_SELF; not collective). FailedPrecondition before init().
+StatusOr<bool> unified_mpi_window_model();
+// Whether this build runs CUDA tensors on NCCL.
+bool nccl_built();
 
 // --- topology --------------------------------------------------------------------------
 // Collective. Every rank must pass an equivalent graph (same edges). Fails, changing
@@ -271,6 +279,8 @@ Status timeline_stop();
 // A user span (e.g. "forward") on the row of `tensor_name`, from start to end.
 Status timeline_start_activity(const std::string& tensor_name, const std::string& activity);
 Status timeline_end_activity(const std::string& tensor_name);
+// Whether a trace is being written (WEFT_TIMELINE or timeline_start).
+bool timeline_active();
 
 // True once the op has completed (successfully or not).
 bool poll(const Handle& handle);

@@ -77,6 +77,7 @@ struct Context {
   int rank = 0, size = 1;
   int local_rank = 0, local_size = 1;
   int machine_rank = 0, machine_size = 1;
+  bool homogeneous = true;           // equal machines, each machine's ranks consecutive
   MPI_Comm control = MPI_COMM_NULL;  // descriptors and responses
   MPI_Comm data = MPI_COMM_NULL;     // the ops themselves
   MPI_Comm local = MPI_COMM_NULL;    // ranks of this machine

@@ -244,6 +244,14 @@ func TestProcessModel(t *testing.T) {
 	if lr < 0 || lr >= ls || mr < 0 || mr >= ms || ls*ms != size {
 		t.Errorf("rank %d: local %d/%d, machine %d/%d for %d ranks", rank, lr, ls, mr, ms, size)
 	}
+	if !weft.IsHomogeneous() || weft.TimelineActive() {
+		t.Errorf("IsHomogeneous() = %v, TimelineActive() = %v", weft.IsHomogeneous(),
+			weft.TimelineActive())
+	}
+	if _, err := weft.UnifiedMpiWindowModel(); err != nil {
+		t.Errorf("UnifiedMpiWindowModel: %v", err)
+	}
+	_ = weft.NcclBuilt()
 	if weft.Version() != "0.1.0" || weft.VersionNumber() != 100 {
 		t.Errorf("Version() = %q, VersionNumber() = %d", weft.Version(), weft.VersionNumber())
 	}

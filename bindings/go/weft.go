@@ -49,6 +49,21 @@ func MachineRank() int { return cweft.Weft_machine_rank() }
 // MachineSize is the number of machines; -1 before Init.
 func MachineSize() int { return cweft.Weft_machine_size() }
 
+// IsHomogeneous reports whether every machine runs the same number of ranks and each
+// machine's ranks are consecutive; false before Init.
+func IsHomogeneous() bool { return cweft.Weft_is_homogeneous() == 1 }
+
+// UnifiedMpiWindowModel reports whether MPI windows use MPI's unified memory model. Needs
+// Init; not collective.
+func UnifiedMpiWindowModel() (bool, error) {
+	var result int32
+	err := call(func() cstatus { return cweft.Weft_unified_mpi_window_model(&result) })
+	return result != 0, err
+}
+
+// NcclBuilt reports whether this build runs CUDA tensors on NCCL.
+func NcclBuilt() bool { return cweft.Weft_nccl_built() != 0 }
+
 // Finalize finalizes MPI if weft started it, after Shutdown when weft is still initialized
 // (then it is collective); Init fails afterwards. A program started by mpirun calls it last.
 //
@@ -102,3 +117,6 @@ func TimelineStartActivity(tensorName, activity string) error {
 func TimelineEndActivity(tensorName string) error {
 	return call(func() cstatus { return cweft.Weft_timeline_end_activity(tensorName) })
 }
+
+// TimelineActive reports whether a timeline is being written.
+func TimelineActive() bool { return cweft.Weft_timeline_active() != 0 }

@@ -21,6 +21,11 @@ static void TestBeforeInit(void) {
   weft_topology* topo = NULL;
   CHECK(weft_is_initialized() == 0);
   CHECK(weft_rank() == -1 && weft_size() == -1 && weft_machine_size() == -1);
+  CHECK(weft_is_homogeneous() == -1 && weft_timeline_active() == 0);
+  {
+    int unified = -1;
+    FAILS(weft_unified_mpi_window_model(&unified), WEFT_ERR_FAILED_PRECONDITION, "init");
+  }
   FAILS(weft_comm_allreduce(&t, &t, 1, NULL), WEFT_ERR_FAILED_PRECONDITION, "call init() first");
   FAILS(weft_comm_barrier(), WEFT_ERR_FAILED_PRECONDITION, "not initialized");
   FAILS(weft_comm_load_topology(&topo), WEFT_ERR_FAILED_PRECONDITION, "not initialized");
@@ -1458,6 +1463,16 @@ int main(void) {
   CHECK(rank >= 0 && rank < size);
   CHECK(weft_local_size() >= 1 && weft_machine_size() >= 1);
   CHECK(weft_local_rank() >= 0 && weft_machine_rank() >= 0);
+  /* One host (or machines of consecutive ranks under mpirun's default mapping). */
+  CHECK(weft_is_homogeneous() == 1);
+  CHECK(weft_nccl_built() == 0 || weft_nccl_built() == 1);
+  CHECK(weft_timeline_active() == 0);
+  {
+    int unified = -1;
+    OK(weft_unified_mpi_window_model(&unified));
+    CHECK(unified == 0 || unified == 1);
+    FAILS(weft_unified_mpi_window_model(NULL), WEFT_ERR_INVALID_ARGUMENT, "result");
+  }
 
   TestCollectives(rank, size);
   TestNeighborOps(rank, size);

@@ -66,6 +66,26 @@ local_size = _c.weft_local_size
 machine_rank = _c.weft_machine_rank
 machine_size = _c.weft_machine_size
 
+
+def is_homogeneous():
+    """Every machine runs the same number of ranks and each machine's ranks are consecutive
+    (machine m holds ranks m * local_size() ...). Needs init()."""
+    value = _c.weft_is_homogeneous()
+    if value < 0:
+        raise FailedPreconditionError(  # noqa: F405
+            2, "is_homogeneous: weft is not initialized; call init() first")
+    return bool(value)
+
+
+def unified_mpi_window_model():
+    """Whether MPI windows here use MPI's unified memory model. Needs init()."""
+    return bool(_c.weft_unified_mpi_window_model())
+
+
+def nccl_built():
+    """Whether this build runs CUDA tensors on NCCL."""
+    return bool(_c.weft_nccl_built())
+
 # ---- topology ------------------------------------------------------------------------------
 
 
@@ -522,6 +542,11 @@ def timeline_start_activity(tensor_name, activity_name):
 
 def timeline_end_activity(tensor_name):
     _c.weft_timeline_end_activity(tensor_name)
+
+
+def timeline_active():
+    """Whether a timeline is being written (WEFT_TIMELINE or timeline_start)."""
+    return bool(_c.weft_timeline_active())
 
 
 @_contextlib.contextmanager

@@ -99,6 +99,14 @@ WEFT_API int weft_local_rank(void);
 WEFT_API int weft_local_size(void);
 WEFT_API int weft_machine_rank(void);
 WEFT_API int weft_machine_size(void);
+/* 1 when every machine runs the same number of ranks and each machine's ranks are
+ * consecutive (machine m holds ranks m * local_size ...), else 0; -1 before weft_init(). */
+WEFT_API int weft_is_homogeneous(void);
+/* *result = 1 when MPI windows here use MPI's unified memory model, else 0. Needs
+ * weft_init(); not collective. */
+WEFT_API weft_status weft_unified_mpi_window_model(int* result);
+/* 1 when this build runs CUDA tensors on NCCL, else 0. */
+WEFT_API int weft_nccl_built(void);
 
 /* ---- topologies ----------------------------------------------------------------------- */
 
@@ -777,6 +785,8 @@ WEFT_API weft_status weft_timeline_stop(void);
 WEFT_API weft_status weft_timeline_start_activity(const char* tensor_name,
                                                   const char* activity);
 WEFT_API weft_status weft_timeline_end_activity(const char* tensor_name);
+/* 1 while a trace is being written (WEFT_TIMELINE or weft_timeline_start), else 0. */
+WEFT_API int weft_timeline_active(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -31,6 +31,7 @@ using .CAPI
 export WeftError, Topology, Schedule, Handle,
     # process model (rank(), size(), init(), shutdown() are Weft.-qualified)
     is_initialized, local_rank, local_size, machine_rank, machine_size,
+    is_homogeneous, unified_mpi_window_model, nccl_built,
     set_topology, load_topology, is_topo_weighted, set_machine_topology,
     load_machine_topology, in_neighbor_ranks, out_neighbor_ranks,
     # ops (broadcast and broadcast! are Weft.-qualified)
@@ -66,7 +67,7 @@ export WeftError, Topology, Schedule, Handle,
     # settings and timeline
     config_set, config_get, config_unset, config_describe,
     timeline_start, timeline_stop, timeline_start_activity, timeline_end_activity,
-    timeline_context
+    timeline_context, timeline_active
 
 # ---- errors ------------------------------------------------------------------------------
 
@@ -178,6 +179,19 @@ machine_rank() = _process_number(weft_machine_rank(), "machine_rank()")
 
 "The number of machines."
 machine_size() = _process_number(weft_machine_size(), "machine_size()")
+
+"""Whether every machine runs the same number of ranks, each machine's ranks consecutive."""
+is_homogeneous() = _process_number(weft_is_homogeneous(), "is_homogeneous()") == 1
+
+"Whether MPI windows use MPI's unified memory model (needs `init()`; not collective)."
+function unified_mpi_window_model()
+    result = Ref{Cint}(0)
+    _check(weft_unified_mpi_window_model(result))
+    return result[] != 0
+end
+
+"Whether this build runs CUDA arrays on NCCL."
+nccl_built() = weft_nccl_built() != 0
 
 "The version of the loaded libweft."
 version() = VersionNumber(_string_or_empty(weft_version()))
@@ -2061,6 +2075,9 @@ timeline_start_activity(tensor_name::AbstractString, activity::AbstractString) =
 
 timeline_end_activity(tensor_name::AbstractString) =
     _check(weft_timeline_end_activity(tensor_name))
+
+"Whether a timeline is being written."
+timeline_active() = weft_timeline_active() != 0
 
 """
     timeline_context(f, tensor_name, activity)

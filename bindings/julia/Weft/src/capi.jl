@@ -164,6 +164,26 @@ function weft_machine_size()
     ccall((:weft_machine_size, libweft()), Cint, ())
 end
 
+# 1 when every machine runs the same number of ranks and each machine's ranks are
+# consecutive (machine m holds ranks m * local_size ...), else 0; -1 before weft_init().
+# C: int weft_is_homogeneous(void)
+function weft_is_homogeneous()
+    ccall((:weft_is_homogeneous, libweft()), Cint, ())
+end
+
+# result = 1 when MPI windows here use MPI's unified memory model, else 0. Needs
+# weft_init(); not collective.
+# C: weft_status weft_unified_mpi_window_model(int* result)
+function weft_unified_mpi_window_model(result)
+    ccall((:weft_unified_mpi_window_model, libweft()), Cint, (Ptr{Cint},), result)
+end
+
+# 1 when this build runs CUDA tensors on NCCL, else 0.
+# C: int weft_nccl_built(void)
+function weft_nccl_built()
+    ccall((:weft_nccl_built, libweft()), Cint, ())
+end
+
 # ---- topologies --------------------------------------------------------------------------
 
 # A weighted directed graph over ranks: W[i][j] is the weight of the edge i -> j, applied by
@@ -1613,6 +1633,12 @@ function weft_timeline_end_activity(tensor_name)
     ccall((:weft_timeline_end_activity, libweft()), Cint, (Cstring,), tensor_name)
 end
 
+# 1 while a trace is being written (WEFT_TIMELINE or weft_timeline_start), else 0.
+# C: int weft_timeline_active(void)
+function weft_timeline_active()
+    ccall((:weft_timeline_active, libweft()), Cint, ())
+end
+
 export libweft, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, DLDevice, DLDataType,
     DLTensor, DLManagedTensor, WEFT_VERSION_MAJOR, WEFT_VERSION_MINOR, WEFT_VERSION_PATCH,
     WEFT_VERSION_NUMBER, WEFT_OK, WEFT_ERR_INVALID_ARGUMENT, WEFT_ERR_FAILED_PRECONDITION,
@@ -1621,8 +1647,9 @@ export libweft, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, DLDevice, DLDataTy
     WEFT_ERR_RESOURCE_EXHAUSTED, WEFT_ERR_INTERNAL, WEFT_ERR_UNKNOWN, weft_status_string,
     weft_last_error, weft_version, weft_version_number, weft_init, weft_shutdown,
     weft_is_initialized, weft_finalize, weft_rank, weft_size, weft_local_rank,
-    weft_local_size, weft_machine_rank, weft_machine_size, weft_topology,
-    weft_topology_create, weft_topology_from_weight_matrix, weft_topology_exponential,
+    weft_local_size, weft_machine_rank, weft_machine_size, weft_is_homogeneous,
+    weft_unified_mpi_window_model, weft_nccl_built, weft_topology, weft_topology_create,
+    weft_topology_from_weight_matrix, weft_topology_exponential,
     weft_topology_exponential_two, weft_topology_symmetric_exponential,
     weft_topology_mesh_grid_2d, weft_topology_star, weft_topology_ring,
     weft_topology_fully_connected, weft_topology_clone, weft_topology_destroy,
@@ -1679,6 +1706,6 @@ export libweft, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, DLDevice, DLDataTy
     weft_pipe_trainer_evaluate, weft_pipe_trainer_role, weft_pipe_trainer_plan_info,
     weft_config_set, weft_config_unset, weft_config_get, weft_config_describe,
     weft_timeline_start, weft_timeline_stop, weft_timeline_start_activity,
-    weft_timeline_end_activity
+    weft_timeline_end_activity, weft_timeline_active
 
 end  # module CAPI
