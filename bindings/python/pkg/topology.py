@@ -1,9 +1,14 @@
-"""Virtual topologies and dynamic schedules, with Bluefog's topology_util names.
+"""Virtual topologies and dynamic schedules: every name of Bluefog's topology_util.
+
+    from weft import topology as topology_util
+    G = topology_util.ExponentialGraph(8)        # a networkx.DiGraph
 
 A topology is a weighted directed graph over ranks: W[i][j] is the weight of the edge
-i -> j, applied by the receiver j; W[i][i] is rank i's self weight. Every function that
-takes a topology also takes a networkx DiGraph (edge attribute "weight"; self loops carry
-the self weights) when networkx is installed.
+i -> j, applied by the receiver j; W[i][i] is rank i's self weight. As in Bluefog, the
+generators return networkx DiGraphs over nodes 0..n-1 with the edge attribute "weight",
+self weights on self loops (a missing self loop is self weight 0). Every function that
+takes a topology takes such a graph or a weft Topology (the C library's graph, which
+Topology.from_networkx and Topology.to_networkx convert both ways).
 """
 
 import numpy as np
@@ -11,7 +16,7 @@ import numpy as np
 from . import lowlevel as _c
 
 __all__ = [
-    "Topology", "ExponentialTwoGraph", "ExponentialGraph", "SymmetricExponentialGraph",
+    "Topology", "isPowerOf", "ExponentialTwoGraph", "ExponentialGraph", "SymmetricExponentialGraph",
     "MeshGrid2DGraph", "StarGraph", "RingGraph", "FullyConnectedGraph", "GetRecvWeights",
     "GetSendWeights", "IsRegularGraph", "IsTopologyEquivalent",
     "GetDynamicOnePeerSendRecvRanks", "GetExp2DynamicSendRecvMachineRanks",
@@ -134,41 +139,57 @@ class Topology:
         return f"<weft.Topology: {self.size} ranks, {edges} edges>"
 
 
-# ---- generators --------------------------------------------------------------------------
+# ---- generators: networkx DiGraphs, as Bluefog's ---------------------------------------
+
+
+def _graph(ptr):
+    return Topology(ptr).to_networkx()
+
+
+def isPowerOf(x, base):
+    """True when x is base^k for some integer k >= 0 (base an integer above 1)."""
+    if not isinstance(base, int) or base < 2:
+        raise ValueError(f"isPowerOf: base must be an integer above 1, got {base!r}")
+    if x <= 0:
+        return False
+    while x % base == 0:
+        x //= base
+    return x == 1
 
 
 def ExponentialTwoGraph(size):
     """Rank i sends to i + 2^k (mod size); equal weights per row, self included."""
-    return Topology(_c.weft_topology_exponential_two(int(size)))
+    return _graph(_c.weft_topology_exponential_two(int(size)))
 
 
 def ExponentialGraph(size, base=2):
     """Rank i sends to i + base^k (mod size) for every base^k < size; equal weights."""
-    return Topology(_c.weft_topology_exponential(int(size), int(base)))
+    return _graph(_c.weft_topology_exponential(int(size), int(base)))
 
 
 def SymmetricExponentialGraph(size, base=4):
     """Rank i connects to i +- base^k (an undirected circulant); equal weights."""
-    return Topology(_c.weft_topology_symmetric_exponential(int(size), int(base)))
+    return _graph(_c.weft_topology_symmetric_exponential(int(size), int(base)))
 
 
 def MeshGrid2DGraph(size, shape=None):
-    """A 4-neighbor grid (rows = the largest divisor of size not above sqrt(size))."""
+    """A 4-neighbor grid (rows = the largest divisor of size not above sqrt(size)), with
+    Metropolis-Hastings weights."""
     rows, cols = (0, 0) if shape is None else (int(shape[0]), int(shape[1]))
-    return Topology(_c.weft_topology_mesh_grid_2d(int(size), rows, cols))
+    return _graph(_c.weft_topology_mesh_grid_2d(int(size), rows, cols))
 
 
 def StarGraph(size, center_rank=0):
-    return Topology(_c.weft_topology_star(int(size), int(center_rank)))
+    return _graph(_c.weft_topology_star(int(size), int(center_rank)))
 
 
 def RingGraph(size, connect_style=0):
     """connect_style 0: both directions, 1/3 each; 1: i -> i-1; 2: i -> i+1 (1/2 each)."""
-    return Topology(_c.weft_topology_ring(int(size), int(connect_style)))
+    return _graph(_c.weft_topology_ring(int(size), int(connect_style)))
 
 
 def FullyConnectedGraph(size):
-    return Topology(_c.weft_topology_fully_connected(int(size)))
+    return _graph(_c.weft_topology_fully_connected(int(size)))
 
 # ---- helpers -----------------------------------------------------------------------------
 
@@ -186,16 +207,21 @@ def GetSendWeights(topo, rank):
 
 
 def IsRegularGraph(topo):
-    """Every rank has the same in-degree and the same out-degree."""
-    return _c.weft_topology_is_regular(Topology.coerce(topo)._ptr)
+    """Every rank has the same degree, in-edges plus out-edges (a self loop counts twice,
+    as networkx counts it)."""
+    w = Topology.coerce(topo).weight_matrix() != 0
+    degrees = w.sum(axis=0) + w.sum(axis=1)
+    return bool(np.all(degrees == degrees[0]))
 
 
 def IsTopologyEquivalent(topo1, topo2):
-    """Same size and same edges (weights ignored)."""
+    """Same ranks and the same weight on every edge, self loops included (False when
+    either is None)."""
     if topo1 is None or topo2 is None:
         return False
-    return _c.weft_topology_is_equivalent(Topology.coerce(topo1)._ptr,
-                                          Topology.coerce(topo2)._ptr)
+    w1 = Topology.coerce(topo1).weight_matrix()
+    w2 = Topology.coerce(topo2).weight_matrix()
+    return w1.shape == w2.shape and bool(np.array_equal(w1, w2))
 
 # ---- dynamic schedules: infinite generators of (send_ranks, recv_ranks) ---------------------
 

@@ -5,23 +5,25 @@ import pytest
 import weft
 from weft import topology as tu
 
+T = weft.Topology.coerce  # the generators return networkx graphs; Topology has the queries
+
 
 def test_generators_match_comm_md():
-    w = tu.ExponentialTwoGraph(8).weight_matrix()
+    w = T(tu.ExponentialTwoGraph(8)).weight_matrix()
     assert np.allclose(w[0][[0, 1, 2, 4]], 0.25) and w[0].sum() == pytest.approx(1)
     assert tu.IsTopologyEquivalent(tu.ExponentialGraph(8, base=2), tu.ExponentialTwoGraph(8))
     # 3^5 = 243 < 300: the exact integer powers reach it.
-    assert 243 in tu.ExponentialGraph(300, base=3).out_neighbors(0)
-    ring = tu.RingGraph(5)
+    assert 243 in T(tu.ExponentialGraph(300, base=3)).out_neighbors(0)
+    ring = T(tu.RingGraph(5))
     assert ring.out_neighbors(0) == [1, 4] and ring.weight(0, 1) == pytest.approx(1 / 3)
-    assert tu.RingGraph(5, connect_style=1).out_neighbors(2) == [1]
-    assert tu.RingGraph(5, connect_style=2).out_neighbors(2) == [3]
-    star = tu.StarGraph(4)
+    assert T(tu.RingGraph(5, connect_style=1)).out_neighbors(2) == [1]
+    assert T(tu.RingGraph(5, connect_style=2)).out_neighbors(2) == [3]
+    star = T(tu.StarGraph(4))
     assert star.weight(0, 0) == pytest.approx(0.25) and star.weight(1, 1) == pytest.approx(0.75)
-    assert tu.MeshGrid2DGraph(6).out_neighbors(0) == [1, 3]
-    assert tu.MeshGrid2DGraph(6, shape=(3, 2)).out_neighbors(0) == [1, 2]
-    assert np.allclose(tu.FullyConnectedGraph(3).weight_matrix(), 1 / 3)
-    assert tu.SymmetricExponentialGraph(16).out_neighbors(0) == [1, 4, 12, 15]
+    assert T(tu.MeshGrid2DGraph(6)).out_neighbors(0) == [1, 3]
+    assert T(tu.MeshGrid2DGraph(6, shape=(3, 2))).out_neighbors(0) == [1, 2]
+    assert np.allclose(T(tu.FullyConnectedGraph(3)).weight_matrix(), 1 / 3)
+    assert T(tu.SymmetricExponentialGraph(16)).out_neighbors(0) == [1, 4, 12, 15]
 
 
 def test_weights_and_regularity():
@@ -50,7 +52,7 @@ def test_weight_matrix_round_trip_and_editing():
 
 def test_networkx_round_trip():
     nx = pytest.importorskip("networkx")
-    topo = tu.ExponentialTwoGraph(8)
+    topo = T(tu.ExponentialTwoGraph(8))
     g = topo.to_networkx()
     assert isinstance(g, nx.DiGraph) and g[0][4]["weight"] == pytest.approx(0.25)
     assert g.has_edge(0, 0)  # the self weight is a self loop, as in Bluefog
@@ -93,7 +95,7 @@ def test_set_and_load_topology():
     y = weft.neighbor_allreduce(x)  # the topology's weights now
     assert np.isclose(y[0], recv[0] * weft.rank() + sum(w * j for j, w in recv[1].items()))
     nx = pytest.importorskip("networkx")
-    assert weft.set_topology(tu.ExponentialTwoGraph(n).to_networkx())
+    assert weft.set_topology(T(tu.ExponentialTwoGraph(n)))  # a Topology too
     assert not weft.is_topo_weighted()
     assert weft.set_topology()  # back to the default exponential graph
     assert tu.IsTopologyEquivalent(weft.load_topology(), tu.ExponentialGraph(n))
