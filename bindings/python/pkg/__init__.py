@@ -1,11 +1,15 @@
 """weft for Python: decentralized and collective communication for distributed training.
 
-The names are Bluefog's, so a Bluefog program moves to weft by changing its import:
+The function names are Bluefog's:
 
     import weft as bf
     bf.init()
     x = np.full(4, bf.rank(), dtype=np.float32)
     y = bf.neighbor_allreduce(x)
+
+A bluefog.torch program moves by changing its import to `import weft.torch as bf`, which
+also follows Bluefog's signatures where weft's core differs (networkx topologies, init()
+called again, is_hierarchical_local, ...).
 
 Inputs are NumPy arrays, CPU torch.Tensors or anything that speaks DLPack; results have the
 input's type, dtype and shape. Ranks are matched by op name (or call order when unnamed), so
@@ -725,6 +729,8 @@ _TORCH_NAMES = frozenset([
     "DistributedAdaptThenCombineOptimizer", "DistributedGradientAllreduceOptimizer",
     "DistributedWinPutOptimizer", "DistributedPushSumOptimizer", "broadcast_parameters",
     "broadcast_optimizer_state", "allreduce_parameters", "consensus_distance",
+    "DistributedAllreduceOptimizer", "DistributedNeighborAllreduceOptimizer",
+    "DistributedHierarchicalNeighborAllreduceOptimizer",
 ])
 
 

@@ -1,13 +1,20 @@
-"""weft.torch: distributed optimizers over any torch.optim optimizer, with Bluefog's names.
+"""weft.torch: a stand-in for bluefog.torch, and distributed optimizers over any
+torch.optim optimizer.
 
-    import torch, weft
-    from weft.torch import DistributedAdaptWithCombineOptimizer
+    import torch
+    import weft.torch as bf      # where a Bluefog program has: import bluefog.torch as bf
 
-    weft.init()
+    bf.init()
     model = Net()
-    weft.torch.broadcast_parameters(model.state_dict(), root_rank=0)
-    opt = DistributedAdaptWithCombineOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                              model, num_steps_per_communication=1)
+    bf.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = bf.DistributedAdaptWithCombineOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                                  model, num_steps_per_communication=1)
+
+Every public name of bluefog.torch is here with Bluefog's parameters and meaning: ops,
+windows, process and topology queries (topologies as networkx DiGraphs), the timeline,
+the optimizers and the graph helpers of bluefog.common.topology_util. Where weft differs
+on purpose the difference is an error, never other numbers; bindings/python/README.md
+lists them.
     for x, y in batches:
         opt.zero_grad()
         loss_fn(model(x), y).backward()
@@ -27,6 +34,7 @@ optimizers this process constructed: every rank must construct them in the same 
 C++ optimizers (optim/) implement the same algorithms with the same names and weights.
 """
 
+import contextlib
 import enum
 import hashlib
 import io
@@ -41,12 +49,17 @@ import torch
 import weft as _weft
 from ._step_counter import StepCounter
 
+from ._bluefog import *  # noqa: F401,F403,E402  (Bluefog's ops, queries and graphs)
+from ._bluefog import __all__ as _BLUEFOG_NAMES  # noqa: E402
+
 __all__ = [
     "CommunicationType", "StepCountWarning", "DistributedAdaptWithCombineOptimizer",
     "DistributedAdaptThenCombineOptimizer", "DistributedGradientAllreduceOptimizer",
-    "DistributedWinPutOptimizer", "DistributedPushSumOptimizer", "broadcast_parameters",
+    "DistributedWinPutOptimizer", "DistributedPushSumOptimizer",
+    "DistributedAllreduceOptimizer", "DistributedNeighborAllreduceOptimizer",
+    "DistributedHierarchicalNeighborAllreduceOptimizer", "broadcast_parameters",
     "broadcast_optimizer_state", "allreduce_parameters", "consensus_distance",
-]
+] + list(_BLUEFOG_NAMES)
 
 
 class CommunicationType(enum.Enum):
@@ -134,10 +147,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     """The common part: counting, hooks, delegation to the wrapped optimizer.
 
     Subclasses say what they count (_COUNTS), and implement _launch(indices) (start the
-    communication of those parameters, recording self._pending[i]) and _combine()
-    (after every launched op completed: combine and update)."""
+    communication of those parameters, recording self._pending[i]) and _install() (wait
+    for every launched op and install its result); the local update follows unless
+    _UPDATE_AFTER_INSTALL is False (it then happened at launch)."""
 
     _COUNTS = "forward"
+    _UPDATE_AFTER_INSTALL = True
 
     def __init__(self, optimizer, model, num_steps_per_communication):
         # No torch.optim.Optimizer.__init__: param_groups, state and defaults are the
@@ -148,6 +163,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._grad_accumulators = []  # AccumulateGrad nodes: hooks live as long as they do
         self._pending = {}  # parameter index -> what _launch recorded
         self._closed = False
+        self._synchronized = False  # synchronize() installed this round's results
+        self._timeline = False
         what = type(self).__name__
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"{what}: expected a torch.optim.Optimizer, got "
@@ -192,7 +209,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _launch(self, indices):
         raise NotImplementedError
 
-    def _combine(self):
+    def _install(self):
         raise NotImplementedError
 
     # -- counting --
@@ -235,17 +252,55 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if self._counter.step():
-            missing = [i for i in range(len(self._named)) if i not in self._pending]
-            if missing:
-                self._launch(missing)
+        with self._timeline_activity("STEP"):
+            if self._counter.step():
+                if not self._synchronized:
+                    missing = [i for i in range(len(self._named)) if i not in self._pending]
+                    if missing:
+                        self._launch(missing)
+                    try:
+                        self._install()
+                    finally:
+                        self._pending.clear()
+                self._synchronized = False
+                if self._UPDATE_AFTER_INSTALL:
+                    self.optimizer.step()
+            else:
+                self.optimizer.step()
+        return loss
+
+    def synchronize(self):
+        """Waits for the communication this round launched and installs its results (the
+        combined parameters, or the averaged gradients) without the local update, e.g. to
+        clip gradients in between; the next step() then only updates. Nothing to do when
+        nothing is in flight."""
+        if self._closed or not self._pending:
+            return
+        with self._timeline_activity("SYNCHRONIZE"):
             try:
-                self._combine()
+                self._install()
             finally:
                 self._pending.clear()
-        else:
-            self.optimizer.step()
-        return loss
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Horovod's and Bluefog's spelling around a step() after synchronize(): weft never
+        synchronizes twice, so step() inside it does what it does outside."""
+        yield
+
+    def turn_on_timeline(self):
+        """Marks each step() and synchronize() as an activity on the timeline (when one is
+        being written), on the row named after this optimizer."""
+        self._timeline = True
+
+    def turn_off_timeline(self):
+        self._timeline = False
+
+    def _timeline_activity(self, activity):
+        if self._timeline and _weft.timeline_active():
+            return _weft.timeline_context(self._prefix, activity)
+        return contextlib.nullcontext()
 
     def _wait(self):
         """[(index, result)] of every launched op (None for nothing launched)."""
@@ -395,9 +450,8 @@ class DistributedAdaptWithCombineOptimizer(_CombiningOptimizer):
             # A snapshot: nothing the training loop does before step() can race the op.
             self._pending[i] = self._combine_nonblocking(p.data.clone(), self._names[i])
 
-    def _combine(self):
+    def _install(self):
         self._install_combined()
-        self.optimizer.step()
 
 
 class DistributedAdaptThenCombineOptimizer(_CombiningOptimizer):
@@ -407,6 +461,7 @@ class DistributedAdaptThenCombineOptimizer(_CombiningOptimizer):
     overlapping the rest of the backward pass; the next step() waits and installs W x."""
 
     _COUNTS = "backward"
+    _UPDATE_AFTER_INSTALL = False  # applied per parameter at launch
 
     def __init__(self, optimizer, model,
                  communication_type=CommunicationType.neighbor_allreduce,
@@ -438,7 +493,7 @@ class DistributedAdaptThenCombineOptimizer(_CombiningOptimizer):
             for q, grad in hidden:
                 q.grad = grad
 
-    def _combine(self):
+    def _install(self):
         self._install_combined()  # the local updates were applied at launch
 
 
@@ -461,14 +516,13 @@ class DistributedGradientAllreduceOptimizer(_DistributedOptimizer):
             self._pending[i] = _weft.allreduce_nonblocking_(grad, average=True,
                                                             name=self._names[i])
 
-    def _combine(self):
+    def _install(self):
         for i, average in self._wait():
             p = self._named[i][1]
             if p.grad is None:
                 p.grad = average
             else:
                 p.grad.copy_(average)
-        self.optimizer.step()
 
 
 class _WindowOptimizer(_DistributedOptimizer):
@@ -525,8 +579,19 @@ class DistributedWinPutOptimizer(_WindowOptimizer):
 
     _COUNTS = "forward"
 
-    def __init__(self, optimizer, model, num_steps_per_communication=1):
+    def __init__(self, optimizer, model, num_steps_per_communication=1, window_prefix=None):
+        # Windows are named "<window_prefix>.<parameter name>" (default: as the ops).
+        self.__dict__["_window_prefix"] = window_prefix
         super().__init__(optimizer, model, num_steps_per_communication)
+
+    def _setup(self):
+        if self._window_prefix is not None:
+            self._names = [f"{self._window_prefix}.{name}" for name, _ in self._named]
+        super()._setup()
+
+    def unregister_window(self):
+        """Frees the windows (collective): Bluefog's name for close()."""
+        self.close()
 
     def _launch(self, indices):
         for i in indices:
@@ -534,7 +599,7 @@ class DistributedWinPutOptimizer(_WindowOptimizer):
                 self._named[i][1].data, self._names[i], None, self.dst_weights,
                 require_mutex=True)
 
-    def _combine(self):
+    def _install(self):
         self._wait()
         for i, name in enumerate(self._names):
             window = _weft._windows.get(name)
@@ -544,7 +609,6 @@ class DistributedWinPutOptimizer(_WindowOptimizer):
                     f"memory of window {name} (replaced, moved, or the window freed): "
                     f"construct the optimizer after the model is in place")
             _weft.win_update(name, self.self_weight, self.src_weights, require_mutex=True)
-        self.optimizer.step()
 
 
 class DistributedPushSumOptimizer(_WindowOptimizer):
@@ -581,12 +645,36 @@ class DistributedPushSumOptimizer(_WindowOptimizer):
                 numerator, name, self_weight=w, dst_weights={r: w for r in ranks},
                 require_mutex=True)
 
-    def _combine(self):
+    def _install(self):
         self._wait()
         for i, name in enumerate(self._names):
             _weft.win_update_then_collect(name, require_mutex=True)
             self._named[i][1].data.copy_(self._numerators[i] / _weft.win_associated_p(name))
-        self.optimizer.step()
+
+# ---- Bluefog's deprecated spellings of adapt-with-combine ----------------------------------
+
+
+def _deprecated(name, communication_type):
+    def make(optimizer, model, num_steps_per_communication=1):
+        warnings.warn(f"{name} is deprecated (as in Bluefog): use "
+                      f"DistributedAdaptWithCombineOptimizer(..., communication_type="
+                      f"CommunicationType.{communication_type.name})",
+                      PendingDeprecationWarning, stacklevel=2)
+        return DistributedAdaptWithCombineOptimizer(optimizer, model, communication_type,
+                                                    num_steps_per_communication)
+    make.__name__ = make.__qualname__ = name
+    make.__doc__ = (f"Adapt-with-combine over {communication_type.value} (deprecated: "
+                    f"DistributedAdaptWithCombineOptimizer says the same).")
+    return make
+
+
+DistributedAllreduceOptimizer = _deprecated("DistributedAllreduceOptimizer",
+                                            CommunicationType.allreduce)
+DistributedNeighborAllreduceOptimizer = _deprecated("DistributedNeighborAllreduceOptimizer",
+                                                    CommunicationType.neighbor_allreduce)
+DistributedHierarchicalNeighborAllreduceOptimizer = _deprecated(
+    "DistributedHierarchicalNeighborAllreduceOptimizer",
+    CommunicationType.hierarchical_neighbor_allreduce)
 
 # ---- helpers -----------------------------------------------------------------------------
 

@@ -1,0 +1,345 @@
+"""The functions of weft.torch that follow Bluefog's signatures and return types.
+
+weft's own top-level functions already take Bluefog's names and arguments; the ones here
+differ from them where a Bluefog program would notice: init() may be called again and takes
+topology_fn, topologies go in and out as networkx DiGraphs (load_topology returns the very
+graph set), allreduce's third positional parameter is is_hierarchical_local, timeline
+markers return a bool, and the names Bluefog has and weft's core does not (machine
+neighbors, neighbor_win_*, the skip-negotiate switch, InferSourceFromDestinationRanks, ...).
+The migration table is in bindings/python/README.md.
+"""
+
+import contextlib
+import sys
+
+import numpy as np
+
+import weft as _weft
+from . import topology as _topology
+from .topology import Topology
+
+__all__ = [
+    "init", "shutdown", "size", "local_size", "rank", "local_rank", "machine_size",
+    "machine_rank", "is_homogeneous", "load_topology", "set_topology", "load_machine_topology",
+    "set_machine_topology", "in_neighbor_ranks", "out_neighbor_ranks",
+    "in_neighbor_machine_ranks", "out_neighbor_machine_ranks", "is_topo_weighted",
+    "is_machine_topo_weighted", "mpi_threads_supported", "unified_mpi_window_model_supported",
+    "nccl_built", "suspend", "resume", "set_skip_negotiate_stage", "get_skip_negotiate_stage",
+    "allreduce", "allreduce_", "allreduce_nonblocking", "allreduce_nonblocking_", "broadcast",
+    "broadcast_", "broadcast_nonblocking", "broadcast_nonblocking_", "allgather",
+    "allgather_nonblocking", "neighbor_allgather", "neighbor_allgather_nonblocking",
+    "neighbor_allreduce", "neighbor_allreduce_nonblocking", "hierarchical_neighbor_allreduce",
+    "hierarchical_neighbor_allreduce_nonblocking", "pair_gossip", "pair_gossip_nonblocking",
+    "poll", "synchronize", "wait", "barrier", "win_create", "win_free", "win_update",
+    "win_update_then_collect", "win_put", "win_put_nonblocking", "win_accumulate",
+    "win_accumulate_nonblocking", "win_get", "win_get_nonblocking", "neighbor_win_put",
+    "neighbor_win_put_nonblocking", "neighbor_win_accumulate",
+    "neighbor_win_accumulate_nonblocking", "neighbor_win_get", "neighbor_win_get_nonblocking",
+    "win_poll", "win_wait", "win_mutex", "get_win_version", "get_current_created_window_names",
+    "win_associated_p", "timeline_start_activity", "timeline_end_activity",
+    "timeline_context", "InferSourceFromDestinationRanks", "InferDestinationFromSourceRanks",
+] + list(_topology.__all__)
+
+# Bluefog's graph helpers, as bluefog.torch re-exports them.
+from .topology import *  # noqa: F401,F403,E402
+
+# ---- process model and topology -----------------------------------------------------------
+
+size = _weft.size
+local_size = _weft.local_size
+rank = _weft.rank
+local_rank = _weft.local_rank
+machine_size = _weft.machine_size
+machine_rank = _weft.machine_rank
+is_topo_weighted = _weft.is_topo_weighted
+in_neighbor_ranks = _weft.in_neighbor_ranks
+out_neighbor_ranks = _weft.out_neighbor_ranks
+shutdown = _weft.shutdown
+
+# The graphs last set through this module, returned as they are by load_topology and
+# load_machine_topology (Bluefog hands back the very object), as long as weft's topology
+# is still the one they describe.
+_graphs = {"topology": None, "machine": None, "machine_weighted": False}
+
+
+def init(topology_fn=None, is_weighted=False):
+    """Starts weft (the first call only) and sets the topology: topology_fn(size()) if
+    given, else the exponential graph. As in Bluefog a later call is allowed and only sets
+    the topology again (collective like set_topology)."""
+    if not _weft.is_initialized():
+        _weft.init()
+    topology = topology_fn(size()) if topology_fn is not None else ExponentialGraph(size())  # noqa: F405
+    set_topology(topology, is_weighted)
+
+
+def _as_graph(topology, function, expected, unit):
+    if isinstance(topology, Topology):
+        graph = topology.to_networkx()
+    elif hasattr(topology, "edges") and hasattr(topology, "number_of_nodes"):
+        graph = topology
+    else:
+        raise TypeError(f"{function}: expected a networkx DiGraph (or a weft Topology), got "
+                        f"{type(topology).__name__}")
+    if graph.number_of_nodes() != expected:
+        raise TypeError(f"{function}: the topology has {graph.number_of_nodes()} nodes but "
+                        f"there are {expected} {unit}")
+    return graph
+
+
+def set_topology(topology=None, is_weighted=False):
+    """Sets the virtual topology from a networkx DiGraph (None: the exponential graph).
+    Returns True, also without changing anything when the graph, weights included, is the
+    one in force; False (with a RuntimeWarning saying why) when the ranks refuse it. A
+    graph that is not a DiGraph or has the wrong size raises TypeError. Collective."""
+    if topology is None:
+        topology = ExponentialGraph(size())  # noqa: F405
+    graph = _as_graph(topology, "set_topology", size(), "ranks")
+    if IsTopologyEquivalent(graph, _weft.load_topology()):  # noqa: F405
+        _graphs["topology"] = graph
+        return True
+    if not _weft.set_topology(graph, is_weighted):
+        return False
+    _graphs["topology"] = graph
+    return True
+
+
+def _graph_in_force(key, current):
+    # The graph set through this module while weft still uses it; else weft's, converted.
+    graph = _graphs[key]
+    if graph is None or not IsTopologyEquivalent(graph, current):  # noqa: F405
+        graph = current.to_networkx()
+        _graphs[key] = graph
+    return graph
+
+
+def load_topology():
+    """The topology in force, as the networkx DiGraph that set it."""
+    return _graph_in_force("topology", _weft.load_topology())
+
+
+def set_machine_topology(topology, is_weighted=False):
+    """The graph between machines for hierarchical_neighbor_allreduce (a DiGraph over
+    machine_size() nodes); returns True or False as set_topology."""
+    if topology is None:
+        raise ValueError("set_machine_topology: the topology must not be None")
+    graph = _as_graph(topology, "set_machine_topology", machine_size(), "machines")
+    if not _weft.set_machine_topology(graph, is_weighted):
+        return False
+    _graphs["machine"] = graph
+    _graphs["machine_weighted"] = bool(is_weighted)
+    return True
+
+
+def load_machine_topology():
+    return _graph_in_force("machine", _weft.load_machine_topology())
+
+
+def is_machine_topo_weighted():
+    return bool(_graphs["machine_weighted"])
+
+
+def in_neighbor_machine_ranks():
+    """The machines this rank's machine receives from in the machine topology."""
+    return Topology.coerce(load_machine_topology()).in_neighbors(machine_rank())
+
+
+def out_neighbor_machine_ranks():
+    return Topology.coerce(load_machine_topology()).out_neighbors(machine_rank())
+
+
+is_homogeneous = _weft.is_homogeneous
+nccl_built = _weft.nccl_built
+
+
+def mpi_threads_supported():
+    """True: weft needs MPI_THREAD_MULTIPLE and init fails without it."""
+    return True
+
+
+def unified_mpi_window_model_supported():
+    """Whether MPI windows use MPI's unified memory model (not collective in weft)."""
+    return _weft.unified_mpi_window_model()
+
+
+def _in_ipython():
+    return "IPython" in sys.modules and getattr(sys.modules["IPython"], "get_ipython",
+                                                 lambda: None)() is not None
+
+
+def suspend():
+    """Bluefog pauses its background thread for interactive sessions. weft's engine sleeps
+    by itself when idle, so this only checks, as Bluefog does, that it runs under IPython."""
+    if not _in_ipython():
+        raise EnvironmentError("suspend() is only for interactive (IPython) sessions")
+
+
+def resume():
+    if not _in_ipython():
+        raise EnvironmentError("resume() is only for interactive (IPython) sessions")
+
+
+_skip_negotiate = [False]
+
+
+def set_skip_negotiate_stage(value):
+    """Recorded only: weft always negotiates each op with rank 0, which is how it checks
+    shapes, dtypes and names across ranks; pair_gossip needs no switch."""
+    _skip_negotiate[0] = bool(value)
+
+
+def get_skip_negotiate_stage():
+    return _skip_negotiate[0]
+
+# ---- collectives ----------------------------------------------------------------------------
+
+
+_machine_ranks = {}  # this machine's ranks, gathered once
+
+
+def _local_ranks():
+    if "ranks" not in _machine_ranks:
+        mine = np.array([machine_rank()], dtype=np.int64)
+        machines = _weft.allgather(mine, name="weft.torch.machine_ranks")
+        _machine_ranks["ranks"] = [r for r in range(size()) if machines[r] == machine_rank()]
+    return _machine_ranks["ranks"]
+
+
+def _allreduce_args(is_hierarchical_local):
+    # is_hierarchical_local: the op runs among this machine's ranks only.
+    return _local_ranks() if is_hierarchical_local else None
+
+
+def allreduce(tensor, average=True, is_hierarchical_local=False, name=None):
+    """The sum (average=True: the mean) over all ranks, or over this machine's ranks with
+    is_hierarchical_local. Returns a new tensor."""
+    return _weft.allreduce(tensor, average, name, _allreduce_args(is_hierarchical_local))
+
+
+def allreduce_(tensor, average=True, is_hierarchical_local=False, name=None):
+    return _weft.allreduce_(tensor, average, name, _allreduce_args(is_hierarchical_local))
+
+
+def allreduce_nonblocking(tensor, average=True, is_hierarchical_local=False, name=None):
+    return _weft.allreduce_nonblocking(tensor, average, name,
+                                       _allreduce_args(is_hierarchical_local))
+
+
+def allreduce_nonblocking_(tensor, average=True, is_hierarchical_local=False, name=None):
+    return _weft.allreduce_nonblocking_(tensor, average, name,
+                                        _allreduce_args(is_hierarchical_local))
+
+
+broadcast = _weft.broadcast
+broadcast_ = _weft.broadcast_
+broadcast_nonblocking = _weft.broadcast_nonblocking
+broadcast_nonblocking_ = _weft.broadcast_nonblocking_
+allgather = _weft.allgather
+allgather_nonblocking = _weft.allgather_nonblocking
+neighbor_allgather = _weft.neighbor_allgather
+neighbor_allgather_nonblocking = _weft.neighbor_allgather_nonblocking
+neighbor_allreduce = _weft.neighbor_allreduce
+neighbor_allreduce_nonblocking = _weft.neighbor_allreduce_nonblocking
+hierarchical_neighbor_allreduce = _weft.hierarchical_neighbor_allreduce
+hierarchical_neighbor_allreduce_nonblocking = _weft.hierarchical_neighbor_allreduce_nonblocking
+pair_gossip = _weft.pair_gossip
+pair_gossip_nonblocking = _weft.pair_gossip_nonblocking
+poll = _weft.poll
+synchronize = _weft.synchronize
+wait = _weft.synchronize
+barrier = _weft.barrier
+
+# ---- windows ----------------------------------------------------------------------------------
+
+win_create = _weft.win_create
+win_free = _weft.win_free
+win_update = _weft.win_update
+win_put = neighbor_win_put = _weft.win_put
+win_put_nonblocking = neighbor_win_put_nonblocking = _weft.win_put_nonblocking
+win_accumulate = neighbor_win_accumulate = _weft.win_accumulate
+win_accumulate_nonblocking = neighbor_win_accumulate_nonblocking = (
+    _weft.win_accumulate_nonblocking)
+win_get = neighbor_win_get = _weft.win_get
+win_get_nonblocking = neighbor_win_get_nonblocking = _weft.win_get_nonblocking
+win_poll = _weft.win_poll
+win_mutex = _weft.win_mutex
+get_win_version = _weft.get_win_version
+win_associated_p = _weft.win_associated_p
+
+
+def win_wait(handle):
+    """Waits for a nonblocking window op; True once it completed."""
+    _weft.synchronize(handle)
+    return True
+
+
+def win_update_then_collect(name, require_mutex=True):
+    """x <- x + the sum of every buffer, then zeroes the buffers (holding this rank's own
+    mutex by default, as Bluefog does)."""
+    return _weft.win_update_then_collect(name, require_mutex)
+
+
+def get_current_created_window_names():
+    return _weft.win_names()
+
+# ---- timeline ---------------------------------------------------------------------------------
+
+
+def timeline_start_activity(tensor_name, activity_name):
+    """Marks the start of an activity on tensor_name's row; False (doing nothing) when no
+    timeline is being written."""
+    if not _weft.timeline_active():
+        return False
+    _weft.timeline_start_activity(tensor_name, activity_name)
+    return True
+
+
+def timeline_end_activity(tensor_name):
+    if not _weft.timeline_active():
+        return False
+    _weft.timeline_end_activity(tensor_name)
+    return True
+
+
+def timeline_context(tensor_name, activity_name):
+    """with timeline_context("layer1", "forward"): ... (nothing without a timeline)."""
+    if not _weft.timeline_active():
+        return contextlib.nullcontext()
+    return _weft.timeline_context(tensor_name, activity_name)
+
+# ---- inferring the other side of a dynamic exchange -------------------------------------------
+
+
+def _infer(ranks, function, transpose, construct_adjacency_matrix):
+    n, me = size(), rank()
+    ranks = list(ranks)
+    for r in ranks:
+        if not isinstance(r, (int, np.integer)) or not 0 <= r < n or r == me:
+            raise ValueError(f"{function}: ranks must be other ranks in [0, {n}), got {ranks}")
+    if len(set(ranks)) != len(ranks):
+        raise ValueError(f"{function}: ranks must be unique, got {ranks}")
+    row = np.zeros((1, n), dtype=np.float64)
+    row[0, ranks] = 1.0
+    matrix = _weft.allgather(row, name=f"weft.torch.{function}")  # row i: rank i's list
+    other = sorted(int(i) for i in np.nonzero(matrix[:, me])[0])
+    if not construct_adjacency_matrix:
+        return other
+    w = matrix + np.eye(n)
+    if transpose:
+        w = w.T
+    return other, w / w.sum(axis=1, keepdims=True)
+
+
+def InferSourceFromDestinationRanks(dst_ranks, construct_adjacency_matrix=False):
+    """Collective: the ranks that send to this one, given every rank's destinations
+    (sorted). With construct_adjacency_matrix also W (size x size, numpy): W[i][j] = 1 for
+    i = j and for each edge i -> j, each row divided by its sum."""
+    return _infer(dst_ranks, "InferSourceFromDestinationRanks", False,
+                  construct_adjacency_matrix)
+
+
+def InferDestinationFromSourceRanks(src_ranks, construct_adjacency_matrix=False):
+    """Collective: the ranks this one sends to, given every rank's sources (sorted). With
+    construct_adjacency_matrix also W as for InferSourceFromDestinationRanks."""
+    return _infer(src_ranks, "InferDestinationFromSourceRanks", True,
+                  construct_adjacency_matrix)
+
