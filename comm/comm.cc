@@ -1161,19 +1161,28 @@ Status win_update(const std::string& name, const WinUpdateOptions& options) {
   }
   const int self = state->ctx.rank;
   double self_weight = 1.0 / static_cast<double>(w->in_neighbors().size() + 1);
-  std::optional<std::map<int, double>> uniform;
+  // Without weights: the topology's receive weights when it was set weighted (as for
+  // neighbor_allreduce; windows keep the topology they were created under, which cannot
+  // change while they live), else the uniform average.
+  std::optional<std::map<int, double>> defaults;
   if (options.self_weight.has_value()) {
     self_weight = *options.self_weight;
     if (!std::isfinite(self_weight)) {
       return InvalidArgument(display, ": self_weight is ", self_weight);
     }
+  } else if (auto [topo, weighted] = Topo(*state); weighted) {
+    RecvWeights rw = GetRecvWeights(*topo, self);
+    self_weight = rw.self_weight;
+    defaults.emplace();
+    for (int r : w->in_neighbors()) (*defaults)[r] = 0.0;
+    for (const auto& [r, weight] : rw.neighbor_weights) (*defaults)[r] = weight;
   } else {
-    uniform.emplace();
-    for (int r : w->in_neighbors()) (*uniform)[r] = self_weight;
+    defaults.emplace();
+    for (int r : w->in_neighbors()) (*defaults)[r] = self_weight;
   }
   WEFT_ASSIGN_OR_RETURN(
       auto neighbors,
-      WindowRanks(options.self_weight.has_value() ? options.neighbor_weights : uniform, {},
+      WindowRanks(options.self_weight.has_value() ? options.neighbor_weights : defaults, {},
                   [&](int r) { return w->HasSlot(self, r); }, display, "neighbor_weights",
                   "an in-neighbor of this rank"));
   const bool reset = options.reset;

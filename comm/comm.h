@@ -221,7 +221,8 @@ struct WinGetOptions {
 
 struct WinUpdateOptions {
   // Both or neither: x <- self_weight * x + sum_j neighbor_weights[j] * buf_j. Default:
-  // the uniform average over x and every buffer.
+  // the topology's receive weights (self weight included) when it was set weighted, else
+  // the uniform average over x and every buffer (summed, then divided).
   std::optional<double> self_weight;
   std::optional<std::map<int, double>> neighbor_weights;
   bool reset = false;          // zero the buffers used

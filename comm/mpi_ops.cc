@@ -356,7 +356,7 @@ Status Engine::RunAllreduce(std::vector<std::shared_ptr<Request>>& group) {
   }
   Trace(group, "communicate", start);
   start = Timeline::NowMicros();
-  if (group[0]->desc.average && members > 1) Scale(buf, dtype, count, 1.0 / members);
+  if (group[0]->desc.average && members > 1) Divide(buf, dtype, count, members);
   Unpack(group, buf);
   Trace(group, "combine", start);
   return OkStatus();
@@ -566,7 +566,7 @@ Status Engine::RunHierarchical(std::vector<std::shared_ptr<Request>>& group) {
   WEFT_RETURN_IF_ERROR(Bcast(buf, count * DTypeSize(dtype), 0, ctx_.local));
   Trace(group, "communicate", start);
   start = Timeline::NowMicros();
-  if (ctx_.local_size > 1) Scale(buf, dtype, count, 1.0 / ctx_.local_size);
+  if (ctx_.local_size > 1) Divide(buf, dtype, count, ctx_.local_size);
   Unpack(group, buf);
   Trace(group, "combine", start);
   return OkStatus();

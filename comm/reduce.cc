@@ -44,8 +44,11 @@ struct Elem<BFloat> {
   }
 };
 
+// divisor > 0: every weight is 1 / divisor, so the terms are added as they are and the sum
+// divided once (the arithmetic of an average: the same numbers as sum-then-divide code).
 template <typename T>
-void WeightedSumImpl(void* out, size_t count, const std::vector<WeightedTerm>& terms) {
+void WeightedSumImpl(void* out, size_t count, const std::vector<WeightedTerm>& terms,
+                     double divisor) {
   using Acc = typename Elem<T>::Acc;
   if (terms.empty()) {
     for (size_t i = 0; i < count; ++i) Elem<T>::Store(out, i, Acc(0));
@@ -54,14 +57,23 @@ void WeightedSumImpl(void* out, size_t count, const std::vector<WeightedTerm>& t
   // Blocked so the accumulator stays in cache and each term streams once.
   constexpr size_t kBlock = 2048;
   Acc acc[kBlock];
+  const bool average = divisor > 0;
+  const Acc d = static_cast<Acc>(divisor);
   for (size_t base = 0; base < count; base += kBlock) {
     const size_t n = std::min(kBlock, count - base);
-    const Acc w0 = static_cast<Acc>(terms[0].weight);
+    const Acc w0 = average ? Acc(1) : static_cast<Acc>(terms[0].weight);
     for (size_t i = 0; i < n; ++i) acc[i] = w0 * Elem<T>::Load(terms[0].data, base + i);
     for (size_t k = 1; k < terms.size(); ++k) {
-      const Acc w = static_cast<Acc>(terms[k].weight);
       const void* src = terms[k].data;
-      for (size_t i = 0; i < n; ++i) acc[i] += w * Elem<T>::Load(src, base + i);
+      if (average) {
+        for (size_t i = 0; i < n; ++i) acc[i] += Elem<T>::Load(src, base + i);
+      } else {
+        const Acc w = static_cast<Acc>(terms[k].weight);
+        for (size_t i = 0; i < n; ++i) acc[i] += w * Elem<T>::Load(src, base + i);
+      }
+    }
+    if (average) {
+      for (size_t i = 0; i < n; ++i) acc[i] /= d;
     }
     for (size_t i = 0; i < n; ++i) Elem<T>::Store(out, base + i, acc[i]);
   }
@@ -90,8 +102,9 @@ void Dispatch(DType dtype, Args&&... args) {
 
 template <typename T>
 struct WeightedSumOp {
-  static void Run(void* out, size_t count, const std::vector<WeightedTerm>& terms) {
-    WeightedSumImpl<T>(out, count, terms);
+  static void Run(void* out, size_t count, const std::vector<WeightedTerm>& terms,
+                  double divisor) {
+    WeightedSumImpl<T>(out, count, terms, divisor);
   }
 };
 
@@ -107,11 +120,19 @@ void WeightedSum(void* out, DType dtype, size_t count, const std::vector<Weighte
     if (out != terms[0].data) std::memmove(out, terms[0].data, count * DTypeSize(dtype));
     return;
   }
-  Dispatch<WeightedSumOp>(dtype, out, count, terms);
+  // Uniform weights 1/k over k terms: an average.
+  const double k = static_cast<double>(terms.size());
+  bool uniform = terms.size() > 1;
+  for (const WeightedTerm& t : terms) uniform = uniform && t.weight == 1.0 / k;
+  Dispatch<WeightedSumOp>(dtype, out, count, terms, uniform ? k : 0.0);
 }
 
 void Scale(void* data, DType dtype, size_t count, double factor) {
   WeightedSum(data, dtype, count, {{data, factor}});
+}
+
+void Divide(void* data, DType dtype, size_t count, double divisor) {
+  Dispatch<WeightedSumOp>(dtype, data, count, std::vector<WeightedTerm>{{data, 1.0}}, divisor);
 }
 
 void AddInPlace(void* dst, const void* src, DType dtype, size_t count) {

@@ -21,11 +21,18 @@ struct WeightedTerm {
 };
 
 // out[i] = sum_k terms[k].weight * terms[k].data[i], for i < count. `out` may alias the
-// first term's data (in place), not the others'.
+// first term's data (in place), not the others'. When k > 1 terms all weigh exactly 1/k
+// (a uniform average), the terms are summed in order and the sum divided by k, which is
+// the arithmetic of frameworks that average by sum then division (Bluefog): the results
+// are equal to theirs bit for bit, where weighting each term by a rounded 1/k may differ
+// in the last bit.
 void WeightedSum(void* out, DType dtype, size_t count, const std::vector<WeightedTerm>& terms);
 
 // data[i] *= factor (integers round to nearest).
 void Scale(void* data, DType dtype, size_t count, double factor);
+
+// data[i] /= divisor (integers round to nearest): an average after a sum.
+void Divide(void* data, DType dtype, size_t count, double divisor);
 
 // dst[i] += src[i] (plain sum, the MPI reduction for 16-bit floats).
 void AddInPlace(void* dst, const void* src, DType dtype, size_t count);

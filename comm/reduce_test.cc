@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -327,6 +328,54 @@ TEST(WeightedSumTest, HalfAndBFloatRoundToNearestEven) {
   EXPECT_EQ(out[0], 0x3f80);
   WeightedSum(out, DType::kBFloat16, 2, {{bf_ones, 1.0}, {bf_tiny, 3.0}});
   EXPECT_EQ(out[0], 0x3f82);
+}
+
+// Uniform weights 1/k are an average: the terms summed in order, then divided by k, bit for
+// bit (weighting each term by the rounded 1/k differs in the last bit for some values).
+TEST(WeightedSumTest, UniformWeightsSumThenDivide) {
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> dist(-10, 10);
+  for (int k : {2, 3, 5, 7}) {
+    SCOPED_TRACE(k);
+    constexpr size_t kCount = 4096;
+    std::vector<std::vector<float>> xs(k, std::vector<float>(kCount));
+    for (auto& x : xs) {
+      for (float& v : x) v = dist(gen);
+    }
+    std::vector<WeightedTerm> terms;
+    for (const auto& x : xs) terms.push_back({x.data(), 1.0 / k});
+    std::vector<float> out(kCount);
+    WeightedSum(out.data(), DType::kFloat32, kCount, terms);
+    int differs_from_weighting = 0;
+    for (size_t i = 0; i < kCount; ++i) {
+      float sum = xs[0][i];
+      float weighted = static_cast<float>(1.0 / k) * xs[0][i];
+      for (int j = 1; j < k; ++j) {
+        sum += xs[j][i];
+        weighted += static_cast<float>(1.0 / k) * xs[j][i];
+      }
+      ASSERT_EQ(out[i], sum / static_cast<float>(k)) << i;
+      differs_from_weighting += out[i] != weighted;
+    }
+    if (k != 2) {
+      EXPECT_GT(differs_from_weighting, 0);  // the two formulas do differ
+    }
+  }
+  // Integers: the nearest integer to the average.
+  Buffer a(DType::kInt32, {1, 2, -7}), b(DType::kInt32, {2, 2, 0}), c(DType::kInt32, {4, 3, 0});
+  Buffer out(DType::kInt32, {0, 0, 0});
+  WeightedSum(out.data(), DType::kInt32, 3,
+              {{a.data(), 1.0 / 3}, {b.data(), 1.0 / 3}, {c.data(), 1.0 / 3}});
+  EXPECT_EQ(out.Values(), (std::vector<double>{2, 2, -2}));
+}
+
+TEST(DivideTest, AnAverageAfterASum) {
+  Buffer f(DType::kFloat32, {3, 1, -6});
+  Divide(f.data(), DType::kFloat32, 3, 3);
+  EXPECT_EQ(f.Values(), (std::vector<double>{1, 1.0f / 3, -2}));
+  Buffer i(DType::kInt64, {7, -7, 6});
+  Divide(i.data(), DType::kInt64, 3, 2);
+  EXPECT_EQ(i.Values(), (std::vector<double>{4, -4, 3}));  // halves away from zero
 }
 
 // ---------------------------------------------------------------------------------------

@@ -48,7 +48,8 @@ type WinGetOptions struct {
 // WinUpdateOptions are the options of Update.
 type WinUpdateOptions struct {
 	// Weights: x <- Self*x + sum over j of Src[j] * buffer_j (Src keys: in-neighbors). nil:
-	// the uniform average over x and every buffer.
+	// the topology's receive weights if it was set weighted, else the uniform average over
+	// x and every buffer.
 	Weights *Weights
 	// Reset zeroes the buffers used.
 	Reset bool
@@ -288,7 +289,8 @@ func (w *Window[T]) get(method string, req *reqHandle, opts []WinGetOptions) err
 }
 
 // Update combines the receive buffers into the window's tensor, in place (local: no other
-// rank takes part): by default the uniform average over the tensor and every buffer.
+// rank takes part): by default the topology's receive weights if it was set weighted, else
+// the uniform average over the tensor and every buffer.
 func (w *Window[T]) Update(opts ...WinUpdateOptions) error {
 	const fn = "weft.Window.Update"
 	o, err := single(fn, opts)

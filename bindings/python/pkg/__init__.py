@@ -669,9 +669,10 @@ def _window_tensor(name, clone):
 
 def win_update(name, self_weight=None, neighbor_weights=None, reset=False, clone=False,
                require_mutex=False):
-    """x <- self_weight * x + sum_j neighbor_weights[j] * buffer_j (default: the uniform
-    average over x and every buffer), in place on the window's tensor, which it returns
-    (clone=True: a copy). reset zeroes the buffers used."""
+    """x <- self_weight * x + sum_j neighbor_weights[j] * buffer_j (default: the topology's
+    receive weights if it was set weighted, else the uniform average over x and every
+    buffer), in place on the window's tensor, which it returns (clone=True: a copy). reset
+    zeroes the buffers used."""
     options = None
     if self_weight is not None or neighbor_weights is not None or reset or require_mutex:
         options = (self_weight, neighbor_weights, bool(reset), bool(require_mutex))

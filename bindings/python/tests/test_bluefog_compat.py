@@ -140,6 +140,40 @@ def test_init_again_resets_the_topology():
     assert torch.allclose(bf.neighbor_allreduce(x), torch.full((3,), expected))
 
 
+def test_win_update_uses_a_weighted_topologys_weights():
+    n, me = bf.size(), bf.rank()
+    g = bf.ExponentialGraph(n)
+    for i in range(n):
+        g[i][i]["weight"] = 0.6  # never uniform
+    assert bf.set_topology(g, is_weighted=True)
+    x = torch.full((3,), float(me), dtype=torch.float64)
+    assert bf.win_create(x, "compat.weighted")
+    try:
+        bf.win_put(x, "compat.weighted")
+        bf.barrier()
+        got = bf.win_update("compat.weighted", clone=True)
+        self_weight, src = bf.GetRecvWeights(g, me)
+        expected = self_weight * me + sum(w * r for r, w in src.items())
+        assert torch.allclose(got, torch.full((3,), expected, dtype=torch.float64))
+    finally:
+        bf.win_free("compat.weighted")
+
+
+def test_uniform_averages_are_a_sum_then_a_division():
+    n = bf.size()
+    torch.manual_seed(11)
+    x = torch.rand(n, 1000)[bf.rank()].clone()
+    total = bf.allreduce(x, average=False, name="compat.sum")
+    assert torch.equal(bf.allreduce(x, name="compat.avg"), total / n)
+    # The uniform neighbor average: self plus in-neighbors in rank order, then / (k + 1).
+    gathered = bf.neighbor_allgather(x.reshape(1, -1), name="compat.gather")
+    expected = x.clone()
+    for row in gathered:
+        expected += row
+    expected /= len(bf.in_neighbor_ranks()) + 1
+    assert torch.equal(bf.neighbor_allreduce(x, name="compat.navg"), expected)
+
+
 def test_allreduce_takes_is_hierarchical_local_third():
     n = bf.size()
     x = torch.full((4,), float(bf.rank() + 1))

@@ -419,7 +419,8 @@ typedef struct weft_win_get_options {
 } weft_win_get_options;
 #define WEFT_WIN_GET_OPTIONS_INIT { WEFT_WIN_GET_OPTIONS_VERSION, 0, 0, NULL, NULL, 0 }
 
-/* has_weights = 0: the uniform average over x and every buffer; else
+/* has_weights = 0: the topology's receive weights if it was set weighted, else the uniform
+ * average over x and every buffer; else
  * x <- self_weight * x + sum_k neighbor_weights[k] * buf[neighbor_ranks[k]].
  * reset: zero the buffers used. require_mutex: hold this rank's own mutex. */
 #define WEFT_WIN_UPDATE_OPTIONS_VERSION 1

@@ -1075,8 +1075,9 @@ end
                require_mutex=false) -> the window's array
 
 Combines the receive buffers into the window's array, in place (local: no other rank takes
-part): `x = self_weight * x + sum(neighbor_weights[j] * buffer_j)`, by default the uniform
-average over `x` and every buffer. `self_weight` and `neighbor_weights`
+part): `x = self_weight * x + sum(neighbor_weights[j] * buffer_j)`, by default the
+topology's receive weights if it was set weighted, else the uniform average over `x` and
+every buffer. `self_weight` and `neighbor_weights`
 (`Dict(rank => weight)`, in-neighbors) go together. `reset` zeroes the buffers used;
 `require_mutex` holds this rank's own window mutex.
 """

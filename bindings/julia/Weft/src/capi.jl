@@ -927,7 +927,8 @@ function weft_win_get_options(;
         src_weights, require_mutex)
 end
 
-# has_weights = 0: the uniform average over x and every buffer; else
+# has_weights = 0: the topology's receive weights if it was set weighted, else the uniform
+# average over x and every buffer; else
 # x <- self_weight * x + sum_k neighbor_weights[k] * buf[neighbor_ranks[k]].
 # reset: zero the buffers used. require_mutex: hold this rank's own mutex.
 const WEFT_WIN_UPDATE_OPTIONS_VERSION = 1
