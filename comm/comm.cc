@@ -380,6 +380,9 @@ Status init() {
   for (const std::string& name : config::Registry::Global().UnknownEnvironment()) {
     WEFT_LOG(Warning) << name << " is set but is not a weft setting (a typo?)";
   }
+  for (const std::string& name : config::Registry::IgnoredBluefogEnvironment()) {
+    WEFT_LOG(Info) << name << " is set but weft has no counterpart for it; ignored";
+  }
   const std::string timeline = kTimelinePath.Get();
   if (!timeline.empty()) {
     Status st = state->timeline.Open(TimelineFile(timeline, ctx.rank, ctx.size), ctx.rank,

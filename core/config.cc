@@ -15,6 +15,60 @@ extern char** environ;
 namespace weft {
 namespace config {
 
+namespace {
+
+// Bluefog's environment variables, honoured when the weft setting they stand for is not
+// set itself: (Bluefog's name, weft's name, how Bluefog's value becomes weft's).
+struct BluefogAlias {
+  const char* bluefog;
+  const char* weft;
+  std::string (*convert)(const std::string& value);
+};
+
+std::string Same(const std::string& v) { return v; }
+// Bluefog's flags are on only for "1".
+std::string Flag(const std::string& v) { return v == "1" ? "1" : "0"; }
+// BLUEFOG_TIMELINE is a prefix: rank r writes <prefix><r>.json.
+std::string TimelinePrefix(const std::string& v) { return v + "%r.json"; }
+// Bluefog's levels include fatal (weft's highest is error) and map unknown ones to warning.
+std::string LogLevel(const std::string& v) {
+  const std::string level = absl::AsciiStrToLower(v);
+  if (level == "fatal") return "error";
+  for (const char* known : {"trace", "debug", "info", "warning", "error"}) {
+    if (level == known) return level;
+  }
+  return "warning";
+}
+// BLUEFOG_CYCLE_TIME: milliseconds between the background thread's cycles; weft's engine
+// sleeps at most this long between polls.
+std::string MillisToMicros(const std::string& v) {
+  double ms = 0;
+  if (!absl::SimpleAtod(v, &ms) || !std::isfinite(ms) || ms < 0) return v;  // refused later
+  return std::to_string(static_cast<int64_t>(std::llround(ms * 1000)));
+}
+
+const BluefogAlias kBluefogAliases[] = {
+    {"BLUEFOG_TIMELINE", "WEFT_TIMELINE", TimelinePrefix},
+    {"BLUEFOG_LOG_LEVEL", "WEFT_LOG_LEVEL", LogLevel},
+    {"BLUEFOG_FUSION_THRESHOLD", "WEFT_FUSION_THRESHOLD_BYTES", Same},
+    {"BLUEFOG_NODES_PER_MACHINE", "WEFT_RANKS_PER_MACHINE", Same},
+    {"BLUEFOG_CYCLE_TIME", "WEFT_ENGINE_MAX_SLEEP_MICROS", MillisToMicros},
+    {"BLUEFOG_ALLREDUCE_BY_MPI", "WEFT_ALLREDUCE_BY_MPI", Flag},
+    {"BLUEFOG_BROADCAST_BY_MPI", "WEFT_BROADCAST_BY_MPI", Flag},
+    {"BLUEFOG_ALLGATHER_BY_MPI", "WEFT_ALLGATHER_BY_MPI", Flag},
+    {"BLUEFOG_NEIGHBOR_ALLGATHER_BY_MPI", "WEFT_NEIGHBOR_ALLGATHER_BY_MPI", Flag},
+    {"BLUEFOG_NEIGHBOR_ALLREDUCE_BY_MPI", "WEFT_NEIGHBOR_ALLREDUCE_BY_MPI", Flag},
+};
+
+const BluefogAlias* AliasFor(const std::string& weft_name) {
+  for (const BluefogAlias& a : kBluefogAliases) {
+    if (weft_name == a.weft) return &a;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 Registry& Registry::Global() {
   static Registry* registry = new Registry();  // never destroyed: settings are globals
   return *registry;
@@ -37,7 +91,30 @@ const char* Registry::RawValue(const std::string& name, std::string* storage) co
       return storage->c_str();
     }
   }
-  return std::getenv(name.c_str());
+  if (const char* own = std::getenv(name.c_str())) return own;
+  const BluefogAlias* alias = AliasFor(name);
+  const char* theirs = alias != nullptr ? std::getenv(alias->bluefog) : nullptr;
+  if (theirs == nullptr) return nullptr;
+  *storage = alias->convert(theirs);
+  return storage->c_str();
+}
+
+std::string Registry::AliasOf(const std::string& name) {
+  const BluefogAlias* alias = AliasFor(name);
+  return alias != nullptr ? alias->bluefog : "";
+}
+
+std::vector<std::string> Registry::IgnoredBluefogEnvironment() {
+  std::vector<std::string> ignored;
+  for (char** env = environ; env != nullptr && *env != nullptr; ++env) {
+    absl::string_view entry(*env);
+    if (!absl::StartsWith(entry, "BLUEFOG_")) continue;
+    std::string name(entry.substr(0, entry.find('=')));
+    bool honoured = false;
+    for (const BluefogAlias& a : kBluefogAliases) honoured = honoured || name == a.bluefog;
+    if (!honoured) ignored.push_back(name);
+  }
+  return ignored;
 }
 
 Status Registry::Reload() {
@@ -170,8 +247,13 @@ Status Setting::Load() {
   }
   Parse(default_text_);
   if (raw == nullptr) return OkStatus();
-  return InvalidArgument(name_, "='", raw, "' is not valid: expected ", expected(),
-                         " (default ", default_text_, ")");
+  const std::string alias = Registry::AliasOf(name_);
+  const char* theirs = alias.empty() ? nullptr : std::getenv(alias.c_str());
+  return InvalidArgument(name_, "='", raw, "' is not valid: expected ", expected(), " (default ",
+                         default_text_, ")",
+                         theirs != nullptr && std::getenv(name_.c_str()) == nullptr
+                             ? absl::StrCat("; it comes from ", alias, "='", theirs, "'")
+                             : "");
 }
 
 void Setting::EnsureLoaded() const {

@@ -53,6 +53,12 @@ class Registry {
 
   // WEFT_* variables in the environment that are not settings (likely typos).
   std::vector<std::string> UnknownEnvironment() const;
+  // Bluefog's environment variables stand for weft settings when those are not set
+  // themselves (BLUEFOG_FUSION_THRESHOLD for WEFT_FUSION_THRESHOLD_BYTES, ...; the table is
+  // in config.cc and README.md). The Bluefog name standing for `name`, or "".
+  static std::string AliasOf(const std::string& name);
+  // BLUEFOG_* variables in the environment that weft has no counterpart for.
+  static std::vector<std::string> IgnoredBluefogEnvironment();
 
  private:
   friend class Setting;

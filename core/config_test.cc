@@ -1,5 +1,6 @@
 #include "core/config.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "gtest/gtest.h"
@@ -110,6 +111,33 @@ TEST(Config, DescribeListsEverySettingAndUnknownVariablesAreReported) {
   auto unknown = Registry::Global().UnknownEnvironment();
   EXPECT_NE(std::find(unknown.begin(), unknown.end(), "WEFT_TEST_INTT"), unknown.end());
   unsetenv("WEFT_TEST_INTT");
+}
+
+// Bluefog's variables stand for weft's settings when those are not set themselves.
+TEST(Config, BluefogVariablesAreAliases) {
+  Registry& r = Registry::Global();
+  unsetenv("WEFT_LOG_LEVEL");
+  setenv("BLUEFOG_LOG_LEVEL", "FATAL", 1);  // weft's highest level is error
+  ASSERT_TRUE(r.Reload().ok());
+  EXPECT_EQ(*r.GetText("WEFT_LOG_LEVEL"), "error");
+  setenv("BLUEFOG_LOG_LEVEL", "chatty", 1);  // Bluefog maps what it does not know to warning
+  EXPECT_EQ(*r.GetText("WEFT_LOG_LEVEL"), "warning");
+  setenv("WEFT_LOG_LEVEL", "debug", 1);  // weft's own wins
+  EXPECT_EQ(*r.GetText("WEFT_LOG_LEVEL"), "debug");
+  unsetenv("WEFT_LOG_LEVEL");
+  unsetenv("BLUEFOG_LOG_LEVEL");
+  ASSERT_TRUE(r.Reload().ok());
+  EXPECT_EQ(Registry::AliasOf("WEFT_FUSION_THRESHOLD_BYTES"), "BLUEFOG_FUSION_THRESHOLD");
+  EXPECT_EQ(Registry::AliasOf("WEFT_TEST_INT"), "");
+
+  setenv("BLUEFOG_MAX_WIN_SENT_LENGTH", "10", 1);
+  setenv("BLUEFOG_TIMELINE", "/tmp/t", 1);
+  auto ignored = Registry::IgnoredBluefogEnvironment();
+  EXPECT_NE(std::find(ignored.begin(), ignored.end(), "BLUEFOG_MAX_WIN_SENT_LENGTH"),
+            ignored.end());
+  EXPECT_EQ(std::find(ignored.begin(), ignored.end(), "BLUEFOG_TIMELINE"), ignored.end());
+  unsetenv("BLUEFOG_MAX_WIN_SENT_LENGTH");
+  unsetenv("BLUEFOG_TIMELINE");
 }
 
 }  // namespace

@@ -289,3 +289,21 @@ def test_synchronize_then_step_updates_once_with_averaged_gradients():
     assert torch.allclose(model.weight.detach(), start[0] - mean_x)
     assert torch.allclose(model.bias.detach(), start[1] - 1.0)
     opt.close()
+
+
+def test_bluefog_environment_variables_stand_for_weft_settings(monkeypatch):
+    for name in ("WEFT_FUSION_THRESHOLD_BYTES", "WEFT_TIMELINE", "WEFT_ENGINE_MAX_SLEEP_MICROS",
+                 "WEFT_ALLREDUCE_BY_MPI", "WEFT_RANKS_PER_MACHINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("BLUEFOG_FUSION_THRESHOLD", "1234")
+    monkeypatch.setenv("BLUEFOG_TIMELINE", "/tmp/bf-trace-")  # rank r writes <prefix><r>.json
+    monkeypatch.setenv("BLUEFOG_CYCLE_TIME", "0.5")  # milliseconds
+    monkeypatch.setenv("BLUEFOG_ALLREDUCE_BY_MPI", "yes")  # only "1" is on for Bluefog
+    monkeypatch.setenv("BLUEFOG_NODES_PER_MACHINE", "1")
+    assert weft.config_get("WEFT_FUSION_THRESHOLD_BYTES") == "1234"
+    assert weft.config_get("WEFT_TIMELINE") == "/tmp/bf-trace-%r.json"
+    assert weft.config_get("WEFT_ENGINE_MAX_SLEEP_MICROS") == "500"
+    assert weft.config_get("WEFT_ALLREDUCE_BY_MPI") == "0"
+    assert weft.config_get("WEFT_RANKS_PER_MACHINE") == "1"
+    monkeypatch.setenv("WEFT_FUSION_THRESHOLD_BYTES", "99")  # weft's own wins
+    assert weft.config_get("WEFT_FUSION_THRESHOLD_BYTES") == "99"
