@@ -206,7 +206,9 @@ TEST_F(Windows, AMutexHeldElsewhereHoldsBackAGuardedPut) {
   Buffer x(DType::kFloat32, {1});
   x.Fill(rank());
   ASSERT_TRUE(win_create(x.view(), "w.hold").ok());
-  if (rank() == 1) ASSERT_TRUE(win_mutex_acquire("w.hold", {0}).ok());
+  if (rank() == 1) {
+    ASSERT_TRUE(win_mutex_acquire("w.hold", {0}).ok());
+  }
   ASSERT_TRUE(barrier().ok());
   StatusOr<Handle> h = Handle();
   if (rank() == 2) {
@@ -219,11 +221,17 @@ TEST_F(Windows, AMutexHeldElsewhereHoldsBackAGuardedPut) {
     EXPECT_FALSE(poll(*h)) << "the put ran while rank 1 held rank 0's mutex";
   }
   ASSERT_TRUE(barrier().ok());
-  if (rank() == 1) ASSERT_TRUE(win_mutex_release("w.hold", {0}).ok());
-  if (rank() == 2) EXPECT_TRUE(wait(*h).ok());
+  if (rank() == 1) {
+    ASSERT_TRUE(win_mutex_release("w.hold", {0}).ok());
+  }
+  if (rank() == 2) {
+    EXPECT_TRUE(wait(*h).ok());
+  }
   ASSERT_TRUE(barrier().ok());
   auto versions = win_version("w.hold");
-  if (rank() == 0) EXPECT_EQ((*versions)[2], 1);
+  if (rank() == 0) {
+    EXPECT_EQ((*versions)[2], 1);
+  }
 }
 
 TEST_F(Windows, ErrorsAreClearAndChangeNothing) {

@@ -283,7 +283,9 @@ void Converge(Algorithm a, bool dynamic, CommunicationType type = CommunicationT
     ASSERT_TRUE(opt->step().ok()) << "iteration " << it;
     // Window puts are one-sided: without this, a rank on an oversubscribed machine can
     // run many rounds ahead on stale neighbor values and end short of the tolerance.
-    if (a == Algorithm::kWinPut || a == Algorithm::kPushSum) ASSERT_TRUE(barrier().ok());
+    if (a == Algorithm::kWinPut || a == Algorithm::kPushSum) {
+      ASSERT_TRUE(barrier().ok());
+    }
   }
   ASSERT_TRUE(barrier().ok());
   const double error = (m->weight.detach() - Solution()).abs().max().item<double>();
