@@ -709,7 +709,10 @@ void Engine::ExecuteOnDevice(const Response& response,
   // Point to point needs no set of its own (ncclSend/ncclRecv on the global communicator).
   const bool process_set =
       !group[0]->desc.group.empty() && response.op != OpType::kSendRecv;
-  if (ForcedToMpi(response.op) || process_set) {
+  // NCCL has no 16-bit integer type.
+  const bool int16 =
+      group[0]->in.dtype() == DType::kInt16 || group[0]->out.dtype() == DType::kInt16;
+  if (ForcedToMpi(response.op) || process_set || int16) {
     const Status status = RunStaged(response, group);
     for (auto& r : group) Finish(r, Annotate(status, r->desc.display));
     return;

@@ -56,6 +56,8 @@ MPI_Datatype MpiType(DType dtype) {
     case DType::kInt64: return MPI_INT64_T;
     case DType::kInt8: return MPI_INT8_T;
     case DType::kUInt8: return MPI_UINT8_T;
+    case DType::kInt16:
+      return MPI_INT16_T;
   }
   return MPI_BYTE;
 }

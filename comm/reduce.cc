@@ -97,6 +97,9 @@ void Dispatch(DType dtype, Args&&... args) {
     case DType::kInt64: F<int64_t>::Run(args...); break;
     case DType::kInt8: F<int8_t>::Run(args...); break;
     case DType::kUInt8: F<uint8_t>::Run(args...); break;
+    case DType::kInt16:
+      F<int16_t>::Run(args...);
+      break;
   }
 }
 

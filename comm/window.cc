@@ -30,6 +30,8 @@ MPI_Datatype AccumulateType(DType dtype) {
     case DType::kInt64: return MPI_INT64_T;
     case DType::kInt8: return MPI_INT8_T;
     case DType::kUInt8: return MPI_UINT8_T;
+    case DType::kInt16:
+      return MPI_INT16_T;
     default: return MPI_DATATYPE_NULL;
   }
 }

@@ -16,6 +16,8 @@ size_t DTypeSize(DType dtype) {
     case DType::kInt64: return 8;
     case DType::kInt8: return 1;
     case DType::kUInt8: return 1;
+    case DType::kInt16:
+      return 2;
   }
   return 0;
 }
@@ -30,6 +32,8 @@ const char* DTypeName(DType dtype) {
     case DType::kInt64: return "int64";
     case DType::kInt8: return "int8";
     case DType::kUInt8: return "uint8";
+    case DType::kInt16:
+      return "int16";
   }
   return "unknown";
 }
@@ -50,7 +54,10 @@ DLDataType ToDLDataType(DType dtype) {
     case DType::kBFloat16: dl.code = kDLBfloat; break;
     case DType::kInt32:
     case DType::kInt64:
-    case DType::kInt8: dl.code = kDLInt; break;
+    case DType::kInt8:
+    case DType::kInt16:
+      dl.code = kDLInt;
+      break;
     case DType::kUInt8: dl.code = kDLUInt; break;
   }
   return dl;
@@ -66,11 +73,12 @@ StatusOr<DType> FromDLDataType(DLDataType dl) {
     if (dl.code == kDLInt && dl.bits == 64) return DType::kInt64;
     if (dl.code == kDLInt && dl.bits == 8) return DType::kInt8;
     if (dl.code == kDLUInt && dl.bits == 8) return DType::kUInt8;
+    if (dl.code == kDLInt && dl.bits == 16) return DType::kInt16;
   }
   return Unimplemented("unsupported dtype (DLPack code ", static_cast<int>(dl.code), ", ",
                        static_cast<int>(dl.bits), " bits, ", static_cast<int>(dl.lanes),
                        " lanes): weft supports float32, float64, float16, bfloat16, int32, "
-                       "int64, int8 and uint8");
+                       "int64, int16, int8 and uint8");
 }
 
 std::string Device::ToString() const {

@@ -24,8 +24,9 @@ enum class DType : uint8_t {
   kInt64 = 5,
   kInt8 = 6,
   kUInt8 = 7,
+  kInt16 = 8,
 };
-constexpr int kNumDTypes = 8;
+constexpr int kNumDTypes = 9;
 
 size_t DTypeSize(DType dtype);
 const char* DTypeName(DType dtype);  // "float32", ...

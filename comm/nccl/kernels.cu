@@ -97,6 +97,7 @@ cudaError_t LaunchOne(void* out, DeviceType type, size_t count, const Terms& ter
     case DeviceType::kInt64: Launch<int64_t>(out, count, terms, stream); break;
     case DeviceType::kInt8: Launch<int8_t>(out, count, terms, stream); break;
     case DeviceType::kUInt8: Launch<uint8_t>(out, count, terms, stream); break;
+    case DeviceType::kInt16: Launch<int16_t>(out, count, terms, stream); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
@@ -109,7 +110,8 @@ size_t TypeSize(DeviceType type) {
     case DeviceType::kFloat32:
     case DeviceType::kInt32: return 4;
     case DeviceType::kFloat16:
-    case DeviceType::kBFloat16: return 2;
+    case DeviceType::kBFloat16:
+    case DeviceType::kInt16: return 2;
     default: return 1;
   }
 }

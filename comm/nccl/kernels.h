@@ -24,6 +24,7 @@ enum class DeviceType : int {
   kInt64 = 5,
   kInt8 = 6,
   kUInt8 = 7,
+  kInt16 = 8,  // weighted sums only: NCCL has no 16-bit integers (int16 ops run staged on MPI)
 };
 
 struct DeviceTerm {

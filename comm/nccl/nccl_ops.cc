@@ -40,6 +40,8 @@ ncclDataType_t NcclType(DType dtype) {
     case DType::kInt64: return ncclInt64;
     case DType::kInt8: return ncclInt8;
     case DType::kUInt8: return ncclUint8;
+    case DType::kInt16:
+      break;  // none: the engine stages int16 through MPI
   }
   return ncclUint8;
 }
@@ -57,8 +59,9 @@ WEFT_SAME_NUMBER(kInt32);
 WEFT_SAME_NUMBER(kInt64);
 WEFT_SAME_NUMBER(kInt8);
 WEFT_SAME_NUMBER(kUInt8);
+WEFT_SAME_NUMBER(kInt16);
 #undef WEFT_SAME_NUMBER
-static_assert(kNumDTypes == 8, "a new DType needs a DeviceType and kernels.cu support");
+static_assert(kNumDTypes == 9, "a new DType needs a DeviceType and kernels.cu support");
 
 DeviceType KernelType(DType dtype) { return static_cast<DeviceType>(static_cast<int>(dtype)); }
 

@@ -259,6 +259,8 @@ StatusOr<DType> ToDType(at::ScalarType type) {
     case at::kLong: return DType::kInt64;
     case at::kChar: return DType::kInt8;
     case at::kByte: return DType::kUInt8;
+    case at::kShort:
+      return DType::kInt16;
     default: return DTypeError(type, "ToDType");
   }
 }
@@ -273,6 +275,8 @@ at::ScalarType ToScalarType(DType dtype) {
     case DType::kInt64: return at::kLong;
     case DType::kInt8: return at::kChar;
     case DType::kUInt8: return at::kByte;
+    case DType::kInt16:
+      return at::kShort;
   }
   return at::kFloat;  // unreachable: every DType is listed
 }

@@ -10,7 +10,7 @@
 //   tensor; a non-contiguous one is computed on a contiguous copy and copied back, so the
 //   result lands in its storage with its layout.
 // - Supported: CPU dense tensors of float32, float64, float16, bfloat16, int32, int64,
-//   int8 and uint8. Other dtypes (bool, complex, quantized...) and devices fail with
+//   int16, int8 and uint8. Other dtypes (bool, complex, quantized...) and devices fail with
 //   Unimplemented before anything is sent; an undefined tensor is InvalidArgument. CUDA
 //   tensors need weft's NCCL backend, which this build does not include.
 // - No autograd: ops run under NoGradGuard (in-place forms work on parameters that

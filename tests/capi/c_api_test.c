@@ -1162,10 +1162,10 @@ static void TestRequests(int rank, int size) {
 
 static void TestErrors(int rank, int size) {
   float x[4] = {0}, y[5];
-  int16_t h[4];
+  uint16_t h[4];
   int64_t shape4[1] = {4}, shape5[1] = {5};
   DLTensor in = Tensor(x, kDLFloat, 32, 1, shape4), wrong = Tensor(y, kDLFloat, 32, 1, shape5);
-  DLTensor int16 = Tensor(h, kDLInt, 16, 1, shape4);
+  DLTensor uint16 = Tensor(h, kDLUInt, 16, 1, shape4); /* no uint16 in weft */
   DLTensor cuda = Tensor(x, kDLFloat, 32, 1, shape4);
   weft_neighbor_allreduce_options o = WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_INIT;
   int dup[2] = {0, 0};
@@ -1178,7 +1178,7 @@ static void TestErrors(int rank, int size) {
      * the unnamed ops after it still pair with the right ones. */
     float a[4] = {1, 1, 1, 1};
     DLTensor ta = Tensor(a, kDLFloat, 32, 1, shape4);
-    DLTensor* mine = rank == size - 1 ? &int16 : &ta;
+    DLTensor* mine = rank == size - 1 ? &uint16 : &ta;
     st = weft_comm_allreduce(mine, mine, 0, NULL);
     CHECK(st == WEFT_ERR_UNIMPLEMENTED);
     if (rank != size - 1) CHECK(strstr(weft_last_error(), "which refused it") != NULL);
@@ -1191,7 +1191,7 @@ static void TestErrors(int rank, int size) {
   FAILS(weft_comm_allreduce(&in, &wrong, 1, NULL), WEFT_ERR_INVALID_ARGUMENT,
         "the output must have the input's dtype and shape");
   FAILS(weft_comm_allreduce(NULL, &in, 1, NULL), WEFT_ERR_INVALID_ARGUMENT, "in is NULL");
-  FAILS(weft_comm_allreduce(&int16, &int16, 1, NULL), WEFT_ERR_UNIMPLEMENTED,
+  FAILS(weft_comm_allreduce(&uint16, &uint16, 1, NULL), WEFT_ERR_UNIMPLEMENTED,
         "in: unsupported dtype");
   CHECK(weft_comm_allreduce(&cuda, &cuda, 1, NULL) != WEFT_OK);
   FAILS(weft_comm_broadcast(&in, &in, size, NULL), WEFT_ERR_INVALID_ARGUMENT, "root_rank");

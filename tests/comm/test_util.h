@@ -40,6 +40,11 @@ class Buffer {
       case DType::kInt64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
       case DType::kInt8: { int8_t x = static_cast<int8_t>(v); std::memcpy(p, &x, 1); break; }
       case DType::kUInt8: { uint8_t x = static_cast<uint8_t>(v); std::memcpy(p, &x, 1); break; }
+      case DType::kInt16: {
+        int16_t x = static_cast<int16_t>(v);
+        std::memcpy(p, &x, 2);
+        break;
+      }
     }
   }
   double Get(int64_t i) const { return Read(bytes_.data(), dtype_, i); }
@@ -55,6 +60,11 @@ class Buffer {
       case DType::kInt64: { int64_t x; std::memcpy(&x, p, 8); return static_cast<double>(x); }
       case DType::kInt8: { int8_t x; std::memcpy(&x, p, 1); return x; }
       case DType::kUInt8: { uint8_t x; std::memcpy(&x, p, 1); return x; }
+      case DType::kInt16: {
+        int16_t x;
+        std::memcpy(&x, p, 2);
+        return x;
+      }
     }
     return 0;
   }
@@ -89,9 +99,9 @@ inline ::testing::Environment* InitWeftForAllTests() {
   return ::testing::AddGlobalTestEnvironment(new WeftEnvironment);
 }
 
-constexpr DType kAllDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
-                                DType::kBFloat16, DType::kInt32,  DType::kInt64,
-                                DType::kInt8,     DType::kUInt8};
+constexpr DType kAllDTypes[] = {DType::kFloat32,  DType::kFloat64, DType::kFloat16,
+                                DType::kBFloat16, DType::kInt32,   DType::kInt64,
+                                DType::kInt8,     DType::kUInt8,   DType::kInt16};
 
 // Tolerance for comparing a result of dtype `d` with an exact value of magnitude ~v.
 inline double Tolerance(DType d, double v) {

@@ -87,7 +87,8 @@ TEST(Conversions, EverySupportedDTypeRoundTrips) {
       {at::kFloat, DType::kFloat32}, {at::kDouble, DType::kFloat64},
       {at::kHalf, DType::kFloat16},  {at::kBFloat16, DType::kBFloat16},
       {at::kInt, DType::kInt32},     {at::kLong, DType::kInt64},
-      {at::kChar, DType::kInt8},     {at::kByte, DType::kUInt8}};
+      {at::kChar, DType::kInt8},     {at::kByte, DType::kUInt8},
+      {at::kShort, DType::kInt16}};
   ASSERT_EQ(pairs.size(), static_cast<size_t>(kNumDTypes));
   for (const auto& [st, d] : pairs) {
     auto got = ta::ToDType(st);
@@ -124,8 +125,9 @@ TEST(Conversions, StridesAndStorageOffsetAreKept) {
 }
 
 TEST(Conversions, UnsupportedDTypesNameTheDTypeAndTheSupportedList) {
-  const std::string supported = "float32, float64, float16, bfloat16, int32, int64, int8, uint8";
-  for (at::ScalarType st : {at::kBool, at::kComplexFloat, at::kComplexDouble, at::kShort}) {
+  const std::string supported =
+      "float32, float64, float16, bfloat16, int32, int64, int8, uint8, int16";
+  for (at::ScalarType st : {at::kBool, at::kComplexFloat, at::kComplexDouble}) {
     auto d = ta::ToDType(st);
     ASSERT_FALSE(d.ok());
     EXPECT_EQ(d.status().code(), absl::StatusCode::kUnimplemented);

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _errors
 
-_SUPPORTED = "float32, float64, float16, bfloat16 (torch), int32, int64, int8 and uint8"
+_SUPPORTED = "float32, float64, float16, bfloat16 (torch), int32, int64, int16, int8 and uint8"
 
 NUMPY, TORCH = 0, 1
 

@@ -307,3 +307,15 @@ def test_bluefog_environment_variables_stand_for_weft_settings(monkeypatch):
     assert weft.config_get("WEFT_RANKS_PER_MACHINE") == "1"
     monkeypatch.setenv("WEFT_FUSION_THRESHOLD_BYTES", "99")  # weft's own wins
     assert weft.config_get("WEFT_FUSION_THRESHOLD_BYTES") == "99"
+
+
+def test_int16_tensors_like_every_other_integer():
+    n, me = bf.size(), bf.rank()
+    x = torch.full((5,), me + 1, dtype=torch.int16)
+    assert bf.allreduce(x, average=False, name="compat.i16").dtype == torch.int16
+    assert torch.equal(bf.allreduce(x, average=False, name="compat.i16s"),
+                       torch.full((5,), n * (n + 1) // 2, dtype=torch.int16))
+    assert torch.equal(bf.broadcast(x, 0, name="compat.i16b"), torch.ones(5, dtype=torch.int16))
+    gathered = bf.allgather(x.reshape(1, 5), name="compat.i16g")
+    assert gathered.dtype == torch.int16 and gathered[:, 0].tolist() == list(range(1, n + 1))
+    assert bf.neighbor_allgather(x.reshape(1, 5), name="compat.i16n").dtype == torch.int16

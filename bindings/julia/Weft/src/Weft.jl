@@ -16,7 +16,7 @@ Conventions (bindings/julia/README.md has the details):
 - a Julia array with dims (d1, ..., dN) is handed to weft as the row-major tensor of shape
   (dN, ..., d1): the same memory, no copy. So `allgather` concatenates along Julia's LAST
   dimension (vectors: one after the other);
-- element types: Float16, Float32, Float64, Int8, Int32, Int64, UInt8;
+- element types: Float16, Float32, Float64, Int8, Int16, Int32, Int64, UInt8;
 - every failure throws a [`WeftError`](@ref).
 
 `Weft.size()`, `Weft.rank()`, `Weft.init()`, `Weft.shutdown()`, `Weft.broadcast`,
@@ -199,7 +199,7 @@ version() = VersionNumber(_string_or_empty(weft_version()))
 # ---- arrays as DLPack tensors ------------------------------------------------------------
 
 "The element types weft exchanges."
-const WeftElType = Union{Float16,Float32,Float64,Int8,Int32,Int64,UInt8}
+const WeftElType = Union{Float16,Float32,Float64,Int8,Int16,Int32,Int64,UInt8}
 
 _dtype(::Type{T}) where {T<:AbstractFloat} = DLDataType(kDLFloat, 8 * sizeof(T), 1)
 _dtype(::Type{T}) where {T<:Signed} = DLDataType(kDLInt, 8 * sizeof(T), 1)
@@ -562,7 +562,7 @@ function recv_nonblocking!(x::Array, src::Integer; name=nothing)
     end
 end
 
-const _ELTYPES = (Float16, Float32, Float64, Int8, Int32, Int64, UInt8)
+const _ELTYPES = (Float16, Float32, Float64, Int8, Int16, Int32, Int64, UInt8)
 
 # A tensor of whatever type and shape a sender chose (recv_any), as a new Array.
 function _take_received(managed::Ptr{DLManagedTensor})
