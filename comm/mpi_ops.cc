@@ -88,7 +88,7 @@ Status AllreduceSum(const void* in, void* out, size_t count, DType dtype, MPI_Co
 }
 
 const config::IntSetting kRingAllreduceBytes(
-    "WEFT_RING_ALLREDUCE_BYTES", 4 << 20,
+    "WEFT_RING_ALLREDUCE_BYTES", 8 << 20,
     "Allreduces (CPU, through MPI) of at least this many bytes run weft's ring when the job "
     "spans several machines; smaller ones, and all on one machine, run MPI_Allreduce "
     "(0: always MPI_Allreduce). Every rank must see the same value.",
