@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# comm_bench across hosts of a simulated cluster (tools/cluster), one rank per host, with
-# every host's link shaped: weft against raw MPI in the same run, and the fraction of the
-# link rate each reaches. Needs root (network namespaces).
+# comm_bench across hosts of a simulated cluster (tools/cluster), one rank per host (or
+# --ranks-per-host N), with every host's link shaped: weft against raw MPI in the same run,
+# and the fraction of the link rate each reaches. Needs root (network namespaces).
 #
 #   bench/cluster_bench.sh                          # 4 and 8 hosts, 1gbit and 10gbit links
 #   bench/cluster_bench.sh --hosts "4" --links "1gbit" --mpi-args "--mca ..."
+#   bench/cluster_bench.sh --ranks-per-host 2 --ops hierarchical_neighbor_allreduce
 #
 # --mpi-args goes to weftrun (e.g. Open MPI's collective algorithm choice); --ops, --min-bytes
 # and --max-bytes to comm_bench. The fraction is busbw over the link rate in one direction:
@@ -20,6 +21,7 @@ mpi_args=""
 ops=allreduce,neighbor_allreduce,neighbor_allreduce_onepeer
 min_bytes=1048576
 max_bytes=16777216
+per_host=1
 while (($# > 0)); do
   case $1 in
     --hosts) hosts_list=$2; shift ;;
@@ -28,7 +30,8 @@ while (($# > 0)); do
     --ops) ops=$2; shift ;;
     --min-bytes) min_bytes=$2; shift ;;
     --max-bytes) max_bytes=$2; shift ;;
-    *) echo "usage: $0 [--hosts \"4 8\"] [--links \"1gbit 10gbit\"] [--mpi-args ARGS] [--ops LIST] [--min-bytes N] [--max-bytes N]" >&2; exit 2 ;;
+    --ranks-per-host) per_host=$2; shift ;;
+    *) echo "usage: $0 [--hosts \"4 8\"] [--links \"1gbit 10gbit\"] [--mpi-args ARGS] [--ops LIST] [--min-bytes N] [--max-bytes N] [--ranks-per-host N]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -45,7 +48,7 @@ printf '# %-5s %-7s %-27s %9s | %10s %7s %6s | %10s %7s %6s\n' hosts link op byt
 for n in $hosts_list; do
   for link in $links; do
     dir=$(tools/cluster up --hosts "$n" --link "$link")
-    spec=$(seq -s, -f 'h%g' 1 "$n")
+    spec=$(seq -s, -f "h%g:$per_host" 1 "$n")
     rate_gbps=$(awk -v l="$link" 'BEGIN { sub(/gbit/, "", l); print l / 8 }') # GB/s
     TMPDIR=/tmp tools/cluster exec "$dir" h1 -- tools/weftrun -H "$spec" \
       ${mpi_args:+--mpi-args "$mpi_args"} "$work/comm_bench" --ops "$ops" \

@@ -48,6 +48,8 @@ struct Options {
 
 const char* const kAllOps[] = {"allreduce", "broadcast", "allgather", "neighbor_allreduce",
                                "neighbor_allreduce_onepeer", "fused"};
+// Run only when named: it needs several machines of several ranks each.
+const char* const kNamedOnlyOps[] = {"hierarchical_neighbor_allreduce"};
 
 int g_rank = 0;
 int g_size = 1;
@@ -78,7 +80,8 @@ void Usage() {
       "                  [--ops a,b,...] [--target-seconds S] [--weft-version STR]\n"
       "  ops: allreduce, broadcast, allgather, neighbor_allreduce (static exponential\n"
       "       graph), neighbor_allreduce_onepeer (dynamic one-peer schedule), fused\n"
-      "       (64 x 4 KiB allreduce); default: all\n"
+      "       (64 x 4 KiB allreduce); default: all of these; and, when named,\n"
+      "       hierarchical_neighbor_allreduce (several machines of several ranks)\n"
       "  --iters 0 (default): adaptive, enough for ~target-seconds (0.2) per size, 5..1000\n");
 }
 
@@ -132,6 +135,7 @@ Options ParseArgs(int argc, char** argv) {
         if (op.empty()) continue;
         bool known = false;
         for (const char* k : kAllOps) known |= op == k;
+        for (const char* k : kNamedOnlyOps) known |= op == k;
         if (!known) {
           if (g_rank == 0) std::fprintf(stderr, "comm_bench: unknown op '%s'\n", op.c_str());
           MPI_Abort(MPI_COMM_WORLD, 2);
@@ -581,6 +585,107 @@ void BenchNeighborOnePeer(Buffers& b) {
   }
 }
 
+// The raw hierarchical op: sum inside the machine, the machines' sums averaged over the
+// machine topology (uniform weights) by one rank per machine, broadcast inside the
+// machine, divided by the ranks per machine: what weft's op computes.
+void BenchHierarchical(Buffers& b) {
+  MPI_Comm local = MPI_COMM_NULL, cross = MPI_COMM_NULL;
+  CheckMpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &local),
+           "MPI_Comm_split_type");
+  int local_rank = 0, local_size = 1;
+  MPI_Comm_rank(local, &local_rank);
+  MPI_Comm_size(local, &local_size);
+  CheckMpi(MPI_Comm_split(MPI_COMM_WORLD, local_rank, g_rank, &cross), "MPI_Comm_split");
+  if (local_size != weft::local_size() || weft::machine_size() < 2 || local_size < 2) {
+    Die("hierarchical_neighbor_allreduce needs several machines of several ranks, as "
+        "Open MPI and weft see them alike");
+  }
+  const weft::Topology machines = weft::load_machine_topology();
+  const int me = weft::machine_rank();
+  const std::vector<int> in_m = machines.in_neighbors(me);
+  const std::vector<int> out_m = machines.out_neighbors(me);
+  const int max_in = MaxOverRanks(static_cast<int>(in_m.size()));
+  {
+    std::ostringstream t;
+    t << "hierarchical_neighbor_allreduce: " << weft::machine_size() << " machines x " << local_size
+      << " ranks, machine topology ExponentialGraph(" << weft::machine_size()
+      << "), uniform weights; busbw = algbw * machine in-degree (max: " << max_in << ")";
+    PrintTableHeader(t.str().c_str());
+  }
+  // Expected: rank r holds r + 1; machine m's sum over its ranks (as weft detects them).
+  std::vector<int> machine_of(g_size, 0);
+  const int mine = me;
+  CheckMpi(MPI_Allgather(&mine, 1, MPI_INT, machine_of.data(), 1, MPI_INT, MPI_COMM_WORLD),
+           "MPI_Allgather");
+  auto machine_sum = [&](int m) {
+    double s = 0;
+    for (int r = 0; r < g_size; ++r) s += machine_of[r] == m ? r + 1 : 0;
+    return s;
+  };
+  const double w = 1.0 / static_cast<double>(in_m.size() + 1);
+  double want = w * machine_sum(me);
+  for (int m : in_m) want += w * machine_sum(m);
+  want /= local_size;
+  const std::vector<double> weights(in_m.size(), w);
+  if (b.recv.size() < in_m.size()) {
+    b.recv.resize(in_m.size(), std::vector<float>(b.in.size(), 0.0f));
+  }
+  for (size_t bytes : Sizes()) {
+    const size_t count = bytes / sizeof(float);
+    float* in = b.in.data();
+    float* out = b.out.data();
+    Case c;
+    c.op = "hierarchical_neighbor_allreduce";
+    c.bytes = count * sizeof(float);
+    c.elements = count;
+    c.bus_factor = max_in;
+    c.in_degree = max_in;
+    c.weft = [=] {
+      Check(weft::hierarchical_neighbor_allreduce(View(in, count), View(out, count)),
+            "weft::hierarchical_neighbor_allreduce");
+    };
+    c.raw = [=, &b] {
+      CheckMpi(MPI_Allreduce(in, out, static_cast<int>(count), MPI_FLOAT, MPI_SUM, local),
+               "MPI_Allreduce (machine)");
+      if (local_rank == 0) {
+        // The machine ranks of the cross communicator are weft's machine ranks (both
+        // order machines by their lowest rank).
+        std::vector<float> sum(out, out + count);
+        std::vector<MPI_Request> reqs;
+        for (size_t j = 0; j < in_m.size(); ++j) {
+          reqs.emplace_back();
+          CheckMpi(MPI_Irecv(b.recv[j].data(), static_cast<int>(count), MPI_FLOAT, in_m[j], kRawTag,
+                             cross, &reqs.back()),
+                   "MPI_Irecv");
+        }
+        for (int dst : out_m) {
+          reqs.emplace_back();
+          CheckMpi(MPI_Isend(sum.data(), static_cast<int>(count), MPI_FLOAT, dst, kRawTag, cross,
+                             &reqs.back()),
+                   "MPI_Isend");
+        }
+        CheckMpi(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE),
+                 "MPI_Waitall");
+        for (size_t i = 0; i < count; ++i) {
+          float acc = sum[i];
+          for (size_t j = 0; j < in_m.size(); ++j) acc += b.recv[j][i];
+          out[i] = acc / static_cast<float>(in_m.size() + 1);
+        }
+      }
+      CheckMpi(MPI_Bcast(out, static_cast<int>(count), MPI_FLOAT, 0, local), "MPI_Bcast");
+      const float l = static_cast<float>(local_size);
+      for (size_t i = 0; i < count; ++i) out[i] /= l;
+    };
+    c.poison = [=] { std::fill(out, out + count, kPoison); };
+    c.check = [=](const std::string& what) {
+      Verify(what, out, CheckIndices(count), [=](size_t) { return want; });
+    };
+    RunCase(c);
+  }
+  MPI_Comm_free(&cross);
+  MPI_Comm_free(&local);
+}
+
 void BenchFused() {
   constexpr int kTensors = 64;
   constexpr size_t kCount = 4096 / sizeof(float);
@@ -774,6 +879,7 @@ int main(int argc, char** argv) {
   if (Wants("neighbor_allreduce") || Wants("neighbor_allreduce_onepeer")) {
     b.recv.assign(max_recv, std::vector<float>(max_count, 0.0f));
   }
+  if (Wants("hierarchical_neighbor_allreduce")) BenchHierarchical(b);
 
   if (Wants("allreduce")) BenchAllreduce(b);
   if (Wants("broadcast")) BenchBroadcast(b);
