@@ -61,7 +61,7 @@ int main() {
   const int rank = weft::rank(), size = weft::size();
   if (size != 2) {
     if (rank == 0) std::fprintf(stderr, "window_bench: run on 2 ranks\n");
-    weft::shutdown();
+    (void)weft::shutdown();
     return 2;
   }
   const int peer = 1 - rank;
