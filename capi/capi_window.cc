@@ -233,6 +233,9 @@ weft_status weft_win_associated_p(double* p, const char* name) {
   });
 }
 
+void weft_win_set_associated_p_ops(int on) { weft::set_win_associated_p_ops(on != 0); }
+int weft_win_associated_p_ops(void) { return weft::win_associated_p_ops() ? 1 : 0; }
+
 weft_status weft_win_mutex_acquire(const char* name, const int* ranks, size_t num_ranks) {
   const char* fn = "weft_win_mutex_acquire";
   return Guard(fn, [&]() -> Status {

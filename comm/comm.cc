@@ -1222,6 +1222,9 @@ StatusOr<std::map<int, int64_t>> win_version(const std::string& name) {
   return *result;
 }
 
+void set_win_associated_p_ops(bool on) { comm::Window::SetAssociatedPOps(on); }
+bool win_associated_p_ops() { return comm::Window::AssociatedPOps(); }
+
 StatusOr<double> win_associated_p(const std::string& name) {
   WEFT_ASSIGN_OR_RETURN(auto state, Begin("win_associated_p", name));
   WEFT_ASSIGN_OR_RETURN(auto w, FindWindow(*state, "win_associated_p", name));

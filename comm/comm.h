@@ -264,6 +264,11 @@ Status win_update_then_collect(const std::string& name, bool require_mutex = fal
 StatusOr<std::map<int, int64_t>> win_version(const std::string& name);
 // The scalar p that follows the same weights as x (push-sum); starts at 1.
 StatusOr<double> win_associated_p(const std::string& name);
+// Whether win_update and a put's self_weight also apply to p, for every window of this
+// process (default on). Off, p stays as it is, which is Bluefog's default (its
+// turn_on/off_win_ops_with_associated_p); puts still carry p to the neighbors' buffers.
+void set_win_associated_p_ops(bool on);
+bool win_associated_p_ops();
 // The window mutexes of `ranks` (empty: this rank's own), taken in rank order; waits while
 // another rank holds one. Release with win_mutex_release.
 Status win_mutex_acquire(const std::string& name, const std::vector<int>& ranks = {});

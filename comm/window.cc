@@ -1,6 +1,7 @@
 #include "comm/window.h"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstring>
 
@@ -177,21 +178,29 @@ void Window::StoreFetched(int src, const void* fetched, double weight, double p)
   std::memcpy(base + VersionOffset(slot), &version, 8);
 }
 
+namespace {
+std::atomic<bool> g_associated_p_ops{true};
+}  // namespace
+
+void Window::SetAssociatedPOps(bool on) { g_associated_p_ops.store(on); }
+bool Window::AssociatedPOps() { return g_associated_p_ops.load(); }
+
 Status Window::Update(double self_weight, const std::vector<std::pair<int, double>>& neighbors,
                       bool reset) {
+  const bool with_p = AssociatedPOps();
   return Locally([&] {
     char* base = memory();
     const int k = static_cast<int>(in_.size());
     std::vector<WeightedTerm> terms{{x_.data(), self_weight}};
     double p = 0;
     std::memcpy(&p, base + kPSelfOffset, 8);
-    p *= self_weight;
+    if (with_p) p *= self_weight;
     for (const auto& [src, weight] : neighbors) {
       const int slot = SlotAt(rank_, src);
       terms.push_back({base + SlotOffset(k, slot), weight});
       double ps = 0;
       std::memcpy(&ps, base + POffset(k, slot), 8);
-      p += weight * ps;
+      if (with_p) p += weight * ps;
     }
     WeightedSum(x_.data(), x_.dtype(), static_cast<size_t>(x_.numel()), terms);
     std::memcpy(base + kPSelfOffset, &p, 8);
@@ -213,8 +222,10 @@ Status Window::ScaleSelf(const TensorView& x, double factor) {
   if (factor == 1.0) return OkStatus();
   // The window's own host copy was refreshed from the device by the put just before
   // (PutAndScale): only the scaled result goes back.
+  const bool with_p = AssociatedPOps();
   return Locally([&] {
     Scale(x.data(), x.dtype(), static_cast<size_t>(x.numel()), factor);
+    if (!with_p) return;
     double p = 0;
     std::memcpy(&p, memory() + kPSelfOffset, 8);
     p *= factor;

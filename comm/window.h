@@ -93,6 +93,10 @@ class Window {
   // Puts into each buffer since the last update, by in-neighbor.
   StatusOr<std::map<int, int64_t>> Versions();
   StatusOr<double> AssociatedP();
+  // Whether updates and a put's self_weight also apply to p (process-wide; default on).
+  // Off, p stays as it is, as in Bluefog until turn_on_win_ops_with_associated_p().
+  static void SetAssociatedPOps(bool on);
+  static bool AssociatedPOps();
 
   // One attempt to take the mutex of every rank in `ranks` (sorted, so two processes never
   // wait on each other in opposite orders): true when all are held (those taken stay

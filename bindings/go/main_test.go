@@ -252,6 +252,14 @@ func TestProcessModel(t *testing.T) {
 		t.Errorf("UnifiedMpiWindowModel: %v", err)
 	}
 	_ = weft.NcclBuilt()
+	if !weft.WinAssociatedPOps() {
+		t.Error("WinAssociatedPOps() = false by default")
+	}
+	weft.SetWinAssociatedPOps(false)
+	if weft.WinAssociatedPOps() {
+		t.Error("SetWinAssociatedPOps(false) did not turn it off")
+	}
+	weft.SetWinAssociatedPOps(true)
 	if weft.Version() != "0.1.0" || weft.VersionNumber() != 100 {
 		t.Errorf("Version() = %q, VersionNumber() = %d", weft.Version(), weft.VersionNumber())
 	}

@@ -288,6 +288,19 @@ func (w *Window[T]) get(method string, req *reqHandle, opts []WinGetOptions) err
 	})
 }
 
+// SetWinAssociatedPOps sets whether updates and a put's self weight also apply to the
+// push-sum scalar p, for every window of the process (default true).
+func SetWinAssociatedPOps(on bool) {
+	v := 0
+	if on {
+		v = 1
+	}
+	cweft.Weft_win_set_associated_p_ops(v)
+}
+
+// WinAssociatedPOps reports the setting of SetWinAssociatedPOps.
+func WinAssociatedPOps() bool { return cweft.Weft_win_associated_p_ops() != 0 }
+
 // Update combines the receive buffers into the window's tensor, in place (local: no other
 // rank takes part): by default the topology's receive weights if it was set weighted, else
 // the uniform average over the tensor and every buffer.

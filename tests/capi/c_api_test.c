@@ -1467,6 +1467,10 @@ int main(void) {
   CHECK(weft_is_homogeneous() == 1);
   CHECK(weft_nccl_built() == 0 || weft_nccl_built() == 1);
   CHECK(weft_timeline_active() == 0);
+  CHECK(weft_win_associated_p_ops() == 1);
+  weft_win_set_associated_p_ops(0);
+  CHECK(weft_win_associated_p_ops() == 0);
+  weft_win_set_associated_p_ops(1);
   {
     int unified = -1;
     OK(weft_unified_mpi_window_model(&unified));

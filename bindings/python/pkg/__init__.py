@@ -701,6 +701,21 @@ def win_associated_p(name):
     return _c.weft_win_associated_p(str(name))
 
 
+def turn_on_win_ops_with_associated_p():
+    """win_update and a put's self_weight also apply to p, for every window (weft's
+    default; weft.torch.init() turns it off, as Bluefog starts)."""
+    _c.weft_win_set_associated_p_ops(1)
+
+
+def turn_off_win_ops_with_associated_p():
+    """p stays as it is whatever the window ops do."""
+    _c.weft_win_set_associated_p_ops(0)
+
+
+def win_associated_p_ops():
+    return bool(_c.weft_win_associated_p_ops())
+
+
 def win_names():
     return sorted(_windows)
 

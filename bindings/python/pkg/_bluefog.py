@@ -36,7 +36,8 @@ __all__ = [
     "neighbor_win_put_nonblocking", "neighbor_win_accumulate",
     "neighbor_win_accumulate_nonblocking", "neighbor_win_get", "neighbor_win_get_nonblocking",
     "win_poll", "win_wait", "win_mutex", "get_win_version", "get_current_created_window_names",
-    "win_associated_p", "timeline_start_activity", "timeline_end_activity",
+    "win_associated_p", "turn_on_win_ops_with_associated_p",
+    "turn_off_win_ops_with_associated_p", "timeline_start_activity", "timeline_end_activity",
     "timeline_context", "InferSourceFromDestinationRanks", "InferDestinationFromSourceRanks",
 ] + list(_topology.__all__)
 
@@ -68,6 +69,8 @@ def init(topology_fn=None, is_weighted=False):
     the topology again (collective like set_topology)."""
     if not _weft.is_initialized():
         _weft.init()
+        # Bluefog's windows leave p alone until turn_on_win_ops_with_associated_p().
+        _weft.turn_off_win_ops_with_associated_p()
     topology = topology_fn(size()) if topology_fn is not None else ExponentialGraph(size())  # noqa: F405
     set_topology(topology, is_weighted)
 
@@ -264,6 +267,8 @@ win_poll = _weft.win_poll
 win_mutex = _weft.win_mutex
 get_win_version = _weft.get_win_version
 win_associated_p = _weft.win_associated_p
+turn_on_win_ops_with_associated_p = _weft.turn_on_win_ops_with_associated_p
+turn_off_win_ops_with_associated_p = _weft.turn_off_win_ops_with_associated_p
 
 
 def win_wait(handle):

@@ -623,6 +623,9 @@ class DistributedPushSumOptimizer(_WindowOptimizer):
 
     def __init__(self, optimizer, model, num_steps_per_communication=1):
         self._numerators = []
+        # Push-sum is p's reason to exist: the window ops must carry it (a process-wide
+        # switch, which weft.torch.init() turns off as Bluefog starts).
+        _weft.turn_on_win_ops_with_associated_p()
         super().__init__(optimizer, model, num_steps_per_communication)
 
     def _window_tensor(self, i):

@@ -27,7 +27,8 @@ win_create win_free win_update win_update_then_collect win_put win_put_nonblocki
 win_accumulate win_accumulate_nonblocking win_get win_get_nonblocking neighbor_win_put
 neighbor_win_put_nonblocking neighbor_win_accumulate neighbor_win_accumulate_nonblocking
 neighbor_win_get neighbor_win_get_nonblocking win_poll win_wait win_mutex get_win_version
-get_current_created_window_names win_associated_p
+get_current_created_window_names win_associated_p turn_on_win_ops_with_associated_p
+turn_off_win_ops_with_associated_p
 timeline_start_activity timeline_end_activity timeline_context
 CommunicationType DistributedAdaptWithCombineOptimizer DistributedAdaptThenCombineOptimizer
 DistributedGradientAllreduceOptimizer DistributedWinPutOptimizer
@@ -319,3 +320,20 @@ def test_int16_tensors_like_every_other_integer():
     gathered = bf.allgather(x.reshape(1, 5), name="compat.i16g")
     assert gathered.dtype == torch.int16 and gathered[:, 0].tolist() == list(range(1, n + 1))
     assert bf.neighbor_allgather(x.reshape(1, 5), name="compat.i16n").dtype == torch.int16
+
+
+def test_associated_p_follows_the_switch():
+    x = torch.ones(2, dtype=torch.float64)
+    assert bf.win_create(x, "compat.p")
+    try:
+        bf.turn_off_win_ops_with_associated_p()
+        bf.win_put(x, "compat.p", self_weight=0.5)
+        bf.win_update("compat.p")
+        assert bf.win_associated_p("compat.p") == 1.0  # left alone, as Bluefog starts
+        bf.turn_on_win_ops_with_associated_p()
+        bf.win_put(x, "compat.p", self_weight=0.5)
+        assert bf.win_associated_p("compat.p") == 0.5
+        bf.barrier()
+    finally:
+        bf.win_free("compat.p")
+        weft.turn_on_win_ops_with_associated_p()

@@ -479,6 +479,10 @@ WEFT_API weft_status weft_win_version(int* ranks, int64_t* versions, size_t capa
                                       size_t* count, const char* name);
 /* The scalar p following x's weights (push-sum); starts at 1. */
 WEFT_API weft_status weft_win_associated_p(double* p, const char* name);
+/* Whether weft_win_update and a put's self_weight also apply to p, for every window of the
+ * process (default 1). With 0, p stays as it is (Bluefog's default). Usable any time. */
+WEFT_API void weft_win_set_associated_p_ops(int on);
+WEFT_API int weft_win_associated_p_ops(void);
 /* The window mutexes of ranks (num_ranks = 0: this rank's own), taken in rank order;
  * waits while another rank holds one. */
 WEFT_API weft_status weft_win_mutex_acquire(const char* name, const int* ranks,

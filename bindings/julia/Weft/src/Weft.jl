@@ -64,6 +64,7 @@ export WeftError, Topology, Schedule, Handle,
     win_create, win_free, win_put, win_put_nonblocking, win_accumulate,
     win_accumulate_nonblocking, win_get, win_get_nonblocking, win_update,
     win_update_then_collect, get_win_version, win_associated_p, win_mutex,
+    turn_on_win_ops_with_associated_p, turn_off_win_ops_with_associated_p,
     # settings and timeline
     config_set, config_get, config_unset, config_describe,
     timeline_start, timeline_stop, timeline_start_activity, timeline_end_activity,
@@ -1131,6 +1132,12 @@ function win_associated_p(name)
     _check(weft_win_associated_p(p, String(name)))
     return p[]
 end
+
+"Window ops apply their weights to the push-sum scalar p too, for every window (the default)."
+turn_on_win_ops_with_associated_p() = weft_win_set_associated_p_ops(1)
+
+"Window ops leave p as it is (Bluefog's default)."
+turn_off_win_ops_with_associated_p() = weft_win_set_associated_p_ops(0)
 
 """
     win_mutex(f, name; ranks=nothing, for_self=false)

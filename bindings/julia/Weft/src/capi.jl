@@ -1074,6 +1074,18 @@ function weft_win_associated_p(p, name)
     ccall((:weft_win_associated_p, libweft()), Cint, (Ptr{Cdouble}, Cstring), p, name)
 end
 
+# Whether weft_win_update and a put's self_weight also apply to p, for every window of the
+# process (default 1). With 0, p stays as it is (Bluefog's default). Usable any time.
+# C: void weft_win_set_associated_p_ops(int on)
+function weft_win_set_associated_p_ops(on)
+    ccall((:weft_win_set_associated_p_ops, libweft()), Cvoid, (Cint,), on)
+end
+
+# C: int weft_win_associated_p_ops(void)
+function weft_win_associated_p_ops()
+    ccall((:weft_win_associated_p_ops, libweft()), Cint, ())
+end
+
 # The window mutexes of ranks (num_ranks = 0: this rank's own), taken in rank order;
 # waits while another rank holds one.
 # C: weft_status weft_win_mutex_acquire(const char* name, const int* ranks, size_t
@@ -1685,10 +1697,11 @@ export libweft, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, DLDevice, DLDataTy
     weft_win_free, weft_win_put, weft_win_put_nonblocking, weft_win_accumulate,
     weft_win_accumulate_nonblocking, weft_win_get, weft_win_get_nonblocking,
     weft_win_update, weft_win_update_then_collect, weft_win_version, weft_win_associated_p,
-    weft_win_mutex_acquire, weft_win_mutex_release, weft_step_counter, WEFT_COUNT_FORWARD,
-    WEFT_COUNT_BACKWARD, WEFT_COMPUTATION_IGNORED, WEFT_COMPUTATION_COUNTED,
-    WEFT_COMPUTATION_COMMUNICATE, WEFT_COMPUTATION_MISUSE, weft_step_counter_create,
-    weft_step_counter_destroy, weft_step_counter_computation, weft_step_counter_step,
+    weft_win_set_associated_p_ops, weft_win_associated_p_ops, weft_win_mutex_acquire,
+    weft_win_mutex_release, weft_step_counter, WEFT_COUNT_FORWARD, WEFT_COUNT_BACKWARD,
+    WEFT_COMPUTATION_IGNORED, WEFT_COMPUTATION_COUNTED, WEFT_COMPUTATION_COMMUNICATE,
+    WEFT_COMPUTATION_MISUSE, weft_step_counter_create, weft_step_counter_destroy,
+    weft_step_counter_computation, weft_step_counter_step,
     weft_step_counter_set_steps_per_communication,
     weft_step_counter_steps_per_communication, weft_step_counter_countdown,
     weft_step_counter_computations, weft_step_counter_misuse_warning,
