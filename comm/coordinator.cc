@@ -176,6 +176,21 @@ std::string Coordinator::Validate(const Entry& e) const {
       return absl::StrCat(what, ": shapes must agree in every dimension but the first: ",
                           diff);
     }
+    // The gathered tensor (at most every rank's rows) must have a representable size.
+    int64_t row_bytes = static_cast<int64_t>(DTypeSize(first.dtype));
+    for (int64_t d : Tail(first.shape)) {
+      if (__builtin_mul_overflow(row_bytes, d, &row_bytes)) row_bytes = -1;
+      if (row_bytes < 0) break;
+    }
+    int64_t rows = 0;
+    for (const auto& [rank, d] : all) {
+      const int64_t mine = d.shape.empty() ? 1 : d.shape[0];
+      if (rows >= 0 && __builtin_add_overflow(rows, mine, &rows)) rows = -1;
+    }
+    int64_t total = 0;
+    if (row_bytes < 0 || rows < 0 || __builtin_mul_overflow(rows, row_bytes, &total)) {
+      return absl::StrCat(what, ": the gathered tensor would have more than 2^63 bytes");
+    }
   } else if (op == OpType::kSendRecv) {
     if (fixed.size() > 1) {
       diff = Disagreement(

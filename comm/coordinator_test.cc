@@ -615,6 +615,18 @@ TEST(CoordinatorTest, AverageMismatch) {
   ExpectOkSingle(RunAgreeing({b0, b1}), "b");
 }
 
+// Each rank's rows fit, their sum does not: an error on every rank, not a wrapped size.
+TEST(CoordinatorTest, AllgatherWhoseResultOverflowsIsAnError) {
+  const int64_t rows = int64_t{1} << 60;  // 2^62 bytes of float32 each
+  const std::string message = ErrorMessage(
+      2, {Make(OpType::kAllgather, "big", {rows, 1}), Make(OpType::kAllgather, "big", {rows, 1})});
+  EXPECT_NE(message.find("more than 2^63 bytes"), std::string::npos) << message;
+  EXPECT_NE(ErrorMessage(2, {Make(OpType::kAllgather, "row", {1, rows, 8}),
+                             Make(OpType::kAllgather, "row", {1, rows, 8})})
+                .find("more than 2^63 bytes"),
+            std::string::npos);
+}
+
 TEST(CoordinatorTest, AllgatherAllowsDifferentFirstDim) {
   std::vector<Response> rs = RunAgreeing({Make(OpType::kAllgather, "ag", {2, 3}),
                                   Make(OpType::kAllgather, "ag", {5, 3}),

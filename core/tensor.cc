@@ -1,6 +1,8 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "absl/strings/str_join.h"
 
@@ -126,9 +128,33 @@ StatusOr<TensorView> TensorView::FromDLTensor(const DLTensor& dl) {
   for (int64_t d : shape) {
     if (d < 0) return InvalidArgument("DLTensor has a negative dimension: ", ShapeToString(shape));
   }
+  // The element count and the bytes it spans must be representable: a shape whose product
+  // overflows would otherwise pass as a small (or negative) tensor.
+  const int64_t item = static_cast<int64_t>(DTypeSize(dtype));
+  const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
+  int64_t bytes = empty ? 0 : item;
+  for (int64_t d : shape) {
+    if (!empty && __builtin_mul_overflow(bytes, d, &bytes)) {
+      return InvalidArgument("DLTensor of shape ", ShapeToString(shape), " and dtype ",
+                             DTypeName(dtype), " has more than 2^63 bytes");
+    }
+  }
   std::vector<int64_t> strides = dl.strides != nullptr
                                      ? std::vector<int64_t>(dl.strides, dl.strides + dl.ndim)
                                      : ContiguousStrides(shape);
+  if (bytes > 0) {
+    // The farthest element from the first, in bytes, must be representable too.
+    int64_t span = 0;
+    for (int i = 0; i < dl.ndim; ++i) {
+      int64_t step = 0;
+      const int64_t stride = strides[i] < 0 ? -strides[i] : strides[i];
+      if (strides[i] == INT64_MIN || __builtin_mul_overflow(stride, shape[i] - 1, &step) ||
+          __builtin_mul_overflow(step, item, &step) || __builtin_add_overflow(span, step, &span)) {
+        return InvalidArgument("DLTensor of shape ", ShapeToString(shape), " and strides ",
+                               ShapeToString(strides), " spans more than 2^63 bytes");
+      }
+    }
+  }
   char* data = static_cast<char*>(dl.data) + dl.byte_offset;
   return TensorView(data, dtype, std::move(shape), std::move(strides), device);
 }

@@ -1,7 +1,9 @@
 #include "core/tensor.h"
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -55,6 +57,37 @@ TEST(TensorView, UnsupportedDLPackTypesAreClearErrors) {
   dl.dtype = {kDLFloat, 32, 1};
   dl.device = {kDLVulkan, 0};
   EXPECT_FALSE(TensorView::FromDLTensor(dl).ok());
+}
+
+// Shapes whose element count or byte span overflows int64 are refused, not wrapped into
+// small or negative sizes; an empty dimension makes any other one harmless.
+TEST(TensorView, ShapesBeyondTwoToTheSixtyThreeBytesAreRefused) {
+  float data[4];
+  DLTensor dl{};
+  dl.data = data;
+  dl.device = {kDLCPU, 0};
+  dl.dtype = {kDLFloat, 32, 1};
+  const int64_t big = int64_t{1} << 62;
+  for (std::vector<int64_t> shape : std::vector<std::vector<int64_t>>{
+           {big, 4}, {INT64_MAX}, {big / 2}, {3037000500, 3037000500}, {big, 2, 2}}) {
+    dl.ndim = static_cast<int32_t>(shape.size());
+    dl.shape = shape.data();
+    auto v = TensorView::FromDLTensor(dl);
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument) << ShapeToString(shape);
+    EXPECT_NE(v.status().message().find("2^63 bytes"), std::string::npos) << v.status();
+  }
+  std::vector<int64_t> empty = {INT64_MAX, 0, INT64_MAX};
+  dl.ndim = 3;
+  dl.shape = empty.data();
+  EXPECT_TRUE(TensorView::FromDLTensor(dl).ok());
+  // Strides that reach past 2^63 bytes.
+  std::vector<int64_t> shape = {2, 2}, strides = {INT64_MAX / 2, 1};
+  dl.ndim = 2;
+  dl.shape = shape.data();
+  dl.strides = strides.data();
+  EXPECT_EQ(TensorView::FromDLTensor(dl).status().code(), absl::StatusCode::kInvalidArgument);
+  strides = {INT64_MIN, 1};
+  EXPECT_EQ(TensorView::FromDLTensor(dl).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(TensorView, ByteOffsetIsApplied) {

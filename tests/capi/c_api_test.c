@@ -1191,6 +1191,16 @@ static void TestErrors(int rank, int size) {
   FAILS(weft_comm_allreduce(&in, &wrong, 1, NULL), WEFT_ERR_INVALID_ARGUMENT,
         "the output must have the input's dtype and shape");
   FAILS(weft_comm_allreduce(NULL, &in, 1, NULL), WEFT_ERR_INVALID_ARGUMENT, "in is NULL");
+  {
+    /* A shape whose byte count overflows int64 is refused, not wrapped. */
+    int64_t huge[2] = {(int64_t)1 << 62, 4};
+    DLTensor overflow = Tensor(x, kDLFloat, 32, 2, huge);
+    DLManagedTensor* gathered = NULL;
+    FAILS(weft_comm_allreduce(&overflow, &overflow, 1, NULL), WEFT_ERR_INVALID_ARGUMENT,
+          "2^63 bytes");
+    FAILS(weft_comm_allgather(&gathered, &overflow, NULL), WEFT_ERR_INVALID_ARGUMENT, "2^63 bytes");
+    CHECK(gathered == NULL);
+  }
   FAILS(weft_comm_allreduce(&uint16, &uint16, 1, NULL), WEFT_ERR_UNIMPLEMENTED,
         "in: unsupported dtype");
   CHECK(weft_comm_allreduce(&cuda, &cuda, 1, NULL) != WEFT_OK);
