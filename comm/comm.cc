@@ -296,6 +296,53 @@ void Handle::keep_alive(std::shared_ptr<const void> owner) const {
   request_->owners.push_back(std::move(owner));
 }
 
+namespace {
+
+// Settings that choose how ops run must be the same on every rank: a rank on UCX windows
+// among ranks on MPI ones, or one staging an op through MPI while the others run it on
+// NCCL, would wait for the others forever. Collective over MPI_COMM_WORLD: every rank gets
+// the same answer.
+Status CheckSettingsAgree() {
+  static const char* const kSameOnEveryRank[] = {
+      "WEFT_TRANSPORT",
+      "WEFT_EXCHANGE_TRANSPORT",
+      "WEFT_RANKS_PER_MACHINE",
+      "WEFT_RING_ALLREDUCE_BYTES",
+      "WEFT_ALLREDUCE_BY_MPI",
+      "WEFT_BROADCAST_BY_MPI",
+      "WEFT_ALLGATHER_BY_MPI",
+      "WEFT_NEIGHBOR_ALLGATHER_BY_MPI",
+      "WEFT_NEIGHBOR_ALLREDUCE_BY_MPI",
+      "WEFT_HIERARCHICAL_NEIGHBOR_ALLREDUCE_BY_MPI",
+      "WEFT_SEND_RECV_BY_MPI",
+      "WEFT_PAIR_GOSSIP_BY_MPI",
+  };
+  constexpr int kCount = sizeof(kSameOnEveryRank) / sizeof(kSameOnEveryRank[0]);
+  std::vector<std::string> texts(kCount);
+  // Per setting, the least and the greatest hash of its value over the ranks.
+  std::vector<uint64_t> least(kCount), most(kCount);
+  for (int i = 0; i < kCount; ++i) {
+    auto text = config::Registry::Global().GetText(kSameOnEveryRank[i]);
+    texts[i] = text.ok() ? *text : "";
+    least[i] = most[i] = std::hash<std::string>{}(texts[i]);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, least.data(), kCount, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, most.data(), kCount, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  std::vector<std::string> differing;
+  for (int i = 0; i < kCount; ++i) {
+    if (least[i] != most[i]) {
+      differing.push_back(absl::StrCat(kSameOnEveryRank[i], " (here '", texts[i], "')"));
+    }
+  }
+  if (differing.empty()) return OkStatus();
+  return InvalidArgument(
+      "init: these settings differ across ranks: ", absl::StrJoin(differing, ", "),
+      "; every rank must see the same value (weftrun forwards every WEFT_* "
+      "variable to every rank)");
+}
+
+}  // namespace
+
 Status init() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_state != nullptr) {
@@ -343,6 +390,11 @@ Status init() {
   MPI_Comm_size(MPI_COMM_WORLD, &ctx.size);
   MPI_Comm_dup(MPI_COMM_WORLD, &ctx.control);
   MPI_Comm_dup(MPI_COMM_WORLD, &ctx.data);
+  if (Status agree = CheckSettingsAgree(); !agree.ok()) {
+    MPI_Comm_free(&ctx.control);
+    MPI_Comm_free(&ctx.data);
+    return agree;
+  }
   const int64_t per_machine = kRanksPerMachine.Get();
   if (per_machine > 0 && ctx.size % per_machine != 0) {
     MPI_Comm_free(&ctx.control);

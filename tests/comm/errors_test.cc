@@ -2,6 +2,7 @@
 // inputs are untouched, and the ranks carry on afterwards (no hang).
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 
@@ -381,6 +382,29 @@ TEST_F(Errors, UnnamedOpsFromOtherThreadsAreRefusedNeverMixed) {
   EXPECT_EQ(refused.load(), kThreads * kOps);
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_EQ(other.load(), 0);
+}
+
+// A setting that decides how ops run, set differently on one rank, fails init() on every
+// rank with its name, where it used to hang every rank; with it fixed, init() works again.
+TEST_F(Errors, SettingsThatDifferAcrossRanksFailInitEverywhere) {
+  ASSERT_TRUE(shutdown().ok());
+  const char* kName = "WEFT_RING_ALLREDUCE_BYTES";
+  const bool last = std::getenv("OMPI_COMM_WORLD_RANK") != nullptr &&
+                    std::atoi(std::getenv("OMPI_COMM_WORLD_RANK")) ==
+                        std::atoi(std::getenv("OMPI_COMM_WORLD_SIZE")) - 1;
+  const bool several = std::atoi(std::getenv("OMPI_COMM_WORLD_SIZE")) > 1;
+  if (last) setenv(kName, "12345", 1);
+  Status st = init();
+  if (several) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_TRUE(Contains(st, "WEFT_RING_ALLREDUCE_BYTES")) << st;
+    EXPECT_FALSE(is_initialized());
+  } else {
+    ASSERT_TRUE(st.ok()) << st;  // one rank agrees with itself
+    ASSERT_TRUE(shutdown().ok());
+  }
+  unsetenv(kName);
+  ASSERT_TRUE(init().ok());
 }
 
 }  // namespace
