@@ -179,6 +179,7 @@ int64_t TensorView::numel() const {
 }
 
 bool TensorView::is_contiguous() const {
+  if (numel() == 0) return true;  // no element to be out of place (torch.empty(0, 3))
   int64_t expected = 1;
   for (int i = ndim() - 1; i >= 0; --i) {
     if (shape_[i] != 1 && strides_[i] != expected) return false;

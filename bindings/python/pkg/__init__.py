@@ -100,7 +100,8 @@ def set_topology(topology=None, is_weighted=False):
     As in Bluefog, returns True on success, and False with a RuntimeWarning giving the
     reason when the ranks refuse it, changing nothing: ops in flight on some rank, or
     graphs that differ across ranks. A graph of the wrong size raises
-    InvalidArgumentError at once."""
+    InvalidArgumentError at once, and a call before init() FailedPreconditionError."""
+    _require_init("set_topology")
     if topology is None:
         topology = Topology.exponential(size())
     topo = Topology.coerce(topology)
@@ -112,6 +113,12 @@ def _check_topology_size(topo, expected, function, unit):
     if expected >= 0 and topo.size != expected:
         raise InvalidArgumentError(  # noqa: F405
             1, f"{function}: the topology has {topo.size} {unit} but weft runs {expected}")
+
+
+def _require_init(function):
+    if not is_initialized():
+        raise FailedPreconditionError(  # noqa: F405
+            2, f"{function}: weft is not initialized; call init() first")
 
 
 def _refusable(call, topo, is_weighted, function):
@@ -144,6 +151,7 @@ def out_neighbor_ranks():
 def set_machine_topology(topology, is_weighted=False):
     """The graph between machines that hierarchical_neighbor_allreduce uses; returns
     True, or False with a warning, as set_topology."""
+    _require_init("set_machine_topology")
     topo = Topology.coerce(topology)
     _check_topology_size(topo, machine_size(), "set_machine_topology", "machines")
     return _refusable(_c.weft_comm_set_machine_topology, topo, is_weighted,
@@ -193,16 +201,23 @@ class Handle:
         return self._result
 
 
+def _handle(handle, function):
+    if not isinstance(handle, Handle):
+        raise TypeError(f"{function}: expected a weft.Handle (what a *_nonblocking call "
+                        f"returns), got {type(handle).__name__}")
+    return handle
+
+
 def poll(handle):
     """True once the op has completed (then synchronize() returns at once)."""
-    if handle._done:
+    if _handle(handle, "poll")._done:
         return True
     return _c.weft_request_poll(handle._request)
 
 
 def synchronize(handle):
     """Waits for the op and returns its output; raises its error if it failed."""
-    return handle._finish()
+    return _handle(handle, "synchronize")._finish()
 
 
 wait = synchronize
@@ -218,7 +233,14 @@ def _start(request, keep, result, kind, gather=False, target=None):
 
 
 def _name(name):
-    return None if name is None else str(name)
+    if name is None:
+        return None
+    name = str(name)
+    if "\0" in name:
+        # C strings end at the first NUL: two names differing after it would be one op.
+        raise InvalidArgumentError(  # noqa: F405
+            1, f"op names cannot contain a NUL character, got {name!r}")
+    return name
 
 
 def _ranks(ranks):

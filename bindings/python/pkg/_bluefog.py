@@ -11,6 +11,7 @@ The migration table is in bindings/python/README.md.
 
 import contextlib
 import sys
+import warnings
 
 import numpy as np
 
@@ -93,7 +94,12 @@ def set_topology(topology=None, is_weighted=False):
     """Sets the virtual topology from a networkx DiGraph (None: the exponential graph).
     Returns True, also without changing anything when the graph, weights included, is the
     one in force; False (with a RuntimeWarning saying why) when the ranks refuse it. A
-    graph that is not a DiGraph or has the wrong size raises TypeError. Collective."""
+    graph that is not a DiGraph or has the wrong size raises TypeError. Collective. Before
+    init(), False, as in Bluefog."""
+    if not _weft.is_initialized():
+        warnings.warn("set_topology: weft is not initialized; call init() first",
+                      RuntimeWarning, stacklevel=2)
+        return False
     if topology is None:
         topology = ExponentialGraph(size())  # noqa: F405
     graph = _as_graph(topology, "set_topology", size(), "ranks")

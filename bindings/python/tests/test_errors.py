@@ -169,9 +169,31 @@ def test_calls_before_init_fail_clearly():
         "    weft.allreduce(np.ones(2))\n"
         "except weft.FailedPreconditionError as e:\n"
         "    assert 'call init() first' in str(e), e\n"
-        "    print('ok')\n"
+        "try:\n"
+        "    weft.set_topology(weft.topology.RingGraph(2))\n"
+        "    raise SystemExit('set_topology before init did not raise')\n"
+        "except weft.FailedPreconditionError as e:\n"
+        "    assert 'call init() first' in str(e), e\n"
+        "import warnings, weft.torch as bf\n"
+        "with warnings.catch_warnings():\n"
+        "    warnings.simplefilter('ignore')\n"
+        "    assert bf.set_topology(bf.RingGraph(2)) is False  # Bluefog's answer\n"
+        "print('ok')\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_small_misuses_are_clear_errors():
+    with pytest.raises(TypeError, match="expected a weft.Handle"):
+        weft.synchronize(None)
+    with pytest.raises(TypeError, match="expected a weft.Handle"):
+        weft.poll("handle")
+    with pytest.raises(weft.InvalidArgumentError, match="NUL"):
+        weft.allreduce(np.ones(2), name="a\0b")
+    # An empty tensor is contiguous whatever its strides say.
+    empty = torch.empty(0, 3)
+    assert weft.allreduce(empty, name="empty.rows").shape == (0, 3)
+    assert weft.allgather(torch.empty(0, 3), name="empty.gather").shape == (0, 3)
