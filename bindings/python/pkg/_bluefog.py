@@ -260,7 +260,14 @@ barrier = _weft.barrier
 # ---- windows ----------------------------------------------------------------------------------
 
 win_create = _weft.win_create
-win_free = _weft.win_free
+
+
+def win_free(name=None):
+    """Frees one window, or every window (collective). An unknown name raises KeyError, as
+    in Bluefog."""
+    if name is not None and str(name) not in _weft.win_names():
+        raise KeyError(name)
+    return _weft.win_free(name)
 win_update = _weft.win_update
 win_put = neighbor_win_put = _weft.win_put
 win_put_nonblocking = neighbor_win_put_nonblocking = _weft.win_put_nonblocking

@@ -226,6 +226,8 @@ def test_window_names_and_neighbor_win_spellings():
     finally:
         bf.win_free()
     assert bf.get_current_created_window_names() == []
+    with pytest.raises(KeyError):
+        bf.win_free("compat.never")
 
 
 def test_infer_the_other_side_of_a_dynamic_exchange():
