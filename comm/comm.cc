@@ -41,7 +41,7 @@ const config::IntSetting kRanksPerMachine(
     "WEFT_RANKS_PER_MACHINE", 0,
     "Treat every N consecutive ranks as one machine (0: machines are found from shared "
     "memory). For testing hierarchical ops on one host.",
-    /*min=*/0);
+    /*min=*/0, /*max=*/std::numeric_limits<int64_t>::max(), config::Agreement::kSameOnEveryRank);
 
 struct State {
   comm::Context ctx;
@@ -298,40 +298,27 @@ void Handle::keep_alive(std::shared_ptr<const void> owner) const {
 
 namespace {
 
-// Settings that choose how ops run must be the same on every rank: a rank on UCX windows
-// among ranks on MPI ones, or one staging an op through MPI while the others run it on
-// NCCL, would wait for the others forever. Collective over MPI_COMM_WORLD: every rank gets
-// the same answer.
+// Settings that choose how ops run (declared Agreement::kSameOnEveryRank) must be the same
+// on every rank: a rank on UCX windows among ranks on MPI ones, or one staging an op
+// through MPI while the others run it on NCCL, would wait for the others forever.
+// Collective over MPI_COMM_WORLD: every rank gets the same answer. Every rank links the
+// same settings, so the lists line up.
 Status CheckSettingsAgree() {
-  static const char* const kSameOnEveryRank[] = {
-      "WEFT_TRANSPORT",
-      "WEFT_EXCHANGE_TRANSPORT",
-      "WEFT_RANKS_PER_MACHINE",
-      "WEFT_RING_ALLREDUCE_BYTES",
-      "WEFT_ALLREDUCE_BY_MPI",
-      "WEFT_BROADCAST_BY_MPI",
-      "WEFT_ALLGATHER_BY_MPI",
-      "WEFT_NEIGHBOR_ALLGATHER_BY_MPI",
-      "WEFT_NEIGHBOR_ALLREDUCE_BY_MPI",
-      "WEFT_HIERARCHICAL_NEIGHBOR_ALLREDUCE_BY_MPI",
-      "WEFT_SEND_RECV_BY_MPI",
-      "WEFT_PAIR_GOSSIP_BY_MPI",
-  };
-  constexpr int kCount = sizeof(kSameOnEveryRank) / sizeof(kSameOnEveryRank[0]);
-  std::vector<std::string> texts(kCount);
+  const std::vector<const config::Setting*> same = config::Registry::Global().SameOnEveryRank();
+  const int count = static_cast<int>(same.size());
   // Per setting, the least and the greatest hash of its value over the ranks.
-  std::vector<uint64_t> least(kCount), most(kCount);
-  for (int i = 0; i < kCount; ++i) {
-    auto text = config::Registry::Global().GetText(kSameOnEveryRank[i]);
-    texts[i] = text.ok() ? *text : "";
+  std::vector<std::string> texts(count);
+  std::vector<uint64_t> least(count), most(count);
+  for (int i = 0; i < count; ++i) {
+    texts[i] = same[i]->text();
     least[i] = most[i] = std::hash<std::string>{}(texts[i]);
   }
-  MPI_Allreduce(MPI_IN_PLACE, least.data(), kCount, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
-  MPI_Allreduce(MPI_IN_PLACE, most.data(), kCount, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, least.data(), count, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, most.data(), count, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
   std::vector<std::string> differing;
-  for (int i = 0; i < kCount; ++i) {
+  for (int i = 0; i < count; ++i) {
     if (least[i] != most[i]) {
-      differing.push_back(absl::StrCat(kSameOnEveryRank[i], " (here '", texts[i], "')"));
+      differing.push_back(absl::StrCat(same[i]->name(), " (here '", texts[i], "')"));
     }
   }
   if (differing.empty()) return OkStatus();

@@ -42,34 +42,42 @@ const config::IntSetting kMaxSleepMicros("WEFT_ENGINE_MAX_SLEEP_MICROS", 1000,
 
 // CUDA tensors run on NCCL unless these force the MPI path (through host memory). Declared
 // in every build so that a job's environment means the same everywhere; every rank must
-// see the same values (they choose which collectives run).
+// see the same values (they choose which collectives run: init() checks).
 const config::BoolSetting kAllreduceByMpi(
     "WEFT_ALLREDUCE_BY_MPI", false,
-    "CUDA tensors: run allreduce on MPI, staged through host memory, instead of NCCL.");
+    "CUDA tensors: run allreduce on MPI, staged through host memory, instead of NCCL.",
+    config::Agreement::kSameOnEveryRank);
 const config::BoolSetting kBroadcastByMpi(
     "WEFT_BROADCAST_BY_MPI", false,
-    "CUDA tensors: run broadcast on MPI, staged through host memory, instead of NCCL.");
+    "CUDA tensors: run broadcast on MPI, staged through host memory, instead of NCCL.",
+    config::Agreement::kSameOnEveryRank);
 const config::BoolSetting kAllgatherByMpi(
     "WEFT_ALLGATHER_BY_MPI", false,
-    "CUDA tensors: run allgather on MPI, staged through host memory, instead of NCCL.");
+    "CUDA tensors: run allgather on MPI, staged through host memory, instead of NCCL.",
+    config::Agreement::kSameOnEveryRank);
 const config::BoolSetting kNeighborAllgatherByMpi(
     "WEFT_NEIGHBOR_ALLGATHER_BY_MPI", false,
     "CUDA tensors: run neighbor_allgather on MPI, staged through host memory, instead of "
-    "NCCL.");
+    "NCCL.",
+    config::Agreement::kSameOnEveryRank);
 const config::BoolSetting kNeighborAllreduceByMpi(
     "WEFT_NEIGHBOR_ALLREDUCE_BY_MPI", false,
     "CUDA tensors: run neighbor_allreduce on MPI, staged through host memory, instead of "
-    "NCCL.");
+    "NCCL.",
+    config::Agreement::kSameOnEveryRank);
 const config::BoolSetting kHierarchicalByMpi(
     "WEFT_HIERARCHICAL_NEIGHBOR_ALLREDUCE_BY_MPI", false,
     "CUDA tensors: run hierarchical_neighbor_allreduce on MPI, staged through host memory, "
-    "instead of NCCL.");
+    "instead of NCCL.",
+    config::Agreement::kSameOnEveryRank);
 const config::BoolSetting kSendRecvByMpi(
     "WEFT_SEND_RECV_BY_MPI", false,
-    "CUDA tensors: run send/recv on MPI, staged through host memory, instead of NCCL.");
+    "CUDA tensors: run send/recv on MPI, staged through host memory, instead of NCCL.",
+    config::Agreement::kSameOnEveryRank);
 const config::BoolSetting kPairGossipByMpi(
     "WEFT_PAIR_GOSSIP_BY_MPI", false,
-    "CUDA tensors: run pair_gossip on MPI, staged through host memory, instead of NCCL.");
+    "CUDA tensors: run pair_gossip on MPI, staged through host memory, instead of NCCL.",
+    config::Agreement::kSameOnEveryRank);
 
 [[maybe_unused]] bool ForcedToMpi(OpType op) {
   switch (op) {

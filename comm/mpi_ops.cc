@@ -92,7 +92,7 @@ const config::IntSetting kRingAllreduceBytes(
     "Allreduces (CPU, through MPI) of at least this many bytes run weft's ring when the job "
     "spans several machines; smaller ones, and all on one machine, run MPI_Allreduce "
     "(0: always MPI_Allreduce). Every rank must see the same value.",
-    /*min=*/0, /*max=*/int64_t{1} << 50);
+    /*min=*/0, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 constexpr int kRingTag = 5;
 // The ring moves segments in chunks of this size: a chunk goes on to the next rank as soon

@@ -44,13 +44,13 @@ const config::StringSetting kExchangeTransport(
     "How neighbor_allreduce and pair_gossip exchange data between ranks: mpi (MPI "
     "point-to-point) or ucx (UCX tagged messages; needs a build with UCX). The same on "
     "every rank.",
-    {"mpi", "ucx"});
+    {"mpi", "ucx"}, config::Agreement::kSameOnEveryRank);
 
 const config::StringSetting kTransport(
     "WEFT_TRANSPORT", "mpi",
     "How windows move data: mpi (MPI RMA) or ucx (UCX RDMA puts, gets and atomics; needs a "
     "build with UCX). The same on every rank.",
-    {"mpi", "ucx"});
+    {"mpi", "ucx"}, config::Agreement::kSameOnEveryRank);
 
 // MPI RMA, passive target: each rank allocates one window for its memory (data_win_) and
 // exposes its tensor through a second one (self_win_) for win_get.

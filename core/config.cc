@@ -198,6 +198,14 @@ std::vector<const Setting*> Registry::All() const {
   return all;
 }
 
+std::vector<const Setting*> Registry::SameOnEveryRank() const {
+  std::vector<const Setting*> same;
+  for (const Setting* s : All()) {
+    if (s->agreement() == Agreement::kSameOnEveryRank) same.push_back(s);
+  }
+  return same;
+}
+
 std::string Registry::Describe() const {
   std::string out;
   for (const Setting* s : All()) {
@@ -221,10 +229,13 @@ std::vector<std::string> Registry::UnknownEnvironment() const {
   return unknown;
 }
 
-Setting::Setting(const char* name, Type type, std::string default_text,
-                 const char* description)
-    : name_(name), type_(type), default_text_(std::move(default_text)),
-      description_(description) {
+Setting::Setting(const char* name, Type type, std::string default_text, const char* description,
+                 Agreement agreement)
+    : name_(name),
+      type_(type),
+      default_text_(std::move(default_text)),
+      description_(description),
+      agreement_(agreement) {
   Registry::Global().Register(this);
 }
 
@@ -261,8 +272,8 @@ void Setting::EnsureLoaded() const {
 }
 
 IntSetting::IntSetting(const char* name, int64_t default_value, const char* description,
-                       int64_t min, int64_t max)
-    : Setting(name, Type::kInt, std::to_string(default_value), description),
+                       int64_t min, int64_t max, Agreement agreement)
+    : Setting(name, Type::kInt, std::to_string(default_value), description, agreement),
       min_(min),
       max_(max),
       value_(default_value) {}
@@ -318,8 +329,9 @@ std::string DoubleSetting::expected() const {
   return "a finite number";
 }
 
-BoolSetting::BoolSetting(const char* name, bool default_value, const char* description)
-    : Setting(name, Type::kBool, default_value ? "1" : "0", description),
+BoolSetting::BoolSetting(const char* name, bool default_value, const char* description,
+                         Agreement agreement)
+    : Setting(name, Type::kBool, default_value ? "1" : "0", description, agreement),
       value_(default_value) {}
 
 bool BoolSetting::Get() const {
@@ -334,9 +346,9 @@ bool BoolSetting::Parse(const std::string& text) {
   return true;
 }
 
-StringSetting::StringSetting(const char* name, std::string default_value,
-                             const char* description, std::vector<std::string> choices)
-    : Setting(name, Type::kString, default_value, description),
+StringSetting::StringSetting(const char* name, std::string default_value, const char* description,
+                             std::vector<std::string> choices, Agreement agreement)
+    : Setting(name, Type::kString, default_value, description, agreement),
       choices_(std::move(choices)),
       value_(std::move(default_value)) {
   expected_ = choices_.empty() ? "a string" : "one of " + absl::StrJoin(choices_, ", ");

@@ -25,6 +25,11 @@ namespace config {
 
 enum class Type { kInt, kDouble, kBool, kString };
 
+// kSameOnEveryRank: the setting decides how ops run (a transport, an algorithm), so ranks
+// that saw different values would wait for each other forever; weft's init() compares
+// such settings across ranks and fails on every rank when they differ.
+enum class Agreement { kPerRank, kSameOnEveryRank };
+
 class Setting;
 
 class Registry {
@@ -53,6 +58,8 @@ class Registry {
 
   // WEFT_* variables in the environment that are not settings (likely typos).
   std::vector<std::string> UnknownEnvironment() const;
+  // The settings declared Agreement::kSameOnEveryRank, sorted by name.
+  std::vector<const Setting*> SameOnEveryRank() const;
   // Bluefog's environment variables stand for weft settings when those are not set
   // themselves (BLUEFOG_FUSION_THRESHOLD for WEFT_FUSION_THRESHOLD_BYTES, ...; the table is
   // in config.cc and README.md). The Bluefog name standing for `name`, or "".
@@ -73,7 +80,8 @@ class Registry {
 // Base of the typed settings; holds the metadata and the last parsed value as text.
 class Setting {
  public:
-  Setting(const char* name, Type type, std::string default_text, const char* description);
+  Setting(const char* name, Type type, std::string default_text, const char* description,
+          Agreement agreement = Agreement::kPerRank);
   virtual ~Setting() = default;
   Setting(const Setting&) = delete;
   Setting& operator=(const Setting&) = delete;
@@ -82,6 +90,7 @@ class Setting {
   Type type() const { return type_; }
   const std::string& default_text() const { return default_text_; }
   const std::string& description() const { return description_; }
+  Agreement agreement() const { return agreement_; }
   bool is_set() const;               // given in the environment or by Set
   std::string text() const;          // value in force, as text
 
@@ -97,6 +106,7 @@ class Setting {
   Type type_;
   std::string default_text_;
   std::string description_;
+  Agreement agreement_;
   mutable std::once_flag loaded_;
 };
 
@@ -106,7 +116,8 @@ class IntSetting : public Setting {
  public:
   IntSetting(const char* name, int64_t default_value, const char* description,
              int64_t min = std::numeric_limits<int64_t>::min(),
-             int64_t max = std::numeric_limits<int64_t>::max());
+             int64_t max = std::numeric_limits<int64_t>::max(),
+             Agreement agreement = Agreement::kPerRank);
   int64_t Get() const;
 
  private:
@@ -132,7 +143,8 @@ class DoubleSetting : public Setting {
 
 class BoolSetting : public Setting {
  public:
-  BoolSetting(const char* name, bool default_value, const char* description);
+  BoolSetting(const char* name, bool default_value, const char* description,
+              Agreement agreement = Agreement::kPerRank);
   bool Get() const;
 
  private:
@@ -146,7 +158,7 @@ class StringSetting : public Setting {
   // `choices`, when given, lists the accepted values (compared case-insensitively and
   // stored lower-case).
   StringSetting(const char* name, std::string default_value, const char* description,
-                std::vector<std::string> choices = {});
+                std::vector<std::string> choices = {}, Agreement agreement = Agreement::kPerRank);
   std::string Get() const;
 
  private:

@@ -16,6 +16,8 @@ const IntSetting kTestCount("WEFT_TEST_COUNT", 4, "A bounded integer for this te
 const DoubleSetting kTestSeconds("WEFT_TEST_SECONDS", 2, "A bounded number for this test.", 0, 1e6);
 const StringSetting kTestChoice("WEFT_TEST_CHOICE", "b", "A choice for this test.",
                                 {"a", "b", "c"});
+const BoolSetting kTestSame("WEFT_TEST_SAME", false, "A flag every rank must share.",
+                            Agreement::kSameOnEveryRank);
 
 TEST(Config, DefaultsWithoutEnvironment) {
   unsetenv("WEFT_TEST_INT");
@@ -111,6 +113,13 @@ TEST(Config, DescribeListsEverySettingAndUnknownVariablesAreReported) {
   auto unknown = Registry::Global().UnknownEnvironment();
   EXPECT_NE(std::find(unknown.begin(), unknown.end(), "WEFT_TEST_INTT"), unknown.end());
   unsetenv("WEFT_TEST_INTT");
+}
+
+TEST(Config, SettingsDeclareWhetherEveryRankMustAgree) {
+  std::vector<std::string> names;
+  for (const Setting* s : Registry::Global().SameOnEveryRank()) names.push_back(s->name());
+  EXPECT_EQ(names, std::vector<std::string>{"WEFT_TEST_SAME"});  // core declares no other
+  EXPECT_EQ(kTestInt.agreement(), Agreement::kPerRank);
 }
 
 // Bluefog's variables stand for weft's settings when those are not set themselves.
