@@ -60,6 +60,16 @@ const BluefogAlias kBluefogAliases[] = {
     {"BLUEFOG_NEIGHBOR_ALLREDUCE_BY_MPI", "WEFT_NEIGHBOR_ALLREDUCE_BY_MPI", Flag},
 };
 
+// The names of the environment's variables that start with `prefix`.
+std::vector<std::string> EnvironmentNames(absl::string_view prefix) {
+  std::vector<std::string> names;
+  for (char** env = environ; env != nullptr && *env != nullptr; ++env) {
+    absl::string_view entry(*env);
+    if (absl::StartsWith(entry, prefix)) names.emplace_back(entry.substr(0, entry.find('=')));
+  }
+  return names;
+}
+
 const BluefogAlias* AliasFor(const std::string& weft_name) {
   for (const BluefogAlias& a : kBluefogAliases) {
     if (weft_name == a.weft) return &a;
@@ -106,10 +116,7 @@ std::string Registry::AliasOf(const std::string& name) {
 
 std::vector<std::string> Registry::IgnoredBluefogEnvironment() {
   std::vector<std::string> ignored;
-  for (char** env = environ; env != nullptr && *env != nullptr; ++env) {
-    absl::string_view entry(*env);
-    if (!absl::StartsWith(entry, "BLUEFOG_")) continue;
-    std::string name(entry.substr(0, entry.find('=')));
+  for (const std::string& name : EnvironmentNames("BLUEFOG_")) {
     bool honoured = false;
     for (const BluefogAlias& a : kBluefogAliases) honoured = honoured || name == a.bluefog;
     if (!honoured) ignored.push_back(name);
@@ -218,10 +225,7 @@ std::string Registry::Describe() const {
 std::vector<std::string> Registry::UnknownEnvironment() const {
   std::vector<std::string> unknown;
   std::lock_guard<std::mutex> lock(mu_);
-  for (char** env = environ; env != nullptr && *env != nullptr; ++env) {
-    absl::string_view entry(*env);
-    if (!absl::StartsWith(entry, "WEFT_")) continue;
-    std::string name(entry.substr(0, entry.find('=')));
+  for (const std::string& name : EnvironmentNames("WEFT_")) {
     // Build-time overrides (WEFT_TORCH_HOME, ...) are read by Bazel, not at run time.
     if (absl::EndsWith(name, "_HOME")) continue;
     if (settings_.count(name) == 0) unknown.push_back(name);
