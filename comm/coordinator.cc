@@ -41,6 +41,28 @@ std::string DescribeDisagreement(const std::vector<std::pair<int, std::string>>&
   return absl::StrJoin(parts, "; ");
 }
 
+namespace {
+
+// Unnamed ops' keys are "#<number>" and, in a process set, "#<number>@<ranks>"; internal
+// ops' fixed keys ("#shutdown", window ops) have no number.
+bool IsUnnamedKey(const std::string& key) {
+  return key.size() > 1 && key[0] == '#' && key[1] >= '0' && key[1] <= '9';
+}
+
+std::string ScopeOf(const std::string& key) {
+  const size_t at = key.find('@');
+  return at == std::string::npos ? "" : key.substr(at);
+}
+
+std::string LostOrderMessage(const std::string& display, const std::string& cause) {
+  return absl::StrCat(display, ": unnamed ops can no longer be matched across ranks, since ", cause,
+                      ": a rank that skipped it counts its unnamed calls one behind the others, "
+                      "and matching by number would combine different ops. Named ops still "
+                      "work; to use unnamed ones again, shut down and re-initialize weft");
+}
+
+}  // namespace
+
 void Coordinator::Add(const Descriptor& d, int64_t now_us) {
   // A key that failed before this rank submitted it (it timed out, or a rank refused it):
   // this submission is the owed one and fails the same way. A rank that is not owed (it
@@ -55,6 +77,17 @@ void Coordinator::Add(const Descriptor& d, int64_t now_us) {
     failed->second.owed.erase(d.rank);
     if (failed->second.owed.empty()) failed_.erase(failed);
     return;
+  }
+  if (IsUnnamedKey(d.key)) {
+    auto lost = lost_order_.find(ScopeOf(d.key));
+    if (lost != lost_order_.end()) {
+      // A refusing rank already has its own error; nobody waits for this key.
+      if (d.refused_code == 0) {
+        immediate_.push_back(ErrorFor({d.key}, d.op, absl::StatusCode::kFailedPrecondition,
+                                      LostOrderMessage(d.display, lost->second), {d.rank}));
+      }
+      return;
+    }
   }
   if (d.refused_code != 0) {
     Refuse(d);
@@ -396,6 +429,7 @@ Coordinator::StallReport Coordinator::CheckStalls(int64_t now_us, double warning
   const int64_t warn_us = static_cast<int64_t>(warning_s * 1e6);
   const int64_t timeout_us = static_cast<int64_t>(timeout_s * 1e6);
   std::vector<std::string> timed_out;
+  bool lost_now = false;
   for (auto& [key, e] : pending_) {
     const int64_t waited = now_us - e.first_seen_us;
     const Descriptor& d = e.by_rank.begin()->second;
@@ -430,8 +464,28 @@ Coordinator::StallReport Coordinator::CheckStalls(int64_t now_us, double warning
                      " waiting for rank", owed.size() > 1 ? "s " : " ", MissingRanks(e)),
         present);
     report.errors.push_back(error);
+    if (IsUnnamedKey(key) && !lost_order_.count(ScopeOf(key))) {
+      lost_now = true;
+      lost_order_[ScopeOf(key)] = absl::StrCat(d.display, " timed out waiting for rank",
+                                               owed.size() > 1 ? "s " : " ", MissingRanks(e));
+    }
     failed_[key] = Failed{error, owed};
-    pending_.erase(key);
+    pending_.erase(key);  // `d` and `e` end here
+  }
+  // The scopes' other unnamed ops in flight: their numbers may pair different ops. (Later
+  // ones never get here: Add fails them.)
+  for (auto it = pending_.begin(); lost_now && it != pending_.end();) {
+    auto lost = lost_order_.find(ScopeOf(it->first));
+    if (!IsUnnamedKey(it->first) || lost == lost_order_.end()) {
+      ++it;
+      continue;
+    }
+    const Descriptor& d = it->second.by_rank.begin()->second;
+    std::vector<int32_t> present;
+    for (const auto& entry : it->second.by_rank) present.push_back(entry.first);
+    report.errors.push_back(ErrorFor({it->first}, d.op, absl::StatusCode::kFailedPrecondition,
+                                     LostOrderMessage(d.display, lost->second), present));
+    it = pending_.erase(it);
   }
   return report;
 }

@@ -36,7 +36,11 @@ class Coordinator {
   };
   // Warns (again every `warning_s`) about keys some ranks submitted and others did not
   // for longer than `warning_s`; with timeout_s > 0, fails them after `timeout_s`. A rank
-  // that submits a failed key later gets the same error at once.
+  // that submits a failed key later gets the same error at once. An unnamed op that times
+  // out ends call-order matching in its scope (every rank, or one process set): a rank that
+  // skipped it counts one call fewer than the others from then on, and pairing by number
+  // would combine different ops. So the scope's unnamed ops still pending fail, and every
+  // later one fails at once on the rank that submits it; named ops go on working.
   StallReport CheckStalls(int64_t now_us, double warning_s, double timeout_s);
 
   // Keys some ranks submitted and others did not.
@@ -71,6 +75,8 @@ class Coordinator {
   std::map<std::string, Entry> pending_;
   std::deque<std::pair<std::string, Entry>> ready_;
   std::map<std::string, Failed> failed_;
+  // Scopes ("" or "@ranks") whose call order was lost, with the timeout that lost it.
+  std::map<std::string, std::string> lost_order_;
   std::vector<Response> immediate_;  // errors decided in Add
 };
 

@@ -1205,6 +1205,61 @@ TEST(CoordinatorTest, StallTimeoutFailsTheKey) {
   EXPECT_EQ(c.pending(), 0u);
 }
 
+// Rank 2 skips unnamed op #5: its next unnamed op is numbered #5 as well, so from there on
+// the same number names different ops on different ranks. After the timeout every unnamed
+// op of that scope fails (the ones in flight, and each later one at once); named ops and
+// other process sets' unnamed ops go on working.
+TEST(CoordinatorTest, AnUnnamedTimeoutEndsCallOrderMatchingInItsScope) {
+  Coordinator c(3);
+  Descriptor in_set = Allreduce("#0@0,1");
+  in_set.group = {0, 1};
+  for (int r : {0, 1}) c.Add(WithRank(Allreduce("#5"), r), 0);
+  for (int r : {0, 1}) c.Add(WithRank(Allreduce("#6"), r), kSecond);
+  for (int r : {0, 1}) c.Add(WithRank(Allreduce("a"), r), kSecond);
+  c.Add(WithRank(in_set, 0), kSecond);
+
+  auto report = c.CheckStalls(10 * kSecond, 0, 10);
+  ASSERT_EQ(report.errors.size(), 2u);
+  EXPECT_EQ(report.errors[0].keys, Keys{"#5"});
+  EXPECT_EQ(report.errors[0].error_code, kDeadlineExceededCode);
+  EXPECT_EQ(report.errors[1].keys, Keys{"#6"});
+  EXPECT_EQ(report.errors[1].status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(report.errors[1].ranks, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(report.errors[1].error_message,
+            "allreduce '#6': unnamed ops can no longer be matched across ranks, since "
+            "allreduce '#5' timed out waiting for rank 2: a rank that skipped it counts its "
+            "unnamed calls one behind the others, and matching by number would combine "
+            "different ops. Named ops still work; to use unnamed ones again, shut down and "
+            "re-initialize weft");
+  EXPECT_EQ(c.pending(), 2u);  // "a" and the process set's "#0"
+
+  // Rank 2's next unnamed op takes the timed-out number and gets its error; every later
+  // one fails at once, on whichever rank submits it, without waiting for the others.
+  c.Add(WithRank(Allreduce("#5"), 2), 11 * kSecond);
+  c.Add(WithRank(Allreduce("#6"), 2), 11 * kSecond);
+  c.Add(WithRank(Allreduce("#7"), 0), 11 * kSecond);
+  std::vector<Response> rs = c.TakeReady(0);
+  ASSERT_EQ(rs.size(), 3u);
+  EXPECT_EQ(rs[0].error_code, kDeadlineExceededCode);
+  EXPECT_EQ(rs[0].ranks, std::vector<int32_t>{2});
+  EXPECT_EQ(rs[1].status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(rs[1].ranks, std::vector<int32_t>{2});
+  EXPECT_EQ(rs[2].keys, Keys{"#7"});
+  EXPECT_EQ(rs[2].ranks, std::vector<int32_t>{0});
+  EXPECT_NE(rs[2].error_message.find("'#5' timed out waiting for rank 2"), std::string::npos)
+      << rs[2].error_message;
+  EXPECT_EQ(c.pending(), 2u);
+
+  c.Add(WithRank(Allreduce("a"), 2), 12 * kSecond);
+  ExpectOkSingle(c.TakeReady(0), "a");
+  c.Add(WithRank(in_set, 1), 12 * kSecond);
+  rs = c.TakeReady(0);
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].error_code, 0) << rs[0].error_message;
+  EXPECT_EQ(rs[0].keys, Keys{"#0@0,1"});
+  EXPECT_EQ(c.pending(), 0u);
+}
+
 TEST(CoordinatorTest, NewRoundOfAFailedKeyHasItsOwnClock) {
   Coordinator c(2);
   c.Add(WithRank(Allreduce("a"), 0), 0);

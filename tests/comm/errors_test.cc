@@ -267,6 +267,59 @@ TEST_F(Errors, StalledRankIsNamedThenTimesOut) {
   }
 }
 
+// A rank that skips an unnamed op: after the timeout, the ranks' counts of unnamed calls
+// differ, so every later unnamed op fails at once on every rank (never pairs with a
+// different op); named ops still work; shutdown() returns on every rank, and after a new
+// init() unnamed ops work again.
+TEST_F(Errors, AfterAnUnnamedOpTimesOutUnnamedOpsFailUntilReinit) {
+  if (size() < 2) GTEST_SKIP();
+  const int late = size() - 1;
+  ASSERT_TRUE(config::Registry::Global().Set("WEFT_STALL_TIMEOUT_SECONDS", "1").ok());
+  Buffer x(DType::kFloat32, {3});
+  x.Fill(1);
+  if (rank() != late) {
+    Status st = allreduce(x.view(), x.view(), false);  // the late rank never calls this one
+    EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
+  } else {
+    // Join the sync below once the others are about to, so it does not time out in turn.
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  }
+  Buffer sync(DType::kFloat32, {1});
+  ASSERT_TRUE(allreduce(sync.view(), sync.view(), false, "skipped.sync").ok());
+  // The next unnamed op, which every rank calls: no rank may get a sum, let alone a wrong
+  // one. The late rank's call takes the timed-out number and gets its error.
+  x.Fill(rank() + 1);
+  const auto start = std::chrono::steady_clock::now();
+  Status st = allreduce(x.view(), x.view(), false);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_FALSE(st.ok());
+  if (rank() == late) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
+  } else {
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+    EXPECT_TRUE(Contains(st, "unnamed ops can no longer be matched across ranks")) << st;
+    EXPECT_TRUE(Contains(st, "waiting for rank " + std::to_string(late))) << st;
+    EXPECT_LT(seconds, 0.9) << "failed by the timeout, not at once";
+  }
+  EXPECT_EQ(x.Get(0), rank() + 1);  // untouched
+  // And from here on on every rank, the late one included.
+  st = broadcast(x.view(), x.view(), 0);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_TRUE(Contains(st, "shut down and re-initialize weft")) << st;
+  // Named ops still pair by name.
+  x.Fill(rank() + 1);
+  ASSERT_TRUE(allreduce(x.view(), x.view(), false, "named.after.timeout").ok());
+  EXPECT_EQ(x.Get(0), size() * (size() + 1) / 2.0);
+  config::Registry::Global().Unset("WEFT_STALL_TIMEOUT_SECONDS");
+  EXPECT_EQ(barrier().code(), absl::StatusCode::kFailedPrecondition);  // unnamed too
+  ASSERT_TRUE(shutdown().ok());
+  ASSERT_TRUE(init().ok());
+  x.Fill(1);
+  ASSERT_TRUE(allreduce(x.view(), x.view(), false).ok());
+  EXPECT_EQ(x.Get(0), size());
+}
+
 // --- refusals keep the call order -----------------------------------------------------------
 
 // The others' op fails promptly with the refusing rank's reason (no stall timeout is set:
