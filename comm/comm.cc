@@ -424,9 +424,21 @@ Status init() {
   }
   const std::string timeline = kTimelinePath.Get();
   if (!timeline.empty()) {
+    // Every rank fails init() when one cannot write its file (a directory missing on one
+    // host): a job that runs on without the timeline it asked for, or with some ranks gone,
+    // is worse than one that stops at once and says why.
     Status st = state->timeline.Open(TimelineFile(timeline, ctx.rank, ctx.size), ctx.rank,
                                      absl::StrCat("rank ", ctx.rank));
-    if (!st.ok()) WEFT_LOG(Error) << "WEFT_TIMELINE: " << st << "; continuing without it";
+    int first_failed = st.ok() ? ctx.size : ctx.rank;
+    MPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first_failed < ctx.size) {
+      state->timeline.Close();
+      for (MPI_Comm* c : {&ctx.control, &ctx.data, &ctx.local, &ctx.cross}) MPI_Comm_free(c);
+      if (!st.ok()) return Annotate(st, "init: WEFT_TIMELINE");
+      return InvalidArgument("init: WEFT_TIMELINE: rank ", first_failed,
+                             " cannot write its timeline file (see its error); fix the "
+                             "path or unset the variable");
+    }
   }
 
   auto topo = ExponentialGraph(ctx.size);

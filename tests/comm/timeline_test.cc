@@ -35,5 +35,34 @@ TEST(Timeline, EveryPhaseIsRecorded) {
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 
+// A rank that cannot write its file (here the last one's directory is missing) fails
+// init() on every rank, with its own error where it happened; nothing is left initialized.
+TEST(Timeline, AnUnwritablePathOnOneRankFailsInitEverywhere) {
+  const char* env_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  const char* env_size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const int me = env_rank ? std::atoi(env_rank) : 0;
+  const int last = (env_size ? std::atoi(env_size) : 1) - 1;
+  const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
+  const std::string pattern = dir + (me == last ? "/no-such-dir" : "") + "/bad.%r.json";
+  setenv("WEFT_TIMELINE", pattern.c_str(), 1);
+  Status st = init();
+  unsetenv("WEFT_TIMELINE");
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_FALSE(is_initialized());
+  if (me == last) {
+    EXPECT_NE(std::string(st.message()).find("no-such-dir"), std::string::npos) << st;
+    EXPECT_NE(std::string(st.message()).find("No such file or directory"), std::string::npos) << st;
+  } else {
+    EXPECT_NE(std::string(st.message())
+                  .find("WEFT_TIMELINE: rank " + std::to_string(last) + " cannot write"),
+              std::string::npos)
+        << st;
+  }
+  ASSERT_TRUE(init().ok());  // the job goes on once the setting is fixed
+  ASSERT_TRUE(barrier().ok());
+  ASSERT_TRUE(shutdown().ok());
+}
+
 }  // namespace
 }  // namespace weft
