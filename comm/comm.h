@@ -104,6 +104,10 @@ Topology load_machine_topology();
 struct NeighborAllreduceOptions {
   // self_weight and src_weights go together; dst_weights needs both and makes the call
   // dynamic (point-to-point to exactly those ranks, for this call only).
+  // Weights may be any finite numbers: the result is self_weight * x + sum of
+  // src_weight * neighbor's x (each neighbor's x first scaled by its dst weight for us).
+  // They need not be positive or sum to 1 (gradient tracking and EXTRA combine with
+  // I - W, push-sum with unnormalized weights); NaN and infinity are refused.
   std::optional<double> self_weight;
   std::optional<std::map<int, double>> src_weights;
   std::optional<std::map<int, double>> dst_weights;

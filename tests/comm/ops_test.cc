@@ -271,6 +271,24 @@ TEST(NeighborAllreduce, ExplicitWeightsMatchedBySenderRank) {
   (void)n;
 }
 
+// Weights are any finite numbers (documented in comm.h): I - W style combinations with a
+// self weight above 1 and negative neighbor weights come out exactly.
+TEST(NeighborAllreduce, WeightsOutsideZeroOneAreUsedAsGiven) {
+  const std::vector<int> in = load_topology().in_neighbors(rank());
+  if (in.empty()) GTEST_SKIP() << "no neighbors on 1 rank";
+  NeighborAllreduceOptions opts;
+  opts.self_weight = 5.0;
+  std::map<int, double> src;
+  for (int j : in) src[j] = -1.0;
+  opts.src_weights = src;
+  Buffer x(DType::kFloat64, {5}), y(DType::kFloat64, {5});
+  x.Fill(rank() + 1);
+  ASSERT_TRUE(neighbor_allreduce(x.view(), y.view(), opts, "i.minus.w").ok());
+  double expected = 5.0 * (rank() + 1);
+  for (int j : in) expected -= j + 1;
+  ExpectAll(y, expected, "self 5, neighbors -1");
+}
+
 TEST(NeighborAllreduce, DynamicOnePeerScheduleWithDstWeights) {
   const int n = size();
   if (n < 2) GTEST_SKIP() << "needs 2 ranks";

@@ -237,7 +237,9 @@ WEFT_API void weft_request_free(weft_request* request);
  * has_weights = 1: self_weight and the num_src (src_ranks[k], src_weights[k]) pairs;
  *   num_src may be 0 (no senders).
  * has_dst = 1 (needs has_weights): send to exactly dst_ranks for this call, scaled by
- *   dst_weights[k] (dst_weights NULL: 1 each). */
+ *   dst_weights[k] (dst_weights NULL: 1 each).
+ * Weights may be any finite numbers, negative or above 1 included (I - W style
+ * combinations); NaN and infinity are refused. */
 #define WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_VERSION 1
 typedef struct weft_neighbor_allreduce_options {
   unsigned int version;
