@@ -269,6 +269,10 @@ StatusOr<Model> ParseLayerCsv(absl::string_view text, absl::string_view source) 
       return InvalidArgument(source, ": line ", line,
                              ": expected a layer name in the first field, found nothing");
     }
+    if (unit.name.size() > kMaxUnitNameBytes) {
+      return InvalidArgument(source, ": line ", line, ": expected a layer name of at most ",
+                             kMaxUnitNameBytes, " bytes, found one of ", unit.name.size());
+    }
     if (unit.name.find('"') != std::string::npos) {
       return InvalidArgument(source, ": line ", line, ": expected a name without '\"', found ",
                              unit.name, " (CSV quoting is not supported; use a JSON file)");
@@ -355,6 +359,10 @@ StatusOr<Model> ParseLayerJson(absl::string_view text, absl::string_view source)
       return InvalidArgument(
           at(*name), "expected the name of layer ", i, " to be a non-empty string, found ",
           name->type == JsonValue::Type::kString ? "an empty string" : JsonTypeName(name->type));
+    }
+    if (name->string.size() > kMaxUnitNameBytes) {
+      return InvalidArgument(at(*name), "expected the name of layer ", i, " to be at most ",
+                             kMaxUnitNameBytes, " bytes, found ", name->string.size());
     }
     unit.name = name->string;
     const JsonValue* params = layer.Find("params");

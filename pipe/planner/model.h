@@ -4,6 +4,7 @@
 #ifndef WEFT_PIPE_PLANNER_MODEL_H_
 #define WEFT_PIPE_PLANNER_MODEL_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -14,6 +15,9 @@
 
 namespace weft {
 namespace planner {
+
+// Longest layer name a layer file may give (names are printed in every plan).
+constexpr size_t kMaxUnitNameBytes = 1024;
 
 struct Unit {
   std::string name;

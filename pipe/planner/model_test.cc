@@ -166,6 +166,13 @@ TEST(LayerCsvTest, BadFilesSayLineAndProblem) {
       {"name,params\n,5\n", "line 2: expected a layer name in the first field"},
       {"name,params\n\"a\",5\n", "CSV quoting is not supported"},
   };
+  const std::string long_name = "name,params\n" + std::string(1025, 'x') + ",5\n";
+  StatusOr<Model> named = ParseLayerCsv(long_name, "a.csv");
+  EXPECT_TRUE(MessageHas(named.status(),
+                         "a.csv: line 2: expected a layer name of at most 1024 bytes, found one "
+                         "of 1025"));
+  EXPECT_LT(named.status().message().size(), 200u);  // the name is not repeated
+  EXPECT_TRUE(ParseLayerCsv("name,params\n" + std::string(1024, 'x') + ",5\n", "a.csv").ok());
   for (const auto& c : cases) {
     StatusOr<Model> m = ParseLayerCsv(c.first, "a.csv");
     EXPECT_TRUE(MessageHas(m.status(), c.second)) << "input: " << c.first;
@@ -231,6 +238,11 @@ TEST(LayerJsonTest, BadFilesSayLineColumnAndProblem) {
       EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
     }
   }
+  StatusOr<Model> named =
+      ParseLayerJson("[{\"name\": \"" + std::string(2000, 'x') + "\", \"params\": 1}]", "m.json");
+  EXPECT_TRUE(MessageHas(named.status(),
+                         "m.json: line 1, column 11: expected the name of layer 0 to be at most "
+                         "1024 bytes, found 2000"));
 }
 
 TEST(LayerTextTest, ChoosesTheFormatFromTheFirstCharacter) {

@@ -89,15 +89,20 @@ Status ValidateOptions(const Model& model, const PlannerOptions& options) {
                              unit.name, ")");
     }
   }
-  if (options.machines < 1) {
-    return InvalidArgument("expected --machines >= 1, found ", options.machines);
+  if (options.machines < 1 || options.machines > kMaxWorld) {
+    return InvalidArgument("expected --machines in [1, ", kMaxWorld, "], found ", options.machines);
   }
-  if (options.devices < 1) {
-    return InvalidArgument("expected --devices >= 1 (devices per machine), found ",
-                           options.devices);
+  if (options.devices < 1 || options.devices > kMaxWorld) {
+    return InvalidArgument("expected --devices in [1, ", kMaxWorld,
+                           "] (devices per machine), found ", options.devices);
   }
-  if (options.epochs < 1) {
-    return InvalidArgument("expected --epochs >= 1, found ", options.epochs);
+  if (int64_t{options.machines} * options.devices > kMaxWorld) {
+    return InvalidArgument("expected at most ", kMaxWorld, " ranks, found ", options.machines,
+                           " machines x ", options.devices,
+                           " devices = ", int64_t{options.machines} * options.devices);
+  }
+  if (options.epochs < 1 || options.epochs > kMaxEpochs) {
+    return InvalidArgument("expected --epochs in [1, ", kMaxEpochs, "], found ", options.epochs);
   }
   if (!(options.alpha > 0 && options.alpha <= 1)) {
     return InvalidArgument(
@@ -111,9 +116,9 @@ Status ValidateOptions(const Model& model, const PlannerOptions& options) {
         "unit relative to a trainable one), found ",
         *options.lambda);
   }
-  if (options.micro_batches < 0) {
-    return InvalidArgument("expected --micro-batches >= 0 (0: 4 x K), found ",
-                           options.micro_batches);
+  if (options.micro_batches < 0 || options.micro_batches > kMaxMicroBatches) {
+    return InvalidArgument("expected --micro-batches in [0, ", kMaxMicroBatches,
+                           "] (0: 4 x K), found ", options.micro_batches);
   }
   const int world = options.machines * options.devices;
   const int k0 = ResolvedK0(model, options);
@@ -138,6 +143,30 @@ Status ValidateOptions(const Model& model, const PlannerOptions& options) {
   if (cost.tokens == 0) cost.tokens = 1;  // 0: the model's default, filled in by RunPlanner
   return ValidateCostOptions(cost);
 }
+
+namespace {
+
+// Values at the ends of the double range (a batch of 1e308, a layer time of 1e-320) pass
+// every input check yet give infinite or NaN times: refuse them rather than print them.
+StatusOr<PlannerResult> CheckFinite(PlannerResult result) {
+  auto usable = [](double x) { return std::isfinite(x) && x > 0; };
+  bool ok = usable(result.static_prediction.throughput) && usable(result.static_epoch_seconds) &&
+            usable(result.overall_speedup);
+  for (const EpochPlan& e : result.epochs) {
+    ok = ok && usable(e.prediction.throughput) && usable(e.speedup) && usable(e.epoch_seconds) &&
+         std::isfinite(e.transition_seconds);
+  }
+  if (ok) return result;
+  return InvalidArgument(
+      "the cost model gives infinite or undefined times for these inputs (predicted static "
+      "throughput ",
+      result.static_prediction.throughput, " samples/s, overall speedup ", result.overall_speedup,
+      "): --batch, --flops, --bandwidth, --tokens, --hidden, "
+      "--epoch-samples and the layers' parameters or times are too large or too small to "
+      "compute with; give them in ordinary units (samples, FLOP/s, bytes/s, seconds)");
+}
+
+}  // namespace
 
 StatusOr<PlannerResult> RunPlanner(const Model& model, const PlannerOptions& options) {
   WEFT_RETURN_IF_ERROR(ValidateOptions(model, options));
@@ -228,7 +257,7 @@ StatusOr<PlannerResult> RunPlanner(const Model& model, const PlannerOptions& opt
     result.epochs.push_back(std::move(epoch));
   }
   result.overall_speedup = options.epochs * result.static_epoch_seconds / elastic_seconds;
-  return result;
+  return CheckFinite(std::move(result));
 }
 
 StatusOr<std::vector<AblationRow>> RunAblation(const Model& model,

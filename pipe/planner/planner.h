@@ -46,6 +46,11 @@ struct PlannerOptions {
 
 // Tokens per sample of a layer file when --tokens is not given.
 constexpr double kDefaultFileTokens = 512;
+// Bounds on the options, far beyond any real cluster or run, so that every plan still
+// takes well under a second and no product of them overflows.
+constexpr int kMaxWorld = 16384;  // machines x devices
+constexpr int kMaxEpochs = 10000;
+constexpr int kMaxMicroBatches = 65536;  // per mini-batch
 
 struct EpochPlan {
   int epoch = 0;  // 0-based; epoch e runs after freeze point e (epoch 0: nothing frozen)

@@ -212,10 +212,21 @@ TEST(PlannerTest, BadInputSaysWhatIsWrong) {
   with([](PlannerOptions& o) { o.alpha = 1.5; }, "expected --alpha in (0, 1]");
   with([](PlannerOptions& o) { o.alpha = std::nan(""); }, "expected --alpha in (0, 1]");
   with([](PlannerOptions& o) { o.lambda = 2; }, "expected --lambda in [0, 1]");
-  with([](PlannerOptions& o) { o.machines = 0; }, "expected --machines >= 1, found 0");
-  with([](PlannerOptions& o) { o.devices = -8; }, "expected --devices >= 1");
-  with([](PlannerOptions& o) { o.epochs = 0; }, "expected --epochs >= 1");
-  with([](PlannerOptions& o) { o.micro_batches = -1; }, "expected --micro-batches >= 0");
+  with([](PlannerOptions& o) { o.machines = 0; }, "expected --machines in [1, 16384], found 0");
+  with([](PlannerOptions& o) { o.devices = -8; }, "expected --devices in [1, 16384]");
+  with([](PlannerOptions& o) { o.epochs = 0; }, "expected --epochs in [1, 10000]");
+  with([](PlannerOptions& o) { o.micro_batches = -1; }, "expected --micro-batches in [0, 65536]");
+  // Sizes that would take minutes to plan, or overflow an int when multiplied.
+  with([](PlannerOptions& o) { o.machines = 1000000; }, "expected --machines in [1, 16384]");
+  with([](PlannerOptions& o) { o.devices = 2000000; }, "expected --devices in [1, 16384]");
+  with([](PlannerOptions& o) { o.machines = 4096; },
+       "expected at most 16384 ranks, found 4096 machines x 8 devices = 32768");
+  with([](PlannerOptions& o) { o.epochs = 1000000000; }, "expected --epochs in [1, 10000]");
+  with([](PlannerOptions& o) { o.micro_batches = 2147483647; },
+       "expected --micro-batches in [0, 65536]");
+  // Finite inputs whose times are not: refused, never printed as inf or nan.
+  with([](PlannerOptions& o) { o.cost.batch = 1e308; }, "infinite or undefined times");
+  with([](PlannerOptions& o) { o.cost.flops = 1e-308; }, "infinite or undefined times");
   with([](PlannerOptions& o) { o.cost.batch = -256; }, "expected --batch > 0");
   with([](PlannerOptions& o) { o.cost.tokens = -1; }, "expected --tokens > 0");
   with([](PlannerOptions& o) { o.cost.flops = 0; }, "expected --flops > 0");
@@ -242,6 +253,26 @@ TEST(PlannerTest, BadInputSaysWhatIsWrong) {
   negative.units[1].params = -2;
   EXPECT_TRUE(MessageHas(RunPlanner(negative, PlannerOptions()).status(),
                          "expected parameter counts >= 0, found -2 for unit 1 (b)"));
+
+  // A layer time too small to divide by.
+  StatusOr<Model> subnormal = ParseLayerCsv("name,params,time\na,1,1e-320\nb,2,1e-320\n", "s.csv");
+  ASSERT_TRUE(subnormal.ok()) << subnormal.status();
+  PlannerOptions one_pipeline;
+  one_pipeline.devices = 2;  // K = 2, one replica: no gradient sync to add a finite time
+  EXPECT_TRUE(
+      MessageHas(RunPlanner(*subnormal, one_pipeline).status(), "infinite or undefined times"));
+
+  // The largest sizes allowed still plan.
+  PlannerOptions big = TwoByEight();
+  big.machines = 2048;
+  big.epochs = 2;
+  big.micro_batches = 65536;
+  StatusOr<PlannerResult> planned = RunPlanner(vit, big);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  EXPECT_TRUE(std::isfinite(planned->overall_speedup));
+  PlannerOptions long_run = TwoByEight();
+  long_run.epochs = 10000;
+  EXPECT_TRUE(RunPlanner(vit, long_run).ok());
 
   // A model where nothing costs anything.
   StatusOr<Model> zeros = ParseLayerCsv("name,params\na,0\nb,0\n", "zeros.csv");

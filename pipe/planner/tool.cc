@@ -35,15 +35,16 @@ model
   --list-models       print the presets and their parameter counts, then exit
 
 cluster and plan
-  --machines N        machines (1)
+  --machines N        machines (1); machines x devices at most 16384
   --devices N         devices per machine, one rank each (8)
   --k0 N              the initial pipeline length (default: --devices, capped at the world
                       and at the number of units)
   --alpha X           freeze rate in (0, 1]: after freeze point T the first
                       ceil(L (1 - (1 - alpha)^T)) units are frozen, the last never (1/3;
                       a fraction such as 1/3 is accepted)
-  --epochs N          epochs; a freeze point before every epoch but the first (10)
-  --micro-batches N   micro-batches per mini-batch, 0 = 4 x K (0)
+  --epochs N          epochs, at most 10000; a freeze point before every epoch but the
+                      first (10)
+  --micro-batches N   micro-batches per mini-batch, at most 65536; 0 = 4 x K (0)
   --strategy S        the partition: optimal (default), greedy (the paper's walk), even
   --lambda X          the balancer's weight of a frozen unit, in [0, 1]; default what the
                       cost model charges for it: 1/3 (forward only), 0 with --cache; the

@@ -119,7 +119,7 @@ TEST(ToolTest, BadCommandLinesAndInputsExitNonZeroAndSayWhy) {
       {{"--model", "vit-b16", "--cache=yes"}, kExitUsage, "expected no value after --cache"},
       {{"--model", "vit-b16", "--alpha", "0"}, kExitError, "expected --alpha in (0, 1]"},
       {{"--model", "vit-b16", "--alpha", "1.01"}, kExitError, "expected --alpha in (0, 1]"},
-      {{"--model", "vit-b16", "--machines", "-2"}, kExitError, "expected --machines >= 1"},
+      {{"--model", "vit-b16", "--machines", "-2"}, kExitError, "expected --machines in [1, 16384]"},
       {{"--model", "vit-b16", "--batch", "-1"}, kExitError, "expected --batch > 0"},
       {{"--model", "vit-b16", "--k0", "16"}, kExitError, "expected --k0 <= the world (1 machine"},
       {{"--model", "vit-b16", "--machines", "4", "--k0", "32"},
