@@ -38,8 +38,6 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -53,6 +51,7 @@
 #include "comm/comm.h"
 #include "comm/topology.h"
 #include "comm/torch/torch_comm.h"
+#include "examples/terminal.h"
 #include "optim/optim.h"
 
 namespace {
@@ -252,7 +251,7 @@ int Run(const Flags& f) {
 
   int64_t parameters = 0;
   for (const auto& p : model->parameters()) parameters += p.numel();
-  const bool bar = me == 0 && !f.quiet && isatty(STDOUT_FILENO);
+  const bool bar = me == 0 && !f.quiet && weft::examples::OutputIsATerminal();
   if (me == 0 && !f.quiet) {
     std::printf("training a %lld-parameter MLP on %d ranks: %s%s%s, %s topology (%s), J = %lld, "
                 "%lld samples per rank\n",

@@ -74,22 +74,22 @@ BAZEL_FLAGS=(--disk_cache="${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/weft/bazel-di
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # Two parts: decentralized training of an MLP (examples/train.cc; the options after `demo`
-# go to it, WEFT_DEMO_RANKS ranks), then elastic pipelining of a small ViT with progressive
+# go to it, DEMO_RANKS ranks), then elastic pipelining of a small ViT with progressive
 # freezing, compared with the same training without freezing (examples/pipe/vit_pipe.cc,
-# WEFT_DEMO_PIPE_RANKS ranks; WEFT_DEMO_PIPE=0 skips it).
+# DEMO_PIPE_RANKS ranks; DEMO_PIPE=0 skips it).
 demo() {
-  local pipe=${WEFT_DEMO_PIPE:-1}
+  local pipe=${DEMO_PIPE:-1}
   local -a targets=(//examples:train)
   [ "$pipe" = 0 ] || targets+=(//examples/pipe:vit_pipe)
   bazel build "${BAZEL_FLAGS[@]}" "${targets[@]}"
   local mpi_args="--mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo"
   [ "$pipe" = 0 ] || echo "== demo 1/2: decentralized training of an MLP (examples/train.cc)"
-  TMPDIR=/tmp tools/weftrun -np "${WEFT_DEMO_RANKS:-4}" --mpi-args "$mpi_args" \
+  TMPDIR=/tmp tools/weftrun -np "${DEMO_RANKS:-4}" --mpi-args "$mpi_args" \
     bazel-bin/examples/train "$@"
   [ "$pipe" = 0 ] && return 0
   echo
   echo "== demo 2/2: elastic pipeline with progressive freezing (examples/pipe/vit_pipe.cc)"
-  TMPDIR=/tmp tools/weftrun -np "${WEFT_DEMO_PIPE_RANKS:-8}" --mpi-args "$mpi_args" \
+  TMPDIR=/tmp tools/weftrun -np "${DEMO_PIPE_RANKS:-8}" --mpi-args "$mpi_args" \
     bazel-bin/examples/pipe/vit_pipe --compare
 }
 

@@ -68,6 +68,7 @@ expect_words "$out" "--bind-to none" "--dry-run -np 4"
 expect_words "$out" "-x WEFT_FOO" "WEFT_* forwarded"
 expect_words "$out" "-x NCCL_DEBUG" "NCCL_* forwarded"
 expect_words "$out" "-x PATH" "PATH forwarded"
+expect_words "$out" "-x WEFTRUN_STDOUT_IS_TTY=0" "output not a terminal"
 expect_no_words "$out" "-x WEFTRUN_TEST_UNRELATED" "unrelated variables are not forwarded"
 expect_words "$out" "./train --steps 3" "program and its arguments come last"
 if ((4 > NCPU)); then

@@ -8,9 +8,9 @@
 //   tools/weftrun -np 8 bazel-bin/examples/pipe/vit_pipe [options]
 //
 // Rank 0 prints one table row per epoch (the configuration it trained with, how it got
-// there, throughput, loss and test accuracy) followed by the trainer's machine-readable
-// `PIPE ...` line; on a terminal, a progress bar while an epoch runs. Test accuracy is
-// measured after every epoch; evaluation and transitions are not training time.
+// there, throughput, loss and test accuracy), with --pipe-lines followed by the trainer's
+// machine-readable `PIPE ...` line; on a terminal, a progress bar while an epoch runs. Test
+// accuracy is measured after every epoch; evaluation and transitions are not training time.
 //
 // Options (defaults are the demo's, tuned for 8 ranks on a 2-core machine):
 //   --epochs N (5)  --alpha A (1/3)  --batch N (64, over all replicas)  --lr X (3e-3)
@@ -28,13 +28,12 @@
 //   --target X         exit 1 unless the final test accuracy reaches X (default 0)
 //   --expect-k N       exit 1 unless the last epoch trained with K = N
 //   --quiet            no table; only the final `RESULT key=value ...` line
+//   --pipe-lines       after each table row, the trainer's `PIPE key=value ...` line
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/optim/adam.h>
-
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -49,6 +48,7 @@
 #include "examples/pipe/recipe.h"
 #include "examples/pipe/synthetic.h"
 #include "examples/pipe/vit.h"
+#include "examples/terminal.h"
 #include "pipe/runtime/runtime.h"
 #include "pipe/runtime/trainer.h"
 
@@ -78,6 +78,7 @@ struct Flags {
   double target = 0.0;
   int expect_k = 0;
   bool quiet = false;
+  bool pipe_lines = false;
   std::string cache_dir;
 };
 
@@ -99,6 +100,10 @@ Flags Parse(int argc, char** argv) {
     if (name == "--gradient-aware") { f.gradient_aware = true; continue; }
     if (name == "--compare") { f.compare = true; continue; }
     if (name == "--quiet") { f.quiet = true; continue; }
+    if (name == "--pipe-lines") {
+      f.pipe_lines = true;
+      continue;
+    }
     if (i + 1 >= argc) Usage("missing value for " + name);
     const char* value = argv[++i];
     auto integer = [&]() {
@@ -204,7 +209,7 @@ weft::StatusOr<RunResult> Train(const Flags& f, const weft::pipe::TensorDataset&
   schedule.warmup = f.warmup;
   schedule.total = (train.size() / f.batch) * f.epochs;
   Progress progress;
-  progress.on = table && isatty(STDOUT_FILENO);
+  progress.on = table && weft::examples::OutputIsATerminal();
   progress.epochs = f.epochs;
   progress.steps = train.size() / f.batch;
 
@@ -266,7 +271,7 @@ weft::StatusOr<RunResult> Train(const Flags& f, const weft::pipe::TensorDataset&
                   Join(m.stage_layers, "+").c_str(), m.samples_per_second, into,
                   m.syncs_per_second, 100 * m.cache_hit_rate, 100 * m.bubble_fraction, m.loss,
                   100 * accuracy);
-      std::printf("  %s test_acc=%.4f\n", m.ToLine().c_str(), accuracy);
+      if (f.pipe_lines) std::printf("  %s test_acc=%.4f\n", m.ToLine().c_str(), accuracy);
       std::fflush(stdout);
     }
     newly = m.newly_active;
