@@ -132,13 +132,13 @@ Status CheckRank(int r, int size, const char* op, const char* what) {
 }
 
 Status CheckWeights(const std::map<int, double>& weights, int size, int self, const char* op,
-                    const char* what, const char* unit) {
+                    const char* what, const char* unit, bool self_allowed = false) {
   for (const auto& [r, w] : weights) {
     if (r < 0 || r >= size) {
       return InvalidArgument(op, ": ", what, " names ", unit, " ", r, ", out of range 0..",
                              size - 1);
     }
-    if (r == self) {
+    if (r == self && !self_allowed) {
       return InvalidArgument(op, ": ", what, " names this ", unit, " (", self,
                              "); give its weight as self_weight");
     }
@@ -190,15 +190,29 @@ Status ResolveNeighborWeights(Request* r, const Topology& topo, bool weighted, i
   if (self_weight.has_value() && !std::isfinite(*self_weight)) {
     return InvalidArgument(op, ": self_weight is ", *self_weight);
   }
-  if (src_weights) WEFT_RETURN_IF_ERROR(CheckWeights(*src_weights, n, self, op, src_name, unit));
-  if (dst_weights) WEFT_RETURN_IF_ERROR(CheckWeights(*dst_weights, n, self, op, dst_name, unit));
+  // A dynamic exchange may name this rank (machine) on both sides, as a schedule computed
+  // for every rank alike does when it wraps around to the caller (one machine, say): that
+  // is a message to itself, which adds its weights to self_weight.
+  const bool to_self =
+      dst_weights.has_value() && src_weights->count(self) != 0 && dst_weights->count(self) != 0;
+  if (src_weights) {
+    WEFT_RETURN_IF_ERROR(CheckWeights(*src_weights, n, self, op, src_name, unit, to_self));
+  }
+  if (dst_weights) {
+    WEFT_RETURN_IF_ERROR(CheckWeights(*dst_weights, n, self, op, dst_name, unit, to_self));
+  }
 
   r->send.clear();
   r->recv.clear();
   if (dst_weights.has_value()) {  // dynamic: exactly these ranks, this call only
     r->self_weight = *self_weight;
-    for (const auto& e : *dst_weights) r->send.push_back(e);
-    for (const auto& e : *src_weights) r->recv.push_back(e);
+    if (to_self) r->self_weight += src_weights->at(self) * dst_weights->at(self);
+    for (const auto& e : *dst_weights) {
+      if (e.first != self) r->send.push_back(e);
+    }
+    for (const auto& e : *src_weights) {
+      if (e.first != self) r->recv.push_back(e);
+    }
   } else {
     for (int j : topo.out_neighbors(self)) r->send.emplace_back(j, 1.0);
     const std::vector<int>& in = topo.in_neighbors(self);

@@ -108,6 +108,8 @@ struct NeighborAllreduceOptions {
   // src_weight * neighbor's x (each neighbor's x first scaled by its dst weight for us).
   // They need not be positive or sum to 1 (gradient tracking and EXTRA combine with
   // I - W, push-sum with unnormalized weights); NaN and infinity are refused.
+  // A dynamic call may name this rank in both src_weights and dst_weights (a schedule that
+  // wraps around to the caller): a message to itself, adding src * dst weight to self_weight.
   std::optional<double> self_weight;
   std::optional<std::map<int, double>> src_weights;
   std::optional<std::map<int, double>> dst_weights;

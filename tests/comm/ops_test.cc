@@ -289,6 +289,23 @@ TEST(NeighborAllreduce, WeightsOutsideZeroOneAreUsedAsGiven) {
   ExpectAll(y, expected, "self 5, neighbors -1");
 }
 
+// A dynamic exchange that names the caller on both sides sends to itself.
+TEST(NeighborAllreduce, ADynamicExchangeMayNameTheCallerOnBothSides) {
+  NeighborAllreduceOptions opts;
+  opts.self_weight = 0.25;
+  opts.src_weights = std::map<int, double>{{rank(), 0.5}};
+  opts.dst_weights = std::map<int, double>{{rank(), 2.0}};
+  Buffer x(DType::kFloat64, {4}), y(DType::kFloat64, {4});
+  x.Fill(rank() + 1);
+  ASSERT_TRUE(neighbor_allreduce(x.view(), y.view(), opts, "to.self").ok());
+  ExpectAll(y, 1.25 * (rank() + 1), "0.25 x + 0.5 * 2 x");
+  // Naming itself on one side only stays an error.
+  NeighborAllreduceOptions one_side = opts;
+  one_side.dst_weights = std::map<int, double>{};
+  Status st = neighbor_allreduce(x.view(), y.view(), one_side, "to.self.one.side");
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+}
+
 TEST(NeighborAllreduce, DynamicOnePeerScheduleWithDstWeights) {
   const int n = size();
   if (n < 2) GTEST_SKIP() << "needs 2 ranks";
