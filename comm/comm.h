@@ -242,10 +242,10 @@ struct WinCreateOptions {
 };
 
 // Collective. `x` must stay alive (and in place) until win_free; buffers start as copies
-// of x, or zeros. The name must be new. A tensor on a CUDA device is staged through host
-// memory (windows are host memory): every window op that reads or writes x copies it
-// between the device and the host, so a neighbor's win_get sees x as of this rank's last
-// window op on it.
+// of x, or zeros; the associated p starts at 1 for this rank and at 0 for every neighbor's
+// buffer (nothing pushed yet). The name must be new. A tensor on a CUDA device is staged through
+// host memory (windows are host memory): every window op that reads or writes x copies it between
+// the device and the host, so a neighbor's win_get sees x as of this rank's last window op on it.
 Status win_create(const TensorView& x, const std::string& name, bool zero_init = false);
 Status win_create(const TensorView& x, const std::string& name, const WinCreateOptions& options);
 // Collective. "" frees every window.

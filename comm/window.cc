@@ -123,7 +123,9 @@ size_t Window::TotalBytes() const {
 void Window::InitMemory(char* base, bool zero_init) const {
   const int k = static_cast<int>(in_.size());
   std::memset(base, 0, SlotOffset(k, 0));
-  const double p_init = zero_init ? 0.0 : 1.0;
+  // A neighbor slot holds no pushed mass until a put or accumulate writes it: its p starts
+  // at 0 (as in Bluefog), whether or not its tensor starts as a copy of x.
+  const double p_init = 0.0;
   const double p_self = 1.0;
   std::memcpy(base + kPSelfOffset, &p_self, 8);
   for (int s = 0; s < k; ++s) {

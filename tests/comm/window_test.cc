@@ -112,6 +112,23 @@ TEST_F(Windows, WeightsSelfWeightAndAssociatedP) {
   EXPECT_DOUBLE_EQ(*win_associated_p("w.weights"), expected_p);
 }
 
+// Neighbor buffers hold no pushed mass until written: their p starts at 0, also when
+// their tensors start as copies of x.
+TEST_F(Windows, NeighborBuffersStartWithNoAssociatedP) {
+  Buffer x(DType::kFloat64, {2});
+  x.Fill(rank() + 1);
+  ASSERT_TRUE(win_create(x.view(), "w.p0").ok());
+  WinUpdateOptions update;
+  update.self_weight = 1.0;
+  update.neighbor_weights.emplace();
+  const Topology topo = load_topology();
+  for (int j : topo.in_neighbors(rank())) (*update.neighbor_weights)[j] = 1.0;
+  Status st = win_update("w.p0", update);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_DOUBLE_EQ(*win_associated_p("w.p0"), 1.0);
+  ASSERT_TRUE(win_free("w.p0").ok());
+}
+
 TEST_F(Windows, AccumulateThenCollectSumsForEveryDType) {
   for (DType dtype : testing::kAllDTypes) {
     const std::string name = std::string("w.acc.") + DTypeName(dtype);

@@ -439,7 +439,8 @@ typedef struct weft_win_update_options {
 #define WEFT_WIN_UPDATE_OPTIONS_INIT \
   { WEFT_WIN_UPDATE_OPTIONS_VERSION, 0, 1.0, 0, NULL, NULL, 0, 0 }
 
-/* zero_init: buffers start as zeros instead of copies of x. transport: "mpi" (MPI RMA) or
+/* zero_init: buffers start as zeros instead of copies of x (the associated p: 1 for this
+ * rank, 0 for every neighbor buffer, either way). transport: "mpi" (MPI RMA) or
  * "ucx" (UCX RDMA); NULL or "": WEFT_TRANSPORT. Every rank must choose the same. */
 #define WEFT_WIN_CREATE_OPTIONS_VERSION 1
 typedef struct weft_win_create_options {
