@@ -344,13 +344,14 @@ def _infer(ranks, function, transpose, construct_adjacency_matrix):
     w = matrix + np.eye(n)
     if transpose:
         w = w.T
-    return other, w / w.sum(axis=1, keepdims=True)
+    return other, w / w.sum(axis=0, keepdims=True)  # each receiver's weights sum to 1
 
 
 def InferSourceFromDestinationRanks(dst_ranks, construct_adjacency_matrix=False):
     """Collective: the ranks that send to this one, given every rank's destinations
     (sorted). With construct_adjacency_matrix also W (size x size, numpy): W[i][j] = 1 for
-    i = j and for each edge i -> j, each row divided by its sum."""
+    i = j and for each edge i -> j, each column divided by its sum (a receiver's weights sum
+    to 1, as in Bluefog)."""
     return _infer(dst_ranks, "InferSourceFromDestinationRanks", False,
                   construct_adjacency_matrix)
 

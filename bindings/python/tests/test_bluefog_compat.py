@@ -236,10 +236,22 @@ def test_infer_the_other_side_of_a_dynamic_exchange():
     src = bf.InferSourceFromDestinationRanks(dst)
     assert src == ([(me - 1) % n] if n > 1 else [])
     src, w = bf.InferSourceFromDestinationRanks(dst, construct_adjacency_matrix=True)
-    assert w.shape == (n, n) and np.allclose(w.sum(axis=1), 1.0)
+    assert w.shape == (n, n) and np.allclose(w.sum(axis=0), 1.0)
     if n > 1:
         assert w[me, (me + 1) % n] > 0 and w[me, me] > 0
     assert bf.InferDestinationFromSourceRanks(src) == dst
+    # A star (not regular): each receiver's weights sum to 1, so rank 0's column is 1/n
+    # and every other column 1/2.
+    star_dst = list(range(1, n)) if me == 0 else [0]
+    src, w = bf.InferSourceFromDestinationRanks(star_dst, construct_adjacency_matrix=True)
+    assert src == star_dst
+    expected = np.eye(n)
+    expected[0, :] = 1.0
+    expected[:, 0] = 1.0
+    expected /= expected.sum(axis=0, keepdims=True)
+    assert np.allclose(w, expected)
+    dst_back, w_back = bf.InferDestinationFromSourceRanks(src, construct_adjacency_matrix=True)
+    assert dst_back == star_dst and np.allclose(w_back, expected)
     with pytest.raises(ValueError):
         bf.InferSourceFromDestinationRanks([me])
 
