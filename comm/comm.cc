@@ -997,13 +997,17 @@ StatusOr<std::vector<std::pair<int, double>>> WindowRanks(
 }
 
 StatusOr<Handle> SubmitWindowOp(State& state, std::string display,
-                                std::function<std::optional<Status>()> action) {
+                                std::function<std::optional<Status>()> action,
+                                const comm::Window* moves_data = nullptr) {
   auto r = std::make_shared<Request>();
   r->desc.rank = state.ctx.rank;
   r->desc.op = OpType::kWinLocal;
   r->desc.key = "#win";
   r->desc.display = std::move(display);
   r->action = std::move(action);
+  if (moves_data != nullptr && moves_data->transport() == comm::Transport::kUcx) {
+    r->backend = "UCX";
+  }
   return Submit(state, r);
 }
 
@@ -1046,11 +1050,12 @@ StatusOr<Handle> WinPut(const TensorView& x, const std::string& name,
   std::vector<int> ranks;
   for (const auto& d : dsts) ranks.push_back(d.first);
   const double self_weight = options.self_weight;
-  return SubmitWindowOp(
-      *state, display,
-      WithMutexes(w, ranks, options.require_mutex, [w, x, dsts, accumulate, self_weight] {
-        return w->PutAndScale(x, dsts, accumulate, self_weight);
-      }));
+  return SubmitWindowOp(*state, display,
+                        WithMutexes(w, ranks, options.require_mutex,
+                                    [w, x, dsts, accumulate, self_weight] {
+                                      return w->PutAndScale(x, dsts, accumulate, self_weight);
+                                    }),
+                        w.get());
 }
 
 // Runs a local window op now (the caller drives the engine) and returns its status.
@@ -1208,9 +1213,9 @@ StatusOr<Handle> win_get_nonblocking(const std::string& name, const WinGetOption
                              "src_weights", "an in-neighbor of this rank"));
   std::vector<int> ranks;
   for (const auto& s : srcs) ranks.push_back(s.first);
-  return SubmitWindowOp(*state, display,
-                        WithMutexes(w, ranks, options.require_mutex,
-                                    [w, srcs] { return w->Get(srcs); }));
+  return SubmitWindowOp(
+      *state, display,
+      WithMutexes(w, ranks, options.require_mutex, [w, srcs] { return w->Get(srcs); }), w.get());
 }
 
 Status win_get(const std::string& name, const WinGetOptions& options) {

@@ -5,8 +5,11 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "comm/window.h"
 #include "core/config.h"
 #include "core/logging.h"
@@ -438,7 +441,7 @@ bool Engine::Progress() {
     for (auto& r : batch) {
       r->dequeued_us = now;
       if (timeline_->enabled()) {
-        timeline_->Span(r->desc.display, "queue", r->submitted_us, now, r->in.ToString());
+        Span(*r, "queue", r->submitted_us, now, r->in.ToString());
       }
       if (r->desc.op == OpType::kWinLocal) {
         local_.push_back(r);
@@ -492,7 +495,7 @@ bool Engine::RunLocal() {
     if (!result.has_value()) break;
     local_.pop_front();
     if (timeline_->enabled()) {
-      timeline_->Span(r->desc.display, "communicate", start, NowMicros());
+      Span(*r, "communicate", start, NowMicros());
     }
     Finish(r, std::move(*result));
     progressed = true;
@@ -608,7 +611,7 @@ void Engine::Process(const std::vector<Response>& responses) {
         continue;
       }
       if (timeline_->enabled()) {
-        timeline_->Span(it->second->desc.display, "negotiate", it->second->dequeued_us, now);
+        Span(*it->second, "negotiate", it->second->dequeued_us, now);
       }
       group.push_back(it->second);
     }
@@ -758,6 +761,7 @@ bool Engine::PollDevice() {
     }
     DeviceWork work = std::move(*it);
     it = on_device_.erase(it);
+    for (auto& r : work.group) r->backend = "NCCL";
     Trace(work.group, "communicate", work.start_us);
     for (auto& r : work.group) Finish(r, Annotate(*result, r->desc.display));
     progressed = true;
@@ -780,7 +784,7 @@ void Engine::Finish(const std::shared_ptr<Request>& r, Status s) {
     names_in_flight_.erase(r->desc.key);
   }
   if (!s.ok() && timeline_->enabled()) {
-    timeline_->Instant(r->desc.display, "error", NowMicros(), std::string(s.message()));
+    timeline_->Instant(r->desc.display, "ERROR", "error", NowMicros(), std::string(s.message()));
   }
   in_flight_.fetch_sub(1);
   r->Complete(std::move(s));
@@ -814,12 +818,37 @@ void Engine::ReapSends() {
   }
 }
 
+namespace {
+
+std::string EventName(const char* phase, const Request& r) {
+  // The op as the display names it: "neighbor_allreduce 'g'", "unnamed allreduce #3",
+  // "win_accumulate 'x'" -> NEIGHBOR_ALLREDUCE, ALLREDUCE, WIN_ACCUMULATE.
+  absl::string_view op = r.desc.display;
+  if (absl::StartsWith(op, "unnamed ")) op.remove_prefix(8);
+  op = op.substr(0, op.find(' '));
+  const std::string upper = absl::AsciiStrToUpper(op);
+  const absl::string_view p = phase;
+  if (p == "queue") return absl::StrCat("ENQUEUE_", upper);
+  if (p == "negotiate") return absl::StrCat("NEGOTIATE_", upper);
+  if (p == "communicate") return absl::StrCat(r.backend, "_", upper);
+  if (p == "combine") return absl::StrCat("COMBINE_", upper);
+  if (p == "fuse") return "MEMCPY_IN_FUSION_BUFFER";
+  return absl::AsciiStrToUpper(p);
+}
+
+}  // namespace
+
+void Engine::Span(const Request& r, const char* phase, int64_t start_us, int64_t end_us,
+                  const std::string& detail) {
+  timeline_->Span(r.desc.display, EventName(phase, r), phase, start_us, end_us, detail);
+}
+
 void Engine::Trace(const std::vector<std::shared_ptr<Request>>& group, const char* phase,
                    int64_t start_us) {
   if (!timeline_->enabled()) return;
   const int64_t end = NowMicros();
   const std::string detail = group.size() > 1 ? absl::StrCat("fused x", group.size()) : "";
-  for (const auto& r : group) timeline_->Span(r->desc.display, phase, start_us, end, detail);
+  for (const auto& r : group) Span(*r, phase, start_us, end, detail);
 }
 
 }  // namespace comm

@@ -53,6 +53,9 @@ struct Request {
   // agree, kWinLocal as soon as dequeued). No value: not done yet, try again at the next
   // round of progress (a mutex held elsewhere).
   std::function<std::optional<Status>()> action;
+  // Who moves the data, for the timeline's event names ("MPI_ALLREDUCE", "NCCL_...",
+  // "UCX_WIN_PUT").
+  const char* backend = "MPI";
 
   int64_t submitted_us = 0;
   int64_t dequeued_us = 0;
@@ -209,8 +212,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Packs the inputs of a fused group into one buffer (or returns the lone input).
   void* Pack(std::vector<std::shared_ptr<Request>>& group, size_t* count);
   void Unpack(std::vector<std::shared_ptr<Request>>& group, const void* buffer);
+  // Timeline spans: `phase` (queue, negotiate, fuse, communicate, combine) is the event's
+  // category; its name follows Bluefog's ("ENQUEUE_ALLREDUCE", "MPI_WIN_PUT").
   void Trace(const std::vector<std::shared_ptr<Request>>& group, const char* phase,
              int64_t start_us);
+  void Span(const Request& r, const char* phase, int64_t start_us, int64_t end_us,
+            const std::string& detail = "");
 
   Context ctx_;
   Timeline* timeline_;

@@ -533,6 +533,9 @@ Status Engine::ExchangeAndCombine(std::vector<std::shared_ptr<Request>>& group, 
   }
   int64_t start = Timeline::NowMicros();
   WEFT_RETURN_IF_ERROR(Exchange(comm, send_buf, count, dtype, r.send, recv));
+  if (ucx_exchange && comm == ctx_.data) {
+    for (auto& member : group) member->backend = "UCX";
+  }
   Trace(group, "communicate", start);
   start = Timeline::NowMicros();
   std::vector<WeightedTerm> terms = {{send_buf, r.self_weight}};

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace weft {
@@ -48,6 +49,8 @@ Status Timeline::Open(const std::string& path, int process_id, const std::string
   first_ = true;
   rows_.clear();
   activities_.clear();
+  activity_owner_.clear();
+  thread_numbers_.clear();
   file_ = file;
   std::fputs("[\n", file);
   WriteEvent(absl::StrFormat(
@@ -66,9 +69,13 @@ void Timeline::Close() {
 }
 
 void Timeline::WriteEvent(const std::string& json) {
-  if (!first_) std::fputs(",\n", file_.load(std::memory_order_relaxed));
+  std::FILE* file = file_.load(std::memory_order_relaxed);
+  if (!first_) std::fputs(",\n", file);
   first_ = false;
-  std::fputs(json.c_str(), file_.load(std::memory_order_relaxed));
+  std::fputs(json.c_str(), file);
+  // Readers (a trace viewer on a live job, a test) see each event at once, as Bluefog's
+  // timeline files show them.
+  std::fflush(file);
 }
 
 int Timeline::RowFor(const std::string& tensor) {
@@ -82,54 +89,65 @@ int Timeline::RowFor(const std::string& tensor) {
   return row;
 }
 
-void Timeline::Span(const std::string& tensor, const char* phase, int64_t start_us,
-                    int64_t end_us, const std::string& detail) {
+void Timeline::Span(const std::string& tensor, const std::string& name, const char* category,
+                    int64_t start_us, int64_t end_us, const std::string& detail) {
   std::lock_guard<std::mutex> lock(mu_);
   if (file_ == nullptr) return;
-  WriteSpan(tensor, phase, start_us, end_us, detail);
+  WriteSpan(tensor, name, category, start_us, end_us, detail);
 }
 
-void Timeline::WriteSpan(const std::string& tensor, const std::string& phase, int64_t start_us,
-                         int64_t end_us, const std::string& detail) {
+void Timeline::WriteSpan(const std::string& tensor, const std::string& name, const char* category,
+                         int64_t start_us, int64_t end_us, const std::string& detail) {
   const int row = RowFor(tensor);
   WriteEvent(absl::StrFormat(
-      R"({"name": "%s", "ph": "X", "pid": %d, "tid": %d, "ts": %d, "dur": %d, "args": {"tensor": "%s", "detail": "%s"}})",
-      JsonEscape(phase), pid_, row, start_us, end_us > start_us ? end_us - start_us : 0,
-      JsonEscape(tensor), JsonEscape(detail)));
+      R"({"name": "%s", "cat": "%s", "ph": "X", "pid": %d, "tid": %d, "ts": %d, "dur": %d, "args": {"tensor": "%s", "detail": "%s"}})",
+      JsonEscape(name), JsonEscape(category), pid_, row, start_us,
+      end_us > start_us ? end_us - start_us : 0, JsonEscape(tensor), JsonEscape(detail)));
 }
 
-void Timeline::Instant(const std::string& tensor, const char* what, int64_t at_us,
-                       const std::string& detail) {
+void Timeline::Instant(const std::string& tensor, const char* name, const char* category,
+                       int64_t at_us, const std::string& detail) {
   std::lock_guard<std::mutex> lock(mu_);
   if (file_ == nullptr) return;
   const int row = RowFor(tensor);
   WriteEvent(absl::StrFormat(
-      R"({"name": "%s", "ph": "i", "s": "t", "pid": %d, "tid": %d, "ts": %d, "args": {"detail": "%s"}})",
-      what, pid_, row, at_us, JsonEscape(detail)));
+      R"({"name": "%s", "cat": "%s", "ph": "i", "s": "t", "pid": %d, "tid": %d, "ts": %d, "args": {"detail": "%s"}})",
+      JsonEscape(name), JsonEscape(category), pid_, row, at_us, JsonEscape(detail)));
+}
+
+std::string Timeline::ActivityRow(const std::string& tensor) {
+  const std::thread::id me = std::this_thread::get_id();
+  auto owner = activity_owner_.emplace(tensor, me).first;
+  if (owner->second == me) return tensor;
+  auto number = thread_numbers_.emplace(me, static_cast<int>(thread_numbers_.size()) + 2);
+  return absl::StrCat(tensor, " (thread ", number.first->second, ")");
 }
 
 Status Timeline::BeginActivity(const std::string& tensor, const std::string& activity) {
   std::lock_guard<std::mutex> lock(mu_);
   if (file_ == nullptr) return FailedPrecondition("no timeline is being written");
   const int64_t now = NowMicros();
-  auto it = activities_.find(tensor);
+  const std::string row = ActivityRow(tensor);
+  RowFor(row);  // rows in the order activities begin
+  auto it = activities_.find(row);
   if (it != activities_.end()) {
-    WriteSpan(tensor, it->second.name, it->second.start_us, now, "");
+    WriteSpan(row, it->second.name, "activity", it->second.start_us, now, "");
     activities_.erase(it);
   }
-  activities_.emplace(tensor, Activity{activity, now});
+  activities_.emplace(row, Activity{activity, now});
   return OkStatus();
 }
 
 Status Timeline::EndActivity(const std::string& tensor) {
   std::lock_guard<std::mutex> lock(mu_);
   if (file_ == nullptr) return FailedPrecondition("no timeline is being written");
-  auto it = activities_.find(tensor);
+  const std::string row = ActivityRow(tensor);
+  auto it = activities_.find(row);
   if (it == activities_.end()) {
     return FailedPrecondition("no timeline activity is open on '", tensor,
-                              "'; call start_activity first");
+                              "' on this thread; call start_activity first");
   }
-  WriteSpan(tensor, it->second.name, it->second.start_us, NowMicros(), "");
+  WriteSpan(row, it->second.name, "activity", it->second.start_us, NowMicros(), "");
   activities_.erase(it);
   return OkStatus();
 }

@@ -3,11 +3,12 @@
 #ifndef WEFT_CORE_TIMELINE_H_
 #define WEFT_CORE_TIMELINE_H_
 
-#include <cstdint>
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 #include "core/status.h"
@@ -29,16 +30,19 @@ class Timeline {
   void Close();
   bool enabled() const { return file_.load(std::memory_order_relaxed) != nullptr; }
 
-  // A span [start_us, end_us) of `phase` on the row of `tensor`; `detail` goes into args.
-  void Span(const std::string& tensor, const char* phase, int64_t start_us, int64_t end_us,
-            const std::string& detail = "");
+  // A span [start_us, end_us) named `name` (category `category`, may be empty) on the row
+  // of `tensor`; `detail` goes into args.
+  void Span(const std::string& tensor, const std::string& name, const char* category,
+            int64_t start_us, int64_t end_us, const std::string& detail = "");
   // A point event on the row of `tensor`.
-  void Instant(const std::string& tensor, const char* what, int64_t at_us,
+  void Instant(const std::string& tensor, const char* name, const char* category, int64_t at_us,
                const std::string& detail = "");
 
-  // A user activity on the row of `tensor` (e.g. "forward"), from BeginActivity to
-  // EndActivity; beginning another one on the same row ends the first. EndActivity with
-  // none open is an error.
+  // A user activity (e.g. "forward") on the row of `tensor` for the calling thread, from
+  // BeginActivity to EndActivity; beginning another one on the same row ends the first.
+  // Threads have rows of their own: two threads timing the same name get two rows.
+  // EndActivity with none open (on this thread) is an error. Every event reaches the file
+  // when it is written (the file is a complete JSON array once closed).
   Status BeginActivity(const std::string& tensor, const std::string& activity);
   Status EndActivity(const std::string& tensor);
 
@@ -48,8 +52,11 @@ class Timeline {
  private:
   int RowFor(const std::string& tensor);  // requires mu_
   void WriteEvent(const std::string& json);  // requires mu_
-  void WriteSpan(const std::string& tensor, const std::string& phase, int64_t start_us,
-                 int64_t end_us, const std::string& detail);  // requires mu_
+  void WriteSpan(const std::string& tensor, const std::string& name, const char* category,
+                 int64_t start_us, int64_t end_us, const std::string& detail);  // requires mu_
+  // The row of the calling thread's activities on `tensor`: the tensor's own for the first
+  // thread that uses it, "tensor (thread N)" for the others.
+  std::string ActivityRow(const std::string& tensor);  // requires mu_
 
   std::mutex mu_;
   std::atomic<std::FILE*> file_{nullptr};  // written under mu_
@@ -61,6 +68,9 @@ class Timeline {
     int64_t start_us;
   };
   std::unordered_map<std::string, Activity> activities_;  // open activities by row
+  // Which thread owns each tensor's own activity row, and how many threads have had one.
+  std::unordered_map<std::string, std::thread::id> activity_owner_;
+  std::unordered_map<std::thread::id, int> thread_numbers_;
 };
 
 // Escapes `s` for use inside a JSON string literal.

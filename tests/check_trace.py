@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Checks that a weft timeline is a Chrome trace that Perfetto's JSON importer accepts.
 
-Usage: check_trace.py TRACE.json [PHASE ...]: exits non-zero, saying why, if the file is
+Usage: check_trace.py TRACE.json [NAME ...]: exits non-zero, saying why, if the file is
 not a JSON array of trace events with the fields each phase type needs, or if a listed
-phase name never occurs.
+name never occurs as an event's name or category ("communicate", "MPI_ALLREDUCE").
 """
 import json
 import sys
@@ -29,6 +29,8 @@ def main():
         elif e["ph"] != "M":
             sys.exit(f"event {i} has an unexpected phase type {e['ph']!r}")
         seen.add(e["name"])
+        if "cat" in e:
+            seen.add(e["cat"])
     missing = [p for p in phases if p not in seen]
     if missing:
         sys.exit(f"phases never recorded: {missing}; seen: {sorted(seen)}")
