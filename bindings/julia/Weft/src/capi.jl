@@ -539,6 +539,8 @@ end
 #   num_src may be 0 (no senders).
 # has_dst = 1 (needs has_weights): send to exactly dst_ranks for this call, scaled by
 #   dst_weights[k] (dst_weights NULL: 1 each).
+# Weights may be any finite numbers, negative or above 1 included (I - W style
+# combinations); NaN and infinity are refused.
 const WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_VERSION = 1
 
 struct weft_neighbor_allreduce_options
@@ -958,7 +960,8 @@ function weft_win_update_options(;
         num_neighbors, neighbor_ranks, neighbor_weights, reset, require_mutex)
 end
 
-# zero_init: buffers start as zeros instead of copies of x. transport: "mpi" (MPI RMA) or
+# zero_init: buffers start as zeros instead of copies of x (the associated p: 1 for this
+# rank, 0 for every neighbor buffer, either way). transport: "mpi" (MPI RMA) or
 # "ucx" (UCX RDMA); NULL or "": WEFT_TRANSPORT. Every rank must choose the same.
 const WEFT_WIN_CREATE_OPTIONS_VERSION = 1
 
