@@ -202,15 +202,18 @@ def get_skip_negotiate_stage():
 # ---- collectives ----------------------------------------------------------------------------
 
 
-_machine_ranks = {}  # this machine's ranks, gathered once
+_machine_ranks = {}  # this machine's ranks, gathered once per process layout
 
 
 def _local_ranks():
-    if "ranks" not in _machine_ranks:
+    # Keyed by the layout, so that a shutdown() and init() with other machines (say a new
+    # BLUEFOG_NODES_PER_MACHINE) gathers again; every rank sees a new layout alike.
+    layout = (size(), machine_size(), machine_rank(), local_size(), local_rank())
+    if layout not in _machine_ranks:
         mine = np.array([machine_rank()], dtype=np.int64)
         machines = _weft.allgather(mine, name="weft.torch.machine_ranks")
-        _machine_ranks["ranks"] = [r for r in range(size()) if machines[r] == machine_rank()]
-    return _machine_ranks["ranks"]
+        _machine_ranks[layout] = [r for r in range(size()) if machines[r] == machine_rank()]
+    return _machine_ranks[layout]
 
 
 def _allreduce_args(is_hierarchical_local):

@@ -324,6 +324,23 @@ def test_bluefog_environment_variables_stand_for_weft_settings(monkeypatch):
     assert weft.config_get("WEFT_FUSION_THRESHOLD_BYTES") == "99"
 
 
+def test_bluefog_nodes_per_machine_may_leave_the_last_machine_short(monkeypatch):
+    # Bluefog's own hierarchical tests set 2 and run on any number of ranks.
+    n, me = bf.size(), bf.rank()
+    weft.shutdown()
+    monkeypatch.delenv("WEFT_RANKS_PER_MACHINE", raising=False)
+    monkeypatch.setenv("BLUEFOG_NODES_PER_MACHINE", "2")
+    try:
+        bf.init()
+        assert bf.local_rank() == me % 2
+        assert bf.local_size() == (2 if me < n - n % 2 else 1)
+        assert bf.machine_rank() == me // 2 and bf.machine_size() == (n + 1) // 2
+    finally:
+        weft.shutdown()
+        monkeypatch.delenv("BLUEFOG_NODES_PER_MACHINE")
+        weft.init()  # the session's own state
+
+
 def test_int16_tensors_like_every_other_integer():
     n, me = bf.size(), bf.rank()
     x = torch.full((5,), me + 1, dtype=torch.int16)
