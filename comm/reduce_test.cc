@@ -45,6 +45,7 @@ class Buffer {
       case DType::kInt32: Put<int32_t>(p, static_cast<int32_t>(v)); break;
       case DType::kInt64: Put<int64_t>(p, static_cast<int64_t>(v)); break;
       case DType::kInt8: Put<int8_t>(p, static_cast<int8_t>(v)); break;
+      case DType::kInt16: Put<int16_t>(p, static_cast<int16_t>(v)); break;
       case DType::kUInt8: Put<uint8_t>(p, static_cast<uint8_t>(v)); break;
     }
     EXPECT_EQ(Get(i), v) << DTypeName(dtype_) << " cannot hold " << v;
@@ -60,6 +61,7 @@ class Buffer {
       case DType::kInt32: return Take<int32_t>(p);
       case DType::kInt64: return static_cast<double>(Take<int64_t>(p));
       case DType::kInt8: return Take<int8_t>(p);
+      case DType::kInt16: return Take<int16_t>(p);
       case DType::kUInt8: return Take<uint8_t>(p);
     }
     return NAN;

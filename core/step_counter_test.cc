@@ -230,7 +230,9 @@ TEST(StepCounter, AgreesWithTheReferenceOnRandomSequences) {
           ASSERT_TRUE(e.ok());
           warned |= *e == Event::kMisuse;
           launched |= *e == Event::kCommunicate;
-          if (!counted) ASSERT_EQ(*e, Event::kIgnored);
+          if (!counted) {
+            ASSERT_EQ(*e, Event::kIgnored);
+          }
         }
         ASSERT_EQ(warned, want == Event::kMisuse) << "trial " << trial << " op " << op;
         ASSERT_EQ(launched, want == Event::kCommunicate) << "trial " << trial << " op " << op;
