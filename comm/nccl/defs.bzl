@@ -38,7 +38,10 @@ def weft_nccl_backend():
             "if [ -z \"$$NVCC\" ]; then",
             "echo 'weft: nvcc not found at {} nor on PATH; the NCCL backend needs it (set WEFT_CUDA_HOME to the CUDA toolkit)' >&2;".format(nvcc),
             "exit 1; fi;",
-            "\"$$NVCC\" -std=c++17 -O3 --fmad=false -Xcompiler -fPIC -I.",
+            # The include root is the repository's own, also when weft is an external
+            # repository (external/weft/comm/nccl/kernels.h: -Iexternal/weft).
+            "ROOT=$$(dirname $(location kernels.h))/../..;",
+            "\"$$NVCC\" -std=c++17 -O3 --fmad=false -Xcompiler -fPIC -I$$ROOT",
             gencode,
             "-lib -o $(location libweft_nccl_kernels.a) $(location kernels.cu)",
             "&& cp $(location libweft_nccl_kernels.a) $(location libweft_nccl_kernels.pic.a)",

@@ -9,7 +9,9 @@ def _static_bundle_impl(ctx):
         for linker_input in dep[CcInfo].linking_context.linker_inputs.to_list():
             for lib in linker_input.libraries:
                 archive = lib.pic_static_library or lib.static_library
-                if archive == None or archive.owner.workspace_name != "":
+                # This repository's archives only: "" when weft is the main workspace,
+                # "weft" when it is another's dependency.
+                if archive == None or archive.owner.workspace_name != ctx.label.workspace_name:
                     continue
                 if archive.path not in seen:
                     seen[archive.path] = True

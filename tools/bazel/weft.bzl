@@ -1,6 +1,16 @@
 """Project macros: the common options in one place, and tests expanded over rank counts."""
 
-WEFT_COPTS = ["-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
+# Every C++ target of weft carries its language level and warnings itself, so that a
+# workspace depending on @weft builds it without weft's .bazelrc.
+WEFT_COPTS = [
+    "-std=c++17",
+    "-O2",
+    "-Wall",
+    "-Wextra",
+    "-Wno-sign-compare",
+    "-Wno-unused-parameter",
+    "-Wno-missing-field-initializers",
+]
 
 def weft_cc_library(name, copts = [], **kwargs):
     native.cc_library(name = name, copts = WEFT_COPTS + copts, **kwargs)
