@@ -171,15 +171,32 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                             f"{type(optimizer).__name__}")
         if isinstance(optimizer, _DistributedOptimizer):
             raise TypeError(f"{what}: the optimizer is already a distributed optimizer")
-        if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"{what}: expected the model as a torch.nn.Module, got "
-                            f"{type(model).__name__}")
+        # As in Bluefog, `model` may also be a list of models trained together (say a
+        # generator and a discriminator): each model's forward computations are counted for
+        # its own parameters.
+        models = list(model) if isinstance(model, (list, tuple)) else [model]
+        if not models or not all(isinstance(m, torch.nn.Module) for m in models):
+            raise TypeError(f"{what}: expected the model as a torch.nn.Module or a non-empty "
+                            f"list of them, got {type(model).__name__}")
         self._id = next(_optimizer_ids)  # before anything can fail: the same k everywhere
         self._prefix = f"weft.opt{self._id}"
         self.model = model
-        self._named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+        self._models = models
+        self._named = []
+        self._model_params = []  # per model: the indices into _named of its parameters
+        seen = {}
+        for k, m in enumerate(models):
+            mine = []
+            for name, p in m.named_parameters():
+                if not p.requires_grad:
+                    continue
+                if id(p) not in seen:  # a parameter shared by two models is one unit
+                    seen[id(p)] = len(self._named)
+                    self._named.append((name if len(models) == 1 else f"{k}.{name}", p))
+                mine.append(seen[id(p)])
+            self._model_params.append(mine)
         self._names = [f"{self._prefix}.{name}" for name, _ in self._named]
-        units = len(self._named) if self._COUNTS == "backward" else 1
+        units = len(self._named) if self._COUNTS == "backward" else len(models)
         # Validates J (InvalidArgumentError, a ValueError) before any collective.
         self._counter = StepCounter(num_steps_per_communication, self._COUNTS, max(units, 1))
         held = {id(p) for group in optimizer.param_groups for p in group["params"]}
@@ -216,8 +233,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _register_hooks(self):
         ref = weakref.ref(self)
         if self._COUNTS == "forward":
-            self._hook_handles.append(
-                self.model.register_forward_hook(_hook_caller(ref, "_on_forward")))
+            for k, m in enumerate(self._models):
+                self._hook_handles.append(
+                    m.register_forward_hook(_hook_caller(ref, "_on_forward", k)))
             return
         with torch.enable_grad():
             for i, (_, p) in enumerate(self._named):
@@ -226,9 +244,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     accumulator.register_hook(_hook_caller(ref, "_on_backward", i)))
                 self._grad_accumulators.append(accumulator)
 
-    def _on_forward(self):
-        counted = torch.is_grad_enabled() and any(p.requires_grad for _, p in self._named)
-        self._on_event(0, self._counter.computation(0, counted))
+    def _on_forward(self, k):
+        # As Bluefog's hooks, a model in eval mode is not training: its forward passes (a
+        # test loop without torch.no_grad()) neither count nor communicate.
+        counted = (torch.is_grad_enabled() and self._models[k].training and
+                   any(self._named[i][1].requires_grad for i in self._model_params[k]))
+        self._on_event(k, self._counter.computation(k, counted))
 
     def _on_backward(self, index):
         # Runs after the parameter's gradient was accumulated.
@@ -236,7 +257,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _on_event(self, unit, event):
         if event == "communicate":
-            self._launch([unit] if self._COUNTS == "backward" else range(len(self._named)))
+            self._launch([unit] if self._COUNTS == "backward" else self._model_params[unit])
         elif event == "misuse":
             _warn_misuse(self._counter.misuse_warning)
 

@@ -276,6 +276,58 @@ def test_deprecated_optimizers_warn_and_adapt_with_combine():
     opt.close()
 
 
+def _train_eval_train(eval_without_no_grad):
+    model = _model()
+    bf.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = bf.DistributedAdaptWithCombineOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                                  model, bf.CommunicationType.allreduce)
+    x = torch.full((3, 4), float(bf.rank() + 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a StepCountWarning fails the test
+        for epoch in range(2):
+            model.train()
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            model.eval()  # a test loop, as Bluefog's examples write it
+            if eval_without_no_grad:
+                model(x)
+                model(x)
+            else:
+                with torch.no_grad():
+                    model(x)
+    opt.close()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def test_forward_passes_in_eval_mode_neither_count_nor_communicate():
+    # Bluefog's hooks skip modules that are not training: the same numbers as under no_grad.
+    for a, b in zip(_train_eval_train(True), _train_eval_train(False)):
+        assert torch.equal(a, b)
+
+
+def test_an_optimizer_over_a_list_of_models_communicates_each():
+    n, me = bf.size(), bf.rank()
+    bf.set_topology(topology_util.ExponentialGraph(n))
+    models = [torch.nn.Linear(2, 2), torch.nn.Linear(3, 1)]
+    for m in models:
+        for p in m.parameters():
+            p.data.fill_(me + 1.0)
+    params = [p for m in models for p in m.parameters()]
+    opt = bf.DistributedAdaptWithCombineOptimizer(torch.optim.SGD(params, lr=0.0), models,
+                                                  bf.CommunicationType.neighbor_allreduce)
+    for m in models:
+        m(torch.ones(1, m.in_features)).sum().backward()
+    opt.step()
+    ins = bf.in_neighbor_ranks()
+    expected = (me + 1.0 + sum(j + 1.0 for j in ins)) / (len(ins) + 1)
+    for p in params:
+        assert torch.allclose(p.detach(), torch.full_like(p, expected))
+    opt.close()
+    with pytest.raises(TypeError):
+        bf.DistributedAdaptWithCombineOptimizer(torch.optim.SGD(params, lr=0.0), [])
+
+
 def test_win_put_optimizer_window_prefix_and_unregister():
     model = _model()
     opt = bf.DistributedWinPutOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model,
