@@ -19,6 +19,8 @@ weft.WeftError subclasses carrying the status code and weft's message.
 
 import contextlib as _contextlib
 import operator as _operator
+import os as _os
+import sys as _sys
 import warnings as _warnings
 
 from . import _errors
@@ -44,6 +46,27 @@ _NUMPY, _TORCH = _tensors.NUMPY, _tensors.TORCH
 def init():
     """Starts MPI (unless the program did) and weft's engine. Collective."""
     _c.weft_init()
+
+
+def _end_job_on_uncaught_exception(kind, value, traceback, _previous=_sys.excepthook):
+    # A rank that dies of an exception would otherwise run weft's shutdown at exit, which
+    # waits for every rank, while the others wait in their next op for this one: the job
+    # would hang forever. Print the error, then leave without MPI_Finalize: Open MPI's
+    # launcher sees a rank that exited without finalizing and ends the whole job.
+    _previous(kind, value, traceback)
+    interactive = hasattr(_sys, "ps1") or _sys.flags.interactive
+    if interactive or not is_initialized() or size() < 2:
+        return
+    try:
+        _sys.stderr.write(f"weft: rank {rank()} ends the job: an uncaught {kind.__name__} "
+                          f"(the other ranks would wait for this one forever)\n")
+        _sys.stdout.flush()
+        _sys.stderr.flush()
+    finally:
+        _os._exit(1)
+
+
+_sys.excepthook = _end_job_on_uncaught_exception
 
 
 def shutdown():
