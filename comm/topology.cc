@@ -232,10 +232,13 @@ StatusOr<Topology> ExponentialTwoGraph(int size) { return ExponentialGraph(size,
 StatusOr<Topology> SymmetricExponentialGraph(int size, int base) {
   WEFT_RETURN_IF_ERROR(CheckSize("SymmetricExponentialGraph", size));
   WEFT_RETURN_IF_ERROR(CheckBase("SymmetricExponentialGraph", base));
+  // Offset d links when its distance around the ring, min(d, size - d), is a power of the
+  // base (1 included), as Bluefog defines it; so d and size - d link together.
+  const std::vector<int> powers = PowersBelow(size, base);
   std::vector<int64_t> offsets;
-  for (int p : PowersBelow(size, base)) {
-    offsets.push_back(p);
-    offsets.push_back(-static_cast<int64_t>(p));
+  for (int d = 1; d < size; ++d) {
+    const int distance = std::min(d, size - d);
+    if (std::find(powers.begin(), powers.end(), distance) != powers.end()) offsets.push_back(d);
   }
   return CirculantEqualWeights(size, offsets);
 }

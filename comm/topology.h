@@ -66,6 +66,8 @@ RecvWeights GetSendWeights(const Topology& topo, int rank);
 // Generators. Each returns InvalidArgument for sizes or parameters that make no sense.
 StatusOr<Topology> ExponentialGraph(int size, int base = 2);
 StatusOr<Topology> ExponentialTwoGraph(int size);
+// i links to i + d for every offset d whose distance around the ring, min(d, size - d), is
+// a power of `base` (1, base, base^2, ...); equal weights (Bluefog's definition).
 StatusOr<Topology> SymmetricExponentialGraph(int size, int base = 4);
 // `shape` (rows, cols) with rows * cols == size; default: rows = the largest divisor of
 // size not above sqrt(size).

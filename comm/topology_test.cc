@@ -290,6 +290,14 @@ TEST(SymmetricExponentialGraph, EdgesAndWeights) {
   EXPECT_EQ(twenty.out_neighbors(0), (Ranks{1, 4, 16, 19}));
   EXPECT_DOUBLE_EQ(twenty.self_weight(0), 0.2);
 
+  // Distances around the ring, not offsets, are powers of the base: on 6 ranks offsets 2
+  // and 4 are at distance 2, so only +-1 link; on 24, offset 16 is at distance 8.
+  Topology six = Make(SymmetricExponentialGraph(6));
+  EXPECT_EQ(six.out_neighbors(0), (Ranks{1, 5}));
+  EXPECT_DOUBLE_EQ(six.weight(0, 5), 1.0 / 3);
+  Topology twenty_four = Make(SymmetricExponentialGraph(24));
+  EXPECT_EQ(twenty_four.out_neighbors(0), (Ranks{1, 4, 20, 23}));
+
   Topology base2 = Make(SymmetricExponentialGraph(8, 2));  // +-1, +-2, +-4
   EXPECT_EQ(base2.out_neighbors(0), (Ranks{1, 2, 4, 6, 7}));
   EXPECT_DOUBLE_EQ(base2.weight(0, 6), 1.0 / 6);

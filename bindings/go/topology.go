@@ -66,8 +66,9 @@ func ExponentialTwoGraph(n int) (*Topology, error) {
 	})
 }
 
-// SymmetricExponentialGraph connects i with i +- base^k (an undirected circulant graph),
-// equal weights per row. Bluefog's default base is 4.
+// SymmetricExponentialGraph connects i with i + d for every offset d whose distance
+// around the ring, min(d, n-d), is a power of base (1 included): an undirected circulant
+// graph, equal weights per row, as Bluefog defines it. Bluefog's default base is 4.
 func SymmetricExponentialGraph(n, base int) (*Topology, error) {
 	return newTopology(func(out *topoHandle) cstatus {
 		return cweft.Weft_topology_symmetric_exponential(out, n, base)

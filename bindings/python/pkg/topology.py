@@ -168,7 +168,8 @@ def ExponentialGraph(size, base=2):
 
 
 def SymmetricExponentialGraph(size, base=4):
-    """Rank i connects to i +- base^k (an undirected circulant); equal weights."""
+    """Rank i connects to i + d for every offset d whose distance around the ring,
+    min(d, size - d), is a power of base (1 included); equal weights. Bluefog's graph."""
     return _graph(_c.weft_topology_symmetric_exponential(int(size), int(base)))
 
 

@@ -1229,7 +1229,7 @@ ExponentialTwoGraph(n::Integer) =
 ExponentialGraph(n::Integer; base::Integer=2) =
     _new_topology(out -> weft_topology_exponential(out, n, base))
 
-"Rank i connects to i + base^k and i - base^k (mod n); equal weights per row."
+"Rank i connects to i + d (mod n) for every offset d whose distance around the ring, min(d, n - d), is a power of base (1 included); equal weights per row, as Bluefog defines it."
 SymmetricExponentialGraph(n::Integer; base::Integer=4) =
     _new_topology(out -> weft_topology_symmetric_exponential(out, n, base))
 
