@@ -147,8 +147,10 @@ StatusOr<TensorView> TensorView::FromDLTensor(const DLTensor& dl) {
     int64_t span = 0;
     for (int i = 0; i < dl.ndim; ++i) {
       int64_t step = 0;
-      const int64_t stride = strides[i] < 0 ? -strides[i] : strides[i];
-      if (strides[i] == INT64_MIN || __builtin_mul_overflow(stride, shape[i] - 1, &step) ||
+      // INT64_MIN has no negation: test it before taking the magnitude.
+      const bool unrepresentable = strides[i] == INT64_MIN;
+      const int64_t stride = unrepresentable ? 0 : strides[i] < 0 ? -strides[i] : strides[i];
+      if (unrepresentable || __builtin_mul_overflow(stride, shape[i] - 1, &step) ||
           __builtin_mul_overflow(step, item, &step) || __builtin_add_overflow(span, step, &span)) {
         return InvalidArgument("DLTensor of shape ", ShapeToString(shape), " and strides ",
                                ShapeToString(strides), " spans more than 2^63 bytes");
