@@ -19,17 +19,16 @@ weft_status weft_step_counter_create(weft_step_counter** counter,
   return Guard("weft_step_counter_create", [&]() -> weft::Status {
     WEFT_RETURN_IF_ERROR(Required(counter, "weft_step_counter_create", "counter"));
     *counter = nullptr;
-    if (counts != WEFT_COUNT_FORWARD && counts != WEFT_COUNT_BACKWARD) {
-      return weft::InvalidArgument("weft_step_counter_create: counts is ",
-                                   static_cast<int>(counts),
+    const int kind = weft::capi::EnumValue(counts);
+    if (kind != WEFT_COUNT_FORWARD && kind != WEFT_COUNT_BACKWARD) {
+      return weft::InvalidArgument("weft_step_counter_create: counts is ", kind,
                                    "; expected WEFT_COUNT_FORWARD or WEFT_COUNT_BACKWARD");
     }
     WEFT_ASSIGN_OR_RETURN(
         weft::StepCounter c,
         weft::StepCounter::Create(steps_per_communication,
-                                  counts == WEFT_COUNT_FORWARD
-                                      ? weft::StepCounter::Counts::kForward
-                                      : weft::StepCounter::Counts::kBackward,
+                                  kind == WEFT_COUNT_FORWARD ? weft::StepCounter::Counts::kForward
+                                                             : weft::StepCounter::Counts::kBackward,
                                   units));
     *counter = new weft_step_counter{std::move(c)};
     return weft::OkStatus();

@@ -53,13 +53,14 @@ weft::StatusOr<T> Named(weft::StatusOr<T> result, const char* fn) {
   return weft::Annotate(result.status(), fn);
 }
 
-weft::StatusOr<weft::pipe::Strategy> ToStrategy(weft_pipe_strategy s, const char* fn) {
+// `s`: a weft_pipe_strategy as the caller stored it (weft::capi::EnumValue).
+weft::StatusOr<weft::pipe::Strategy> ToStrategy(int s, const char* fn) {
   switch (s) {
     case WEFT_PIPE_STRATEGY_OPTIMAL: return weft::pipe::Strategy::kOptimal;
     case WEFT_PIPE_STRATEGY_GREEDY: return weft::pipe::Strategy::kGreedy;
     case WEFT_PIPE_STRATEGY_EVEN: return weft::pipe::Strategy::kEven;
   }
-  return weft::InvalidArgument(fn, ": strategy is ", static_cast<int>(s),
+  return weft::InvalidArgument(fn, ": strategy is ", s,
                                "; expected WEFT_PIPE_STRATEGY_OPTIMAL, _GREEDY or _EVEN");
 }
 
@@ -116,7 +117,7 @@ weft_status weft_pipe_partition(int* boundaries, size_t capacity, size_t* count,
   static const char* fn = "weft_pipe_partition";
   return Guard(fn, [&]() -> weft::Status {
     WEFT_ASSIGN_OR_RETURN(auto values, Doubles(costs, num_layers, fn, "costs"));
-    WEFT_ASSIGN_OR_RETURN(auto s, ToStrategy(strategy, fn));
+    WEFT_ASSIGN_OR_RETURN(auto s, ToStrategy(weft::capi::EnumValue(strategy), fn));
     WEFT_ASSIGN_OR_RETURN(auto partition,
                           Named(weft::pipe::PartitionLayers(values, stages, s), fn));
     WEFT_RETURN_IF_ERROR(CopyOut(partition.boundaries, boundaries, capacity, count, fn));
@@ -142,7 +143,7 @@ weft_status weft_pipe_plan_create(weft_pipe_plan** plan, const double* sizes,
       o.cluster.devices_per_machine = options->devices_per_machine;
       o.k0 = options->k0;
       o.lambda = options->lambda;
-      WEFT_ASSIGN_OR_RETURN(o.strategy, ToStrategy(options->strategy, fn));
+      WEFT_ASSIGN_OR_RETURN(o.strategy, ToStrategy(weft::capi::EnumValue(options->strategy), fn));
       o.micro_batches = options->micro_batches;
     }
     WEFT_ASSIGN_OR_RETURN(auto values, Doubles(sizes, num_layers, fn, "sizes"));
@@ -217,13 +218,14 @@ weft_status weft_pipe_schedule_bubble(double* bubble, int* cycles, weft_pipe_sch
   static const char* fn = "weft_pipe_schedule_bubble";
   return Guard(fn, [&]() -> weft::Status {
     WEFT_RETURN_IF_ERROR(Required(bubble, fn, "bubble"));
-    if (kind != WEFT_PIPE_SCHEDULE_GPIPE && kind != WEFT_PIPE_SCHEDULE_1F1B) {
-      return weft::InvalidArgument(fn, ": kind is ", static_cast<int>(kind),
+    const int k = weft::capi::EnumValue(kind);
+    if (k != WEFT_PIPE_SCHEDULE_GPIPE && k != WEFT_PIPE_SCHEDULE_1F1B) {
+      return weft::InvalidArgument(fn, ": kind is ", k,
                                    "; expected WEFT_PIPE_SCHEDULE_GPIPE or _1F1B");
     }
     WEFT_ASSIGN_OR_RETURN(
         auto schedule,
-        Named(weft::pipe::MakeSchedule(kind == WEFT_PIPE_SCHEDULE_GPIPE
+        Named(weft::pipe::MakeSchedule(k == WEFT_PIPE_SCHEDULE_GPIPE
                                            ? weft::pipe::ScheduleKind::kGPipe
                                            : weft::pipe::ScheduleKind::kOneFOneB,
                                        stages, micro_batches),

@@ -87,11 +87,11 @@ weft::Status ToTrainerOptions(const weft_pipe_trainer_options& c, const char* fn
   o->cache = Bool(c.cache, fn, "cache", &status);
   WEFT_RETURN_IF_ERROR(status);
   o->cache_dir = c.cache_dir == nullptr ? "" : c.cache_dir;
-  switch (c.schedule) {
+  switch (weft::capi::EnumValue(c.schedule)) {
     case WEFT_PIPE_SCHEDULE_GPIPE: o->schedule = pipe::ScheduleKind::kGPipe; break;
     case WEFT_PIPE_SCHEDULE_1F1B: o->schedule = pipe::ScheduleKind::kOneFOneB; break;
     default:
-      return weft::InvalidArgument(fn, ": options->schedule is ", static_cast<int>(c.schedule),
+      return weft::InvalidArgument(fn, ": options->schedule is ", weft::capi::EnumValue(c.schedule),
                                    "; expected WEFT_PIPE_SCHEDULE_GPIPE or _1F1B");
   }
   if (c.micro_batches < 0) {
@@ -116,7 +116,7 @@ weft::Status ToTrainerOptions(const weft_pipe_trainer_options& c, const char* fn
                                  "; expected >= 0");
   }
   const double lr = c.lr, momentum = c.momentum, decay = c.weight_decay;
-  switch (c.optimizer) {
+  switch (weft::capi::EnumValue(c.optimizer)) {
     case WEFT_PIPE_OPTIMIZER_SGD:
       o->make_optimizer = [=](std::vector<at::Tensor> params) {
         return std::unique_ptr<torch::optim::Optimizer>(new torch::optim::SGD(
@@ -137,10 +137,10 @@ weft::Status ToTrainerOptions(const weft_pipe_trainer_options& c, const char* fn
       break;
     default:
       return weft::InvalidArgument(fn, ": options->optimizer is ",
-                                   static_cast<int>(c.optimizer),
+                                   weft::capi::EnumValue(c.optimizer),
                                    "; expected WEFT_PIPE_OPTIMIZER_SGD, _ADAM or _ADAMW");
   }
-  switch (c.loss) {
+  switch (weft::capi::EnumValue(c.loss)) {
     case WEFT_PIPE_LOSS_CROSS_ENTROPY:
       o->loss = [](const at::Tensor& out, const at::Tensor& y) {
         return at::cross_entropy_loss(out, y);
@@ -150,7 +150,7 @@ weft::Status ToTrainerOptions(const weft_pipe_trainer_options& c, const char* fn
       o->loss = [](const at::Tensor& out, const at::Tensor& y) { return at::mse_loss(out, y); };
       break;
     default:
-      return weft::InvalidArgument(fn, ": options->loss is ", static_cast<int>(c.loss),
+      return weft::InvalidArgument(fn, ": options->loss is ", weft::capi::EnumValue(c.loss),
                                    "; expected WEFT_PIPE_LOSS_CROSS_ENTROPY or _MSE");
   }
   o->name = (c.name == nullptr || c.name[0] == '\0') ? "pipe" : c.name;
@@ -292,8 +292,8 @@ weft_status weft_pipe_trainer_create(weft_pipe_trainer** out, const char* torchs
     pipe::TrainerOptions o;
     weft::Status local = ToTrainerOptions(c, fn, &o);
     auto trainer = std::make_unique<weft_pipe_trainer>();
-    trainer->loss = c.loss;
     if (local.ok()) {
+      trainer->loss = c.loss;  // checked by ToTrainerOptions
       auto model = pipe::LayerList::Load(torchscript_path);
       if (model.ok()) {
         trainer->model = *std::move(model);

@@ -24,6 +24,17 @@ struct weft_topology {
 namespace weft {
 namespace capi {
 
+// The integer a C caller stored in an enum-typed argument or field. C lets any int through
+// (WEFT_PIPE_STRATEGY_EVEN + 5 included), but in C++ reading an enum outside its
+// enumerators' range is undefined behaviour, so the checks read the bytes instead.
+template <typename Enum>
+int EnumValue(const Enum& e) {
+  static_assert(sizeof(Enum) == sizeof(int), "C enums are int-sized here");
+  int value;
+  std::memcpy(&value, &e, sizeof value);
+  return value;
+}
+
 // Records `status` as this thread's last error and returns its code (WEFT_OK for OK).
 weft_status Fail(const Status& status);
 weft_status FailInvalid(const std::string& message);
