@@ -190,6 +190,9 @@ TEST_F(Windows, NonblockingPutAndGet) {
   auto g = win_get_nonblocking("w.nb");
   ASSERT_TRUE(g.ok());
   EXPECT_TRUE(wait(*g).ok());
+  // x must outlive the window: other ranks may still be reading it (AddressSanitizer saw a
+  // neighbor's get read x after this rank's test had freed it). win_free waits for them.
+  ASSERT_TRUE(win_free("w.nb").ok());
 }
 
 // Ranks accumulate into rank 0 while rank 0 collects, all under its mutex: nothing lost.
