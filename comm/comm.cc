@@ -446,23 +446,23 @@ Status init() {
   for (const std::string& name : config::Registry::IgnoredBluefogEnvironment()) {
     WEFT_LOG(Info) << name << " is set but weft has no counterpart for it; ignored";
   }
+  // Every rank fails init() when one cannot write its timeline file (a directory missing on
+  // one host): a job that runs on without the timeline it asked for, or with some ranks
+  // gone, is worse than one that stops at once and says why. The setting may differ across
+  // ranks (only some write a timeline), so every rank takes part in the check.
   const std::string timeline = kTimelinePath.Get();
-  if (!timeline.empty()) {
-    // Every rank fails init() when one cannot write its file (a directory missing on one
-    // host): a job that runs on without the timeline it asked for, or with some ranks gone,
-    // is worse than one that stops at once and says why.
-    Status st = state->timeline.Open(TimelineFile(timeline, ctx.rank, ctx.size), ctx.rank,
-                                     absl::StrCat("rank ", ctx.rank));
-    int first_failed = st.ok() ? ctx.size : ctx.rank;
-    MPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (first_failed < ctx.size) {
-      state->timeline.Close();
-      for (MPI_Comm* c : {&ctx.control, &ctx.data, &ctx.local, &ctx.cross}) MPI_Comm_free(c);
-      if (!st.ok()) return Annotate(st, "init: WEFT_TIMELINE");
-      return InvalidArgument("init: WEFT_TIMELINE: rank ", first_failed,
-                             " cannot write its timeline file (see its error); fix the "
-                             "path or unset the variable");
-    }
+  Status st = timeline.empty() ? OkStatus()
+                               : state->timeline.Open(TimelineFile(timeline, ctx.rank, ctx.size),
+                                                      ctx.rank, absl::StrCat("rank ", ctx.rank));
+  int first_failed = st.ok() ? ctx.size : ctx.rank;
+  MPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first_failed < ctx.size) {
+    state->timeline.Close();
+    for (MPI_Comm* c : {&ctx.control, &ctx.data, &ctx.local, &ctx.cross}) MPI_Comm_free(c);
+    if (!st.ok()) return Annotate(st, "init: WEFT_TIMELINE");
+    return InvalidArgument("init: WEFT_TIMELINE: rank ", first_failed,
+                           " cannot write its timeline file (see its error); fix the "
+                           "path or unset the variable");
   }
 
   auto topo = ExponentialGraph(ctx.size);

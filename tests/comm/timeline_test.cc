@@ -64,5 +64,20 @@ TEST(Timeline, AnUnwritablePathOnOneRankFailsInitEverywhere) {
   ASSERT_TRUE(shutdown().ok());
 }
 
+// The setting may differ across ranks: only rank 0 writing a timeline is fine (the check
+// above is collective, so every rank takes part in it, with or without a timeline).
+TEST(Timeline, OnlySomeRanksWritingOneIsFine) {
+  const char* env_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  const int me = env_rank ? std::atoi(env_rank) : 0;
+  const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
+  if (me == 0) setenv("WEFT_TIMELINE", (dir + "/only0.%r.json").c_str(), 1);
+  Status st = init();
+  unsetenv("WEFT_TIMELINE");
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(timeline_active(), me == 0);
+  ASSERT_TRUE(barrier().ok());
+  ASSERT_TRUE(shutdown().ok());
+}
+
 }  // namespace
 }  // namespace weft
