@@ -88,7 +88,7 @@ using weft::capi::Required;
 extern "C" {
 
 const char* weft_status_string(weft_status status) {
-  switch (status) {
+  switch (weft::capi::EnumValue(status)) {  // any int a C caller passed
     case WEFT_OK: return "ok";
     case WEFT_ERR_INVALID_ARGUMENT: return "invalid argument";
     case WEFT_ERR_FAILED_PRECONDITION: return "failed precondition";
