@@ -30,7 +30,9 @@ def weft_dependencies():
       from the copies in weft's third_party/; and rules_java from Debian's
       bazel-rules-java, which Debian's Bazel loads for every build.
 
-    A repository the workspace declared before the call is kept."""
+    rules_cc, remote_coverage_tools and rules_java declared before the call are kept; the
+    system libraries (@torch, @mpi, @absl, @gtest, @dlpack, @ucx, @cuda) are weft's own, so
+    point them elsewhere with the WEFT_*_HOME variables rather than declaring them."""
     existing = native.existing_rules()
     if "rules_cc" not in existing:
         _vendored(name = "rules_cc", directory = "rules_cc")

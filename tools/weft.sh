@@ -101,7 +101,8 @@ run_tests() {
   # Tests always run (never results cached from an earlier run); one line per target.
   bazel test "${BAZEL_FLAGS[@]}" --nocache_test_results --test_summary=short \
     --test_env=WEFT_NODE_MODULES="$WEFT_NODE_DIR/node_modules" \
-    --test_env=CONSUMER_BAZEL_CACHE="$HOME/.cache/weft/consumer" //... "$@" 2>&1 | tee "$log"
+    --test_env=CONSUMER_BAZEL_CACHE="${HOME:-/tmp}/.cache/weft/consumer" //... "$@" 2>&1 |
+    tee "$log"
   local rc=${PIPESTATUS[0]}
   set -e
   # A plain closing line, counted from Bazel's per-target summary.

@@ -1,10 +1,10 @@
 """Project macros: the common options in one place, and tests expanded over rank counts."""
 
 # Every C++ target of weft carries its language level and warnings itself, so that a
-# workspace depending on @weft builds it without weft's .bazelrc.
+# workspace depending on @weft builds it without weft's .bazelrc. The optimization level is
+# the build's (-c opt, --copt): a target's own -O would override -c dbg and the sanitizers'.
 WEFT_COPTS = [
     "-std=c++17",
-    "-O2",
     "-Wall",
     "-Wextra",
     "-Wno-sign-compare",
