@@ -43,9 +43,13 @@ _NUMPY, _TORCH = _tensors.NUMPY, _tensors.TORCH
 # ---- process model -------------------------------------------------------------------------
 
 
+_session = [0]  # how many times init() succeeded in this process: the same on every rank
+
+
 def init():
     """Starts MPI (unless the program did) and weft's engine. Collective."""
     _c.weft_init()
+    _session[0] += 1
 
 
 def _end_job_on_uncaught_exception(kind, value, traceback, _previous=_sys.excepthook):

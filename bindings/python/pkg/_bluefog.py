@@ -202,13 +202,14 @@ def get_skip_negotiate_stage():
 # ---- collectives ----------------------------------------------------------------------------
 
 
-_machine_ranks = {}  # this machine's ranks, gathered once per process layout
+_machine_ranks = {}  # this machine's ranks, gathered once per weft session
 
 
 def _local_ranks():
-    # Keyed by the layout, so that a shutdown() and init() with other machines (say a new
-    # BLUEFOG_NODES_PER_MACHINE) gathers again; every rank sees a new layout alike.
-    layout = (size(), machine_size(), machine_rank(), local_size(), local_rank())
+    # Keyed by the session (init() is collective, so every rank counts the same), so that a
+    # shutdown() and init() with other machines (say a new BLUEFOG_NODES_PER_MACHINE)
+    # gathers again on every rank alike.
+    layout = _weft._session[0]
     if layout not in _machine_ranks:
         mine = np.array([machine_rank()], dtype=np.int64)
         machines = _weft.allgather(mine, name="weft.torch.machine_ranks")

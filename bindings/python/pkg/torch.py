@@ -257,7 +257,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _on_event(self, unit, event):
         if event == "communicate":
-            self._launch([unit] if self._COUNTS == "backward" else self._model_params[unit])
+            if self._COUNTS == "backward":
+                self._launch([unit])
+            else:  # a parameter shared by two models is launched by the first to count down
+                self._launch([i for i in self._model_params[unit] if i not in self._pending])
         elif event == "misuse":
             _warn_misuse(self._counter.misuse_warning)
 

@@ -326,6 +326,19 @@ def test_an_optimizer_over_a_list_of_models_communicates_each():
     opt.close()
     with pytest.raises(TypeError):
         bf.DistributedAdaptWithCombineOptimizer(torch.optim.SGD(params, lr=0.0), [])
+    # Two models sharing a layer: the shared parameters communicate once per round.
+    shared = torch.nn.Linear(2, 2)
+    pair = [torch.nn.Sequential(shared, torch.nn.Linear(2, 1)),
+            torch.nn.Sequential(shared, torch.nn.Linear(2, 3))]
+    params = list({id(p): p for m in pair for p in m.parameters()}.values())
+    opt = bf.DistributedAdaptWithCombineOptimizer(torch.optim.SGD(params, lr=0.1), pair,
+                                                  bf.CommunicationType.allreduce)
+    for _ in range(2):
+        opt.zero_grad()
+        for m in pair:
+            m(torch.ones(1, 2)).sum().backward()
+        opt.step()
+    opt.close()
 
 
 def test_win_put_optimizer_window_prefix_and_unregister():
