@@ -399,8 +399,7 @@ Status init() {
   const int64_t per_machine = kRanksPerMachine.Get();
   // Bluefog's BLUEFOG_NODES_PER_MACHINE leaves the last machine short when the ranks do not
   // fill it (its tests set 2 and run on 1 or 3 ranks); weft's own setting must divide.
-  const bool from_bluefog = std::getenv("WEFT_RANKS_PER_MACHINE") == nullptr &&
-                            std::getenv("BLUEFOG_NODES_PER_MACHINE") != nullptr;
+  const bool from_bluefog = config::Registry::Global().FromAlias(kRanksPerMachine.name());
   if (per_machine > 0 && ctx.size % per_machine != 0 && from_bluefog) {
     if (ctx.rank == 0) {
       WEFT_LOG(Warning) << "BLUEFOG_NODES_PER_MACHINE=" << per_machine << " does not divide the "

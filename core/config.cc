@@ -114,6 +114,16 @@ std::string Registry::AliasOf(const std::string& name) {
   return alias != nullptr ? alias->bluefog : "";
 }
 
+bool Registry::FromAlias(const std::string& name) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (overrides_.count(name) != 0) return false;
+  }
+  const BluefogAlias* alias = AliasFor(name);
+  return alias != nullptr && std::getenv(name.c_str()) == nullptr &&
+         std::getenv(alias->bluefog) != nullptr;
+}
+
 std::vector<std::string> Registry::IgnoredBluefogEnvironment() {
   std::vector<std::string> ignored;
   for (const std::string& name : EnvironmentNames("BLUEFOG_")) {
@@ -263,12 +273,11 @@ Status Setting::Load() {
   Parse(default_text_);
   if (raw == nullptr) return OkStatus();
   const std::string alias = Registry::AliasOf(name_);
-  const char* theirs = alias.empty() ? nullptr : std::getenv(alias.c_str());
-  return InvalidArgument(name_, "='", raw, "' is not valid: expected ", expected(), " (default ",
-                         default_text_, ")",
-                         theirs != nullptr && std::getenv(name_.c_str()) == nullptr
-                             ? absl::StrCat("; it comes from ", alias, "='", theirs, "'")
-                             : "");
+  return InvalidArgument(
+      name_, "='", raw, "' is not valid: expected ", expected(), " (default ", default_text_, ")",
+      Registry::Global().FromAlias(name_)
+          ? absl::StrCat("; it comes from ", alias, "='", std::getenv(alias.c_str()), "'")
+          : "");
 }
 
 void Setting::EnsureLoaded() const {

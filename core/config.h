@@ -64,6 +64,9 @@ class Registry {
   // themselves (BLUEFOG_FUSION_THRESHOLD for WEFT_FUSION_THRESHOLD_BYTES, ...; the table is
   // in config.cc and README.md). The Bluefog name standing for `name`, or "".
   static std::string AliasOf(const std::string& name);
+  // Whether `name`'s value in force comes from its Bluefog alias: no override, no variable
+  // of weft's own name, and the Bluefog one set.
+  bool FromAlias(const std::string& name) const;
   // BLUEFOG_* variables in the environment that weft has no counterpart for.
   static std::vector<std::string> IgnoredBluefogEnvironment();
 

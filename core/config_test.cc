@@ -129,15 +129,21 @@ TEST(Config, BluefogVariablesAreAliases) {
   setenv("BLUEFOG_LOG_LEVEL", "FATAL", 1);  // weft's highest level is error
   ASSERT_TRUE(r.Reload().ok());
   EXPECT_EQ(*r.GetText("WEFT_LOG_LEVEL"), "error");
+  EXPECT_TRUE(r.FromAlias("WEFT_LOG_LEVEL"));
   setenv("BLUEFOG_LOG_LEVEL", "chatty", 1);  // Bluefog maps what it does not know to warning
   EXPECT_EQ(*r.GetText("WEFT_LOG_LEVEL"), "warning");
+  ASSERT_TRUE(r.Set("WEFT_LOG_LEVEL", "info").ok());  // an override wins
+  EXPECT_FALSE(r.FromAlias("WEFT_LOG_LEVEL"));
+  r.Unset("WEFT_LOG_LEVEL");
   setenv("WEFT_LOG_LEVEL", "debug", 1);  // weft's own wins
   EXPECT_EQ(*r.GetText("WEFT_LOG_LEVEL"), "debug");
+  EXPECT_FALSE(r.FromAlias("WEFT_LOG_LEVEL"));
   unsetenv("WEFT_LOG_LEVEL");
   unsetenv("BLUEFOG_LOG_LEVEL");
   ASSERT_TRUE(r.Reload().ok());
   EXPECT_EQ(Registry::AliasOf("WEFT_FUSION_THRESHOLD_BYTES"), "BLUEFOG_FUSION_THRESHOLD");
   EXPECT_EQ(Registry::AliasOf("WEFT_TEST_INT"), "");
+  EXPECT_FALSE(r.FromAlias("WEFT_TEST_INT"));
 
   setenv("BLUEFOG_MAX_WIN_SENT_LENGTH", "10", 1);
   setenv("BLUEFOG_TIMELINE", "/tmp/t", 1);
