@@ -430,12 +430,30 @@ Status init() {
   MPI_Bcast(machine, 2, MPI_INT, 0, ctx.local);
   ctx.machine_rank = machine[0];
   ctx.machine_size = machine[1];
+  // Every rank fails init() when one cannot write its timeline file (a directory missing on
+  // one host): a job that runs on without the timeline it asked for, or with some ranks
+  // gone, is worse than one that stops at once and says why. The setting may differ across
+  // ranks (only some write a timeline), so every rank takes part, in the allreduce below.
+  const std::string timeline = kTimelinePath.Get();
+  Status timeline_status = timeline.empty()
+                               ? OkStatus()
+                               : state->timeline.Open(TimelineFile(timeline, ctx.rank, ctx.size),
+                                                      ctx.rank, absl::StrCat("rank ", ctx.rank));
   // Homogeneous: the same local_size everywhere (min == max) and rank = machine * local_size
-  // + local_rank on every rank.
-  int shape[3] = {ctx.local_size, -ctx.local_size,
-                  ctx.rank == ctx.machine_rank * ctx.local_size + ctx.local_rank ? 1 : 0};
-  MPI_Allreduce(MPI_IN_PLACE, shape, 3, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  // + local_rank on every rank. The last entry: the lowest rank whose timeline failed.
+  int shape[4] = {ctx.local_size, -ctx.local_size,
+                  ctx.rank == ctx.machine_rank * ctx.local_size + ctx.local_rank ? 1 : 0,
+                  timeline_status.ok() ? ctx.size : ctx.rank};
+  MPI_Allreduce(MPI_IN_PLACE, shape, 4, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   ctx.homogeneous = shape[0] == -shape[1] && shape[2] == 1;
+  if (const int first_failed = shape[3]; first_failed < ctx.size) {
+    state->timeline.Close();
+    for (MPI_Comm* c : {&ctx.control, &ctx.data, &ctx.local, &ctx.cross}) MPI_Comm_free(c);
+    if (!timeline_status.ok()) return Annotate(timeline_status, "init: WEFT_TIMELINE");
+    return InvalidArgument("init: WEFT_TIMELINE: rank ", first_failed,
+                           " cannot write its timeline file (see its error); fix the "
+                           "path or unset the variable");
+  }
 
   log::SetPrefix(absl::StrCat("weft ", ctx.rank, "/", ctx.size));
   WEFT_LOG(Debug) << "settings in force:\n" << config::Registry::Global().Describe();
@@ -444,24 +462,6 @@ Status init() {
   }
   for (const std::string& name : config::Registry::IgnoredBluefogEnvironment()) {
     WEFT_LOG(Info) << name << " is set but weft has no counterpart for it; ignored";
-  }
-  // Every rank fails init() when one cannot write its timeline file (a directory missing on
-  // one host): a job that runs on without the timeline it asked for, or with some ranks
-  // gone, is worse than one that stops at once and says why. The setting may differ across
-  // ranks (only some write a timeline), so every rank takes part in the check.
-  const std::string timeline = kTimelinePath.Get();
-  Status st = timeline.empty() ? OkStatus()
-                               : state->timeline.Open(TimelineFile(timeline, ctx.rank, ctx.size),
-                                                      ctx.rank, absl::StrCat("rank ", ctx.rank));
-  int first_failed = st.ok() ? ctx.size : ctx.rank;
-  MPI_Allreduce(MPI_IN_PLACE, &first_failed, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (first_failed < ctx.size) {
-    state->timeline.Close();
-    for (MPI_Comm* c : {&ctx.control, &ctx.data, &ctx.local, &ctx.cross}) MPI_Comm_free(c);
-    if (!st.ok()) return Annotate(st, "init: WEFT_TIMELINE");
-    return InvalidArgument("init: WEFT_TIMELINE: rank ", first_failed,
-                           " cannot write its timeline file (see its error); fix the "
-                           "path or unset the variable");
   }
 
   auto topo = ExponentialGraph(ctx.size);
