@@ -5,14 +5,8 @@
 # `bazel build //bindings/python:weft` with PYTHONPATH=bazel-bin/bindings/python.
 set -euo pipefail
 np=$1
-if [ -d bindings/python/weft ]; then
-  export PYTHONPATH="$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH}"
-fi
-# As tests/mpirun_test.sh: short session paths, root allowed, loopback only.
-export TMPDIR=/tmp
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo
-export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_pml=ob1
+# shellcheck source=bindings/python/tests/launch_env.sh
+source bindings/python/tests/launch_env.sh
 # A rank that fails an assertion stops calling collectives; the others then get a stall
 # error instead of waiting forever.
 export WEFT_STALL_TIMEOUT_SECONDS=${WEFT_STALL_TIMEOUT_SECONDS:-120}

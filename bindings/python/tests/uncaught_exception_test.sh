@@ -3,13 +3,8 @@
 # never calls, with no stall timeout: the job must end at once, showing the traceback,
 # instead of hanging in weft's collective shutdown at exit.
 set -uo pipefail
-if [ -d bindings/python/weft ]; then
-  export PYTHONPATH="$PWD/bindings/python${PYTHONPATH:+:$PYTHONPATH}"
-fi
-export TMPDIR=/tmp
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo
-export OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_pml=ob1
+# shellcheck source=bindings/python/tests/launch_env.sh
+source bindings/python/tests/launch_env.sh
 unset WEFT_STALL_TIMEOUT_SECONDS
 start=$(date +%s)
 out=$(timeout 120 tools/weftrun -np 2 --no-host-check --mpi-args "--oversubscribe --bind-to none" \
