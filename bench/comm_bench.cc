@@ -446,17 +446,16 @@ void BenchAllgather(Buffers& b) {
 void RawNeighborAllreduce(const float* in, float* out, size_t count, const std::vector<int>& send,
                           const std::vector<int>& recv, double self_weight,
                           const std::vector<double>& recv_weights,
-                          std::vector<std::vector<float>>& bufs) {
+                          std::vector<std::vector<float>>& bufs, MPI_Comm comm = MPI_COMM_WORLD) {
   std::vector<MPI_Request> reqs(send.size() + recv.size());
   size_t k = 0;
   for (size_t j = 0; j < recv.size(); ++j) {
-    CheckMpi(MPI_Irecv(bufs[j].data(), static_cast<int>(count), MPI_FLOAT, recv[j], kRawTag,
-                       MPI_COMM_WORLD, &reqs[k++]),
+    CheckMpi(MPI_Irecv(bufs[j].data(), static_cast<int>(count), MPI_FLOAT, recv[j], kRawTag, comm,
+                       &reqs[k++]),
              "MPI_Irecv");
   }
   for (int dst : send) {
-    CheckMpi(MPI_Isend(in, static_cast<int>(count), MPI_FLOAT, dst, kRawTag, MPI_COMM_WORLD,
-                       &reqs[k++]),
+    CheckMpi(MPI_Isend(in, static_cast<int>(count), MPI_FLOAT, dst, kRawTag, comm, &reqs[k++]),
              "MPI_Isend");
   }
   CheckMpi(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE),
@@ -650,27 +649,8 @@ void BenchHierarchical(Buffers& b) {
       if (local_rank == 0) {
         // The machine ranks of the cross communicator are weft's machine ranks (both
         // order machines by their lowest rank).
-        std::vector<float> sum(out, out + count);
-        std::vector<MPI_Request> reqs;
-        for (size_t j = 0; j < in_m.size(); ++j) {
-          reqs.emplace_back();
-          CheckMpi(MPI_Irecv(b.recv[j].data(), static_cast<int>(count), MPI_FLOAT, in_m[j], kRawTag,
-                             cross, &reqs.back()),
-                   "MPI_Irecv");
-        }
-        for (int dst : out_m) {
-          reqs.emplace_back();
-          CheckMpi(MPI_Isend(sum.data(), static_cast<int>(count), MPI_FLOAT, dst, kRawTag, cross,
-                             &reqs.back()),
-                   "MPI_Isend");
-        }
-        CheckMpi(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE),
-                 "MPI_Waitall");
-        for (size_t i = 0; i < count; ++i) {
-          float acc = sum[i];
-          for (size_t j = 0; j < in_m.size(); ++j) acc += b.recv[j][i];
-          out[i] = acc / static_cast<float>(in_m.size() + 1);
-        }
+        const std::vector<float> sum(out, out + count);
+        RawNeighborAllreduce(sum.data(), out, count, out_m, in_m, w, weights, b.recv, cross);
       }
       CheckMpi(MPI_Bcast(out, static_cast<int>(count), MPI_FLOAT, 0, local), "MPI_Bcast");
       const float l = static_cast<float>(local_size);
