@@ -932,7 +932,8 @@ Status RefuseOp(const OpIdentity& id, Status why) {
   const char* op = OpName(id.op);
   auto state = Begin(op, id.name);
   if (!state.ok()) return why;
-  auto r = NewRequest(**state, id.op, TensorView(), TensorView(), id.name);
+  auto r = NewRequest(**state, id.op, TensorView(), TensorView(),
+                      id.op == OpType::kWinCreate ? "win_create:" + id.name : id.name);
   if (id.op == OpType::kSendRecv) {
     const bool sending = id.send_to >= 0;
     auto p2p = PointToPoint(**state, sending ? "send" : "recv",
@@ -1088,24 +1089,31 @@ Status win_create(const TensorView& x, const std::string& name, bool zero_init) 
 Status win_create(const TensorView& x, const std::string& name, const WinCreateOptions& options) {
   WEFT_ASSIGN_OR_RETURN(auto state, Begin("win_create", name));
   const bool zero_init = options.zero_init;
-  comm::Transport transport;
+  auto r = NewRequest(*state, OpType::kWinCreate, x, TensorView(), "win_create:" + name);
+  // Every refusal below takes the op's place, so that the other ranks' win_create fails
+  // with this rank's reason instead of waiting for it.
+  comm::Transport transport = comm::Transport::kMpi;
+  Status checks;
   if (options.transport.empty()) {
-    WEFT_ASSIGN_OR_RETURN(transport, comm::DefaultTransport());
+    StatusOr<comm::Transport> chosen = comm::DefaultTransport();
+    checks = chosen.status();
+    if (chosen.ok()) transport = *chosen;
   } else if (options.transport == "mpi" || options.transport == "ucx") {
     transport = options.transport == "ucx" ? comm::Transport::kUcx : comm::Transport::kMpi;
   } else {
-    return InvalidArgument("win_create '", name, "': transport '", options.transport,
-                           "' is not one of mpi, ucx");
+    checks = InvalidArgument("win_create '", name, "': transport '", options.transport,
+                             "' is not one of mpi, ucx");
   }
-  if (name.empty()) return InvalidArgument("win_create: the window needs a name");
-  WEFT_RETURN_IF_ERROR(CheckTensor(x, "win_create", "input"));
-  {
+  if (checks.ok() && name.empty()) checks = InvalidArgument("win_create: the window needs a name");
+  if (checks.ok()) checks = CheckTensor(x, "win_create", "input");
+  if (checks.ok()) {
     std::lock_guard<std::mutex> lock(state->win_mu);
     if (state->windows.count(name)) {
-      return InvalidArgument("win_create: a window named '", name, "' exists already");
+      checks = InvalidArgument("win_create: a window named '", name, "' exists already on rank ",
+                               state->ctx.rank);
     }
   }
-  auto r = NewRequest(*state, OpType::kWinCreate, x, TensorView(), "win_create:" + name);
+  if (!checks.ok()) return state->engine->Refuse(r, std::move(checks));
   // The coordinator checks that every rank chose the same transport (they run different
   // collectives).
   r->desc.root = static_cast<int32_t>(transport);
@@ -1150,6 +1158,8 @@ Status win_create(const TensorView& x, const std::string& name, const WinCreateO
 
 Status win_free(const std::string& name) {
   WEFT_ASSIGN_OR_RETURN(auto state, Begin("win_free", name));
+  auto r = NewRequest(*state, OpType::kWinFree, TensorView(), TensorView(),
+                      "win_free:" + (name.empty() ? std::string("*") : name));
   std::vector<std::string> names;
   {
     std::lock_guard<std::mutex> lock(state->win_mu);
@@ -1157,14 +1167,14 @@ Status win_free(const std::string& name) {
       for (const auto& entry : state->windows) names.push_back(entry.first);
     } else if (state->windows.count(name)) {
       names.push_back(name);
-    } else {
-      return absl::NotFoundError(
-          absl::StrCat("win_free: there is no window named '", name, "' on rank ",
-                       state->ctx.rank));
     }
   }
-  auto r = NewRequest(*state, OpType::kWinFree, TensorView(), TensorView(),
-                      "win_free:" + (name.empty() ? std::string("*") : name));
+  if (!name.empty() && names.empty()) {
+    // Refused in the op's place: the ranks that have the window are told, not left waiting.
+    return state->engine->Refuse(
+        r, absl::NotFoundError(absl::StrCat("win_free: there is no window named '", name,
+                                            "' on rank ", state->ctx.rank)));
+  }
   State* raw = state.get();
   r->action = [raw, names]() -> std::optional<Status> {
     Status status;
