@@ -713,6 +713,41 @@ weft_status weft_comm_recv_any_nonblocking(weft_request** request, int src, cons
                                  });
 }
 
+weft_status weft_comm_refuse(weft_op op, const char* name, const int* ranks, size_t num_ranks,
+                             int peer, weft_status code, const char* message) {
+  const char* fn = "weft_comm_refuse";
+  const int op_value = weft::capi::EnumValue(op);
+  const int code_value = weft::capi::EnumValue(code);
+  // Checked before anything is refused: a misused refusal must not take an op's place.
+  if (code_value <= WEFT_OK || code_value > WEFT_ERR_UNKNOWN) {
+    return weft::capi::Fail(weft::InvalidArgument(
+        fn, ": code is ", code_value, "; pass the weft_status (not WEFT_OK) the op fails with"));
+  }
+  static constexpr OpType kOps[] = {
+      OpType::kAllreduce,         OpType::kBroadcast,
+      OpType::kAllgather,         OpType::kNeighborAllgather,
+      OpType::kNeighborAllreduce, OpType::kHierarchicalNeighborAllreduce,
+      OpType::kPairGossip,        OpType::kSendRecv,
+      OpType::kSendRecv,          OpType::kWinCreate};
+  if (op_value < 0 || op_value > WEFT_OP_WIN_CREATE) {
+    return weft::capi::Fail(weft::InvalidArgument(fn, ": op is ", op_value, ", not a weft_op"));
+  }
+  if (num_ranks > 0 && ranks == nullptr) {
+    return weft::capi::Fail(
+        weft::InvalidArgument(fn, ": num_ranks is ", num_ranks, " but ranks is NULL"));
+  }
+  OpIdentity id = Identity(kOps[op_value], name);
+  if (op_value == WEFT_OP_ALLREDUCE || op_value == WEFT_OP_BROADCAST) {
+    id.ranks.assign(ranks, ranks + num_ranks);
+  }
+  if (op_value == WEFT_OP_SEND) id.send_to = peer;
+  if (op_value == WEFT_OP_RECV) id.recv_from = peer;
+  return Guard(fn, [&]() -> Status {
+    return weft::comm::RefuseOp(
+        id, Status(weft::capi::StatusCodeOf(code), message == nullptr ? "" : message));
+  });
+}
+
 weft_status weft_comm_barrier(void) {
   return Guard("weft_comm_barrier", [] { return weft::barrier(); });
 }

@@ -12,23 +12,23 @@ namespace {
 thread_local std::string t_last_error;
 thread_local std::string t_returned;
 
+// weft_status k stands for kCodes[k]; Fail maps absl's other codes as CodeOf says.
+constexpr absl::StatusCode kCodes[] = {
+    absl::StatusCode::kOk,                 absl::StatusCode::kInvalidArgument,
+    absl::StatusCode::kFailedPrecondition, absl::StatusCode::kNotFound,
+    absl::StatusCode::kOutOfRange,         absl::StatusCode::kUnimplemented,
+    absl::StatusCode::kDeadlineExceeded,   absl::StatusCode::kAborted,
+    absl::StatusCode::kUnavailable,        absl::StatusCode::kResourceExhausted,
+    absl::StatusCode::kInternal,           absl::StatusCode::kUnknown};
+static_assert(sizeof kCodes / sizeof kCodes[0] == WEFT_ERR_UNKNOWN + 1, "one code per status");
+
 weft_status CodeOf(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kOk: return WEFT_OK;
-    case absl::StatusCode::kInvalidArgument: return WEFT_ERR_INVALID_ARGUMENT;
-    case absl::StatusCode::kFailedPrecondition: return WEFT_ERR_FAILED_PRECONDITION;
-    case absl::StatusCode::kNotFound: return WEFT_ERR_NOT_FOUND;
-    case absl::StatusCode::kOutOfRange: return WEFT_ERR_OUT_OF_RANGE;
-    case absl::StatusCode::kUnimplemented: return WEFT_ERR_UNIMPLEMENTED;
-    case absl::StatusCode::kDeadlineExceeded: return WEFT_ERR_DEADLINE_EXCEEDED;
-    case absl::StatusCode::kAborted:
-    case absl::StatusCode::kCancelled: return WEFT_ERR_ABORTED;
-    case absl::StatusCode::kUnavailable: return WEFT_ERR_UNAVAILABLE;
-    case absl::StatusCode::kResourceExhausted: return WEFT_ERR_RESOURCE_EXHAUSTED;
-    case absl::StatusCode::kInternal:
-    case absl::StatusCode::kDataLoss: return WEFT_ERR_INTERNAL;
-    default: return WEFT_ERR_UNKNOWN;
+  if (code == absl::StatusCode::kCancelled) return WEFT_ERR_ABORTED;
+  if (code == absl::StatusCode::kDataLoss) return WEFT_ERR_INTERNAL;
+  for (int k = 0; k <= WEFT_ERR_UNKNOWN; ++k) {
+    if (kCodes[k] == code) return static_cast<weft_status>(k);
   }
+  return WEFT_ERR_UNKNOWN;
 }
 
 }  // namespace
@@ -37,6 +37,11 @@ weft_status Fail(const Status& status) {
   if (status.ok()) return WEFT_OK;
   t_last_error.assign(status.message().data(), status.message().size());
   return CodeOf(status.code());
+}
+
+absl::StatusCode StatusCodeOf(weft_status code) {
+  const int k = EnumValue(code);
+  return k >= 0 && k <= WEFT_ERR_UNKNOWN ? kCodes[k] : absl::StatusCode::kUnknown;
 }
 
 weft_status FailInvalid(const std::string& message) { return Fail(InvalidArgument(message)); }

@@ -6,6 +6,7 @@
 
 #include "capi/internal.h"
 #include "comm/comm.h"
+#include "comm/refuse.h"
 
 using weft::Status;
 using weft::StatusOr;
@@ -108,16 +109,21 @@ weft_status weft_win_create(DLTensor* x, const char* name,
   const char* fn = "weft_win_create";
   return Guard(fn, [&]() -> Status {
     WEFT_RETURN_IF_ERROR(Required(name, fn, "name"));
-    WEFT_ASSIGN_OR_RETURN(TensorView view, View(x, fn, "x"));
+    // What the C ABI refuses takes the op's place, as win_create's own checks do.
+    weft::comm::OpIdentity id;
+    id.op = weft::comm::OpType::kWinCreate;
+    id.name = name;
+    StatusOr<TensorView> view = View(x, fn, "x");
+    if (!view.ok()) return weft::comm::RefuseOp(id, view.status());
     weft::WinCreateOptions opts;
     if (options != nullptr) {
-      WEFT_RETURN_IF_ERROR(CheckVersion(options->version, WEFT_WIN_CREATE_OPTIONS_VERSION, fn,
-                                        "weft_win_create_options",
-                                        "WEFT_WIN_CREATE_OPTIONS_INIT"));
+      Status version = CheckVersion(options->version, WEFT_WIN_CREATE_OPTIONS_VERSION, fn,
+                                    "weft_win_create_options", "WEFT_WIN_CREATE_OPTIONS_INIT");
+      if (!version.ok()) return weft::comm::RefuseOp(id, version);
       opts.zero_init = options->zero_init != 0;
       opts.transport = NameOrEmpty(options->transport);
     }
-    return weft::win_create(view, name, opts);
+    return weft::win_create(*view, name, opts);
   });
 }
 

@@ -38,6 +38,8 @@ int EnumValue(const Enum& e) {
 // Records `status` as this thread's last error and returns its code (WEFT_OK for OK).
 weft_status Fail(const Status& status);
 weft_status FailInvalid(const std::string& message);
+// The Status code a weft_status stands for (the inverse of what Fail returns).
+absl::StatusCode StatusCodeOf(weft_status code);
 
 // Keeps `text` in thread-local storage until the next call that returns a string.
 const char* KeepString(std::string text);

@@ -1187,7 +1187,30 @@ static void TestErrors(int rank, int size) {
       OK(weft_comm_allreduce(&ta, &ta, 0, NULL));
       CHECK(a[0] == (float)(v * size) && a[3] == (float)(v * size));
     }
+    /* A program (or binding) that rejects an op's arguments itself takes the op's place with
+     * weft_comm_refuse: the same as a refusal inside weft. */
+    if (rank == size - 1) {
+      FAILS(weft_comm_refuse(WEFT_OP_ALLREDUCE, NULL, NULL, 0, -1, WEFT_ERR_OUT_OF_RANGE,
+                             "my own check"),
+            WEFT_ERR_OUT_OF_RANGE, "my own check");
+    } else {
+      FAILS(weft_comm_allreduce(&ta, &ta, 0, NULL), WEFT_ERR_OUT_OF_RANGE, "my own check");
+    }
+    for (int i = 0; i < 4; ++i) a[i] = 1.0f;
+    OK(weft_comm_allreduce(&ta, &ta, 0, NULL));
+    CHECK(a[0] == (float)size);
+    /* A window one rank's C ABI refuses is created nowhere, and no rank waits. */
+    FAILS(weft_win_create(rank == size - 1 ? NULL : &ta, "c.refused.win", NULL),
+          WEFT_ERR_INVALID_ARGUMENT, "x is NULL");
+    FAILS(weft_win_free("c.refused.win"), WEFT_ERR_NOT_FOUND, "no window named");
   }
+  /* A refusal that could not stand for any op is refused itself, taking no place. */
+  FAILS(weft_comm_refuse(WEFT_OP_ALLREDUCE, NULL, NULL, 0, -1, WEFT_OK, "ok?"),
+        WEFT_ERR_INVALID_ARGUMENT, "not WEFT_OK");
+  FAILS(weft_comm_refuse((weft_op)42, NULL, NULL, 0, -1, WEFT_ERR_INTERNAL, "?"),
+        WEFT_ERR_INVALID_ARGUMENT, "not a weft_op");
+  FAILS(weft_comm_refuse(WEFT_OP_ALLREDUCE, NULL, NULL, 2, -1, WEFT_ERR_INTERNAL, "?"),
+        WEFT_ERR_INVALID_ARGUMENT, "ranks is NULL");
   FAILS(weft_comm_allreduce(&in, &wrong, 1, NULL), WEFT_ERR_INVALID_ARGUMENT,
         "the output must have the input's dtype and shape");
   FAILS(weft_comm_allreduce(NULL, &in, 1, NULL), WEFT_ERR_INVALID_ARGUMENT, "in is NULL");

@@ -387,6 +387,32 @@ WEFT_API weft_status weft_comm_recv_any_nonblocking(weft_request** request, int 
 WEFT_API weft_status weft_comm_barrier(void);
 WEFT_API weft_status weft_comm_barrier_nonblocking(weft_request** request);
 
+/* For a binding or program that rejects an op's arguments before it can call the op (a
+ * value it cannot convert to a DLTensor, say): takes that op's place in the call order, as
+ * weft's own argument checks do, so that the op's other ranks fail with `message` instead
+ * of waiting for this rank, and later unnamed ops stay paired with the right ones. `name`
+ * is the op's name (NULL or "": unnamed; for WEFT_OP_WIN_CREATE, the window's); `ranks`
+ * the process set of an allreduce or broadcast (NULL, 0: every rank); `peer` the
+ * destination of a send or the source of a recv (ignored otherwise). Returns `code`, which
+ * must not be WEFT_OK, with weft_last_error() = message. Where the op has no place to take
+ * (weft not initialized, a bad peer or set, an unnamed op from another thread), only that
+ * is done: every rank running the same code rejects it alike. */
+typedef enum weft_op {
+  WEFT_OP_ALLREDUCE = 0,
+  WEFT_OP_BROADCAST = 1,
+  WEFT_OP_ALLGATHER = 2,
+  WEFT_OP_NEIGHBOR_ALLGATHER = 3,
+  WEFT_OP_NEIGHBOR_ALLREDUCE = 4,
+  WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE = 5,
+  WEFT_OP_PAIR_GOSSIP = 6,
+  WEFT_OP_SEND = 7,
+  WEFT_OP_RECV = 8,
+  WEFT_OP_WIN_CREATE = 9
+} weft_op;
+WEFT_API weft_status weft_comm_refuse(weft_op op, const char* name, const int* ranks,
+                                      size_t num_ranks, int peer, weft_status code,
+                                      const char* message);
+
 /* ---- one-sided windows ---------------------------------------------------------------- */
 /* One-sided windows. A window associates a tensor x with a name;
  * every rank holds one receive buffer per in-neighbor (topology at creation) and exposes x

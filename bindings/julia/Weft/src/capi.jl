@@ -874,6 +874,35 @@ function weft_comm_barrier_nonblocking(request)
           (Ptr{Ptr{weft_request}},),
           request)
 end
+# For a binding or program that rejects an op's arguments before it can call the op (a
+# value it cannot convert to a DLTensor, say): takes that op's place in the call order, as
+# weft's own argument checks do, so that the op's other ranks fail with `message` instead
+# of waiting for this rank, and later unnamed ops stay paired with the right ones. `name`
+# is the op's name (NULL or "": unnamed; for WEFT_OP_WIN_CREATE, the window's); `ranks`
+# the process set of an allreduce or broadcast (NULL, 0: every rank); `peer` the
+# destination of a send or the source of a recv (ignored otherwise). Returns `code`, which
+# must not be WEFT_OK, with weft_last_error() = message. Where the op has no place to take
+# (weft not initialized, a bad peer or set, an unnamed op from another thread), only that
+# is done: every rank running the same code rejects it alike.
+# enum weft_op (a C int)
+const WEFT_OP_ALLREDUCE = Cint(0)
+const WEFT_OP_BROADCAST = Cint(1)
+const WEFT_OP_ALLGATHER = Cint(2)
+const WEFT_OP_NEIGHBOR_ALLGATHER = Cint(3)
+const WEFT_OP_NEIGHBOR_ALLREDUCE = Cint(4)
+const WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE = Cint(5)
+const WEFT_OP_PAIR_GOSSIP = Cint(6)
+const WEFT_OP_SEND = Cint(7)
+const WEFT_OP_RECV = Cint(8)
+const WEFT_OP_WIN_CREATE = Cint(9)
+
+# C: weft_status weft_comm_refuse(weft_op op, const char* name, const int* ranks, size_t
+#        num_ranks, int peer, weft_status code, const char* message)
+function weft_comm_refuse(op, name, ranks, num_ranks, peer, code, message)
+    ccall((:weft_comm_refuse, libweft()), Cint,
+          (Cint, Cstring, Ptr{Cint}, Csize_t, Cint, Cint, Cstring),
+          op, name, ranks, num_ranks, peer, code, message)
+end
 
 # ---- one-sided windows -------------------------------------------------------------------
 # self_weight multiplies the tensor passed to the put (normally the window's own) and the
@@ -1694,6 +1723,9 @@ export libweft, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, DLDevice, DLDataTy
     weft_comm_pair_gossip_nonblocking, weft_comm_send, weft_comm_send_nonblocking,
     weft_comm_recv, weft_comm_recv_nonblocking, weft_comm_recv_any,
     weft_comm_recv_any_nonblocking, weft_comm_barrier, weft_comm_barrier_nonblocking,
+    WEFT_OP_ALLREDUCE, WEFT_OP_BROADCAST, WEFT_OP_ALLGATHER, WEFT_OP_NEIGHBOR_ALLGATHER,
+    WEFT_OP_NEIGHBOR_ALLREDUCE, WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE,
+    WEFT_OP_PAIR_GOSSIP, WEFT_OP_SEND, WEFT_OP_RECV, WEFT_OP_WIN_CREATE, weft_comm_refuse,
     WEFT_WIN_PUT_OPTIONS_VERSION, weft_win_put_options, WEFT_WIN_GET_OPTIONS_VERSION,
     weft_win_get_options, WEFT_WIN_UPDATE_OPTIONS_VERSION, weft_win_update_options,
     WEFT_WIN_CREATE_OPTIONS_VERSION, weft_win_create_options, weft_win_create,
