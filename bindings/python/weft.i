@@ -146,7 +146,12 @@ static int weft_py_weight_map(PyObject* obj, int** ranks, double** weights, size
 %}
 
 /* ---- status: raise on failure ---------------------------------------------------------- */
+%{
+/* How many calls returning a weft_status this thread has made (weft_py_calls). */
+static __thread unsigned long weft_py_call_count = 0;
+%}
 %typemap(out) weft_status {
+  ++weft_py_call_count;
   if ($1 != WEFT_OK) {
     weft_py_raise($1);
     SWIG_fail;
@@ -754,6 +759,7 @@ WEFT_OUT_HANDLE(weft_pipe_trainer, out)
 /* These touch Python objects: they must keep the GIL (every other call releases it). */
 %nothread weft_py_set_error_factory;
 %nothread weft_py_keep_alive;
+%nothread weft_py_calls;
 
 %inline %{
 /* Registers the callable (status, message) -> exception used for every failed call. */
@@ -762,6 +768,10 @@ void weft_py_set_error_factory(PyObject* factory) {
   Py_XDECREF(weft_py_error_factory);
   weft_py_error_factory = factory;
 }
+
+/* How many calls returning a weft_status this thread has made: a function that sees it
+ * unchanged after an exception knows that weft never saw the call. */
+unsigned long weft_py_calls(void) { return weft_py_call_count; }
 
 /* Keeps `owner` (the op's arrays) alive until the op completes and the request is freed. */
 weft_status weft_py_keep_alive(weft_request* request, PyObject* owner) {

@@ -18,6 +18,8 @@ weft.WeftError subclasses carrying the status code and weft's message.
 """
 
 import contextlib as _contextlib
+import functools as _functools
+import inspect as _inspect
 import operator as _operator
 import os as _os
 import sys as _sys
@@ -258,6 +260,58 @@ def _start(request, keep, result, kind, gather=False, target=None):
 
 # ---- ops ---------------------------------------------------------------------------------
 
+# The weft_status a Python exception stands for when an op is refused before weft sees it.
+_REFUSAL_CODES = ((WeftError, None), (TypeError, 1), (ValueError, 1),  # noqa: F405
+                  (NotImplementedError, 5), (MemoryError, 9))
+
+
+def _refused_in_place(op, peer=None):
+    """Decorates an op function whose Python-side argument handling (a tensor, weights or
+    a process set it cannot convert) can fail before weft's C ABI sees the call. Such a
+    failure still takes the op's place, as a refusal inside weft does: the op's other ranks
+    fail with this rank's reason instead of waiting for it, and later unnamed ops stay
+    paired with the right ones. `peer` names the argument holding a send's or recv's
+    peer."""
+    def decorate(function):
+        signature = _inspect.signature(function)
+
+        @_functools.wraps(function)
+        def call(*args, **kwargs):
+            calls = _c.weft_py_calls()
+            try:
+                return function(*args, **kwargs)
+            except Exception as error:
+                if _c.weft_py_calls() == calls:  # weft never saw the call
+                    _refuse(op, signature, peer, args, kwargs, error)
+                raise
+        return call
+    return decorate
+
+
+def _refuse(op, signature, peer, args, kwargs, error):
+    try:
+        arguments = signature.bind(*args, **kwargs)
+        arguments.apply_defaults()
+        given = arguments.arguments
+        name = given.get("name")
+        name = None if name is None else _name(name)
+        ranks = given.get("ranks")
+        ranks = [] if ranks is None else _ranks(ranks)
+        peer_rank = -1 if peer is None else _operator.index(given[peer])
+    except Exception:
+        return  # which op was meant cannot be told: every rank running this code fails alike
+    code = next(code for kind, code in _REFUSAL_CODES + ((Exception, 11),)
+                if isinstance(error, kind))
+    if code is None:
+        code, message = error.status, error.message
+    else:
+        message = f"{type(error).__name__}: {error}"
+    try:
+        _c.weft_comm_refuse(op, name, ranks, peer_rank, code, message)
+    except WeftError:  # noqa: F405  (it always reports the refusal it made)
+        pass
+
+
 
 def _name(name):
     if name is None:
@@ -280,6 +334,7 @@ def _ranks(ranks):
             from None
 
 
+@_refused_in_place(_c.WEFT_OP_ALLREDUCE)
 def allreduce(tensor, average=True, name=None, ranks=None):
     """The sum (average=False) or mean of `tensor` over all ranks, or over `ranks` only
     (a process set: only those ranks call, all with the same set, the caller among
@@ -304,6 +359,7 @@ def _allreduce_nonblocking(cx, cy, average, name, ranks):
                                                     _name(name))
 
 
+@_refused_in_place(_c.WEFT_OP_ALLREDUCE)
 def allreduce_(tensor, average=True, name=None, ranks=None):
     """In-place allreduce; returns `tensor`."""
     x, cx, _ = _prepare(tensor)
@@ -311,6 +367,7 @@ def allreduce_(tensor, average=True, name=None, ranks=None):
     return _tensors.copy_back(tensor, x)
 
 
+@_refused_in_place(_c.WEFT_OP_ALLREDUCE)
 def allreduce_nonblocking(tensor, average=True, name=None, ranks=None):
     x, cx, kind = _prepare(tensor)
     y, cy = _empty_like(x, kind)
@@ -318,6 +375,7 @@ def allreduce_nonblocking(tensor, average=True, name=None, ranks=None):
     return _start(request, (x, cx, y, cy), y, kind)
 
 
+@_refused_in_place(_c.WEFT_OP_ALLREDUCE)
 def allreduce_nonblocking_(tensor, average=True, name=None, ranks=None):
     x, cx, kind = _prepare(tensor)
     request = _allreduce_nonblocking(cx, cx, average, name, ranks)
@@ -338,6 +396,7 @@ def _broadcast_nonblocking(cx, cy, root_rank, name, ranks):
                                                     _name(name))
 
 
+@_refused_in_place(_c.WEFT_OP_BROADCAST)
 def broadcast(tensor, root_rank, name=None, ranks=None):
     """root_rank's `tensor` on every rank, or on every rank of `ranks` (a process set, as
     for allreduce; root_rank is a rank of the world and of the set)."""
@@ -347,12 +406,14 @@ def broadcast(tensor, root_rank, name=None, ranks=None):
     return y
 
 
+@_refused_in_place(_c.WEFT_OP_BROADCAST)
 def broadcast_(tensor, root_rank, name=None, ranks=None):
     x, cx, _ = _prepare(tensor)
     _broadcast(cx, cx, root_rank, name, ranks)
     return _tensors.copy_back(tensor, x)
 
 
+@_refused_in_place(_c.WEFT_OP_BROADCAST)
 def broadcast_nonblocking(tensor, root_rank, name=None, ranks=None):
     x, cx, kind = _prepare(tensor)
     y, cy = _empty_like(x, kind)
@@ -360,6 +421,7 @@ def broadcast_nonblocking(tensor, root_rank, name=None, ranks=None):
     return _start(request, (x, cx, y, cy), y, kind)
 
 
+@_refused_in_place(_c.WEFT_OP_BROADCAST)
 def broadcast_nonblocking_(tensor, root_rank, name=None, ranks=None):
     x, cx, kind = _prepare(tensor)
     request = _broadcast_nonblocking(cx, cx, root_rank, name, ranks)
@@ -377,6 +439,7 @@ def _peer(rank, function, what):
                         f"{type(rank).__name__}{hint}") from None
 
 
+@_refused_in_place(_c.WEFT_OP_SEND, peer="dst")
 def send(tensor, dst, name=None):
     """Sends `tensor` to rank `dst`, whose recv from this rank with the same name receives
     it (unnamed: the pair's unnamed sends and receives match in call order). Only the two
@@ -385,6 +448,7 @@ def send(tensor, dst, name=None):
     _c.weft_comm_send(cx, _peer(dst, "send", "dst"), _name(name))
 
 
+@_refused_in_place(_c.WEFT_OP_SEND, peer="dst")
 def send_nonblocking(tensor, dst, name=None):
     """A Handle whose synchronize() returns None once the data has left `tensor`."""
     x, cx, kind = _prepare(tensor)
@@ -399,6 +463,7 @@ def _result_kind(as_torch):
     return _NUMPY
 
 
+@_refused_in_place(_c.WEFT_OP_RECV, peer="src")
 def recv(src, name=None, out=None, as_torch=False):
     """Receives what rank `src` sends with the same name.
 
@@ -416,6 +481,7 @@ def recv(src, name=None, out=None, as_torch=False):
     return _tensors.copy_back(out, x)
 
 
+@_refused_in_place(_c.WEFT_OP_RECV, peer="src")
 def recv_nonblocking(src, name=None, out=None, as_torch=False):
     """A Handle whose synchronize() returns what recv() would."""
     src = _peer(src, "recv", "src")
@@ -429,12 +495,14 @@ def recv_nonblocking(src, name=None, out=None, as_torch=False):
     return _start(request, (x, cx), x, kind, target=out if x is not out else None)
 
 
+@_refused_in_place(_c.WEFT_OP_ALLGATHER)
 def allgather(tensor, name=None):
     """Every rank's `tensor` concatenated along dim 0 in rank order (dim 0 may differ)."""
     x, cx, kind = _prepare(tensor)
     return _tensors.from_capsule(_c.weft_comm_allgather(cx, _name(name)), kind)
 
 
+@_refused_in_place(_c.WEFT_OP_ALLGATHER)
 def allgather_nonblocking(tensor, name=None):
     x, cx, kind = _prepare(tensor)
     request = _c.weft_comm_allgather_nonblocking(cx, _name(name))
@@ -450,6 +518,7 @@ def _gather_options(src_ranks, dst_ranks):
     return (list(src_ranks), list(dst_ranks))
 
 
+@_refused_in_place(_c.WEFT_OP_NEIGHBOR_ALLGATHER)
 def neighbor_allgather(tensor, src_ranks=None, dst_ranks=None, enable_topo_check=True,
                        name=None):
     """The in-neighbors' tensors (or src_ranks', in that order) concatenated along dim 0,
@@ -461,6 +530,7 @@ def neighbor_allgather(tensor, src_ranks=None, dst_ranks=None, enable_topo_check
     return _tensors.from_capsule(out, kind)
 
 
+@_refused_in_place(_c.WEFT_OP_NEIGHBOR_ALLGATHER)
 def neighbor_allgather_nonblocking(tensor, src_ranks=None, dst_ranks=None,
                                    enable_topo_check=True, name=None):
     x, cx, kind = _prepare(tensor)
@@ -475,6 +545,7 @@ def _allreduce_options(self_weight, src_weights, dst_weights, enable_topo_check)
     return (self_weight, src_weights, dst_weights, bool(enable_topo_check))
 
 
+@_refused_in_place(_c.WEFT_OP_NEIGHBOR_ALLREDUCE)
 def neighbor_allreduce(tensor, self_weight=None, src_weights=None, dst_weights=None,
                        enable_topo_check=True, name=None):
     """self_weight * x + sum_j src_weights[j] * (j's dst weight for this rank) * x_j.
@@ -490,6 +561,7 @@ def neighbor_allreduce(tensor, self_weight=None, src_weights=None, dst_weights=N
     return y
 
 
+@_refused_in_place(_c.WEFT_OP_NEIGHBOR_ALLREDUCE)
 def neighbor_allreduce_nonblocking(tensor, self_weight=None, src_weights=None,
                                    dst_weights=None, enable_topo_check=True, name=None):
     x, cx, kind = _prepare(tensor)
@@ -506,6 +578,7 @@ def _hierarchical_options(self_weight, src_machine_weights, dst_machine_weights)
     return (self_weight, src_machine_weights, dst_machine_weights)
 
 
+@_refused_in_place(_c.WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE)
 def hierarchical_neighbor_allreduce(tensor, self_weight=None, src_machine_weights=None,
                                     dst_machine_weights=None, enable_topo_check=False,
                                     name=None):
@@ -519,6 +592,7 @@ def hierarchical_neighbor_allreduce(tensor, self_weight=None, src_machine_weight
     return y
 
 
+@_refused_in_place(_c.WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE)
 def hierarchical_neighbor_allreduce_nonblocking(tensor, self_weight=None,
                                                 src_machine_weights=None,
                                                 dst_machine_weights=None,
@@ -531,6 +605,7 @@ def hierarchical_neighbor_allreduce_nonblocking(tensor, self_weight=None,
     return _start(request, (x, cx, y, cy), y, kind)
 
 
+@_refused_in_place(_c.WEFT_OP_PAIR_GOSSIP)
 def pair_gossip(tensor, target_rank, self_weight=0.5, pair_weight=0.5, name=None):
     """Both peers end with self_weight * own + pair_weight * the peer's tensor."""
     x, cx, kind = _prepare(tensor)
@@ -540,6 +615,7 @@ def pair_gossip(tensor, target_rank, self_weight=0.5, pair_weight=0.5, name=None
     return y
 
 
+@_refused_in_place(_c.WEFT_OP_PAIR_GOSSIP)
 def pair_gossip_nonblocking(tensor, target_rank, self_weight=0.5, pair_weight=0.5, name=None):
     x, cx, kind = _prepare(tensor)
     y, cy = _empty_like(x, kind)
@@ -617,6 +693,7 @@ def timeline_context(tensor_name, activity_name):
 _windows = {}
 
 
+@_refused_in_place(_c.WEFT_OP_WIN_CREATE)
 def win_create(tensor, name, zero_init=False, transport=None):
     """Creates the window `name` over `tensor` (collective). Every rank gets one buffer per
     in-neighbor, a copy of its own tensor (or zeros). The tensor itself is the window's

@@ -269,9 +269,10 @@ win_create = _weft.win_create
 def win_free(name=None):
     """Frees one window, or every window (collective). An unknown name raises KeyError, as
     in Bluefog."""
-    if name is not None and str(name) not in _weft.win_names():
-        raise KeyError(name)
-    return _weft.win_free(name)
+    try:
+        return _weft.win_free(name)
+    except _weft.NotFoundError:  # every rank is told; this one raises Bluefog's error
+        raise KeyError(name) from None
 win_update = _weft.win_update
 win_put = neighbor_win_put = _weft.win_put
 win_put_nonblocking = neighbor_win_put_nonblocking = _weft.win_put_nonblocking

@@ -62,6 +62,53 @@ def test_a_refusal_on_one_rank_fails_the_op_everywhere_and_keeps_the_order():
         assert np.all(weft.allreduce(np.full(3, v), average=False) == v * n)
 
 
+def test_a_refusal_before_weft_sees_the_call_still_takes_the_op_place():
+    # Arguments the Python layer cannot convert (not a tensor, weights that are not a dict,
+    # a non-contiguous window tensor) fail before the C ABI: the other ranks are still told
+    # at once, and the unnamed ops that follow stay paired.
+    if weft.size() < 2:
+        pytest.skip("needs a second rank")
+    n, r = weft.size(), weft.rank()
+    refuser = n - 1
+    x = np.ones(4, dtype=np.float32)
+    cases = [
+        (lambda: weft.allreduce(object() if r == refuser else x, average=False),
+         "tensor: expected a NumPy array"),
+        (lambda: weft.neighbor_allreduce(x, self_weight=0.5,
+                                         src_weights=[1] if r == refuser else {}),
+         "src_weights must be a dict"),
+        (lambda: weft.broadcast_nonblocking_(object() if r == refuser else x, 0,
+                                             name="py.refused.named"),
+         "expected a NumPy array"),
+    ]
+    for call, reason in cases:
+        start = time.monotonic()
+        with pytest.raises(Exception) as info:
+            h = call()
+            if isinstance(h, weft.Handle):
+                weft.synchronize(h)
+        assert time.monotonic() - start < 5
+        assert reason in str(info.value), (r, str(info.value))
+        if r != refuser:
+            assert f"rank {refuser}" in str(info.value)
+        assert np.all(weft.allreduce(np.full(3, 2.0 + r), average=False) == 2 * n + n * (n - 1) / 2)
+    # A send whose receiver cannot take the buffer: the sender is told, not left waiting.
+    if r in (0, refuser):
+        start = time.monotonic()
+        with pytest.raises(Exception, match="expected a NumPy array") as info:
+            if r == 0:
+                weft.send(x, refuser)
+            else:
+                weft.recv(0, out=object())
+        assert time.monotonic() - start < 5
+    # A window one rank cannot create over its tensor: win_create fails everywhere.
+    w = np.ones((4, 4), dtype=np.float32)
+    with pytest.raises(weft.InvalidArgumentError, match="contiguous"):
+        weft.win_create(w[:, :2] if r == refuser else w[:, :2].copy(), "py.refused.win")
+    assert "py.refused.win" not in weft.win_names()
+    assert np.all(weft.allreduce(np.ones(2), average=False) == n)
+
+
 def test_unnamed_ops_from_another_thread_are_refused():
     errors, results = [], []
 
