@@ -98,7 +98,12 @@ _string_or_empty(p::Ptr{Cchar}) = p == C_NULL ? "" : unsafe_string(p)
 
 # The message must be read right after the failing call: weft_last_error() is per thread,
 # and no task switch can happen between two ccalls.
+# How many C ABI calls this task has checked: an op function that sees the count unchanged
+# after an exception knows that weft never saw the call.
+_checked_calls() = get(task_local_storage(), :weft_checked_calls, 0)::Int
+
 function _check(status::Integer)
+    task_local_storage(:weft_checked_calls, _checked_calls() + 1)
     status == WEFT_OK && return nothing
     throw(WeftError(Int(status), _string_or_empty(weft_last_error())))
 end
@@ -400,6 +405,37 @@ _output_of(t::_Tensor) = _ -> t.array
 # A process set: `nothing` keeps to the plain entry points (every rank); otherwise the
 # ranks as a Cint vector, which must stay alive (GC.@preserve, or a Handle's keep) while
 # weft reads it.
+# Runs an op function's body. What fails before weft sees the call (an element type or
+# weights Julia cannot convert) still takes the op's place through weft_comm_refuse, as a
+# refusal inside weft does: the op's other ranks fail with this reason instead of waiting,
+# and later unnamed ops stay paired with the right ones.
+function _refused_in_place(body, op, name, ranks, peer)
+    calls = _checked_calls()
+    try
+        return body()
+    catch e
+        _checked_calls() == calls && _refuse(op, name, ranks, peer, e)
+        rethrow()
+    end
+end
+
+function _refuse(op, name, ranks, peer, e)
+    try
+        cname = _name(name)
+        set = ranks === nothing ? Cint[] : _ranks(ranks)
+        code = e isa WeftError ? e.status :
+            e isa Union{ArgumentError,DimensionMismatch,InexactError,MethodError} ?
+            WEFT_ERR_INVALID_ARGUMENT : WEFT_ERR_UNKNOWN
+        message = e isa WeftError ? e.message : sprint(showerror, e)
+        GC.@preserve set weft_comm_refuse(op, cname, _set_pointer(set), length(set), peer,
+                                          code, message)
+    catch
+        # The name, set or peer does not convert, so which op was meant cannot be told:
+        # every rank running this code fails alike.
+    end
+    return nothing
+end
+
 _process_set(::Nothing) = nothing
 _process_set(ranks) = _ranks(ranks)
 _set_pointer(set::Vector{Cint}) = isempty(set) ? Ptr{Cint}(C_NULL) : pointer(set)
@@ -426,38 +462,46 @@ Sum (`average=false`) or mean over all ranks, elementwise. With `ranks` (a colle
 set, this rank among them; disjoint sets run independently under the same names.
 """
 function allreduce(x::AbstractArray; average::Bool=true, name=nothing, ranks=nothing)
-    input = _Tensor(_dense(x))
-    output = _Tensor(similar(input.array))
-    set = _process_set(ranks)
-    GC.@preserve input output set _check(
-        _allreduce(nothing, input, output, average, set, _name(name)))
-    return output.array
+    return _refused_in_place(WEFT_OP_ALLREDUCE, name, ranks, -1) do
+        input = _Tensor(_dense(x))
+        output = _Tensor(similar(input.array))
+        set = _process_set(ranks)
+        GC.@preserve input output set _check(
+            _allreduce(nothing, input, output, average, set, _name(name)))
+        return output.array
+    end
 end
 
 function allreduce!(x::Array; average::Bool=true, name=nothing, ranks=nothing)
-    t = _Tensor(x)
-    set = _process_set(ranks)
-    GC.@preserve t set _check(_allreduce(nothing, t, t, average, set, _name(name)))
-    return x
+    return _refused_in_place(WEFT_OP_ALLREDUCE, name, ranks, -1) do
+        t = _Tensor(x)
+        set = _process_set(ranks)
+        GC.@preserve t set _check(_allreduce(nothing, t, t, average, set, _name(name)))
+        return x
+    end
 end
 
 function allreduce_nonblocking(x::AbstractArray; average::Bool=true, name=nothing,
                                ranks=nothing)
-    input = _Tensor(_dense(x))
-    output = _Tensor(similar(input.array))
-    cname = _name(name)
-    set = _process_set(ranks)
-    return _start((input, output, set, cname), _output_of(output)) do request
-        _allreduce(request, input, output, average, set, cname)
+    return _refused_in_place(WEFT_OP_ALLREDUCE, name, ranks, -1) do
+        input = _Tensor(_dense(x))
+        output = _Tensor(similar(input.array))
+        cname = _name(name)
+        set = _process_set(ranks)
+        return _start((input, output, set, cname), _output_of(output)) do request
+            _allreduce(request, input, output, average, set, cname)
+        end
     end
 end
 
 function allreduce_nonblocking!(x::Array; average::Bool=true, name=nothing, ranks=nothing)
-    t = _Tensor(x)
-    cname = _name(name)
-    set = _process_set(ranks)
-    return _start((t, set, cname), _output_of(t)) do request
-        _allreduce(request, t, t, average, set, cname)
+    return _refused_in_place(WEFT_OP_ALLREDUCE, name, ranks, -1) do
+        t = _Tensor(x)
+        cname = _name(name)
+        set = _process_set(ranks)
+        return _start((t, set, cname), _output_of(t)) do request
+            _allreduce(request, t, t, average, set, cname)
+        end
     end
 end
 
@@ -483,38 +527,46 @@ Every rank ends with `root_rank`'s `x`. Not exported: `broadcast` is Base's. Wit
 them.
 """
 function broadcast(x::AbstractArray, root_rank::Integer; name=nothing, ranks=nothing)
-    input = _Tensor(_dense(x))
-    output = _Tensor(similar(input.array))
-    set = _process_set(ranks)
-    GC.@preserve input output set _check(
-        _broadcast(nothing, input, output, root_rank, set, _name(name)))
-    return output.array
+    return _refused_in_place(WEFT_OP_BROADCAST, name, ranks, -1) do
+        input = _Tensor(_dense(x))
+        output = _Tensor(similar(input.array))
+        set = _process_set(ranks)
+        GC.@preserve input output set _check(
+            _broadcast(nothing, input, output, root_rank, set, _name(name)))
+        return output.array
+    end
 end
 
 function broadcast!(x::Array, root_rank::Integer; name=nothing, ranks=nothing)
-    t = _Tensor(x)
-    set = _process_set(ranks)
-    GC.@preserve t set _check(_broadcast(nothing, t, t, root_rank, set, _name(name)))
-    return x
+    return _refused_in_place(WEFT_OP_BROADCAST, name, ranks, -1) do
+        t = _Tensor(x)
+        set = _process_set(ranks)
+        GC.@preserve t set _check(_broadcast(nothing, t, t, root_rank, set, _name(name)))
+        return x
+    end
 end
 
 function broadcast_nonblocking(x::AbstractArray, root_rank::Integer; name=nothing,
                                ranks=nothing)
-    input = _Tensor(_dense(x))
-    output = _Tensor(similar(input.array))
-    cname = _name(name)
-    set = _process_set(ranks)
-    return _start((input, output, set, cname), _output_of(output)) do request
-        _broadcast(request, input, output, root_rank, set, cname)
+    return _refused_in_place(WEFT_OP_BROADCAST, name, ranks, -1) do
+        input = _Tensor(_dense(x))
+        output = _Tensor(similar(input.array))
+        cname = _name(name)
+        set = _process_set(ranks)
+        return _start((input, output, set, cname), _output_of(output)) do request
+            _broadcast(request, input, output, root_rank, set, cname)
+        end
     end
 end
 
 function broadcast_nonblocking!(x::Array, root_rank::Integer; name=nothing, ranks=nothing)
-    t = _Tensor(x)
-    cname = _name(name)
-    set = _process_set(ranks)
-    return _start((t, set, cname), _output_of(t)) do request
-        _broadcast(request, t, t, root_rank, set, cname)
+    return _refused_in_place(WEFT_OP_BROADCAST, name, ranks, -1) do
+        t = _Tensor(x)
+        cname = _name(name)
+        set = _process_set(ranks)
+        return _start((t, set, cname), _output_of(t)) do request
+            _broadcast(request, t, t, root_rank, set, cname)
+        end
     end
 end
 
@@ -529,16 +581,20 @@ two ranks call. Returns `nothing` once the data has left `x` (the Handle's resul
 exports `send` and `recv`.
 """
 function send(x::AbstractArray, dst::Integer; name=nothing)
-    input = _Tensor(_dense(x))
-    GC.@preserve input _check(weft_comm_send(input.dl, dst, _name(name)))
-    return nothing
+    return _refused_in_place(WEFT_OP_SEND, name, nothing, dst) do
+        input = _Tensor(_dense(x))
+        GC.@preserve input _check(weft_comm_send(input.dl, dst, _name(name)))
+        return nothing
+    end
 end
 
 function send_nonblocking(x::AbstractArray, dst::Integer; name=nothing)
-    input = _Tensor(_dense(x))
-    cname = _name(name)
-    return _start((input, cname), _ -> nothing) do request
-        weft_comm_send_nonblocking(request, input.dl, dst, cname)
+    return _refused_in_place(WEFT_OP_SEND, name, nothing, dst) do
+        input = _Tensor(_dense(x))
+        cname = _name(name)
+        return _start((input, cname), _ -> nothing) do request
+            weft_comm_send_nonblocking(request, input.dl, dst, cname)
+        end
     end
 end
 
@@ -550,16 +606,20 @@ Receives what rank `src` sends with the same name into `x` (an `Array`), which m
 the sender's element type and dims (an error on both ranks otherwise); returns `x`.
 """
 function recv!(x::Array, src::Integer; name=nothing)
-    t = _Tensor(x)
-    GC.@preserve t _check(weft_comm_recv(t.dl, src, _name(name)))
-    return x
+    return _refused_in_place(WEFT_OP_RECV, name, nothing, src) do
+        t = _Tensor(x)
+        GC.@preserve t _check(weft_comm_recv(t.dl, src, _name(name)))
+        return x
+    end
 end
 
 function recv_nonblocking!(x::Array, src::Integer; name=nothing)
-    t = _Tensor(x)
-    cname = _name(name)
-    return _start((t, cname), _output_of(t)) do request
-        weft_comm_recv_nonblocking(request, t.dl, src, cname)
+    return _refused_in_place(WEFT_OP_RECV, name, nothing, src) do
+        t = _Tensor(x)
+        cname = _name(name)
+        return _start((t, cname), _output_of(t)) do request
+            weft_comm_recv_nonblocking(request, t.dl, src, cname)
+        end
     end
 end
 
@@ -595,20 +655,24 @@ Receives what rank `src` sends with the same name as a new `Array` of the sender
 type and dims (the sender's row-major shape reversed, as for every tensor here).
 """
 function recv(src::Integer; name=nothing)
-    out = Ref{Ptr{DLManagedTensor}}(C_NULL)
-    _check(weft_comm_recv_any(out, src, _name(name)))
-    return _take_received(out[])
+    return _refused_in_place(WEFT_OP_RECV, name, nothing, src) do
+        out = Ref{Ptr{DLManagedTensor}}(C_NULL)
+        _check(weft_comm_recv_any(out, src, _name(name)))
+        return _take_received(out[])
+    end
 end
 
 function recv_nonblocking(src::Integer; name=nothing)
-    cname = _name(name)
-    finish = request -> begin
-        out = Ref{Ptr{DLManagedTensor}}(C_NULL)
-        _check(weft_request_take_output(out, request))
-        _take_received(out[])
-    end
-    return _start(cname, finish) do request
-        weft_comm_recv_any_nonblocking(request, src, cname)
+    return _refused_in_place(WEFT_OP_RECV, name, nothing, src) do
+        cname = _name(name)
+        finish = request -> begin
+            out = Ref{Ptr{DLManagedTensor}}(C_NULL)
+            _check(weft_request_take_output(out, request))
+            _take_received(out[])
+        end
+        return _start(cname, finish) do request
+            weft_comm_recv_any_nonblocking(request, src, cname)
+        end
     end
 end
 
@@ -630,17 +694,21 @@ Vectors: one after the other; matrices: side by side (`hcat`). That dimension ma
 between ranks; the others must match.
 """
 function allgather(x::AbstractArray{T,N}; name=nothing) where {T,N}
-    input = _Tensor(_dense(x))
-    out = Ref{Ptr{DLManagedTensor}}(C_NULL)
-    GC.@preserve input _check(weft_comm_allgather(out, input.dl, _name(name)))
-    return _take_managed(out[], T, Val(N))
+    return _refused_in_place(WEFT_OP_ALLGATHER, name, nothing, -1) do
+        input = _Tensor(_dense(x))
+        out = Ref{Ptr{DLManagedTensor}}(C_NULL)
+        GC.@preserve input _check(weft_comm_allgather(out, input.dl, _name(name)))
+        return _take_managed(out[], T, Val(N))
+    end
 end
 
 function allgather_nonblocking(x::AbstractArray; name=nothing)
-    input = _Tensor(_dense(x))
-    cname = _name(name)
-    return _start((input, cname), _gathered(input)) do request
-        weft_comm_allgather_nonblocking(request, input.dl, cname)
+    return _refused_in_place(WEFT_OP_ALLGATHER, name, nothing, -1) do
+        input = _Tensor(_dense(x))
+        cname = _name(name)
+        return _start((input, cname), _gathered(input)) do request
+            weft_comm_allgather_nonblocking(request, input.dl, cname)
+        end
     end
 end
 
@@ -668,21 +736,25 @@ call receives from and sends to those ranks instead of the topology's neighbors.
 """
 function neighbor_allgather(x::AbstractArray{T,N}; src_ranks=nothing, dst_ranks=nothing,
                             name=nothing) where {T,N}
-    input = _Tensor(_dense(x))
-    options, arrays = _neighbor_allgather_options(src_ranks, dst_ranks)
-    out = Ref{Ptr{DLManagedTensor}}(C_NULL)
-    GC.@preserve input options arrays _check(
-        weft_comm_neighbor_allgather(out, input.dl, options, _name(name)))
-    return _take_managed(out[], T, Val(N))
+    return _refused_in_place(WEFT_OP_NEIGHBOR_ALLGATHER, name, nothing, -1) do
+        input = _Tensor(_dense(x))
+        options, arrays = _neighbor_allgather_options(src_ranks, dst_ranks)
+        out = Ref{Ptr{DLManagedTensor}}(C_NULL)
+        GC.@preserve input options arrays _check(
+            weft_comm_neighbor_allgather(out, input.dl, options, _name(name)))
+        return _take_managed(out[], T, Val(N))
+    end
 end
 
 function neighbor_allgather_nonblocking(x::AbstractArray; src_ranks=nothing,
                                         dst_ranks=nothing, name=nothing)
-    input = _Tensor(_dense(x))
-    options, arrays = _neighbor_allgather_options(src_ranks, dst_ranks)
-    cname = _name(name)
-    return _start((input, options, arrays, cname), _gathered(input)) do request
-        weft_comm_neighbor_allgather_nonblocking(request, input.dl, options, cname)
+    return _refused_in_place(WEFT_OP_NEIGHBOR_ALLGATHER, name, nothing, -1) do
+        input = _Tensor(_dense(x))
+        options, arrays = _neighbor_allgather_options(src_ranks, dst_ranks)
+        cname = _name(name)
+        return _start((input, options, arrays, cname), _gathered(input)) do request
+            weft_comm_neighbor_allgather_nonblocking(request, input.dl, options, cname)
+        end
     end
 end
 
@@ -741,50 +813,58 @@ to exactly those ranks, and needs both.
 """
 function neighbor_allreduce(x::AbstractArray; self_weight=nothing, src_weights=nothing,
                             dst_weights=nothing, enable_topo_check::Bool=true, name=nothing)
-    input = _Tensor(_dense(x))
-    output = _Tensor(similar(input.array))
-    options, arrays = _neighbor_allreduce_options(self_weight, src_weights, dst_weights,
-                                                  enable_topo_check)
-    GC.@preserve input output options arrays _check(
-        weft_comm_neighbor_allreduce(input.dl, output.dl, options, _name(name)))
-    return output.array
+    return _refused_in_place(WEFT_OP_NEIGHBOR_ALLREDUCE, name, nothing, -1) do
+        input = _Tensor(_dense(x))
+        output = _Tensor(similar(input.array))
+        options, arrays = _neighbor_allreduce_options(self_weight, src_weights, dst_weights,
+                                                      enable_topo_check)
+        GC.@preserve input output options arrays _check(
+            weft_comm_neighbor_allreduce(input.dl, output.dl, options, _name(name)))
+        return output.array
+    end
 end
 
 function neighbor_allreduce!(x::Array; self_weight=nothing, src_weights=nothing,
                              dst_weights=nothing, enable_topo_check::Bool=true,
                              name=nothing)
-    t = _Tensor(x)
-    options, arrays = _neighbor_allreduce_options(self_weight, src_weights, dst_weights,
-                                                  enable_topo_check)
-    GC.@preserve t options arrays _check(
-        weft_comm_neighbor_allreduce(t.dl, t.dl, options, _name(name)))
-    return x
+    return _refused_in_place(WEFT_OP_NEIGHBOR_ALLREDUCE, name, nothing, -1) do
+        t = _Tensor(x)
+        options, arrays = _neighbor_allreduce_options(self_weight, src_weights, dst_weights,
+                                                      enable_topo_check)
+        GC.@preserve t options arrays _check(
+            weft_comm_neighbor_allreduce(t.dl, t.dl, options, _name(name)))
+        return x
+    end
 end
 
 function neighbor_allreduce_nonblocking(x::AbstractArray; self_weight=nothing,
                                         src_weights=nothing, dst_weights=nothing,
                                         enable_topo_check::Bool=true, name=nothing)
-    input = _Tensor(_dense(x))
-    output = _Tensor(similar(input.array))
-    options, arrays = _neighbor_allreduce_options(self_weight, src_weights, dst_weights,
-                                                  enable_topo_check)
-    cname = _name(name)
-    keep = (input, output, options, arrays, cname)
-    return _start(keep, _output_of(output)) do request
-        weft_comm_neighbor_allreduce_nonblocking(request, input.dl, output.dl, options,
-                                                 cname)
+    return _refused_in_place(WEFT_OP_NEIGHBOR_ALLREDUCE, name, nothing, -1) do
+        input = _Tensor(_dense(x))
+        output = _Tensor(similar(input.array))
+        options, arrays = _neighbor_allreduce_options(self_weight, src_weights, dst_weights,
+                                                      enable_topo_check)
+        cname = _name(name)
+        keep = (input, output, options, arrays, cname)
+        return _start(keep, _output_of(output)) do request
+            weft_comm_neighbor_allreduce_nonblocking(request, input.dl, output.dl, options,
+                                                     cname)
+        end
     end
 end
 
 function neighbor_allreduce_nonblocking!(x::Array; self_weight=nothing, src_weights=nothing,
                                          dst_weights=nothing, enable_topo_check::Bool=true,
                                          name=nothing)
-    t = _Tensor(x)
-    options, arrays = _neighbor_allreduce_options(self_weight, src_weights, dst_weights,
-                                                  enable_topo_check)
-    cname = _name(name)
-    return _start((t, options, arrays, cname), _output_of(t)) do request
-        weft_comm_neighbor_allreduce_nonblocking(request, t.dl, t.dl, options, cname)
+    return _refused_in_place(WEFT_OP_NEIGHBOR_ALLREDUCE, name, nothing, -1) do
+        t = _Tensor(x)
+        options, arrays = _neighbor_allreduce_options(self_weight, src_weights, dst_weights,
+                                                      enable_topo_check)
+        cname = _name(name)
+        return _start((t, options, arrays, cname), _output_of(t)) do request
+            weft_comm_neighbor_allreduce_nonblocking(request, t.dl, t.dl, options, cname)
+        end
     end
 end
 
@@ -818,39 +898,45 @@ weights keyed by machine index, as [`neighbor_allreduce`](@ref)'s), and divides 
 function hierarchical_neighbor_allreduce(x::AbstractArray; self_weight=nothing,
                                          src_machine_weights=nothing,
                                          dst_machine_weights=nothing, name=nothing)
-    input = _Tensor(_dense(x))
-    output = _Tensor(similar(input.array))
-    options, arrays = _hierarchical_options(self_weight, src_machine_weights,
-                                            dst_machine_weights)
-    GC.@preserve input output options arrays _check(
-        weft_comm_hierarchical_neighbor_allreduce(input.dl, output.dl, options,
-                                                  _name(name)))
-    return output.array
+    return _refused_in_place(WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE, name, nothing, -1) do
+        input = _Tensor(_dense(x))
+        output = _Tensor(similar(input.array))
+        options, arrays = _hierarchical_options(self_weight, src_machine_weights,
+                                                dst_machine_weights)
+        GC.@preserve input output options arrays _check(
+            weft_comm_hierarchical_neighbor_allreduce(input.dl, output.dl, options,
+                                                      _name(name)))
+        return output.array
+    end
 end
 
 function hierarchical_neighbor_allreduce!(x::Array; self_weight=nothing,
                                           src_machine_weights=nothing,
                                           dst_machine_weights=nothing, name=nothing)
-    t = _Tensor(x)
-    options, arrays = _hierarchical_options(self_weight, src_machine_weights,
-                                            dst_machine_weights)
-    GC.@preserve t options arrays _check(
-        weft_comm_hierarchical_neighbor_allreduce(t.dl, t.dl, options, _name(name)))
-    return x
+    return _refused_in_place(WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE, name, nothing, -1) do
+        t = _Tensor(x)
+        options, arrays = _hierarchical_options(self_weight, src_machine_weights,
+                                                dst_machine_weights)
+        GC.@preserve t options arrays _check(
+            weft_comm_hierarchical_neighbor_allreduce(t.dl, t.dl, options, _name(name)))
+        return x
+    end
 end
 
 function hierarchical_neighbor_allreduce_nonblocking(x::AbstractArray; self_weight=nothing,
                                                      src_machine_weights=nothing,
                                                      dst_machine_weights=nothing,
                                                      name=nothing)
-    input = _Tensor(_dense(x))
-    output = _Tensor(similar(input.array))
-    options, arrays = _hierarchical_options(self_weight, src_machine_weights,
-                                            dst_machine_weights)
-    cname = _name(name)
-    return _start((input, output, options, arrays, cname), _output_of(output)) do request
-        weft_comm_hierarchical_neighbor_allreduce_nonblocking(request, input.dl, output.dl,
-                                                              options, cname)
+    return _refused_in_place(WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE, name, nothing, -1) do
+        input = _Tensor(_dense(x))
+        output = _Tensor(similar(input.array))
+        options, arrays = _hierarchical_options(self_weight, src_machine_weights,
+                                                dst_machine_weights)
+        cname = _name(name)
+        return _start((input, output, options, arrays, cname), _output_of(output)) do request
+            weft_comm_hierarchical_neighbor_allreduce_nonblocking(request, input.dl, output.dl,
+                                                                  options, cname)
+        end
     end
 end
 
@@ -858,13 +944,15 @@ function hierarchical_neighbor_allreduce_nonblocking!(x::Array; self_weight=noth
                                                       src_machine_weights=nothing,
                                                       dst_machine_weights=nothing,
                                                       name=nothing)
-    t = _Tensor(x)
-    options, arrays = _hierarchical_options(self_weight, src_machine_weights,
-                                            dst_machine_weights)
-    cname = _name(name)
-    return _start((t, options, arrays, cname), _output_of(t)) do request
-        weft_comm_hierarchical_neighbor_allreduce_nonblocking(request, t.dl, t.dl, options,
-                                                              cname)
+    return _refused_in_place(WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE, name, nothing, -1) do
+        t = _Tensor(x)
+        options, arrays = _hierarchical_options(self_weight, src_machine_weights,
+                                                dst_machine_weights)
+        cname = _name(name)
+        return _start((t, options, arrays, cname), _output_of(t)) do request
+            weft_comm_hierarchical_neighbor_allreduce_nonblocking(request, t.dl, t.dl, options,
+                                                                  cname)
+        end
     end
 end
 
@@ -877,39 +965,47 @@ other's rank).
 """
 function pair_gossip(x::AbstractArray, peer::Integer; self_weight::Real=0.5,
                      pair_weight::Real=0.5, name=nothing)
-    input = _Tensor(_dense(x))
-    output = _Tensor(similar(input.array))
-    GC.@preserve input output _check(weft_comm_pair_gossip(
-        input.dl, output.dl, peer, self_weight, pair_weight, _name(name)))
-    return output.array
+    return _refused_in_place(WEFT_OP_PAIR_GOSSIP, name, nothing, -1) do
+        input = _Tensor(_dense(x))
+        output = _Tensor(similar(input.array))
+        GC.@preserve input output _check(weft_comm_pair_gossip(
+            input.dl, output.dl, peer, self_weight, pair_weight, _name(name)))
+        return output.array
+    end
 end
 
 function pair_gossip!(x::Array, peer::Integer; self_weight::Real=0.5, pair_weight::Real=0.5,
                       name=nothing)
-    t = _Tensor(x)
-    GC.@preserve t _check(weft_comm_pair_gossip(
-        t.dl, t.dl, peer, self_weight, pair_weight, _name(name)))
-    return x
+    return _refused_in_place(WEFT_OP_PAIR_GOSSIP, name, nothing, -1) do
+        t = _Tensor(x)
+        GC.@preserve t _check(weft_comm_pair_gossip(
+            t.dl, t.dl, peer, self_weight, pair_weight, _name(name)))
+        return x
+    end
 end
 
 function pair_gossip_nonblocking(x::AbstractArray, peer::Integer; self_weight::Real=0.5,
                                  pair_weight::Real=0.5, name=nothing)
-    input = _Tensor(_dense(x))
-    output = _Tensor(similar(input.array))
-    cname = _name(name)
-    return _start((input, output, cname), _output_of(output)) do request
-        weft_comm_pair_gossip_nonblocking(request, input.dl, output.dl, peer, self_weight,
-                                          pair_weight, cname)
+    return _refused_in_place(WEFT_OP_PAIR_GOSSIP, name, nothing, -1) do
+        input = _Tensor(_dense(x))
+        output = _Tensor(similar(input.array))
+        cname = _name(name)
+        return _start((input, output, cname), _output_of(output)) do request
+            weft_comm_pair_gossip_nonblocking(request, input.dl, output.dl, peer, self_weight,
+                                              pair_weight, cname)
+        end
     end
 end
 
 function pair_gossip_nonblocking!(x::Array, peer::Integer; self_weight::Real=0.5,
                                   pair_weight::Real=0.5, name=nothing)
-    t = _Tensor(x)
-    cname = _name(name)
-    return _start((t, cname), _output_of(t)) do request
-        weft_comm_pair_gossip_nonblocking(request, t.dl, t.dl, peer, self_weight,
-                                          pair_weight, cname)
+    return _refused_in_place(WEFT_OP_PAIR_GOSSIP, name, nothing, -1) do
+        t = _Tensor(x)
+        cname = _name(name)
+        return _start((t, cname), _output_of(t)) do request
+            weft_comm_pair_gossip_nonblocking(request, t.dl, t.dl, peer, self_weight,
+                                              pair_weight, cname)
+        end
     end
 end
 
@@ -949,17 +1045,19 @@ window keeps `x` alive; do not `resize!` it.
 """
 function win_create(x::Array, name::Union{AbstractString,Symbol}; zero_init::Bool=false,
                     transport::Union{Nothing,AbstractString}=nothing)
-    t = _Tensor(x)
-    cname = String(name)
-    ctransport = transport === nothing ? nothing : String(transport)
-    GC.@preserve t ctransport begin
-        transport_ptr = ctransport === nothing ? Ptr{Cchar}(C_NULL) : pointer(ctransport)
-        options = Ref(weft_win_create_options(; zero_init=Cint(zero_init),
-                                                transport=transport_ptr))
-        _check(weft_win_create(t.dl, cname, options))
+    return _refused_in_place(WEFT_OP_WIN_CREATE, name, nothing, -1) do
+        t = _Tensor(x)
+        cname = String(name)
+        ctransport = transport === nothing ? nothing : String(transport)
+        GC.@preserve t ctransport begin
+            transport_ptr = ctransport === nothing ? Ptr{Cchar}(C_NULL) : pointer(ctransport)
+            options = Ref(weft_win_create_options(; zero_init=Cint(zero_init),
+                                                    transport=transport_ptr))
+            _check(weft_win_create(t.dl, cname, options))
+        end
+        lock(() -> (_windows[cname] = t), _windows_lock)
+        return nothing
     end
-    lock(() -> (_windows[cname] = t), _windows_lock)
-    return nothing
 end
 
 """
