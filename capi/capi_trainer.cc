@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_join.h"
 #include "capi/internal.h"
+#include "weft/trainer.h"
 #include "comm/comm.h"
 #include "comm/torch/torch_comm.h"
 #include "pipe/runtime/runtime.h"

@@ -53,12 +53,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <weft/weft.h>
+#include <weft/trainer.h> /* and weft.h */
 %}
 
-/* Linking: users only add -L<dir of libweft.so> (and the include paths); see README.md. */
+/* Linking: users only add -L<dir of libweft.so> (and the include paths); see README.md.
+ * The trainer (weft/trainer.h) is in libweft_trainer.so, which loads LibTorch; this one
+ * package wraps both, so Go programs link both. */
 %insert(cgo_comment_typedefs) %{
-#cgo LDFLAGS: -lweft
+#cgo LDFLAGS: -lweft_trainer -lweft
 %}
 
 /* DLPack types are opaque here (weft.h's #include of dlpack.h is not followed by SWIG). */
@@ -484,6 +486,7 @@ type RankVersion struct {
 
 /* ---- the C ABI itself -------------------------------------------------------------------- */
 %include "weft/weft.h"
+%include "weft/trainer.h"
 
 /* ---- weftgo_*: tensors and options flattened into arguments ------------------------------ */
 %{

@@ -12,39 +12,13 @@
 %module(package="weft") lowlevel
 
 %{
-#include <Python.h>
-#include <weft/weft.h>
+/* How many calls returning a weft_status this thread has made (weft_py_calls). */
+static __thread unsigned long weft_py_call_count = 0;
+#define WEFT_PY_ON_CALL ++weft_py_call_count
+%}
+%include "common.i"
 
-static PyObject* weft_py_error_factory = NULL;
-
-/* Raises the exception for `status` (and the calling thread's last weft error). */
-static void weft_py_raise(weft_status status) {
-  const char* message = weft_last_error();
-  if (weft_py_error_factory != NULL) {
-    PyObject* error = PyObject_CallFunction(weft_py_error_factory, "is", (int)status, message);
-    if (error != NULL) {
-      PyErr_SetObject((PyObject*)Py_TYPE(error), error);
-      Py_DECREF(error);
-      return;
-    }
-    return; /* the factory raised */
-  }
-  PyErr_Format(PyExc_RuntimeError, "weft error %d: %s", (int)status, message);
-}
-
-/* A borrowed DLTensor from a DLPack capsule (still named "dltensor": not consumed). */
-static DLTensor* weft_py_tensor(PyObject* capsule, const char* argument) {
-  DLManagedTensor* managed;
-  if (!PyCapsule_IsValid(capsule, "dltensor")) {
-    PyErr_Format(PyExc_TypeError,
-                 "%s: expected a DLPack capsule named 'dltensor' (from x.__dlpack__()), got %s",
-                 argument, Py_TYPE(capsule)->tp_name);
-    return NULL;
-  }
-  managed = (DLManagedTensor*)PyCapsule_GetPointer(capsule, "dltensor");
-  return managed == NULL ? NULL : &managed->dl_tensor;
-}
-
+%{
 /* Capsule destructor for results weft allocated: frees them unless a consumer (NumPy,
  * torch) took ownership, which renames the capsule "used_dltensor". */
 static void weft_py_capsule_destructor(PyObject* capsule) {
@@ -145,26 +119,6 @@ static int weft_py_weight_map(PyObject* obj, int** ranks, double** weights, size
 %init %{
 %}
 
-/* ---- status: raise on failure ---------------------------------------------------------- */
-%{
-/* How many calls returning a weft_status this thread has made (weft_py_calls). */
-static __thread unsigned long weft_py_call_count = 0;
-%}
-%typemap(out) weft_status {
-  ++weft_py_call_count;
-  if ($1 != WEFT_OK) {
-    weft_py_raise($1);
-    SWIG_fail;
-  }
-  $result = Py_None;
-  Py_INCREF(Py_None);
-}
-/* weft_status_string takes the code as an int. */
-%typemap(in) weft_status status {
-  $1 = (weft_status)PyLong_AsLong($input);
-  if (PyErr_Occurred()) SWIG_fail;
-}
-
 /* ---- tensors ------------------------------------------------------------------------------ */
 %typemap(in) const DLTensor* in {
   $1 = weft_py_tensor($input, "in");
@@ -191,18 +145,11 @@ static __thread unsigned long weft_py_call_count = 0;
 }
 
 /* ---- created objects ----------------------------------------------------------------------- */
-%define WEFT_OUT_HANDLE(TYPE, NAME)
-%typemap(in, numinputs=0) TYPE** NAME (TYPE* temp = NULL) { $1 = &temp; }
-%typemap(argout) TYPE** NAME {
-  $result = SWIG_Python_AppendOutput($result, SWIG_NewPointerObj(*$1, $*1_descriptor, 0));
-}
-%enddef
 WEFT_OUT_HANDLE(weft_topology, out)
 WEFT_OUT_HANDLE(weft_schedule, out)
 WEFT_OUT_HANDLE(weft_request, request)
 WEFT_OUT_HANDLE(weft_step_counter, counter)
 WEFT_OUT_HANDLE(weft_pipe_plan, plan)
-WEFT_OUT_HANDLE(weft_pipe_trainer, out)
 
 /* ---- scalar out-parameters ---------------------------------------------------------------- */
 %typemap(in, numinputs=0) int* done (int temp = 0), int* result (int temp = 0) { $1 = &temp; }
@@ -584,11 +531,10 @@ WEFT_OUT_HANDLE(weft_pipe_trainer, out)
 
 /* ---- pipe: freezing, partitioning, plans ------------------------------------------------ */
 /* Scalar results: frozen counts, cycles, a rank's (replica, stage), max cost, bubble. */
-%typemap(in, numinputs=0) int* frozen (int temp = 0), int* cycles (int temp = 0),
-                          int* replica (int temp = -1), int* stage (int temp = -1) {
+%typemap(in, numinputs=0) int* frozen (int temp = 0), int* cycles (int temp = 0) {
   $1 = &temp;
 }
-%typemap(argout) int* frozen, int* cycles, int* replica, int* stage {
+%typemap(argout) int* frozen, int* cycles {
   $result = SWIG_Python_AppendOutput($result, PyLong_FromLong((long)*$1));
 }
 %typemap(in, numinputs=0) double* max_cost (double temp = 0), double* bubble (double temp = 0) {
@@ -654,90 +600,6 @@ WEFT_OUT_HANDLE(weft_pipe_trainer, out)
     $1 = &opts;
   }
 }
-/* The plan's info as a tuple (frozen, k, replicas, micro_batches, world, m0, max_cost). */
-%typemap(in, numinputs=0) weft_pipe_plan_info* info (weft_pipe_plan_info temp) {
-  memset(&temp, 0, sizeof(temp));
-  $1 = &temp;
-}
-%typemap(argout) weft_pipe_plan_info* info {
-  $result = SWIG_Python_AppendOutput(
-      $result, Py_BuildValue("(iiiiidd)", $1->frozen, $1->k, $1->replicas, $1->micro_batches,
-                             $1->world, $1->m0, $1->max_cost));
-}
-
-/* ---- pipe: the elastic pipeline trainer ------------------------------------------------- */
-/* The training set: DLPack capsules, borrowed for the call. */
-%typemap(in) const DLTensor* inputs {
-  $1 = weft_py_tensor($input, "inputs");
-  if ($1 == NULL) SWIG_fail;
-}
-%typemap(in) const DLTensor* targets {
-  $1 = weft_py_tensor($input, "targets");
-  if ($1 == NULL) SWIG_fail;
-}
-/* (k0, freeze, alpha, gradient_aware, freeze_every_epochs, autopipe, autodp, cache,
- *  cache_dir or None, schedule, micro_batches, batch_size, seed, optimizer, lr, momentum,
- *  weight_decay, loss, name or None, decentralized[, version]); None: the defaults. */
-%typemap(in) const weft_pipe_trainer_options* options
-    (weft_pipe_trainer_options opts = WEFT_PIPE_TRAINER_OPTIONS_INIT) {
-  int schedule = 0, optimizer = 0, loss = 0;
-  long long batch_size = 0;
-  unsigned long long seed = 0;
-  if ($input == Py_None) {
-    $1 = NULL;
-  } else {
-    if (!PyArg_ParseTuple($input, "iidiiiiiziiLKidddizi|I", &opts.k0, &opts.freeze, &opts.alpha,
-                          &opts.gradient_aware, &opts.freeze_every_epochs, &opts.autopipe,
-                          &opts.autodp, &opts.cache, &opts.cache_dir, &schedule,
-                          &opts.micro_batches, &batch_size, &seed, &optimizer, &opts.lr,
-                          &opts.momentum, &opts.weight_decay, &loss, &opts.name,
-                          &opts.decentralized, &opts.version)) SWIG_fail;
-    opts.schedule = (weft_pipe_schedule_kind)schedule;
-    opts.batch_size = (int64_t)batch_size;
-    opts.seed = (uint64_t)seed;
-    opts.optimizer = (weft_pipe_optimizer_kind)optimizer;
-    opts.loss = (weft_pipe_loss_kind)loss;
-    $1 = &opts;
-  }
-}
-/* The epoch's metrics as a tuple in the struct's field order (epoch .. transition_bytes). */
-%typemap(in, numinputs=0) weft_pipe_epoch_metrics* metrics (weft_pipe_epoch_metrics temp) {
-  memset(&temp, 0, sizeof(temp));
-  temp.version = WEFT_PIPE_EPOCH_METRICS_VERSION;
-  $1 = &temp;
-}
-%typemap(argout) weft_pipe_epoch_metrics* metrics {
-  $result = SWIG_Python_AppendOutput(
-      $result,
-      Py_BuildValue("(iiiiiddLddddiiiidL)", $1->epoch, $1->frozen, $1->k, $1->replicas,
-                    $1->micro_batches, $1->bubble_fraction, $1->train_seconds,
-                    (long long)$1->samples, $1->samples_per_second, $1->loss,
-                    $1->syncs_per_second, $1->cache_hit_rate, $1->transitioned,
-                    $1->next_frozen, $1->next_k, $1->next_replicas, $1->transition_seconds,
-                    (long long)$1->transition_bytes));
-}
-%typemap(in, numinputs=0) double* accuracy (double temp = 0) { $1 = &temp; }
-%typemap(argout) double* accuracy {
-  $result = SWIG_Python_AppendOutput($result, PyFloat_FromDouble(*$1));
-}
-/* The last line: Python passes the capacity; 0 gives the size needed (an int), more the
- * text (a str). */
-%typemap(in) (char* buf, size_t cap, size_t* needed) (size_t n = 0) {
-  $2 = (size_t)PyLong_AsSize_t($input);
-  if (PyErr_Occurred()) SWIG_fail;
-  $1 = $2 > 0 ? (char*)PyMem_Malloc($2) : NULL;
-  if ($2 > 0 && $1 == NULL) {
-    PyErr_NoMemory();
-    SWIG_fail;
-  }
-  $3 = &n;
-}
-%typemap(argout) (char* buf, size_t cap, size_t* needed) {
-  $result = SWIG_Python_AppendOutput(
-      $result, $1 == NULL ? PyLong_FromSize_t(*$3) : PyUnicode_FromString($1));
-}
-%typemap(freearg) (char* buf, size_t cap, size_t* needed) { PyMem_Free($1); }
-
 /* Function pointers do not cross into Python: weft_py_keep_alive below replaces it. */
 %ignore weft_request_keep_alive;
 /* The option structs themselves are built by the typemaps above. */
@@ -750,25 +612,14 @@ WEFT_OUT_HANDLE(weft_pipe_trainer, out)
 %ignore weft_win_update_options;
 %ignore weft_pipe_freeze_options;
 %ignore weft_pipe_plan_options;
-%ignore weft_pipe_plan_info;
-%ignore weft_pipe_trainer_options;
-%ignore weft_pipe_epoch_metrics;
 
 %include "weft/weft.h"
 
 /* These touch Python objects: they must keep the GIL (every other call releases it). */
-%nothread weft_py_set_error_factory;
 %nothread weft_py_keep_alive;
 %nothread weft_py_calls;
 
 %inline %{
-/* Registers the callable (status, message) -> exception used for every failed call. */
-void weft_py_set_error_factory(PyObject* factory) {
-  Py_XINCREF(factory);
-  Py_XDECREF(weft_py_error_factory);
-  weft_py_error_factory = factory;
-}
-
 /* How many calls returning a weft_status this thread has made: a function that sees it
  * unchanged after an exception knows that weft never saw the call. */
 unsigned long weft_py_calls(void) { return weft_py_call_count; }

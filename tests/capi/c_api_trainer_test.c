@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <weft/weft.h>
+#include <weft/trainer.h>
 
 #include "tests/capi/check.h"
 

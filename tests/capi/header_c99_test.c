@@ -1,7 +1,7 @@
 /* The public header alone, compiled as strict C99 (-std=c99 -pedantic -Werror): it must
  * not need anything but the C standard library and DLPack. Running it checks that the
  * option initializers fill the fields they should. */
-#include <weft/weft.h>
+#include <weft/trainer.h> /* and weft.h */
 
 int main(void) {
   weft_neighbor_allreduce_options nar = WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_INIT;

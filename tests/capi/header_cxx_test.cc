@@ -1,5 +1,5 @@
 // The public header from C++ (extern "C", no warnings under -Wall -Wextra -Werror).
-#include <weft/weft.h>
+#include <weft/trainer.h> /* and weft.h */
 
 #include <type_traits>
 

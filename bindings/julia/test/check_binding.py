@@ -29,11 +29,13 @@ import tempfile
 import xml.etree.ElementTree as ET
 
 HEADER_REL = "capi/include/weft/weft.h"
+TRAINER_HEADER_REL = "capi/include/weft/trainer.h"
 CAPI_REL = "bindings/julia/Weft/src/capi.jl"
 GENERATOR_REL = "bindings/julia/gen/generate.py"
 PARSER_REL = "bindings/julia/test/parse_julia.js"
 JULIA_DIR_REL = "bindings/julia"
-LIBRARY_EXPR = "libweft()"  # how every ccall in capi.jl names the library
+LIBRARY_EXPR = "libweft()"  # how every ccall in capi.jl names the library...
+TRAINER_LIBRARY_EXPR = "libweft_trainer()"  # ...but those of trainer.h's functions
 SETUP_HINT = "run ./tools/weft.sh setup (it installs tree-sitter into ~/.cache/weft/node)"
 
 
@@ -280,6 +282,28 @@ def exported_function_count(header_text):
     return len(re.findall(r"\bWEFT_API\b", code))
 
 
+def trainer_functions(header_text):
+    """The functions after trainer.h's include guard: they live in libweft_trainer."""
+    start = header_text.find("#define WEFT_TRAINER_H_")
+    if start < 0:
+        return set()
+    return set(re.findall(r"WEFT_API[^;(]*?\b(weft_\w+)\s*\(", header_text[start:]))
+
+
+def combined_header(root, workdir):
+    """weft.h and trainer.h as one file (trainer.h adds to weft.h), for SWIG and the
+    checks: (path, text)."""
+    texts = []
+    for rel in (HEADER_REL, TRAINER_HEADER_REL):
+        with open(os.path.join(root, rel), encoding="utf-8") as f:
+            texts.append(f.read())
+    text = "\n".join(texts)
+    path = os.path.join(workdir, "weft_and_trainer.h")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path, text
+
+
 def header_inits(header_text):
     """{struct name: [C initializer values]} from the WEFT_*_INIT macros."""
     inits = {}
@@ -328,9 +352,11 @@ def signature_problems(weft, dlpack, header_text, tree, shown_name):
         except ValueError as e:
             problems.append("%s: %s" % (where, e))
             continue
-        if call.get("library") != LIBRARY_EXPR:
+        library = (TRAINER_LIBRARY_EXPR if name in trainer_functions(header_text)
+                   else LIBRARY_EXPR)
+        if call.get("library") != library:
             problems.append("%s: library is %r, expected %s" % (
-                where, call.get("library"), LIBRARY_EXPR))
+                where, call.get("library"), library))
         if call.get("types_kind") != "tuple_expression":
             problems.append("%s: the argument types are a %s, not a tuple (a 1-tuple needs "
                             "a trailing comma)" % (where, call.get("types_kind")))
@@ -568,8 +594,7 @@ def main():
     problems = []
     try:
         node_modules_dir()  # fail early, with the set-up hint
-        with open(header, encoding="utf-8") as f:
-            header_text = f.read()
+        combined, header_text = combined_header(root, workdir)
         with open(capi, encoding="utf-8") as f:
             capi_text = f.read()
 
@@ -582,7 +607,7 @@ def main():
         rel = {f: os.path.relpath(f, root) for f in files}
         problems += syntax_problems(trees, rel)
 
-        weft = CModel(run_swig(header, workdir, "weft"))
+        weft = CModel(run_swig(combined, workdir, "weft"))
         dlpack = CModel(run_swig(find_dlpack_header(), workdir, "dlpack"))
         if not weft.functions:
             problems.append("SWIG found no functions in %s" % HEADER_REL)

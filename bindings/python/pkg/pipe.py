@@ -26,6 +26,14 @@ from . import lowlevel as _c
 from . import _tensors
 from ._errors import InvalidArgumentError
 
+_t = None  # weft.trainer_lowlevel, imported with the first Trainer (it loads LibTorch)
+
+
+def _trainer_module():
+    from . import _errors, trainer_lowlevel
+    trainer_lowlevel.weft_py_set_error_factory(_errors.make_error)
+    return trainer_lowlevel
+
 __all__ = [
     "freeze_bound", "next_frozen", "parameter_costs", "Partition", "partition", "Plan",
     "make_plan", "schedule_bubble", "GradNormAccumulator", "STRATEGIES", "SCHEDULES",
@@ -396,14 +404,16 @@ def schedule_bubble(kind, stages, micro_batches):
 
 # ---- the elastic pipeline trainer ----------------------------------------------------------
 
+# weft/trainer.h's enum values, written out so that importing weft.pipe does not load the
+# trainer's library (a test checks them against trainer_lowlevel).
 OPTIMIZERS = {
-    "sgd": _c.WEFT_PIPE_OPTIMIZER_SGD,  # lr, momentum, weight_decay
-    "adam": _c.WEFT_PIPE_OPTIMIZER_ADAM,  # lr, weight_decay (L2 in the gradient)
-    "adamw": _c.WEFT_PIPE_OPTIMIZER_ADAMW,  # lr, weight_decay (decoupled)
+    "sgd": 0,  # WEFT_PIPE_OPTIMIZER_SGD: lr, momentum, weight_decay
+    "adam": 1,  # WEFT_PIPE_OPTIMIZER_ADAM: lr, weight_decay (L2 in the gradient)
+    "adamw": 2,  # WEFT_PIPE_OPTIMIZER_ADAMW: lr, weight_decay (decoupled)
 }
 LOSSES = {
-    "cross_entropy": _c.WEFT_PIPE_LOSS_CROSS_ENTROPY,  # logits [N, C], class indices [N]
-    "mse": _c.WEFT_PIPE_LOSS_MSE,  # targets shaped like the outputs
+    "cross_entropy": 0,  # WEFT_PIPE_LOSS_CROSS_ENTROPY: logits [N, C], class indices [N]
+    "mse": 1,  # WEFT_PIPE_LOSS_MSE: targets shaped like the outputs
 }
 
 
@@ -490,7 +500,10 @@ class Trainer:
             raise _invalid(f"{fn}: seed = {seed} does not fit a uint64")
         if not -(2 ** 63) <= options[11] < 2 ** 63:
             raise _invalid(f"{fn}: batch_size = {batch_size} does not fit an int64")
-        self._ptr = _c.weft_pipe_trainer_create(path, options)
+        global _t
+        if _t is None:
+            _t = _trainer_module()
+        self._ptr = _t.weft_pipe_trainer_create(path, options)
         self._line = ""
 
     def _handle(self, method):
@@ -507,10 +520,10 @@ class Trainer:
         ptr = self._handle("train_epoch")
         x, x_capsule, _ = _tensors.prepare(inputs, "inputs")
         y, y_capsule, _ = _tensors.prepare(targets, "targets")
-        values = _c.weft_pipe_trainer_train_epoch(ptr, x_capsule, y_capsule)
+        values = _t.weft_pipe_trainer_train_epoch(ptr, x_capsule, y_capsule)
         del x, y  # kept alive until weft returned
-        self._line = _c.weft_pipe_trainer_last_line(
-            ptr, _c.weft_pipe_trainer_last_line(ptr, 0))
+        self._line = _t.weft_pipe_trainer_last_line(
+            ptr, _t.weft_pipe_trainer_last_line(ptr, 0))
         values = list(values)
         values[12] = bool(values[12])
         return EpochMetrics(*values, line=self._line)
@@ -521,7 +534,7 @@ class Trainer:
         ptr = self._handle("evaluate")
         x, x_capsule, _ = _tensors.prepare(inputs, "inputs")
         y, y_capsule, _ = _tensors.prepare(targets, "targets")
-        accuracy = _c.weft_pipe_trainer_evaluate(ptr, x_capsule, y_capsule)
+        accuracy = _t.weft_pipe_trainer_evaluate(ptr, x_capsule, y_capsule)
         del x, y
         return accuracy
 
@@ -534,18 +547,18 @@ class Trainer:
     @property
     def role(self):
         """This rank's (replica, stage) in the current plan; (-1, -1) when idle."""
-        return tuple(_c.weft_pipe_trainer_role(self._handle("role")))
+        return tuple(_t.weft_pipe_trainer_role(self._handle("role")))
 
     @property
     def plan(self):
         """The current plan's PlanInfo (what the next epoch trains with)."""
-        return PlanInfo(*_c.weft_pipe_trainer_plan_info(self._handle("plan")))
+        return PlanInfo(*_t.weft_pipe_trainer_plan_info(self._handle("plan")))
 
     def close(self):
         """Frees the trainer (not collective); later calls raise. Twice is fine."""
         ptr, self._ptr = getattr(self, "_ptr", None), None
         if ptr is not None:
-            _c.weft_pipe_trainer_destroy(ptr)
+            _t.weft_pipe_trainer_destroy(ptr)
 
     __del__ = close
 

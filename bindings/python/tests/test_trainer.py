@@ -122,3 +122,24 @@ def test_trainer_errors(model_path, tmp_path):
     with pytest.raises(weft.InvalidArgumentError, match="class indices"):
         trainer.train_epoch(x, y.astype(np.float32))
     trainer.close()
+
+
+def test_import_weft_loads_neither_libtorch_nor_numpy():
+    # The trainer's library (and with it LibTorch) loads with the first Trainer only.
+    import subprocess
+    import sys
+    code = ("import sys, weft\n"
+            "maps = open('/proc/self/maps').read()\n"
+            "print('torch' in sys.modules, 'numpy' in sys.modules,\n"
+            "      'libtorch' in maps, 'libweft_trainer' in maps, 'libweft.so' in maps)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["False", "False", "False", "False", "True"], out
+
+
+def test_trainer_enum_values_are_the_header_s():
+    from weft import trainer_lowlevel as t
+    assert wp.OPTIMIZERS == {"sgd": t.WEFT_PIPE_OPTIMIZER_SGD, "adam": t.WEFT_PIPE_OPTIMIZER_ADAM,
+                             "adamw": t.WEFT_PIPE_OPTIMIZER_ADAMW}
+    assert wp.LOSSES == {"cross_entropy": t.WEFT_PIPE_LOSS_CROSS_ENTROPY,
+                         "mse": t.WEFT_PIPE_LOSS_MSE}

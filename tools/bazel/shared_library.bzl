@@ -1,0 +1,94 @@
+"""weft_shared_library: a shared library made of the objects of `deps` that `exclude` does not
+already hold, linked against the shared libraries in `link`. libweft_trainer.so is built
+this way: its own objects (the trainer, pipe/runtime, the LibTorch adapter) and not a second
+copy of comm and core, whose one instance (the engine, the settings) lives in libweft.so.
+Bazel 4's cc_binary cannot leave a dependency's objects out, hence this rule.
+
+weft_library_link: a symlink (libweft.so.0 -> libweft.so), so that programs linked against a
+library whose soname carries the version find it at run time next to the library."""
+
+load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain")
+load(":static_bundle.bzl", "workspace_archives")
+
+def _shared_library_impl(ctx):
+    cc_toolchain = find_cpp_toolchain(ctx)
+    archives = workspace_archives(ctx.attr.deps, ctx.label.workspace_name, ctx.attr.exclude)
+
+    # The system libraries (linkopts of @torch, @mpi, ...), each owner's flags once, in order.
+    flags = []
+    owners = {}
+    for dep in ctx.attr.deps:
+        for linker_input in dep[CcInfo].linking_context.linker_inputs.to_list():
+            key = str(linker_input.owner)
+            if key not in owners:
+                owners[key] = True
+                flags.extend(linker_input.user_link_flags)
+
+    out = ctx.actions.declare_file(ctx.attr.out)
+    args = ctx.actions.args()
+    args.add_all(["-shared", "-o", out])
+    args.add("-Wl,-soname," + ctx.attr.soname)
+    args.add("-Wl,--version-script=" + ctx.file.version_script.path)
+
+    # Every symbol must resolve against the libraries named here: the check that libweft.so
+    # exports what the objects below use.
+    args.add("-Wl,-z,defs")
+    args.add("-Wl,--whole-archive")
+    args.add_all(archives)
+    args.add("-Wl,--no-whole-archive")
+    args.add_all(ctx.files.link)
+    args.add_all(flags)
+    args.add_all(["-lstdc++", "-lm", "-pthread"])
+
+    # Installed side by side with the libraries in `link`.
+    args.add("-Wl,-rpath,$ORIGIN")
+    ctx.actions.run(
+        executable = cc_toolchain.compiler_executable,
+        arguments = [args],
+        inputs = depset(
+            archives + ctx.files.link + [ctx.file.version_script],
+            transitive = [cc_toolchain.all_files],
+        ),
+        outputs = [out],
+        mnemonic = "SharedLibrary",
+        # The compiler driver finds ld and its plugins on PATH.
+        use_default_shell_env = True,
+        progress_message = "Linking %s" % out.short_path,
+    )
+    return [DefaultInfo(
+        files = depset([out]),
+        runfiles = ctx.runfiles(files = [out] + ctx.files.link),
+    )]
+
+weft_shared_library = rule(
+    implementation = _shared_library_impl,
+    attrs = {
+        "deps": attr.label_list(providers = [CcInfo]),
+        "exclude": attr.label_list(providers = [CcInfo]),
+        "link": attr.label_list(allow_files = True),
+        "out": attr.string(mandatory = True),
+        "soname": attr.string(mandatory = True),
+        "version_script": attr.label(allow_single_file = True, mandatory = True),
+        "_cc_toolchain": attr.label(
+            default = Label("@bazel_tools//tools/cpp:current_cc_toolchain"),
+        ),
+    },
+    fragments = ["cpp"],
+    toolchains = ["@bazel_tools//tools/cpp:toolchain_type"],
+)
+
+def _library_link_impl(ctx):
+    out = ctx.actions.declare_file(ctx.attr.out)
+    ctx.actions.symlink(output = out, target_file = ctx.file.library)
+    return [DefaultInfo(
+        files = depset([out]),
+        runfiles = ctx.runfiles(files = [out, ctx.file.library]),
+    )]
+
+weft_library_link = rule(
+    implementation = _library_link_impl,
+    attrs = {
+        "library": attr.label(allow_single_file = True, mandatory = True),
+        "out": attr.string(mandatory = True),
+    },
+)
