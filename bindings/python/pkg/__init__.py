@@ -19,7 +19,6 @@ weft.WeftError subclasses carrying the status code and weft's message.
 
 import contextlib as _contextlib
 import functools as _functools
-import inspect as _inspect
 import operator as _operator
 import os as _os
 import sys as _sys
@@ -273,8 +272,6 @@ def _refused_in_place(op, peer=None):
     paired with the right ones. `peer` names the argument holding a send's or recv's
     peer."""
     def decorate(function):
-        signature = _inspect.signature(function)
-
         @_functools.wraps(function)
         def call(*args, **kwargs):
             calls = _c.weft_py_calls()
@@ -282,15 +279,16 @@ def _refused_in_place(op, peer=None):
                 return function(*args, **kwargs)
             except Exception as error:
                 if _c.weft_py_calls() == calls:  # weft never saw the call
-                    _refuse(op, signature, peer, args, kwargs, error)
+                    _refuse(op, function, peer, args, kwargs, error)
                 raise
         return call
     return decorate
 
 
-def _refuse(op, signature, peer, args, kwargs, error):
+def _refuse(op, function, peer, args, kwargs, error):
+    import inspect  # only here: `import weft` stays quick
     try:
-        arguments = signature.bind(*args, **kwargs)
+        arguments = inspect.signature(function).bind(*args, **kwargs)
         arguments.apply_defaults()
         given = arguments.arguments
         name = given.get("name")

@@ -7,8 +7,6 @@ back as NumPy arrays. A contiguous input is never copied; a non-contiguous one i
 
 import sys
 
-import numpy as np
-
 from . import _errors
 
 _SUPPORTED = "float32, float64, float16, bfloat16 (torch), int32, int64, int16, int8 and uint8"
@@ -36,6 +34,13 @@ def _torch():
     return sys.modules.get("torch")
 
 
+def _numpy():
+    # Imported on first use: `import weft` does not load NumPy (a third of a comm-only
+    # program's start-up), and an array of NumPy's cannot exist before it is loaded.
+    import numpy
+    return numpy
+
+
 def _unsupported(x, what, cause):
     return _errors.UnimplementedError(
         5, f"{what}: {type(x).__name__} of dtype {getattr(x, 'dtype', '?')} cannot be passed to "
@@ -44,7 +49,8 @@ def _unsupported(x, what, cause):
 
 def prepare(x, what="tensor"):
     """(array, capsule, kind): `array` is x or its contiguous copy; `capsule` borrows it."""
-    if type(x) is np.ndarray:
+    np = sys.modules.get("numpy")
+    if np is not None and type(x) is np.ndarray:
         if not x.flags.c_contiguous:
             x = np.ascontiguousarray(x)
         try:
@@ -69,9 +75,9 @@ def prepare(x, what="tensor"):
     if hasattr(x, "__dlpack__"):
         # Another DLPack producer (JAX, CuPy on the host, ...): a zero-copy NumPy view of
         # its memory, so that results (and in-place writes) follow NumPy's path.
-        return prepare(np.from_dlpack(x), what)
-    if isinstance(x, (list, tuple, int, float, np.generic)):
-        return prepare(np.asarray(x), what)
+        return prepare(_numpy().from_dlpack(x), what)
+    if isinstance(x, (list, tuple, int, float)) or (np is not None and isinstance(x, np.generic)):
+        return prepare(_numpy().asarray(x), what)
     raise TypeError(
         f"{what}: expected a NumPy array, a torch.Tensor or an object with __dlpack__, got "
         f"{type(x).__name__}")
@@ -83,7 +89,7 @@ def empty_like(x, kind):
         torch = _torch()
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
         return out, torch.utils.dlpack.to_dlpack(out)
-    out = np.empty_like(x, order="C")
+    out = _numpy().empty_like(x, order="C")
     return out, out.__dlpack__()
 
 
@@ -91,14 +97,14 @@ def from_capsule(capsule, kind):
     """Wraps a capsule weft allocated (no copy) as the input kind's array type."""
     if kind == TORCH:
         return _torch().utils.dlpack.from_dlpack(capsule)
-    return np.from_dlpack(_Exporter(capsule))
+    return _numpy().from_dlpack(_Exporter(capsule))
 
 
 def copy_back(target, result):
     """For in-place ops on non-contiguous inputs: writes the contiguous result back."""
     if result is target:
         return target
-    if isinstance(target, np.ndarray):
+    if isinstance(target, _numpy().ndarray):
         target[...] = result
     else:
         target.copy_(result)

@@ -11,9 +11,18 @@ takes a topology takes such a graph or a weft Topology (the C library's graph, w
 Topology.from_networkx and Topology.to_networkx convert both ways).
 """
 
-import numpy as np
-
 from . import lowlevel as _c
+
+
+class _LazyNumpy:
+    """NumPy, imported when a topology first needs it (`import weft` does not load it)."""
+
+    def __getattr__(self, name):
+        import numpy
+        return getattr(numpy, name)
+
+
+np = _LazyNumpy()
 
 __all__ = [
     "Topology", "isPowerOf", "ExponentialTwoGraph", "ExponentialGraph", "SymmetricExponentialGraph",
