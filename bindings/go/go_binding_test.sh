@@ -2,11 +2,12 @@
 # Builds the Go binding's test binary and runs it under mpirun:
 #   go_binding_test.sh NP [go test flags...]
 # Bazel runs it as //bindings/go:go_binding_test_np{1,2,4}; it also works by hand from the
-# repository root once libweft.so is built (bazel build //capi:libweft.so).
+# repository root once the libraries are built (bazel build //capi:weft).
 #
-# There are no Go rules in this offline Bazel, so the system go and swig do the work here:
-# the sources are copied to a scratch directory (runfiles are read-only, and the SWIG layer is
-# generated next to them), then `go test -c` builds one binary, which mpirun starts NP times.
+# There are no Go rules in this offline Bazel, so the system go does the work here: the
+# sources are copied to a scratch directory (runfiles are read-only), the checked-in SWIG
+# layer is compared with a fresh generation (the only use of swig), the module is vetted,
+# then `go test -c` builds one binary, which mpirun starts NP times.
 set -euo pipefail
 np=${1:?usage: go_binding_test.sh NP [go test flags...]}
 shift
@@ -26,7 +27,7 @@ for candidate in "${WEFT_LIB_DIR:-}/libweft.so" "$root/capi/libweft.so" \
   fi
 done
 if [[ -z "$lib" ]]; then
-  echo "go_binding_test.sh: libweft.so not found; run: bazel build //capi:libweft.so" >&2
+  echo "go_binding_test.sh: libweft.so not found; run: bazel build //capi:weft" >&2
   exit 1
 fi
 libdir=$(dirname "$lib")
@@ -37,7 +38,8 @@ rm -rf "$work"
 mkdir -p "$work/src/internal/cweft" "$work/src/examples/consensus"
 src=$root/bindings/go
 cp -L "$src"/go.mod "$src"/weft.i "$src"/generate.sh "$src"/*.go "$work/src/"
-cp -L "$src"/internal/cweft/doc.go "$work/src/internal/cweft/"
+cp -L "$src"/internal/cweft/doc.go "$src"/internal/cweft/cweft.go \
+  "$src"/internal/cweft/weft_wrap.c "$work/src/internal/cweft/"
 cp -L "$src"/examples/consensus/main.go "$work/src/examples/consensus/"
 
 # A hermetic go command: nothing from the user's environment, no network, no HOME needed.
@@ -49,13 +51,24 @@ if [[ -n "$unformatted" ]]; then
   echo "go_binding_test.sh: not gofmt-formatted: $unformatted" >&2
   exit 1
 fi
+# The checked-in SWIG layer must be what weft.i and the headers generate today.
+mkdir -p "$work/regen/internal/cweft"
+cp "$work/src/generate.sh" "$work/src/weft.i" "$work/regen/"
+bash "$work/regen/generate.sh" "$include"
+for f in cweft.go weft_wrap.c; do
+  if ! cmp -s "$work/regen/internal/cweft/$f" "$work/src/internal/cweft/$f"; then
+    echo "go_binding_test.sh: bindings/go/internal/cweft/$f is stale; run" \
+      "bindings/go/generate.sh" >&2
+    diff "$work/src/internal/cweft/$f" "$work/regen/internal/cweft/$f" | head -20 >&2
+    exit 1
+  fi
+done
+# No SWIG from here on: the build uses the checked-in layer, as a user's does.
 start=$(date +%s.%N)
-bash "$work/src/generate.sh" "$include"
-# (cweft is SWIG's code: vet would flag its own uintptr conversions.)
-(cd "$work/src" && "${GO:-go}" vet . ./examples/... &&
+(cd "$work/src" && "${GO:-go}" vet ./... &&
   "${GO:-go}" test -c -o "$work/weft.test" . &&
   "${GO:-go}" build -o "$work/consensus" ./examples/consensus)
-echo "go_binding_test.sh: generated and built the test binary and the example in" \
+echo "go_binding_test.sh: vetted and built the module, the test binary and the example in" \
   "$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f s", e - s }')" \
   "($("${GO:-go}" version | cut -d' ' -f3), $("${SWIG:-swig}" -version | awk '/Version/ {print $3}'))"
 
