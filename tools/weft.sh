@@ -5,6 +5,8 @@
 #   ./tools/weft.sh demo    # set up, build, train the demo network on 4 ranks (options after it)
 #   ./tools/weft.sh test    # set up, build, run every test (what CI runs)
 #   ./tools/weft.sh sanitize  # the C++ tests under ASan+UBSan, the engine's under TSan
+#   ./tools/weft.sh install --prefix DIR  # set up, build, install headers, libraries,
+#                                         # pkg-config files, the Python package, tools
 #   ./tools/weft.sh setup   # only install the packages
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,8 +23,9 @@ PACKAGES=(
 # which is the reference implementation unless an optimized one is installed: with it the
 # training examples run about 6x faster. The OpenMP build follows torch::set_num_threads,
 # so ranks sharing a machine do not oversubscribe its cores.
-# The multi-host tests (tests/cluster) start their own sshd in each simulated host.
-TEST_PACKAGES=(openssh-server openssh-client iproute2)
+# The multi-host tests (tests/cluster) start their own sshd in each simulated host; the
+# install test builds C programs with pkg-config.
+TEST_PACKAGES=(openssh-server openssh-client iproute2 pkg-config)
 
 setup() {
   local missing=() wanted=("${PACKAGES[@]}")
@@ -125,6 +128,23 @@ run_tests() {
   return "$asan_rc"
 }
 
+# Builds the libraries, the Python package and the tools (optimized), then lays them out
+# under --prefix (tools/install.sh says what goes where).
+install_weft() {
+  local prefix=
+  while (($#)); do
+    case $1 in
+      --prefix) prefix=$2; shift ;;
+      *) echo "usage: $0 install --prefix DIR" >&2; return 2 ;;
+    esac
+    shift
+  done
+  [[ -n "$prefix" ]] || { echo "usage: $0 install --prefix DIR" >&2; return 2; }
+  bazel build "${BAZEL_FLAGS[@]}" -c opt //capi:weft //bindings/python:weft \
+    //pipe/planner:weft-plan
+  tools/install.sh --prefix "$prefix" --outputs "$(bazel info "${BAZEL_FLAGS[@]}" -c opt bazel-bin)"
+}
+
 # The sanitizers: every C++ test (single-process and under mpirun) built with
 # AddressSanitizer and UndefinedBehaviorSanitizer, then the engine's multi-threaded tests
 # with ThreadSanitizer. The bindings, benchmarks and the multi-host and consumer tests
@@ -150,8 +170,9 @@ case "${1:-}" in
   sanitize) shift; setup test; sanitize "$@" ;;
   demo) shift; setup; demo "$@" ;;
   test) shift; setup test; run_tests "$@" ;;
+  install) shift; setup; install_weft "$@" ;;
   *)
-    echo "usage: $0 demo|test|sanitize|setup" >&2
+    echo "usage: $0 demo|test|sanitize|install|setup" >&2
     exit 2
     ;;
 esac

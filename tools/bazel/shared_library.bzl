@@ -10,19 +10,24 @@ library whose soname carries the version find it at run time next to the library
 load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain")
 load(":static_bundle.bzl", "workspace_archives")
 
-def _shared_library_impl(ctx):
-    cc_toolchain = find_cpp_toolchain(ctx)
-    archives = workspace_archives(ctx.attr.deps, ctx.label.workspace_name, ctx.attr.exclude)
-
-    # The system libraries (linkopts of @torch, @mpi, ...), each owner's flags once, in order.
+def system_link_flags(targets):
+    """The link flags below `targets` (the linkopts of @torch, @mpi, ...), each owner's once,
+    in link order."""
     flags = []
     owners = {}
-    for dep in ctx.attr.deps:
-        for linker_input in dep[CcInfo].linking_context.linker_inputs.to_list():
+    for target in targets:
+        for linker_input in target[CcInfo].linking_context.linker_inputs.to_list():
             key = str(linker_input.owner)
             if key not in owners:
                 owners[key] = True
                 flags.extend(linker_input.user_link_flags)
+    return flags
+
+def _shared_library_impl(ctx):
+    cc_toolchain = find_cpp_toolchain(ctx)
+    archives = workspace_archives(ctx.attr.deps, ctx.label.workspace_name, ctx.attr.exclude)
+
+    flags = system_link_flags(ctx.attr.deps)
 
     out = ctx.actions.declare_file(ctx.attr.out)
     args = ctx.actions.args()
@@ -89,6 +94,26 @@ weft_library_link = rule(
     implementation = _library_link_impl,
     attrs = {
         "library": attr.label(allow_single_file = True, mandatory = True),
+        "out": attr.string(mandatory = True),
+    },
+)
+
+def _link_flags_impl(ctx):
+    out = ctx.actions.declare_file(ctx.attr.out)
+    flags = system_link_flags(ctx.attr.deps)
+    excluded = system_link_flags(ctx.attr.exclude)
+    kept = [f for f in flags if f not in excluded or not f.startswith("-l")]
+    ctx.actions.write(out, "\n".join(kept) + "\n")
+    return [DefaultInfo(files = depset([out]))]
+
+# What a program linking a static archive of weft must add: the system libraries' link flags
+# of `deps` (less the -l flags `exclude` already brings), one per line. tools/install.sh
+# writes them into the pkg-config files' Libs.private.
+weft_link_flags = rule(
+    implementation = _link_flags_impl,
+    attrs = {
+        "deps": attr.label_list(providers = [CcInfo]),
+        "exclude": attr.label_list(providers = [CcInfo]),
         "out": attr.string(mandatory = True),
     },
 )
