@@ -13,4 +13,4 @@ export WEFT_STALL_TIMEOUT_SECONDS=${WEFT_STALL_TIMEOUT_SECONDS:-120}
 # pytest's temporary directories per rank would collide under one basetemp.
 exec tools/weftrun -np "$np" --no-host-check \
   --mpi-args "--oversubscribe --bind-to none --timeout 900" -- \
-  /usr/bin/python3 -m pytest -q -p no:cacheprovider --color=no bindings/python/tests
+  "$PYTHON" -m pytest -q -p no:cacheprovider --color=no bindings/python/tests

@@ -8,7 +8,7 @@ source bindings/python/tests/launch_env.sh
 unset WEFT_STALL_TIMEOUT_SECONDS
 start=$(date +%s)
 out=$(timeout 120 tools/weftrun -np 2 --no-host-check --mpi-args "--oversubscribe --bind-to none" \
-  -- /usr/bin/python3 -c '
+  -- "$PYTHON" -c '
 import numpy as np
 import weft
 weft.init()
