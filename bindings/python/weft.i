@@ -613,6 +613,16 @@ WEFT_OUT_HANDLE(weft_pipe_plan, plan)
 %ignore weft_pipe_freeze_options;
 %ignore weft_pipe_plan_options;
 
+/* The process model is exposed as is (weft.rank is weft_rank): its docstrings. */
+%feature("docstring") weft_rank "This process's rank among all ranks, 0 .. size() - 1; -1 before init().";
+%feature("docstring") weft_size "The number of ranks in the job; -1 before init().";
+%feature("docstring") weft_local_rank
+  "This rank's index among the ranks of its machine; -1 before init().";
+%feature("docstring") weft_local_size "The number of ranks on this machine; -1 before init().";
+%feature("docstring") weft_machine_rank
+  "The index of this rank's machine, machines ordered by their lowest rank; -1 before init().";
+%feature("docstring") weft_machine_size "The number of machines in the job; -1 before init().";
+
 %include "weft/weft.h"
 
 /* These touch Python objects: they must keep the GIL (every other call releases it). */

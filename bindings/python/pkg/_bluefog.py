@@ -65,9 +65,34 @@ _graphs = {"topology": None, "machine": None, "machine_weighted": False}
 
 
 def init(topology_fn=None, is_weighted=False):
-    """Starts weft (the first call only) and sets the topology: topology_fn(size()) if
-    given, else the exponential graph. As in Bluefog a later call is allowed and only sets
-    the topology again (collective like set_topology)."""
+    """Start weft (the first call only) and set the topology.
+
+    As in Bluefog, a later call is allowed and only sets the topology again. Collective,
+    like set_topology. The first call also turns off turn_on_win_ops_with_associated_p
+    (Bluefog's windows leave p alone until it is turned on).
+
+    Parameters
+    ----------
+    topology_fn : callable, optional
+        topology_fn(size()) returns the topology, a networkx DiGraph; None (the default):
+        the exponential graph.
+    is_weighted : bool, optional
+        As for set_topology (default False).
+
+    Raises
+    ------
+    WeftError
+        weft cannot start: weft.init's errors.
+    TypeError
+        The topology is not a DiGraph (or Topology) of size() nodes.
+
+    Examples
+    --------
+    >>> import weft.torch as bf
+    >>> bf.init(lambda n: bf.RingGraph(n))
+    >>> bf.load_topology()
+    <networkx.classes.digraph.DiGraph object at 0x...>
+    """
     if not _weft.is_initialized():
         _weft.init()
         # Bluefog's windows leave p alone until turn_on_win_ops_with_associated_p().
@@ -91,11 +116,33 @@ def _as_graph(topology, function, expected, unit):
 
 
 def set_topology(topology=None, is_weighted=False):
-    """Sets the virtual topology from a networkx DiGraph (None: the exponential graph).
+    """Set the virtual topology from a networkx DiGraph. Collective.
+
     Returns True, also without changing anything when the graph, weights included, is the
-    one in force; False (with a RuntimeWarning saying why) when the ranks refuse it. A
-    graph that is not a DiGraph or has the wrong size raises TypeError. Collective. Before
-    init(), False, as in Bluefog."""
+    one in force; False (with a RuntimeWarning saying why) when the ranks refuse it, or
+    before init(), as in Bluefog.
+
+    Parameters
+    ----------
+    topology : networkx.DiGraph or weft.Topology, optional
+        A graph over the ranks; None (the default): the exponential graph.
+    is_weighted : bool, optional
+        Whether ops without weights use the graph's receive weights (default False).
+
+    Returns
+    -------
+    bool
+
+    Raises
+    ------
+    TypeError
+        The graph is not a DiGraph (or Topology) or does not have size() nodes.
+
+    Examples
+    --------
+    >>> bf.set_topology(bf.RingGraph(bf.size()))
+    True
+    """
     if not _weft.is_initialized():
         warnings.warn("set_topology: weft is not initialized; call init() first",
                       RuntimeWarning, stacklevel=2)
@@ -122,13 +169,39 @@ def _graph_in_force(key, current):
 
 
 def load_topology():
-    """The topology in force, as the networkx DiGraph that set it."""
+    """The topology in force, as the networkx DiGraph that set it.
+
+    Returns
+    -------
+    networkx.DiGraph
+        The very graph passed to set_topology while it is still in force; otherwise weft's
+        topology, converted.
+    """
     return _graph_in_force("topology", _weft.load_topology())
 
 
 def set_machine_topology(topology, is_weighted=False):
-    """The graph between machines for hierarchical_neighbor_allreduce (a DiGraph over
-    machine_size() nodes); returns True or False as set_topology."""
+    """Set the graph between machines for hierarchical_neighbor_allreduce.
+
+    Parameters
+    ----------
+    topology : networkx.DiGraph or weft.Topology
+        A graph over the machine_size() machines.
+    is_weighted : bool, optional
+        Whether the hierarchical op without weights uses its weights (default False).
+
+    Returns
+    -------
+    bool
+        True, or False with a RuntimeWarning, as set_topology.
+
+    Raises
+    ------
+    ValueError
+        `topology` is None.
+    TypeError
+        The graph is not a DiGraph (or Topology) or does not have machine_size() nodes.
+    """
     if topology is None:
         raise ValueError("set_machine_topology: the topology must not be None")
     graph = _as_graph(topology, "set_machine_topology", machine_size(), "machines")
@@ -140,19 +213,45 @@ def set_machine_topology(topology, is_weighted=False):
 
 
 def load_machine_topology():
+    """The machine topology in force, as the networkx DiGraph that set it.
+
+    Returns
+    -------
+    networkx.DiGraph
+        A graph over the machines; the exponential graph until set_machine_topology.
+    """
     return _graph_in_force("machine", _weft.load_machine_topology())
 
 
 def is_machine_topo_weighted():
+    """Whether the machine topology was set with is_weighted=True through this module.
+
+    Returns
+    -------
+    bool
+    """
     return bool(_graphs["machine_weighted"])
 
 
 def in_neighbor_machine_ranks():
-    """The machines this rank's machine receives from in the machine topology."""
+    """The machines this rank's machine receives from in the machine topology.
+
+    Returns
+    -------
+    list of int
+        Machine indices, sorted, this machine excluded.
+    """
     return Topology.coerce(load_machine_topology()).in_neighbors(machine_rank())
 
 
 def out_neighbor_machine_ranks():
+    """The machines this rank's machine sends to in the machine topology.
+
+    Returns
+    -------
+    list of int
+        Machine indices, sorted, this machine excluded.
+    """
     return Topology.coerce(load_machine_topology()).out_neighbors(machine_rank())
 
 
@@ -161,12 +260,22 @@ nccl_built = _weft.nccl_built
 
 
 def mpi_threads_supported():
-    """True: weft needs MPI_THREAD_MULTIPLE and init fails without it."""
+    """Return True: weft needs MPI_THREAD_MULTIPLE, and init fails without it.
+
+    Returns
+    -------
+    bool
+    """
     return True
 
 
 def unified_mpi_window_model_supported():
-    """Whether MPI windows use MPI's unified memory model (not collective in weft)."""
+    """Whether MPI windows use MPI's unified memory model (not collective in weft).
+
+    Returns
+    -------
+    bool
+    """
     return _weft.unified_mpi_window_model()
 
 
@@ -176,13 +285,28 @@ def _in_ipython():
 
 
 def suspend():
-    """Bluefog pauses its background thread for interactive sessions. weft's engine sleeps
-    by itself when idle, so this only checks, as Bluefog does, that it runs under IPython."""
+    """Bluefog's pause of the background thread; here only a check for IPython.
+
+    Bluefog pauses its background thread for interactive sessions. weft's engine sleeps
+    by itself when idle, so this only checks, as Bluefog does, that it runs under IPython.
+
+    Raises
+    ------
+    EnvironmentError
+        Not running under IPython.
+    """
     if not _in_ipython():
         raise EnvironmentError("suspend() is only for interactive (IPython) sessions")
 
 
 def resume():
+    """The counterpart of suspend(): only checks, as Bluefog does, that it runs under IPython.
+
+    Raises
+    ------
+    EnvironmentError
+        Not running under IPython.
+    """
     if not _in_ipython():
         raise EnvironmentError("resume() is only for interactive (IPython) sessions")
 
@@ -191,12 +315,26 @@ _skip_negotiate = [False]
 
 
 def set_skip_negotiate_stage(value):
-    """Recorded only: weft always negotiates each op with rank 0, which is how it checks
-    shapes, dtypes and names across ranks; pair_gossip needs no switch."""
+    """Record Bluefog's skip-negotiate switch; weft's behaviour does not change.
+
+    weft always negotiates each op with rank 0, which is how it checks shapes, dtypes and
+    names across ranks; pair_gossip needs no switch.
+
+    Parameters
+    ----------
+    value : bool
+        What get_skip_negotiate_stage() reports from now on.
+    """
     _skip_negotiate[0] = bool(value)
 
 
 def get_skip_negotiate_stage():
+    """The value last given to set_skip_negotiate_stage (False at first).
+
+    Returns
+    -------
+    bool
+    """
     return _skip_negotiate[0]
 
 # ---- collectives ----------------------------------------------------------------------------
@@ -223,21 +361,71 @@ def _allreduce_args(is_hierarchical_local):
 
 
 def allreduce(tensor, average=True, is_hierarchical_local=False, name=None):
-    """The sum (average=True: the mean) over all ranks, or over this machine's ranks with
-    is_hierarchical_local. Returns a new tensor."""
+    """The mean (or sum) of `tensor` over all ranks, or over this machine's ranks.
+
+    Bluefog's signature: the third positional parameter is is_hierarchical_local.
+    Collective: every rank calls it.
+
+    Parameters
+    ----------
+    tensor : torch.Tensor or numpy.ndarray
+        This rank's values (not changed).
+    average : bool, optional
+        True (the default): the mean; False: the sum.
+    is_hierarchical_local : bool, optional
+        Reduce over this machine's ranks only (default False).
+    name : str, optional
+        The op's name, as for weft.allreduce.
+
+    Returns
+    -------
+    torch.Tensor or numpy.ndarray
+        A new tensor.
+
+    Raises
+    ------
+    InvalidArgumentError
+        As weft.allreduce.
+
+    Examples
+    --------
+    >>> bf.allreduce(torch.ones(2) * bf.rank(), name="x")   # 4 ranks
+    tensor([1.5000, 1.5000])
+    """
     return _weft.allreduce(tensor, average, name, _allreduce_args(is_hierarchical_local))
 
 
 def allreduce_(tensor, average=True, is_hierarchical_local=False, name=None):
+    """In-place allreduce, with allreduce's parameters; returns `tensor`.
+
+    Returns
+    -------
+    torch.Tensor or numpy.ndarray
+        `tensor` itself, now holding the mean or sum.
+    """
     return _weft.allreduce_(tensor, average, name, _allreduce_args(is_hierarchical_local))
 
 
 def allreduce_nonblocking(tensor, average=True, is_hierarchical_local=False, name=None):
+    """Start an allreduce (allreduce's parameters) and return at once.
+
+    Returns
+    -------
+    weft.Handle
+        synchronize(handle) returns what allreduce would.
+    """
     return _weft.allreduce_nonblocking(tensor, average, name,
                                        _allreduce_args(is_hierarchical_local))
 
 
 def allreduce_nonblocking_(tensor, average=True, is_hierarchical_local=False, name=None):
+    """Start an in-place allreduce of `tensor` (allreduce's parameters) and return at once.
+
+    Returns
+    -------
+    weft.Handle
+        synchronize(handle) returns `tensor`, holding the mean or sum.
+    """
     return _weft.allreduce_nonblocking_(tensor, average, name,
                                         _allreduce_args(is_hierarchical_local))
 
@@ -267,8 +455,23 @@ win_create = _weft.win_create
 
 
 def win_free(name=None):
-    """Frees one window, or every window (collective). An unknown name raises KeyError, as
-    in Bluefog."""
+    """Free one window, or every window. Collective.
+
+    Parameters
+    ----------
+    name : str, optional
+        The window; None (the default): every window.
+
+    Returns
+    -------
+    bool
+        True.
+
+    Raises
+    ------
+    KeyError
+        There is no window named `name` (as in Bluefog).
+    """
     try:
         return _weft.win_free(name)
     except _weft.NotFoundError:  # every rank is told; this one raises Bluefog's error
@@ -290,26 +493,75 @@ turn_off_win_ops_with_associated_p = _weft.turn_off_win_ops_with_associated_p
 
 
 def win_wait(handle):
-    """Waits for a nonblocking window op; True once it completed."""
+    """Wait for a nonblocking window op; True once it completed.
+
+    Parameters
+    ----------
+    handle : weft.Handle
+        What a win_*_nonblocking call returned.
+
+    Returns
+    -------
+    bool
+        True.
+
+    Raises
+    ------
+    WeftError
+        The op failed.
+    """
     _weft.synchronize(handle)
     return True
 
 
 def win_update_then_collect(name, require_mutex=True):
-    """x <- x + the sum of every buffer, then zeroes the buffers (holding this rank's own
-    mutex by default, as Bluefog does)."""
+    """x <- x + the sum of every buffer, then zero the buffers.
+
+    Holds this rank's own mutex by default, as Bluefog does.
+
+    Parameters
+    ----------
+    name : str
+        The window.
+    require_mutex : bool, optional
+        Hold this rank's own window mutex (default True).
+
+    Returns
+    -------
+    torch.Tensor or numpy.ndarray
+        The window's tensor.
+    """
     return _weft.win_update_then_collect(name, require_mutex)
 
 
 def get_current_created_window_names():
+    """The names of the windows created and not yet freed.
+
+    Returns
+    -------
+    list of str
+        Sorted.
+    """
     return _weft.win_names()
 
 # ---- timeline ---------------------------------------------------------------------------------
 
 
 def timeline_start_activity(tensor_name, activity_name):
-    """Marks the start of an activity on tensor_name's row; False (doing nothing) when no
-    timeline is being written."""
+    """Mark the start of an activity on tensor_name's row.
+
+    Parameters
+    ----------
+    tensor_name : str
+        The timeline row.
+    activity_name : str
+        The activity shown on the row.
+
+    Returns
+    -------
+    bool
+        True, or False (doing nothing) when no timeline is being written.
+    """
     if not _weft.timeline_active():
         return False
     _weft.timeline_start_activity(tensor_name, activity_name)
@@ -317,6 +569,18 @@ def timeline_start_activity(tensor_name, activity_name):
 
 
 def timeline_end_activity(tensor_name):
+    """Mark the end of the activity on tensor_name's row.
+
+    Parameters
+    ----------
+    tensor_name : str
+        The timeline row.
+
+    Returns
+    -------
+    bool
+        True, or False (doing nothing) when no timeline is being written.
+    """
     if not _weft.timeline_active():
         return False
     _weft.timeline_end_activity(tensor_name)
@@ -324,7 +588,20 @@ def timeline_end_activity(tensor_name):
 
 
 def timeline_context(tensor_name, activity_name):
-    """with timeline_context("layer1", "forward"): ... (nothing without a timeline)."""
+    """A context manager marking its body as an activity (nothing without a timeline).
+
+    Parameters
+    ----------
+    tensor_name : str
+        The timeline row.
+    activity_name : str
+        The activity shown on the row.
+
+    Examples
+    --------
+    >>> with bf.timeline_context("layer1", "forward"):
+    ...     y = layer1(x)
+    """
     if not _weft.timeline_active():
         return contextlib.nullcontext()
     return _weft.timeline_context(tensor_name, activity_name)
@@ -353,17 +630,56 @@ def _infer(ranks, function, transpose, construct_adjacency_matrix):
 
 
 def InferSourceFromDestinationRanks(dst_ranks, construct_adjacency_matrix=False):
-    """Collective: the ranks that send to this one, given every rank's destinations
-    (sorted). With construct_adjacency_matrix also W (size x size, numpy): W[i][j] = 1 for
-    i = j and for each edge i -> j, each column divided by its sum (a receiver's weights sum
-    to 1, as in Bluefog)."""
+    """The ranks that send to this one, given every rank's destinations. Collective.
+
+    Parameters
+    ----------
+    dst_ranks : sequence of int
+        This rank's destinations: distinct other ranks.
+    construct_adjacency_matrix : bool, optional
+        Also return W (default False).
+
+    Returns
+    -------
+    list of int or tuple of (list of int, numpy.ndarray)
+        The sources (sorted); with construct_adjacency_matrix also W (size x size):
+        W[i][j] = 1 for i = j and for each edge i -> j, each column divided by its sum (a
+        receiver's weights sum to 1, as in Bluefog).
+
+    Raises
+    ------
+    ValueError
+        A rank is out of range, this rank, or listed twice.
+
+    Examples
+    --------
+    >>> send, _ = next(schedule)
+    >>> recv = bf.InferSourceFromDestinationRanks(send)
+    """
     return _infer(dst_ranks, "InferSourceFromDestinationRanks", False,
                   construct_adjacency_matrix)
 
 
 def InferDestinationFromSourceRanks(src_ranks, construct_adjacency_matrix=False):
-    """Collective: the ranks this one sends to, given every rank's sources (sorted). With
-    construct_adjacency_matrix also W as for InferSourceFromDestinationRanks."""
+    """The ranks this one sends to, given every rank's sources. Collective.
+
+    Parameters
+    ----------
+    src_ranks : sequence of int
+        This rank's sources: distinct other ranks.
+    construct_adjacency_matrix : bool, optional
+        Also return W, as for InferSourceFromDestinationRanks (default False).
+
+    Returns
+    -------
+    list of int or tuple of (list of int, numpy.ndarray)
+        The destinations (sorted), and W with construct_adjacency_matrix.
+
+    Raises
+    ------
+    ValueError
+        A rank is out of range, this rank, or listed twice.
+    """
     return _infer(src_ranks, "InferDestinationFromSourceRanks", True,
                   construct_adjacency_matrix)
 

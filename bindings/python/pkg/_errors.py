@@ -4,6 +4,7 @@ __all__ = [
     "WeftError", "InvalidArgumentError", "FailedPreconditionError", "NotFoundError",
     "OutOfRangeError", "UnimplementedError", "DeadlineExceededError", "AbortedError",
     "UnavailableError", "ResourceExhaustedError", "InternalError", "UnknownError",
+    "UnsupportedDTypeError",
 ]
 
 
@@ -25,47 +26,53 @@ class WeftError(Exception):
 # The builtin base of each class lets callers catch the usual Python category too
 # (a bad shape is also a ValueError, a stall timeout also a TimeoutError).
 class InvalidArgumentError(WeftError, ValueError):
-    pass
+    """A bad argument: shape, dtype, rank, weight, name or option (also a ValueError)."""
 
 
 class FailedPreconditionError(WeftError, RuntimeError):
-    pass
+    """A call at the wrong time: before init(), with ops in flight, after a lost call order
+    (also a RuntimeError)."""
 
 
 class NotFoundError(WeftError, LookupError):
-    pass
+    """No such window or named object (also a LookupError)."""
 
 
 class OutOfRangeError(WeftError, IndexError):
-    pass
+    """A buffer or index out of range (also an IndexError)."""
 
 
 class UnimplementedError(WeftError, NotImplementedError):
-    pass
+    """Not supported by this build or device (also a NotImplementedError)."""
+
+
+class UnsupportedDTypeError(UnimplementedError, TypeError):
+    """An array whose dtype weft does not exchange (complex, bool, ...): also a TypeError,
+    as NumPy and torch raise for a wrong dtype."""
 
 
 class DeadlineExceededError(WeftError, TimeoutError):
-    pass
+    """A stall passed WEFT_STALL_TIMEOUT_SECONDS (also a TimeoutError)."""
 
 
 class AbortedError(WeftError, RuntimeError):
-    pass
+    """The op was abandoned: shutdown, or a peer failed (also a RuntimeError)."""
 
 
 class UnavailableError(WeftError, ConnectionError):
-    pass
+    """A peer or transport is unreachable (also a ConnectionError)."""
 
 
 class ResourceExhaustedError(WeftError, MemoryError):
-    pass
+    """Out of memory (also a MemoryError)."""
 
 
 class InternalError(WeftError, RuntimeError):
-    pass
+    """A bug in weft or in the library below it (also a RuntimeError)."""
 
 
 class UnknownError(WeftError, RuntimeError):
-    pass
+    """An error weft cannot classify (also a RuntimeError)."""
 
 
 # Indexed by the weft_status values of weft.h (0 is WEFT_OK).

@@ -22,16 +22,40 @@ _EVENTS = {
 
 
 class StepCounter:
-    """Counts computations and says when to communicate (the rules: core/step_counter.h):
-    every counted computation of a unit brings its countdown from J towards 0;
-    the one that reaches 0 means "communicate" (start the communication now); a step()
-    then is an S (returns True: wait, combine, start over), a step() before is an s
-    (returns False: local update only); a counted computation with the countdown already
-    at 0 is a "misuse" (warn with misuse_warning).
+    """Count computations and say when to communicate (the rules: core/step_counter.h).
 
-    counts: "forward" or "backward" (what the warning names); units: how many countdowns
-    (an optimizer counting backward computations per parameter has one per parameter; a
-    pass that finds several at 0 warns once). Needs no weft.init(). Not thread-safe."""
+    Every counted computation of a unit brings its countdown from J
+    (steps_per_communication) towards 0; the one that reaches 0 means "communicate"
+    (start the communication now); a step() then is an S (returns True: wait, combine,
+    start over), a step() before is an s (returns False: local update only); a counted
+    computation with the countdown already at 0 is a "misuse" (warn with
+    misuse_warning). Needs no weft.init(). Not thread-safe.
+
+    Parameters
+    ----------
+    steps_per_communication : int
+        J, at least 1.
+    counts : {"forward", "backward"}, optional
+        What a computation is (what the warning names); default "forward".
+    units : int, optional
+        How many countdowns, at least 1 (an optimizer counting backward computations per
+        parameter has one per parameter; a pass that finds several at 0 warns once).
+
+    Raises
+    ------
+    ValueError
+        `counts` is neither "forward" nor "backward".
+    InvalidArgumentError
+        steps_per_communication or units is below 1.
+
+    Examples
+    --------
+    >>> c = weft.StepCounter(2)
+    >>> c.computation(), c.step()
+    ('counted', False)
+    >>> c.computation(), c.step()
+    ('communicate', True)
+    """
 
     __slots__ = ("_ptr", "_counts", "_units")
 
@@ -51,24 +75,66 @@ class StepCounter:
             _c.weft_step_counter_destroy(ptr)
 
     def computation(self, unit=0, counted=True):
-        """A computation of `unit` finished: "ignored" (counted=False: under no-grad, or no
-        parameter requires grad), "counted", "communicate" (start the communication now) or
-        "misuse" (warn with misuse_warning)."""
+        """Record that a computation of `unit` finished, and say what it means.
+
+        Parameters
+        ----------
+        unit : int, optional
+            The unit, in [0, units); default 0.
+        counted : bool, optional
+            False for a computation that does not count (under no-grad, or no parameter
+            requires grad); default True.
+
+        Returns
+        -------
+        str
+            "ignored" (counted=False), "counted", "communicate" (start the communication
+            now) or "misuse" (warn with misuse_warning).
+
+        Raises
+        ------
+        InvalidArgumentError
+            `unit` is out of range.
+        """
         event = _c.weft_step_counter_computation(self._ptr, operator.index(unit),
                                                  1 if counted else 0)
         return _EVENTS[event]
 
     def step(self):
-        """A step(): True for an S (communicate), False for an s (local). Raises
-        weft.FailedPreconditionError (a RuntimeError) before any counted computation."""
+        """Record a step(): True for an S (communicate), False for an s (local update).
+
+        Returns
+        -------
+        bool
+
+        Raises
+        ------
+        FailedPreconditionError
+            No computation was counted yet (also a RuntimeError).
+        """
         return _c.weft_step_counter_step(self._ptr)
 
     def countdown(self, unit=0):
-        """J minus the unit's counted computations since the last S, floored at 0."""
+        """J minus the unit's counted computations since the last S, floored at 0.
+
+        Parameters
+        ----------
+        unit : int, optional
+            The unit, in [0, units); default 0.
+
+        Returns
+        -------
+        int
+        """
         return _c.weft_step_counter_countdown(self._ptr, operator.index(unit))
 
     @property
     def steps_per_communication(self):
+        """J: counted computations per communication.
+
+        Setting it takes effect at once when nothing was counted since the last S, else at
+        the next S; a value below 1 raises weft.InvalidArgumentError (a ValueError).
+        """
         return _c.weft_step_counter_steps_per_communication(self._ptr)
 
     @steps_per_communication.setter
@@ -79,10 +145,12 @@ class StepCounter:
 
     @property
     def counts(self):
+        """What a computation is: "forward" or "backward", as constructed."""
         return self._counts
 
     @property
     def units(self):
+        """How many countdowns the counter keeps, as constructed."""
         return self._units
 
     @property

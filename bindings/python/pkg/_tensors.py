@@ -41,16 +41,25 @@ def _numpy():
     return numpy
 
 
-def _unsupported(x, what, cause):
-    return _errors.UnimplementedError(
-        5, f"{what}: {type(x).__name__} of dtype {getattr(x, 'dtype', '?')} cannot be passed to "
-        f"weft ({cause}); weft supports {_SUPPORTED}")
+# The dtypes weft exchanges, by name as NumPy and torch spell them.
+_NUMPY_DTYPES = frozenset(
+    ["float32", "float64", "float16", "int32", "int64", "int16", "int8", "uint8"])
+_TORCH_DTYPES = frozenset(["torch." + d for d in _NUMPY_DTYPES] + ["torch.bfloat16"])
+
+
+def _unsupported(x, what, cause=None):
+    why = f" ({cause})" if cause else ""
+    return _errors.UnsupportedDTypeError(
+        5, f"{what}: weft cannot exchange a {type(x).__name__} of dtype "
+        f"{getattr(x, 'dtype', '?')}{why}; it supports {_SUPPORTED}")
 
 
 def prepare(x, what="tensor"):
     """(array, capsule, kind): `array` is x or its contiguous copy; `capsule` borrows it."""
     np = sys.modules.get("numpy")
     if np is not None and type(x) is np.ndarray:
+        if x.dtype.name not in _NUMPY_DTYPES:
+            raise _unsupported(x, what)
         if not x.flags.c_contiguous:
             x = np.ascontiguousarray(x)
         try:
@@ -64,6 +73,8 @@ def prepare(x, what="tensor"):
             return x, x.__dlpack__(), NUMPY
     torch = _torch()
     if torch is not None and isinstance(x, torch.Tensor):
+        if str(x.dtype) not in _TORCH_DTYPES:
+            raise _unsupported(x, what)
         if x.requires_grad:
             x = x.detach()
         if not x.is_contiguous():

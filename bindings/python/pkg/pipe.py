@@ -86,8 +86,34 @@ def _choice(value, table, function, name):
 
 
 def freeze_bound(layers, alpha, t):
-    """The schedule bound after freeze point t: ceil(L (1 - (1 - alpha)^t)), exact at
-    integers (L = 8, alpha = 1/2, t = 1 is 4). alpha in (0, 1], layers >= 1, t >= 0."""
+    """The AutoFreeze schedule's bound after freeze point t: ceil(L (1 - (1 - alpha)^t)).
+
+    Exact at integers (L = 8, alpha = 1/2, t = 1 gives 4).
+
+    Parameters
+    ----------
+    layers : int
+        L, at least 1.
+    alpha : float
+        The freeze rate, in (0, 1].
+    t : int
+        The freeze point, at least 0.
+
+    Returns
+    -------
+    int
+        How many leading layers the schedule allows frozen.
+
+    Raises
+    ------
+    InvalidArgumentError
+        An argument is out of its range.
+
+    Examples
+    --------
+    >>> weft.pipe.freeze_bound(8, 0.5, 1)
+    4
+    """
     return _c.weft_pipe_freeze_bound(_int(layers, "freeze_bound", "layers"), float(alpha),
                                      _int(t, "freeze_bound", "t"))
 
@@ -100,7 +126,40 @@ def next_frozen(layers, t, previous, grad_norms=None, alpha=_ALPHA, gradient_awa
     the trainable layer (index >= previous) whose accumulated gradient norm is the smallest
     (grad_norms: one per layer, e.g. GradNormAccumulator.take()). Never below previous
     (layers never unfreeze) and, unless freeze_last, at most layers - 1 (the head keeps
-    training)."""
+    training).
+
+    Parameters
+    ----------
+    layers : int
+        The number of layers.
+    t : int
+        The freeze point.
+    previous : int
+        The frozen count before it.
+    grad_norms : sequence of float, optional
+        One accumulated gradient norm per layer; used with gradient_aware.
+    alpha : float, optional
+        The freeze rate (default 1/3).
+    gradient_aware : bool, optional
+        Use the gradient-aware policy (default False: the schedule alone).
+    freeze_last : bool, optional
+        Allow freezing the last layer too (default False).
+
+    Returns
+    -------
+    int
+        The new frozen count F: layers 0 .. F-1 are frozen.
+
+    Raises
+    ------
+    InvalidArgumentError
+        An argument is out of range, or grad_norms is missing or has the wrong length
+        where the policy needs it.
+
+    Examples
+    --------
+    >>> frozen = weft.pipe.next_frozen(12, t=1, previous=0)
+    """
     fn = "next_frozen"
     norms = None if grad_norms is None else _floats(grad_norms, fn, "grad_norms")
     options = (float(alpha), bool(gradient_aware), bool(freeze_last))
@@ -109,8 +168,10 @@ def next_frozen(layers, t, previous, grad_norms=None, alpha=_ALPHA, gradient_awa
 
 
 class GradNormAccumulator:
-    """Per-group gradient norms summed over a freeze interval, for the gradient-aware
-    policy (the C++ one is LibTorch-only; this is its pure-Python twin).
+    """Per-group gradient norms summed over a freeze interval, for next_frozen.
+
+    They feed the gradient-aware policy (the C++ accumulator is LibTorch-only; this is its
+    pure-Python twin).
 
     groups: one entry per layer group, each an nn.Module, a parameter, or a list of
     modules and parameters. Call add() once per iteration after backward (after any
@@ -167,8 +228,18 @@ class GradNormAccumulator:
         return math.sqrt(squares)
 
     def add(self):
-        """Adds each group's current gradient norm to its sum (one iteration). A NaN or
-        infinite norm raises InvalidArgumentError and adds nothing."""
+        """Add each group's current gradient norm to its sum (one iteration).
+
+        Returns
+        -------
+        list of float
+            This iteration's norms, one per group.
+
+        Raises
+        ------
+        InvalidArgumentError
+            A norm is NaN or infinite; nothing is added then.
+        """
         norms = [self._norm(params) for params in self._groups]
         for k, norm in enumerate(norms):
             if not math.isfinite(norm):
@@ -208,16 +279,41 @@ class GradNormAccumulator:
 
 
 def parameter_costs(sizes, frozen=0, lam=_LAMBDA):
-    """Per-layer costs from parameter counts: a trainable layer costs its count, each of
-    the first `frozen` layers lam times it (frozen layers run forward only)."""
+    """Per-layer costs from parameter counts, frozen layers discounted.
+
+    A trainable layer costs its count, each of the first `frozen` layers lam times it
+    (frozen layers run forward only).
+
+    Parameters
+    ----------
+    sizes : sequence of float
+        The parameter count of each layer.
+    frozen : int, optional
+        Leading layers frozen (default 0).
+    lam : float, optional
+        The relative cost of a frozen layer (default 1/6).
+
+    Returns
+    -------
+    list of float
+        One cost per layer.
+
+    Examples
+    --------
+    >>> weft.pipe.parameter_costs([6, 6, 6], frozen=1)
+    [1.0, 6.0, 6.0]
+    """
     sizes = _floats(sizes, "parameter_costs", "sizes")
     return _c.weft_pipe_parameter_costs(len(sizes), sizes,
                                         _int(frozen, "parameter_costs", "frozen"), float(lam))
 
 
 class Partition:
-    """Layers in contiguous stages: stage s holds layers boundaries[s] .. boundaries[s+1]-1
-    (len(boundaries) == stages + 1); stage_costs[s] is its cost, max_cost the largest."""
+    """Layers in contiguous stages, as partition returns them.
+
+    Stage s holds layers boundaries[s] .. boundaries[s+1]-1 (len(boundaries) == stages +
+    1); stage_costs[s] is its cost, max_cost the largest.
+    """
 
     __slots__ = ("boundaries", "stage_costs", "max_cost")
 
@@ -228,6 +324,7 @@ class Partition:
 
     @property
     def num_stages(self):
+        """The number of stages: len(boundaries) - 1."""
         return len(self.boundaries) - 1
 
     def stages(self):
@@ -247,11 +344,34 @@ class Partition:
 
 
 def partition(costs, stages, strategy="optimal"):
-    """Partitions the layers (one cost each) into `stages` contiguous stages.
+    """Partition the layers (one cost each) into `stages` contiguous stages.
 
-    strategy: "optimal" (the default: minimizes the largest stage, never an empty stage,
-    the lexicographically smallest boundaries among the optimal ones), "greedy" (the
-    PipeTransformer walk, which may leave stages empty) or "even" (equal layer counts)."""
+    Parameters
+    ----------
+    costs : sequence of float
+        One cost per layer (see parameter_costs).
+    stages : int
+        The number of stages.
+    strategy : {"optimal", "greedy", "even"}, optional
+        "optimal" (the default: minimizes the largest stage, never an empty stage, the
+        lexicographically smallest boundaries among the optimal ones), "greedy" (the
+        PipeTransformer walk, which may leave stages empty) or "even" (equal layer
+        counts).
+
+    Returns
+    -------
+    Partition
+
+    Raises
+    ------
+    InvalidArgumentError
+        `stages` or a cost is invalid, or `strategy` is unknown.
+
+    Examples
+    --------
+    >>> weft.pipe.partition([1, 1, 2], 2)
+    Partition(boundaries=[0, 2, 3], stage_costs=[2.0, 2.0], max_cost=2.0)
+    """
     fn = "partition"
     costs = _floats(costs, fn, "costs")
     stages = _int(stages, fn, "stages")
@@ -267,9 +387,12 @@ def partition(costs, stages, strategy="optimal"):
 
 
 class Plan:
-    """An AutoPipe/AutoDP plan (make_plan makes one): the pipeline length k, the partition
-    of every layer (frozen ones at lam) into k stages, the replicas, each rank's role. A
-    plan is immutable; its values are read once when it is made."""
+    """An AutoPipe/AutoDP plan; make_plan makes one.
+
+    It holds the pipeline length k, the partition of every layer (frozen ones at lam) into
+    k stages, the replicas, and each rank's role. A plan is immutable; its values are read
+    once when it is made.
+    """
 
     __slots__ = ("_ptr", "_info", "_boundaries", "_stage_costs", "_newly_active", "_roles")
 
@@ -305,6 +428,7 @@ class Plan:
 
     @property
     def micro_batches(self):
+        """Micro-batches per mini-batch of the pipeline."""
         return self._info[3]
 
     @property
@@ -329,13 +453,16 @@ class Plan:
 
     @property
     def stage_costs(self):
+        """The cost of each of the k stages."""
         return list(self._stage_costs)
 
     @property
     def newly_active(self):
-        """Ranks (sorted) active in a replica that the previous plan did not have, or idle
-        before: they receive their layers from an existing replica. Empty for an initial
-        plan."""
+        """Ranks (sorted) that this plan makes active and the previous plan did not use.
+
+        They are in a replica that the previous plan did not have, or were idle before:
+        they receive their layers from an existing replica. Empty for an initial plan.
+        """
         return list(self._newly_active)
 
     @property
@@ -344,8 +471,22 @@ class Plan:
         return list(self._roles)
 
     def role(self, rank):
-        """(replica, stage) of `rank`, (-1, -1) when idle; InvalidArgumentError outside
-        [0, world)."""
+        """(replica, stage) of `rank`, (-1, -1) when idle.
+
+        Parameters
+        ----------
+        rank : int
+            A rank in [0, world).
+
+        Returns
+        -------
+        tuple of (int, int)
+
+        Raises
+        ------
+        InvalidArgumentError
+            `rank` is outside [0, world).
+        """
         return tuple(_c.weft_pipe_plan_role(self._ptr, _int(rank, "Plan.role", "rank")))
 
     def stages(self):
@@ -369,14 +510,54 @@ class Plan:
 
 def make_plan(sizes, frozen=0, machines=1, devices_per_machine=8, k0=8, lam=_LAMBDA,
               strategy="optimal", micro_batches=0, previous=None):
-    """The AutoPipe/AutoDP plan for `frozen` leading layers of a model whose layers have
-    `sizes` parameters, on machines * devices_per_machine devices.
+    """Make the AutoPipe/AutoDP plan for `frozen` leading layers frozen.
+
+    The model's layers have `sizes` parameters; the cluster has machines *
+    devices_per_machine devices.
 
     previous None: the initial plan, K = k0 (M0, the largest stage of the optimal
     partition of all layers on k0 stages, stands for what a device holds). Otherwise K
     starts from previous.k and halves while the balanced partition on K/2 stages still fits
     under M0; the freed devices host more replicas (their ranks are newly_active). Pass the
-    same sizes and options for every plan of a run. micro_batches 0 means 4 K."""
+    same sizes and options for every plan of a run. micro_batches 0 means 4 K.
+
+    Parameters
+    ----------
+    sizes : sequence of float
+        The parameter count of each layer.
+    frozen : int, optional
+        Leading layers frozen (default 0).
+    machines, devices_per_machine : int, optional
+        The cluster (default 1 machine of 8 devices).
+    k0 : int, optional
+        The initial pipeline length (default 8).
+    lam : float, optional
+        The relative cost of a frozen layer (default 1/6).
+    strategy : {"optimal", "greedy", "even"}, optional
+        As for partition.
+    micro_batches : int, optional
+        Micro-batches per mini-batch; 0 (the default): 4 K.
+    previous : Plan, optional
+        The previous plan of the run; None: the initial plan.
+
+    Returns
+    -------
+    Plan
+
+    Raises
+    ------
+    InvalidArgumentError
+        An argument is out of range.
+    TypeError
+        `previous` is not a Plan.
+
+    Examples
+    --------
+    >>> plan = weft.pipe.make_plan([1e6] * 16, devices_per_machine=8, k0=8)
+    >>> plan = weft.pipe.make_plan([1e6] * 16, frozen=12, previous=plan)
+    >>> plan.k, plan.replicas, plan.newly_active
+    (4, 2, [4, 5, 6, 7])
+    """
     fn = "make_plan"
     if previous is not None and not isinstance(previous, Plan):
         raise TypeError(f"{fn}: previous must be a weft.pipe.Plan or None, got "
@@ -392,9 +573,35 @@ def make_plan(sizes, frozen=0, machines=1, devices_per_machine=8, k0=8, lam=_LAM
 
 
 def schedule_bubble(kind, stages, micro_batches):
-    """(bubble, cycles) of a micro-batch schedule, kind "gpipe" (fill-drain) or "1f1b",
+    """The idle fraction and length of a GPipe or 1F1B micro-batch schedule.
+
+    (bubble, cycles) of a micro-batch schedule, kind "gpipe" (fill-drain) or "1f1b",
     with unit time per forward and backward: bubble = (K - 1) / (M + K - 1), the idle
-    fraction of the stage-slots, and cycles = 2 (M + K - 1), its length in clock cycles."""
+    fraction of the stage-slots, and cycles = 2 (M + K - 1), its length in clock cycles.
+
+    Parameters
+    ----------
+    kind : {"gpipe", "1f1b"}
+    stages : int
+        K.
+    micro_batches : int
+        M.
+
+    Returns
+    -------
+    tuple of (float, int)
+        (bubble, cycles).
+
+    Raises
+    ------
+    InvalidArgumentError
+        `kind` is unknown, or stages or micro_batches is below 1.
+
+    Examples
+    --------
+    >>> weft.pipe.schedule_bubble("gpipe", 4, 12)
+    (0.2, 30)
+    """
     fn = "schedule_bubble"
     bubble, cycles = _c.weft_pipe_schedule_bubble(_choice(kind, SCHEDULES, fn, "kind"),
                                                   _int(stages, fn, "stages"),
@@ -419,11 +626,13 @@ LOSSES = {
 
 @dataclasses.dataclass(frozen=True)
 class EpochMetrics:
-    """One epoch of Trainer.train_epoch: the configuration it trained with (frozen, k,
-    replicas, micro_batches), its throughput, and the transition at its end (transitioned;
-    the next_* and transition_* fields are 0 when none ran). line is the machine-readable
-    "PIPE epoch=..." line, which also has the per-stage layers and costs and the newly
-    active ranks."""
+    """What Trainer.train_epoch reports about one epoch.
+
+    The configuration it trained with (frozen, k, replicas, micro_batches), its
+    throughput, and the transition at its end (transitioned; the next_* and transition_*
+    fields are 0 when none ran). line is the machine-readable "PIPE epoch=..." line, which
+    also has the per-stage layers and costs and the newly active ranks.
+    """
 
     epoch: int
     frozen: int
@@ -514,9 +723,27 @@ class Trainer:
         return self._ptr
 
     def train_epoch(self, inputs, targets):
-        """Collective: one epoch over (inputs, targets), then the freeze point's
-        transition; the EpochMetrics. inputs float32 or float64; targets int64/int32 class
-        indices (cross-entropy) or floats shaped like the outputs (mse)."""
+        """Train one epoch over (inputs, targets), then run the freeze point's transition.
+
+        Collective: every rank calls it with the whole data set.
+
+        Parameters
+        ----------
+        inputs : numpy.ndarray or torch.Tensor
+            float32 or float64, dim 0 = samples.
+        targets : numpy.ndarray or torch.Tensor
+            int64 or int32 class indices (cross-entropy), or floats shaped like the
+            outputs (mse).
+
+        Returns
+        -------
+        EpochMetrics
+
+        Raises
+        ------
+        FailedPreconditionError
+            The trainer was closed.
+        """
         ptr = self._handle("train_epoch")
         x, x_capsule, _ = _tensors.prepare(inputs, "inputs")
         y, y_capsule, _ = _tensors.prepare(targets, "targets")
@@ -529,8 +756,27 @@ class Trainer:
         return EpochMetrics(*values, line=self._line)
 
     def evaluate(self, inputs, targets):
-        """Collective: the fraction of samples whose argmax output is the target (class
-        indices; a cross-entropy trainer)."""
+        """The fraction of samples whose argmax output is the target.
+
+        Collective: every rank calls it with the whole data set. For a cross-entropy
+        trainer.
+
+        Parameters
+        ----------
+        inputs : numpy.ndarray or torch.Tensor
+            dim 0 = samples.
+        targets : numpy.ndarray or torch.Tensor
+            Class indices.
+
+        Returns
+        -------
+        float
+
+        Raises
+        ------
+        FailedPreconditionError
+            The trainer was closed.
+        """
         ptr = self._handle("evaluate")
         x, x_capsule, _ = _tensors.prepare(inputs, "inputs")
         y, y_capsule, _ = _tensors.prepare(targets, "targets")

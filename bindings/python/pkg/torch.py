@@ -63,7 +63,11 @@ __all__ = [
 
 
 class CommunicationType(enum.Enum):
-    """How adapt-with-combine and adapt-then-combine combine the parameters."""
+    """How adapt-with-combine and adapt-then-combine combine the parameters.
+
+    neighbor_allreduce (over the topology), hierarchical_neighbor_allreduce (between
+    machines), allreduce (the global average) or empty (no communication: local training).
+    """
     neighbor_allreduce = "neighbor.allreduce"
     hierarchical_neighbor_allreduce = "hierarchical.neighbor.allreduce"
     allreduce = "allreduce"
@@ -71,8 +75,9 @@ class CommunicationType(enum.Enum):
 
 
 class StepCountWarning(UserWarning):
-    """A counted computation after the J-th since the last communicating step(): the
-    training loop and num_steps_per_communication disagree. Emitted once per occurrence,
+    """A warning: a counted computation came after the J-th, before the communicating step().
+
+    The training loop and num_steps_per_communication disagree. Emitted once per occurrence,
     even from the same line (Python's "default" filter would otherwise show a repeated
     message only once per location); "ignore" and "error" filters apply as usual."""
 
@@ -266,10 +271,30 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     # -- the optimizer --
     def step(self, closure=None):
-        """An S (the counter's countdown reached 0 since the last S): launch what was not
+        """Take an optimizer step: communicate and update (an S), or update locally (an s).
+
+        An S (the counter's countdown reached 0 since the last S): launch what was not
         launched (every rank communicates every parameter), wait for everything, combine
-        and update. An s: a local update. Raises weft.FailedPreconditionError before any
-        counted computation (the optimizer does not see the model's computations)."""
+        and update. An s: a local update.
+
+        Parameters
+        ----------
+        closure : callable, optional
+            Re-evaluates the model and returns the loss; run first, with grad enabled.
+
+        Returns
+        -------
+        object
+            The closure's loss, or None without a closure.
+
+        Raises
+        ------
+        FailedPreconditionError
+            No computation was counted yet (the optimizer does not see the model's
+            computations).
+        RuntimeError
+            The optimizer was closed.
+        """
         if self._closed:
             raise RuntimeError(f"{type(self).__name__}: step() after close()")
         loss = None
@@ -294,8 +319,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return loss
 
     def synchronize(self):
-        """Waits for the communication this round launched and installs its results (the
-        combined parameters, or the averaged gradients) without the local update, e.g. to
+        """Wait for this round's communication and install its results, without updating.
+
+        The results are the combined parameters, or the averaged gradients; use it e.g. to
         clip gradients in between; the next step() then only updates. Nothing to do when
         nothing is in flight."""
         if self._closed or not self._pending:
@@ -309,16 +335,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     @contextlib.contextmanager
     def skip_synchronize(self):
-        """Horovod's and Bluefog's spelling around a step() after synchronize(): weft never
-        synchronizes twice, so step() inside it does what it does outside."""
+        """A context manager accepted around a step() after synchronize(); it changes nothing.
+
+        Horovod's and Bluefog's spelling: weft never synchronizes twice, so step() inside
+        it does what it does outside.
+        """
         yield
 
     def turn_on_timeline(self):
-        """Marks each step() and synchronize() as an activity on the timeline (when one is
-        being written), on the row named after this optimizer."""
+        """Mark each step() and synchronize() as an activity on the timeline.
+
+        Only when a timeline is being written; the row is named after this optimizer.
+        """
         self._timeline = True
 
     def turn_off_timeline(self):
+        """Stop marking step() and synchronize() on the timeline (see turn_on_timeline)."""
         self._timeline = False
 
     def _timeline_activity(self, activity):
@@ -333,6 +365,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     @property
     def num_steps_per_communication(self):
+        """J: counted computations per communication.
+
+        Setting it takes effect at once when nothing was counted since the last
+        communicating step(), else at the next one; a value below 1 raises ValueError.
+        """
         return self._counter.steps_per_communication
 
     @num_steps_per_communication.setter
@@ -347,8 +384,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return self._counter
 
     def close(self):
-        """Waits for what is in flight and removes the hooks (window optimizers also free
-        their windows: collective). Idempotent; weft.shutdown() does it for windows."""
+        """Wait for what is in flight and remove the hooks.
+
+        Window optimizers also free their windows: collective. Idempotent; weft.shutdown()
+        does it for windows.
+        """
         if self._closed:
             return
         self._closed = True
@@ -375,6 +415,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     # -- delegation to the wrapped optimizer --
     @property
     def param_groups(self):
+        """The wrapped optimizer's param_groups (reading and setting both go to it)."""
         return self.optimizer.param_groups
 
     @param_groups.setter
@@ -383,6 +424,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     @property
     def state(self):
+        """The wrapped optimizer's state (reading and setting both go to it)."""
         return self.optimizer.state
 
     @state.setter
@@ -391,6 +433,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     @property
     def defaults(self):
+        """The wrapped optimizer's defaults (reading and setting both go to it)."""
         return self.optimizer.defaults
 
     @defaults.setter
@@ -398,15 +441,38 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.optimizer.defaults = value
 
     def zero_grad(self, *args, **kwargs):
+        """The wrapped optimizer's zero_grad(), with the same arguments."""
         return self.optimizer.zero_grad(*args, **kwargs)
 
     def state_dict(self):
+        """The wrapped optimizer's state_dict(): save it to checkpoint the optimizer.
+
+        Returns
+        -------
+        dict
+        """
         return self.optimizer.state_dict()
 
     def load_state_dict(self, state_dict):
+        """Load a state_dict() into the wrapped optimizer.
+
+        Parameters
+        ----------
+        state_dict : dict
+            What state_dict() returned.
+        """
         return self.optimizer.load_state_dict(state_dict)
 
     def add_param_group(self, param_group):
+        """Add a parameter group to the wrapped optimizer.
+
+        Its parameters are updated, but not communicated.
+
+        Parameters
+        ----------
+        param_group : dict
+            As for torch.optim.Optimizer.add_param_group.
+        """
         # Parameters added later are updated, but not communicated.
         return self.optimizer.add_param_group(param_group)
 
@@ -457,9 +523,59 @@ class _CombiningOptimizer(_DistributedOptimizer):
 
 
 class DistributedAdaptWithCombineOptimizer(_CombiningOptimizer):
-    """x <- W x - lr * g(x). Counts forward computations: the J-th launches the combination
-    of (a snapshot of) the parameters, overlapping the backward pass; the next step() waits,
-    installs W x, then applies the local update computed from the pre-combine gradient."""
+    """Adapt-with-combine: x <- W x - lr * g(x), over any torch.optim optimizer.
+
+    Counts forward computations: the J-th launches the combination of (a snapshot of) the
+    parameters, overlapping the backward pass; the next step() waits, installs W x, then
+    applies the local update computed from the pre-combine gradient. Construction is
+    collective: every rank constructs its distributed optimizers in the same order.
+
+    Parameters
+    ----------
+    optimizer : torch.optim.Optimizer
+        The wrapped optimizer, built from model.parameters(): it makes the local updates,
+        and its param_groups, state and defaults are the wrapper's.
+    model : torch.nn.Module or list of torch.nn.Module
+        The model whose computations are counted and whose trainable parameters are
+        communicated; as in Bluefog, a list of models trained together (each model's
+        forward computations count for its own parameters).
+    communication_type : CommunicationType or str, optional
+        How the parameters are combined: neighbor_allreduce (the default),
+        hierarchical_neighbor_allreduce, allreduce, or empty (no communication: local
+        training); a member's name or value is accepted too.
+    num_steps_per_communication : int, optional
+        J, the counted computations per communication (default 1).
+
+    Attributes
+    ----------
+    self_weight, src_weights, dst_weights : optional
+        The weights of neighbor_allreduce for the next round; None (the default): the
+        topology's. Set them before the round's counted computations.
+    src_machine_weights, dst_machine_weights : optional
+        The same for hierarchical_neighbor_allreduce.
+
+    Raises
+    ------
+    TypeError
+        `optimizer` is not a torch.optim.Optimizer (or is already a distributed one), or
+        `model` is not a torch.nn.Module or a non-empty list of them.
+    ValueError
+        num_steps_per_communication is below 1 (weft.InvalidArgumentError), the model has
+        no parameter that requires grad, the wrapped optimizer does not hold one of them,
+        the trainable parameters (names, shapes, dtypes) differ across ranks (raised on
+        every rank), or `communication_type` is unknown.
+
+    Examples
+    --------
+    >>> import weft.torch as wt
+    >>> opt = wt.DistributedAdaptWithCombineOptimizer(
+    ...     torch.optim.SGD(model.parameters(), lr=0.1), model,
+    ...     communication_type=wt.CommunicationType.neighbor_allreduce)
+    >>> for x, y in batches:
+    ...     opt.zero_grad()
+    ...     loss_fn(model(x), y).backward()
+    ...     opt.step()
+    """
 
     _COUNTS = "forward"
 
@@ -479,10 +595,55 @@ class DistributedAdaptWithCombineOptimizer(_CombiningOptimizer):
 
 
 class DistributedAdaptThenCombineOptimizer(_CombiningOptimizer):
-    """x <- W (x - lr * g(x)). Counts backward computations per parameter: in the J-th, as
-    soon as a parameter's gradient is accumulated, its local update is applied (the wrapped
-    optimizer's step() with every other gradient hidden) and its combination launched,
-    overlapping the rest of the backward pass; the next step() waits and installs W x."""
+    """Adapt-then-combine: x <- W (x - lr * g(x)), over any torch.optim optimizer.
+
+    Counts backward computations per parameter: in the J-th, as soon as a parameter's
+    gradient is accumulated, its local update is applied (the wrapped optimizer's step()
+    with every other gradient hidden) and its combination launched, overlapping the rest
+    of the backward pass; the next step() waits and installs W x. Construction is
+    collective.
+
+    Parameters
+    ----------
+    optimizer : torch.optim.Optimizer
+        The wrapped optimizer, built from model.parameters(): it makes the local updates,
+        and its param_groups, state and defaults are the wrapper's.
+    model : torch.nn.Module or list of torch.nn.Module
+        The model whose computations are counted and whose trainable parameters are
+        communicated; as in Bluefog, a list of models trained together (each model's
+        forward computations count for its own parameters).
+    communication_type : CommunicationType or str, optional
+        How the parameters are combined: neighbor_allreduce (the default),
+        hierarchical_neighbor_allreduce, allreduce, or empty (no communication: local
+        training); a member's name or value is accepted too.
+    num_steps_per_communication : int, optional
+        J, the counted computations per communication (default 1).
+
+    Attributes
+    ----------
+    self_weight, src_weights, dst_weights : optional
+        The weights of neighbor_allreduce for the next round; None (the default): the
+        topology's. Set them before the round's counted computations.
+    src_machine_weights, dst_machine_weights : optional
+        The same for hierarchical_neighbor_allreduce.
+
+    Raises
+    ------
+    TypeError
+        `optimizer` is not a torch.optim.Optimizer (or is already a distributed one), or
+        `model` is not a torch.nn.Module or a non-empty list of them.
+    ValueError
+        num_steps_per_communication is below 1 (weft.InvalidArgumentError), the model has
+        no parameter that requires grad, the wrapped optimizer does not hold one of them,
+        the trainable parameters (names, shapes, dtypes) differ across ranks (raised on
+        every rank), or `communication_type` is unknown.
+
+    Examples
+    --------
+    >>> opt = wt.DistributedAdaptThenCombineOptimizer(
+    ...     torch.optim.Adam(model.parameters()), model,
+    ...     communication_type=wt.CommunicationType.allreduce)
+    """
 
     _COUNTS = "backward"
     _UPDATE_AFTER_INSTALL = False  # applied per parameter at launch
@@ -522,9 +683,40 @@ class DistributedAdaptThenCombineOptimizer(_CombiningOptimizer):
 
 
 class DistributedGradientAllreduceOptimizer(_DistributedOptimizer):
-    """Data parallelism: x <- x - lr * mean over ranks of g. Counts backward computations
-    per parameter: in the J-th, each gradient's allreduce starts as soon as it is
-    accumulated; the next step() waits, installs the averages and applies the update."""
+    """Data parallelism: x <- x - lr * mean over ranks of g.
+
+    Counts backward computations per parameter: in the J-th, each gradient's allreduce
+    starts as soon as it is accumulated; the next step() waits, installs the averages and
+    applies the update. Construction is collective.
+
+    Parameters
+    ----------
+    optimizer : torch.optim.Optimizer
+        The wrapped optimizer, built from model.parameters(): it makes the local updates,
+        and its param_groups, state and defaults are the wrapper's.
+    model : torch.nn.Module or list of torch.nn.Module
+        The model whose computations are counted and whose trainable parameters are
+        communicated; as in Bluefog, a list of models trained together (each model's
+        forward computations count for its own parameters).
+    num_steps_per_communication : int, optional
+        J, the counted computations per communication (default 1).
+
+    Raises
+    ------
+    TypeError
+        `optimizer` is not a torch.optim.Optimizer (or is already a distributed one), or
+        `model` is not a torch.nn.Module or a non-empty list of them.
+    ValueError
+        num_steps_per_communication is below 1 (weft.InvalidArgumentError), the model has
+        no parameter that requires grad, the wrapped optimizer does not hold one of them,
+        or the trainable parameters (names, shapes, dtypes) differ across ranks (raised on
+        every rank).
+
+    Examples
+    --------
+    >>> opt = wt.DistributedGradientAllreduceOptimizer(
+    ...     torch.optim.SGD(model.parameters(), lr=0.1), model)
+    """
 
     _COUNTS = "backward"
 
@@ -584,8 +776,11 @@ class _WindowOptimizer(_DistributedOptimizer):
                 _weft.win_free(name)
 
     def close(self):
-        """Waits for what is in flight, removes the hooks and frees the windows. Collective
-        (every rank closes); idempotent; a no-op for windows after weft.shutdown()."""
+        """Wait for what is in flight, remove the hooks and free the windows.
+
+        Collective (every rank closes); idempotent; a no-op for windows after
+        weft.shutdown().
+        """
         try:
             super().close()
         finally:
@@ -593,13 +788,58 @@ class _WindowOptimizer(_DistributedOptimizer):
 
 
 class DistributedWinPutOptimizer(_WindowOptimizer):
-    """Asynchronous: each parameter is the memory of a window (created at construction,
-    collective). Counts forward computations: the J-th puts the parameters into the
-    out-neighbors' buffers (dst_weights: {rank: weight} or ranks, default every
-    out-neighbor, weight 1); the next step() waits for the puts, then under the window
-    mutex x <- self_weight * x + sum_j src_weights[j] * buffer_j (default: the uniform
-    average over self and every in-neighbor buffer; self_weight and src_weights go
-    together), then applies the local update."""
+    """Asynchronous training over one-sided windows: put, then update from the buffers.
+
+    Each parameter is the memory of a window (created at construction, collective).
+    Counts forward computations: the J-th puts the parameters into the out-neighbors'
+    buffers (dst_weights: {rank: weight} or ranks, default every out-neighbor, weight 1);
+    the next step() waits for the puts, then under the window mutex x <- self_weight * x
+    + sum_j src_weights[j] * buffer_j (default: the uniform average over self and every
+    in-neighbor buffer; self_weight and src_weights go together), then applies the local
+    update.
+
+    Construct it after the model is in place, and do not replace p.data afterwards. close()
+    (or unregister_window()) frees the windows.
+
+    Parameters
+    ----------
+    optimizer : torch.optim.Optimizer
+        The wrapped optimizer, built from model.parameters(): it makes the local updates,
+        and its param_groups, state and defaults are the wrapper's.
+    model : torch.nn.Module or list of torch.nn.Module
+        The model whose computations are counted and whose trainable parameters are
+        communicated; as in Bluefog, a list of models trained together (each model's
+        forward computations count for its own parameters).
+    num_steps_per_communication : int, optional
+        J, the counted computations per communication (default 1).
+    window_prefix : str, optional
+        Windows are named "<window_prefix>.<parameter name>"; None (the default): as the
+        ops, "weft.opt<k>.<parameter name>".
+
+    Attributes
+    ----------
+    self_weight, src_weights, dst_weights : optional
+        The weights described above, for the next round; None (the default): the
+        defaults. Set them before the round's counted computations.
+
+    Raises
+    ------
+    TypeError
+        `optimizer` is not a torch.optim.Optimizer (or is already a distributed one), or
+        `model` is not a torch.nn.Module or a non-empty list of them.
+    ValueError
+        num_steps_per_communication is below 1 (weft.InvalidArgumentError), the model has
+        no parameter that requires grad, the wrapped optimizer does not hold one of them,
+        the trainable parameters (names, shapes, dtypes) differ across ranks (raised on
+        every rank), or a parameter is not contiguous (a window needs contiguous memory).
+
+    Examples
+    --------
+    >>> opt = wt.DistributedWinPutOptimizer(
+    ...     torch.optim.SGD(model.parameters(), lr=0.1), model)
+    >>> ...                                   # train as with any optimizer
+    >>> opt.close()                           # collective: frees the windows
+    """
 
     _COUNTS = "forward"
 
@@ -636,12 +876,52 @@ class DistributedWinPutOptimizer(_WindowOptimizer):
 
 
 class DistributedPushSumOptimizer(_WindowOptimizer):
-    """Push-sum, for directed (column-stochastic) mixing. Each parameter x has a window over
-    a numerator x * p (buffers start at zero) whose associated scalar p starts at 1.
+    """Push-sum, for directed (column-stochastic) mixing, over one-sided windows.
+
+    Each parameter x has a window over a numerator x * p (buffers start at zero) whose
+    associated scalar p starts at 1.
     Counts forward computations: the J-th accumulates w * [x p, p] into each destination
     (dst_weights' ranks, default every out-neighbor) and keeps w of it, with
     w = 1 / (destinations + 1); the next step() waits, collects what arrived (the sum of
-    the buffers), installs x = numerator / p, then applies the local update."""
+    the buffers), installs x = numerator / p, then applies the local update. It turns on
+    turn_on_win_ops_with_associated_p() for the process.
+
+    Parameters
+    ----------
+    optimizer : torch.optim.Optimizer
+        The wrapped optimizer, built from model.parameters(): it makes the local updates,
+        and its param_groups, state and defaults are the wrapper's.
+    model : torch.nn.Module or list of torch.nn.Module
+        The model whose computations are counted and whose trainable parameters are
+        communicated; as in Bluefog, a list of models trained together (each model's
+        forward computations count for its own parameters).
+    num_steps_per_communication : int, optional
+        J, the counted computations per communication (default 1).
+
+    Attributes
+    ----------
+    dst_weights : dict or list of int, optional
+        The destinations of the next round (their ranks are used; weights are uniform);
+        None (the default): every out-neighbor.
+
+    Raises
+    ------
+    TypeError
+        `optimizer` is not a torch.optim.Optimizer (or is already a distributed one), or
+        `model` is not a torch.nn.Module or a non-empty list of them.
+    ValueError
+        num_steps_per_communication is below 1 (weft.InvalidArgumentError), the model has
+        no parameter that requires grad, the wrapped optimizer does not hold one of them,
+        the trainable parameters (names, shapes, dtypes) differ across ranks (raised on
+        every rank), or a parameter is not contiguous (a window needs contiguous memory).
+
+    Examples
+    --------
+    >>> weft.set_topology(topology.ExponentialGraph(weft.size()))
+    True
+    >>> opt = wt.DistributedPushSumOptimizer(
+    ...     torch.optim.SGD(model.parameters(), lr=0.1), model)
+    """
 
     _COUNTS = "forward"
 
@@ -738,8 +1018,26 @@ def _inplace_view(t):
 
 
 def broadcast_parameters(params, root_rank):
-    """Overwrites, in place, every tensor of `params` (a state_dict(), named_parameters(),
-    or a list of tensors) with root_rank's. Collective."""
+    """Overwrite, in place, every tensor of `params` with root_rank's. Collective.
+
+    Parameters
+    ----------
+    params : dict, iterable of (str, torch.Tensor), or list of torch.Tensor
+        A state_dict(), named_parameters(), or a list of tensors; the same names, shapes
+        and dtypes on every rank.
+    root_rank : int
+        The rank whose values everyone gets.
+
+    Raises
+    ------
+    TypeError
+        `params` is a module (pass model.state_dict()) or holds something other than
+        tensors.
+
+    Examples
+    --------
+    >>> wt.broadcast_parameters(model.state_dict(), root_rank=0)
+    """
     items = _named_tensors(params, "broadcast_parameters")
     handles = [_weft.broadcast_nonblocking_(_inplace_view(t), root_rank,
                                             name=f"weft.broadcast_parameters.{i}.{name}")
@@ -749,9 +1047,24 @@ def broadcast_parameters(params, root_rank):
 
 
 def allreduce_parameters(params):
-    """Replaces, in place, every floating-point tensor of `params` (as in
-    broadcast_parameters) with its average over all ranks; other tensors (e.g.
-    BatchNorm's counters) are left alone. Collective."""
+    """Replace, in place, every floating-point tensor of `params` with its average over ranks.
+
+    Other tensors (e.g. BatchNorm's counters) are left alone. Collective.
+
+    Parameters
+    ----------
+    params : dict, iterable of (str, torch.Tensor), or list of torch.Tensor
+        As for broadcast_parameters.
+
+    Raises
+    ------
+    TypeError
+        As for broadcast_parameters.
+
+    Examples
+    --------
+    >>> wt.allreduce_parameters(model.state_dict())
+    """
     items = [(name, t) for name, t in _named_tensors(params, "allreduce_parameters")
              if t.is_floating_point()]
     handles = [_weft.allreduce_nonblocking_(_inplace_view(t), average=True,
@@ -762,10 +1075,24 @@ def allreduce_parameters(params):
 
 
 def broadcast_optimizer_state(optimizer, root_rank):
-    """Gives every rank root_rank's optimizer state (state_dict(): per-parameter state such
-    as momentum buffers and steps, and hyperparameters), also to ranks whose optimizer has
-    not stepped yet. Works for any optimizer whose state_dict() torch.save can write.
-    Collective."""
+    """Give every rank root_rank's optimizer state. Collective.
+
+    The state is state_dict(): per-parameter state such as momentum buffers and steps, and
+    hyperparameters; ranks whose optimizer has not stepped yet get it too. Works for any
+    optimizer whose state_dict() torch.save can write.
+
+    Parameters
+    ----------
+    optimizer : torch.optim.Optimizer
+        A plain or a distributed optimizer; its load_state_dict() receives the state on
+        the other ranks.
+    root_rank : int
+        The rank whose state everyone gets.
+
+    Examples
+    --------
+    >>> wt.broadcast_optimizer_state(opt, root_rank=0)
+    """
     root = _weft.rank() == root_rank
     payload = None
     if root:
@@ -783,9 +1110,31 @@ def broadcast_optimizer_state(optimizer, root_rank):
 
 
 def consensus_distance(params):
-    """sqrt(sum over ranks i of ||x_i - mean_j x_j||^2 / size), x all the floating-point
+    """How far the ranks' parameters are from their average. Collective.
+
+    sqrt(sum over ranks i of ||x_i - mean_j x_j||^2 / size), x all the floating-point
     tensors of `params` (as in broadcast_parameters) concatenated: how far the ranks'
-    parameters are from their average. The same value on every rank. Collective."""
+    parameters are from their average. The same value on every rank. Collective.
+
+    Parameters
+    ----------
+    params : dict, iterable of (str, torch.Tensor), or list of torch.Tensor
+        As for broadcast_parameters.
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    ValueError
+        `params` holds no floating-point tensor.
+
+    Examples
+    --------
+    >>> wt.consensus_distance(model.state_dict())
+    0.0123
+    """
     tensors = [t.detach().reshape(-1).to(torch.float64)
                for _, t in _named_tensors(params, "consensus_distance")
                if t.is_floating_point()]

@@ -32,10 +32,15 @@ def test_bad_arguments():
         weft.neighbor_allreduce(x, self_weight=0.5, src_weights={weft.size() + 3: 0.5})
     with pytest.raises(weft.InvalidArgumentError, match="reserved"):
         weft.allreduce(x, name="#mine")
-    with pytest.raises(weft.UnimplementedError, match="cannot be passed"):
+    # A dtype weft does not exchange: a TypeError naming the dtype as the user wrote it.
+    with pytest.raises(TypeError, match="ndarray of dtype bool"):
         weft.allreduce(np.ones(3, dtype=bool))
-    with pytest.raises(weft.UnimplementedError):
+    with pytest.raises(weft.UnsupportedDTypeError, match="dtype complex64"):
         weft.allreduce(np.ones(3, dtype=np.complex64))
+    with pytest.raises(TypeError, match="Tensor of dtype torch.complex64"):
+        weft.allreduce(torch.ones(3, dtype=torch.complex64))
+    with pytest.raises(weft.UnimplementedError, match="dtype torch.bool"):
+        weft.neighbor_allreduce(torch.ones(3, dtype=torch.bool))
     with pytest.raises(TypeError, match="expected a NumPy array"):
         weft.allreduce(object())
     with pytest.raises(weft.InvalidArgumentError, match="at least one dimension"):
