@@ -157,7 +157,11 @@ StatusOr<TensorView> TensorView::FromDLTensor(const DLTensor& dl) {
       }
     }
   }
-  char* data = static_cast<char*>(dl.data) + dl.byte_offset;
+  // An offset from no memory is no address (and past a NULL check downstream, a crash).
+  if (dl.data == nullptr && dl.byte_offset != 0) {
+    return InvalidArgument("DLTensor has NULL data and byte_offset ", dl.byte_offset);
+  }
+  char* data = dl.data == nullptr ? nullptr : static_cast<char*>(dl.data) + dl.byte_offset;
   return TensorView(data, dtype, std::move(shape), std::move(strides), device);
 }
 

@@ -105,6 +105,23 @@ TEST(TensorView, ByteOffsetIsApplied) {
   EXPECT_EQ(static_cast<float*>(v->data())[0], 3.0f);
 }
 
+TEST(TensorView, AnOffsetFromNullDataIsRefused) {
+  // NULL + offset would pass as a pointer (the C ABI descriptor fuzz test crashed on it).
+  int64_t shape[1] = {2};
+  DLTensor dl{};
+  dl.data = nullptr;
+  dl.device = {kDLCPU, 0};
+  dl.ndim = 1;
+  dl.shape = shape;
+  dl.dtype = {kDLFloat, 32, 1};
+  dl.byte_offset = uint64_t{1} << 40;
+  auto v = TensorView::FromDLTensor(dl);
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.status().message().find("NULL data and byte_offset"), std::string::npos);
+  dl.byte_offset = 0;  // NULL data alone is for the op's checks to refuse (or an empty tensor)
+  EXPECT_TRUE(TensorView::FromDLTensor(dl).ok());
+}
+
 TEST(HalfPrecision, ConversionsRoundTripRepresentableValues) {
   for (float f : {0.0f, 1.0f, -2.5f, 0.333251953125f, 65504.0f, 6.103515625e-05f,
                   5.960464477539063e-08f}) {
