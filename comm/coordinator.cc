@@ -209,9 +209,13 @@ std::string Coordinator::Validate(const Entry& e) const {
       return absl::StrCat(what, ": shapes must agree in every dimension but the first: ",
                           diff);
     }
-    // The gathered tensor (at most every rank's rows) must have a representable size.
-    int64_t row_bytes = static_cast<int64_t>(DTypeSize(first.dtype));
-    for (int64_t d : Tail(first.shape)) {
+    // The gathered tensor (at most every rank's rows) must have a representable size; an
+    // empty one (no rows, or rows without elements) has none, whatever its other dims.
+    const std::vector<int64_t> tail = Tail(first.shape);
+    const bool empty_rows = std::find(tail.begin(), tail.end(), 0) != tail.end();
+    int64_t row_bytes = empty_rows ? 0 : static_cast<int64_t>(DTypeSize(first.dtype));
+    for (int64_t d : tail) {
+      if (empty_rows) break;
       if (__builtin_mul_overflow(row_bytes, d, &row_bytes)) row_bytes = -1;
       if (row_bytes < 0) break;
     }
@@ -221,7 +225,8 @@ std::string Coordinator::Validate(const Entry& e) const {
       if (rows >= 0 && __builtin_add_overflow(rows, mine, &rows)) rows = -1;
     }
     int64_t total = 0;
-    if (row_bytes < 0 || rows < 0 || __builtin_mul_overflow(rows, row_bytes, &total)) {
+    if (rows != 0 &&
+        (row_bytes < 0 || rows < 0 || __builtin_mul_overflow(rows, row_bytes, &total))) {
       return absl::StrCat(what, ": the gathered tensor would have more than 2^63 bytes");
     }
   } else if (op == OpType::kSendRecv) {
