@@ -38,9 +38,11 @@ setup() {
     local sudo=()
     [ "$(id -u)" -eq 0 ] || sudo=(sudo)
     "${sudo[@]}" apt-get update -q
-    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q "${missing[@]}"
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends \
+      "${missing[@]}"
   fi
-  setup_tree_sitter
+  # Only the tests need tree-sitter (the Julia binding's check).
+  [ "${1:-}" != test ] || setup_tree_sitter
 }
 
 # The Julia binding's test parses Julia source with tree-sitter, since Julia itself is not
@@ -58,7 +60,8 @@ setup_tree_sitter() {
     local sudo=()
     [ "$(id -u)" -eq 0 ] || sudo=(sudo)
     "${sudo[@]}" apt-get update -q
-    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q nodejs npm
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends \
+      nodejs npm
   fi
   echo "weft: installing tree-sitter and tree-sitter-julia into $WEFT_NODE_DIR"
   mkdir -p "$WEFT_NODE_DIR"
