@@ -314,6 +314,8 @@ Status TopologyOut(weft_topology** out, weft::Topology topo, const char* fn) {
 
 extern "C" {
 
+void weft_abort(int code) { weft::abort_job(code); }
+
 weft_status weft_init(void) {
   return Guard("weft_init", [] { return weft::init(); });
 }

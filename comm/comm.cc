@@ -546,6 +546,15 @@ Status finalize() {
   return status;
 }
 
+void abort_job(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (auto state = Current()) state->timeline.Close();  // a complete trace file
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // MPI_Abort returned (it should not), or there is no MPI job
+}
+
 Status timeline_start(const std::string& path) {
   auto state = Current();
   if (state == nullptr) return NotInitialized("timeline_start");

@@ -71,6 +71,11 @@ bool is_initialized();
 // fails. This normally happens at process exit (a C atexit handler); runtimes that end a
 // process without running those (Go) call it last.
 Status finalize();
+// Ends the whole job now, from one rank that cannot go on (an error nothing caught) while
+// the others may be waiting for it in a collective: MPI_Abort(code), which makes Open MPI's
+// launcher stop every rank. Before MPI is up, or after it is finalized, it ends this
+// process alone (exit status `code`). Never returns.
+[[noreturn]] void abort_job(int code);
 // These return -1 before init().
 int rank();
 int size();

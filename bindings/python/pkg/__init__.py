@@ -20,7 +20,6 @@ weft.WeftError subclasses carrying the status code and weft's message.
 import contextlib as _contextlib
 import functools as _functools
 import operator as _operator
-import os as _os
 import sys as _sys
 import warnings as _warnings
 
@@ -80,8 +79,8 @@ def init():
 def _end_job_on_uncaught_exception(kind, value, traceback, _previous=_sys.excepthook):
     # A rank that dies of an exception would otherwise run weft's shutdown at exit, which
     # waits for every rank, while the others wait in their next op for this one: the job
-    # would hang forever. Print the error, then leave without MPI_Finalize: Open MPI's
-    # launcher sees a rank that exited without finalizing and ends the whole job.
+    # would hang forever. Print the error, then end the job with weft_abort (MPI_Abort):
+    # Open MPI's launcher stops every rank.
     _previous(kind, value, traceback)
     interactive = hasattr(_sys, "ps1") or _sys.flags.interactive
     if interactive or not is_initialized() or size() < 2:
@@ -92,7 +91,7 @@ def _end_job_on_uncaught_exception(kind, value, traceback, _previous=_sys.except
         _sys.stdout.flush()
         _sys.stderr.flush()
     finally:
-        _os._exit(1)
+        _c.weft_abort(1)
 
 
 _sys.excepthook = _end_job_on_uncaught_exception

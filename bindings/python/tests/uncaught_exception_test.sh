@@ -24,5 +24,5 @@ fail() { echo "FAIL: $*"; exit 1; }
 ((rc == 0)) && fail "the job exited 0"
 grep -q "RuntimeError: boom on rank 0" <<<"$out" || fail "no traceback"
 grep -q "weft: rank 0 ends the job: an uncaught RuntimeError" <<<"$out" || fail "no word from weft"
-((elapsed < 60)) || fail "took ${elapsed} s"
+((elapsed < 20)) || fail "took ${elapsed} s"
 echo "ok: the job ended in ${elapsed} s with exit status ${rc}"

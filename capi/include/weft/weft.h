@@ -92,6 +92,11 @@ WEFT_API int weft_is_initialized(void);
  * more if the program started MPI. Then weft_init() fails. It runs by itself at process
  * exit (atexit); call it last where exit handlers do not run (Go's runtime). */
 WEFT_API weft_status weft_finalize(void);
+/* Ends the whole job now, from a rank that cannot go on (an error nothing caught) while
+ * the others may wait for it in an op: closes this rank's timeline, then MPI_Abort(code),
+ * which makes Open MPI's launcher stop every rank. Without a running MPI job it ends this
+ * process alone, with exit status `code`. Never returns. */
+WEFT_API void weft_abort(int code);
 /* These return -1 before weft_init(). */
 WEFT_API int weft_rank(void);
 WEFT_API int weft_size(void);

@@ -151,6 +151,7 @@ extern swig_intgo _wrap_weft_init_cweft_0fa6c2659996215a(void);
 extern swig_intgo _wrap_weft_shutdown_cweft_0fa6c2659996215a(void);
 extern swig_intgo _wrap_weft_is_initialized_cweft_0fa6c2659996215a(void);
 extern swig_intgo _wrap_weft_finalize_cweft_0fa6c2659996215a(void);
+extern void _wrap_weft_abort_cweft_0fa6c2659996215a(swig_intgo arg1);
 extern swig_intgo _wrap_weft_rank_cweft_0fa6c2659996215a(void);
 extern swig_intgo _wrap_weft_size_cweft_0fa6c2659996215a(void);
 extern swig_intgo _wrap_weft_local_rank_cweft_0fa6c2659996215a(void);
@@ -625,6 +626,11 @@ func Weft_finalize() (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
 	swig_r = (Enum_SS_weft_status)(C._wrap_weft_finalize_cweft_0fa6c2659996215a())
 	return swig_r
+}
+
+func Weft_abort(arg1 int) {
+	_swig_i_0 := arg1
+	C._wrap_weft_abort_cweft_0fa6c2659996215a(C.swig_intgo(_swig_i_0))
 }
 
 func Weft_rank() (_swig_ret int) {

@@ -961,6 +961,16 @@ intgo _wrap_weft_finalize_cweft_0fa6c2659996215a() {
 }
 
 
+void _wrap_weft_abort_cweft_0fa6c2659996215a(intgo _swig_go_0) {
+  int arg1 ;
+  
+  arg1 = (int)_swig_go_0; 
+  
+  weft_abort(arg1);
+  
+}
+
+
 intgo _wrap_weft_rank_cweft_0fa6c2659996215a() {
   int result;
   intgo _swig_go_result;

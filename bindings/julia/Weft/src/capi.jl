@@ -139,6 +139,15 @@ function weft_finalize()
     ccall((:weft_finalize, libweft()), Cint, ())
 end
 
+# Ends the whole job now, from a rank that cannot go on (an error nothing caught) while
+# the others may wait for it in an op: closes this rank's timeline, then MPI_Abort(code),
+# which makes Open MPI's launcher stop every rank. Without a running MPI job it ends this
+# process alone, with exit status `code`. Never returns.
+# C: void weft_abort(int code)
+function weft_abort(code)
+    ccall((:weft_abort, libweft()), Cvoid, (Cint,), code)
+end
+
 # These return -1 before weft_init().
 # C: int weft_rank(void)
 function weft_rank()
@@ -1696,7 +1705,7 @@ export libweft, libweft_trainer, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, D
     WEFT_ERR_UNIMPLEMENTED, WEFT_ERR_DEADLINE_EXCEEDED, WEFT_ERR_ABORTED,
     WEFT_ERR_UNAVAILABLE, WEFT_ERR_RESOURCE_EXHAUSTED, WEFT_ERR_INTERNAL, WEFT_ERR_UNKNOWN,
     weft_status_string, weft_last_error, weft_version, weft_version_number, weft_init,
-    weft_shutdown, weft_is_initialized, weft_finalize, weft_rank, weft_size,
+    weft_shutdown, weft_is_initialized, weft_finalize, weft_abort, weft_rank, weft_size,
     weft_local_rank, weft_local_size, weft_machine_rank, weft_machine_size,
     weft_is_homogeneous, weft_unified_mpi_window_model, weft_nccl_built, weft_topology,
     weft_topology_create, weft_topology_from_weight_matrix, weft_topology_exponential,
