@@ -100,19 +100,18 @@ done
 install -m 755 "$sources/tools/weftrun" "$prefix/bin/weftrun"
 install -m 755 "$outputs/pipe/planner/weft-plan" "$prefix/bin/weft-plan"
 
-# The Go module's sources (its README says how to build against this prefix).
+# The Go module's sources, the checked-in SWIG layers included (its README says how to
+# build against this prefix).
 go=$prefix/share/weft/go
 rm -rf "$go"
-install -d "$go/internal/cweft" "$go/examples/consensus"
-for f in "$sources"/bindings/go/*.go "$sources"/bindings/go/go.mod "$sources"/bindings/go/weft.i \
-         "$sources"/bindings/go/generate.sh "$sources"/bindings/go/README.md; do
-  case $f in *_test.go) continue ;; esac
-  [[ -e "$f" ]] && install -m 644 "$f" "$go/"
-done
+(cd "$sources/bindings/go" && find -L . -type f \( -name '*.go' -o -name '*.c' -o \
+  -name '*.i' -o -name go.mod -o -name generate.sh -o -name README.md \) \
+  ! -name '*_test.go' ! -path './bench/*' -print0) |
+  while IFS= read -r -d '' f; do
+    install -d "$go/$(dirname "$f")"
+    install -m 644 "$sources/bindings/go/$f" "$go/$f"
+  done
 chmod 755 "$go/generate.sh"
-install -m 644 "$sources"/bindings/go/internal/cweft/{doc.go,cweft.go,weft_wrap.c} \
-  "$go/internal/cweft/"
-install -m 644 "$sources/bindings/go/examples/consensus/main.go" "$go/examples/consensus/"
 
 echo "weft $version installed under $prefix:"
 echo "  C:      cc prog.c \$(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs weft)"

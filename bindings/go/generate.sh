@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Generates the low-level Go layer (package cweft) from weft.i with SWIG:
+# Generates the low-level Go layers with SWIG: package cweft from weft.i (weft.h) and
+# package cwefttrainer from trainer.i (trainer.h):
 #   generate.sh [WEFT_INCLUDE_DIR]
 # WEFT_INCLUDE_DIR holds weft/weft.h (default: this repository's capi/include, or
-# $WEFT_INCLUDE_DIR). Writes internal/cweft/cweft.go and internal/cweft/weft_wrap.c next to
-# this script. Both are checked in, so that users build with `go build` and no SWIG; run
-# this after changing weft.i or the headers (the Go binding's test fails on any drift).
+# $WEFT_INCLUDE_DIR). Writes internal/<package>/<package>.go and a *_wrap.c next to it.
+# They are checked in, so that users build with `go build` and no SWIG; run this after
+# changing an interface or the headers (the Go binding's test fails on any drift).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 include=${1:-${WEFT_INCLUDE_DIR:-$here/../../capi/include}}
@@ -13,12 +14,15 @@ if [[ ! -f "$include/weft/weft.h" ]]; then
   exit 1
 fi
 swig=${SWIG:-swig}
-# Relative paths: SWIG writes the interface's path into the output.
-(cd "$here" && "$swig" -go -cgo -intgosize 64 -module cweft -I"$include" \
-  -outdir internal/cweft -o internal/cweft/weft_wrap.c weft.i)
-# SWIG's string copy converts a uintptr back to a pointer, which `go vet` rejects; copy
-# the bytes through the string itself instead (the same result, and vet-clean).
-/usr/bin/python3 - "$here/internal/cweft/cweft.go" <<'PY'
+for module in cweft:weft cwefttrainer:trainer; do
+  package=${module%%:*} interface=${module#*:}
+  mkdir -p "$here/internal/$package"
+  # Relative paths: SWIG writes the interface's path into the output.
+  (cd "$here" && "$swig" -go -cgo -intgosize 64 -module "$package" -I"$include" \
+    -outdir "internal/$package" -o "internal/$package/${interface}_wrap.c" "$interface.i")
+  # SWIG's string copy converts a uintptr back to a pointer, which `go vet` rejects; copy
+  # the bytes through the string itself instead (the same result, and vet-clean).
+  /usr/bin/python3 - "$here/internal/$package/$package.go" <<'PY'
 import sys
 path = sys.argv[1]
 text = open(path).read()
@@ -28,5 +32,6 @@ if old not in text:
 text = text.replace(old, "  r := string([]byte(s))\n")
 open(path, "w").write(text)
 PY
-# gofmt's layout, so that the whole module passes `gofmt -l`.
-"${GOFMT:-gofmt}" -w "$here/internal/cweft/cweft.go"
+  # gofmt's layout, so that the whole module passes `gofmt -l`.
+  "${GOFMT:-gofmt}" -w "$here/internal/$package/$package.go"
+done

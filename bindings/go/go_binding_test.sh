@@ -35,12 +35,14 @@ include=$root/capi/include
 
 work=${TEST_TMPDIR:-$(mktemp -d)}/go
 rm -rf "$work"
-mkdir -p "$work/src/internal/cweft" "$work/src/examples/consensus"
 src=$root/bindings/go
-cp -L "$src"/go.mod "$src"/weft.i "$src"/generate.sh "$src"/*.go "$work/src/"
-cp -L "$src"/internal/cweft/doc.go "$src"/internal/cweft/cweft.go \
-  "$src"/internal/cweft/weft_wrap.c "$work/src/internal/cweft/"
-cp -L "$src"/examples/consensus/main.go "$work/src/examples/consensus/"
+# The module as its sources list it (//bindings/go:sources), directories and all.
+(cd "$src" && find -L . -type f \( -name '*.go' -o -name '*.c' -o -name '*.i' -o \
+  -name go.mod -o -name generate.sh \) ! -path './bench/*' -print0) |
+  while IFS= read -r -d '' f; do
+    mkdir -p "$work/src/$(dirname "$f")"
+    cp -L "$src/$f" "$work/src/$f"
+  done
 
 # A hermetic go command: nothing from the user's environment, no network, no HOME needed.
 # shellcheck source=goenv.sh
@@ -51,23 +53,30 @@ if [[ -n "$unformatted" ]]; then
   echo "go_binding_test.sh: not gofmt-formatted: $unformatted" >&2
   exit 1
 fi
-# The checked-in SWIG layer must be what weft.i and the headers generate today.
-mkdir -p "$work/regen/internal/cweft"
-cp "$work/src/generate.sh" "$work/src/weft.i" "$work/regen/"
+# The checked-in SWIG layers must be what the interfaces and the headers generate today.
+mkdir -p "$work/regen"
+cp "$work/src/generate.sh" "$work/src/weft.i" "$work/src/trainer.i" "$work/regen/"
 bash "$work/regen/generate.sh" "$include"
-for f in cweft.go weft_wrap.c; do
-  if ! cmp -s "$work/regen/internal/cweft/$f" "$work/src/internal/cweft/$f"; then
-    echo "go_binding_test.sh: bindings/go/internal/cweft/$f is stale; run" \
+for f in cweft/cweft.go cweft/weft_wrap.c cwefttrainer/cwefttrainer.go \
+         cwefttrainer/trainer_wrap.c; do
+  if ! cmp -s "$work/regen/internal/$f" "$work/src/internal/$f"; then
+    echo "go_binding_test.sh: bindings/go/internal/$f is stale; run" \
       "bindings/go/generate.sh" >&2
-    diff "$work/src/internal/cweft/$f" "$work/regen/internal/cweft/$f" | head -20 >&2
+    diff "$work/src/internal/$f" "$work/regen/internal/$f" | head -20 >&2
     exit 1
   fi
 done
-# No SWIG from here on: the build uses the checked-in layer, as a user's does.
+# No SWIG from here on: the build uses the checked-in layers, as a user's does.
 start=$(date +%s.%N)
 (cd "$work/src" && "${GO:-go}" vet ./... &&
   "${GO:-go}" test -c -o "$work/weft.test" . &&
+  "${GO:-go}" test -c -o "$work/trainer.test" ./trainer &&
   "${GO:-go}" build -o "$work/consensus" ./examples/consensus)
+# Only the trainer package links the trainer's library (and LibTorch).
+if ldd "$work/consensus" | grep -qE 'libweft_trainer|libtorch'; then
+  echo "go_binding_test.sh: a program without the trainer package links the trainer" >&2
+  exit 1
+fi
 echo "go_binding_test.sh: vetted and built the module, the test binary and the example in" \
   "$(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f s", e - s }')" \
   "($("${GO:-go}" version | cut -d' ' -f3), $("${SWIG:-swig}" -version | awk '/Version/ {print $3}'))"
@@ -84,5 +93,6 @@ done
 
 # mpirun_test.sh gives the project's Open MPI settings (loopback only, oversubscribed).
 "$root/tests/mpirun_test.sh" "$np" "$work/weft.test" -test.failfast "$@"
+"$root/tests/mpirun_test.sh" "$np" "$work/trainer.test" -test.failfast "$@"
 # The example checks its own result (the ranks must agree on the mean).
 "$root/tests/mpirun_test.sh" "$np" "$work/consensus" -steps 12

@@ -203,25 +203,3 @@ func TestDroppedStepCounterIsFinalized(t *testing.T) {
 		}
 	}
 }
-
-// The trainer's structs cross into C by pointer as weftgo_pipe_trainer_numbers and
-// weft_pipe_epoch_metrics (weft.i checks the C side), and its enums are the header's.
-func TestTrainerStructLayoutsAndEnums(t *testing.T) {
-	var n cweft.PipeTrainerNumbers
-	if unsafe.Sizeof(n) != 96 || unsafe.Offsetof(n.Alpha) != 16 || unsafe.Offsetof(n.K0) != 48 ||
-		unsafe.Offsetof(n.Loss) != 88 {
-		t.Fatalf("PipeTrainerNumbers: size %d, K0 at %d; weft.i expects 96 and 48",
-			unsafe.Sizeof(n), unsafe.Offsetof(n.K0))
-	}
-	var m cweft.PipeEpochMetrics
-	if unsafe.Sizeof(m) != 112 || unsafe.Offsetof(m.BubbleFraction) != 24 ||
-		unsafe.Offsetof(m.Samples) != 40 || unsafe.Offsetof(m.Transitioned) != 80 ||
-		unsafe.Offsetof(m.TransitionBytes) != 104 {
-		t.Fatalf("PipeEpochMetrics: size %d, Samples at %d; weft.i expects 112 and 40",
-			unsafe.Sizeof(m), unsafe.Offsetof(m.Samples))
-	}
-	if int(LossCrossEntropy) != int(cweft.WEFT_PIPE_LOSS_CROSS_ENTROPY) ||
-		int(LossMSE) != int(cweft.WEFT_PIPE_LOSS_MSE) {
-		t.Fatal("the Loss values differ from weft_pipe_loss_kind's")
-	}
-}

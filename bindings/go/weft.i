@@ -53,15 +53,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <weft/trainer.h> /* and weft.h */
+#include <weft/weft.h>
 %}
 
-/* Compiling and linking come from pkg-config (weft-trainer.pc, which requires weft.pc:
- * ./tools/weft.sh install writes both); see README.md. The trainer (weft/trainer.h) is in
- * libweft_trainer.so, which loads LibTorch; this one package wraps both, so Go programs
- * link both. */
+/* Compiling and linking come from pkg-config (weft.pc: ./tools/weft.sh install writes it);
+ * see README.md. The trainer (weft/trainer.h, libweft_trainer.so, which loads LibTorch) has
+ * its own package, cwefttrainer (trainer.i), so that only programs that train link it. */
 %insert(cgo_comment_typedefs) %{
-#cgo pkg-config: weft-trainer
+#cgo pkg-config: weft
 %}
 
 /* DLPack types are opaque here (weft.h's #include of dlpack.h is not followed by SWIG). */
@@ -151,10 +150,9 @@ _Static_assert(sizeof(weft_computation_event) == sizeof(int32_t),
 %typemap(gotype) weft_request** "*SwigcptrStruct_SS_weft_request"
 %typemap(gotype) weft_step_counter** "*SwigcptrStruct_SS_weft_step_counter"
 %typemap(gotype) weft_pipe_plan** "*SwigcptrStruct_SS_weft_pipe_plan"
-%typemap(gotype) weft_pipe_trainer** "*SwigcptrStruct_SS_weft_pipe_trainer"
 %typemap(gotype) DLManagedTensor** "*SwigcptrStruct_SS_DLManagedTensor"
 %typemap(in) weft_topology**, weft_schedule**, weft_request**, weft_step_counter**,
-             weft_pipe_plan**, weft_pipe_trainer**, DLManagedTensor**
+             weft_pipe_plan**, DLManagedTensor**
 %{ $1 = ($1_ltype)$input; %}
 
 /* ---- (buffer, capacity) from a Go slice -------------------------------------------------- */
@@ -253,109 +251,6 @@ type PipePlanInfo struct {
 %ignore weft_pipe_freeze_options;
 %ignore weft_pipe_plan_options;
 %ignore weft_pipe_plan_info;
-
-/* ---- pipe: the elastic pipeline trainer --------------------------------------------------- */
-/* Its options hold strings (cache_dir, name) and its data DLTensors: weftgo_pipe_trainer_*
- * below take the numbers as a pointer-free struct of Go memory (weftgo_pipe_trainer_numbers,
- * the same layout on both sides), the strings and the tensors' fields as arguments, and
- * build the ABI's structs on the C stack. The metrics are a Go struct of the C layout. */
-%ignore weft_pipe_trainer_create;
-%ignore weft_pipe_trainer_train_epoch;
-%ignore weft_pipe_trainer_evaluate;
-%ignore weft_pipe_trainer_options;
-%ignore weft_pipe_epoch_metrics;
-%{
-typedef struct weftgo_pipe_trainer_numbers {
-  int64_t batch_size;
-  uint64_t seed;
-  double alpha;
-  double lr;
-  double momentum;
-  double weight_decay;
-  int32_t k0;
-  int32_t freeze;
-  int32_t gradient_aware;
-  int32_t freeze_every_epochs;
-  int32_t autopipe;
-  int32_t autodp;
-  int32_t cache;
-  int32_t schedule;
-  int32_t micro_batches;
-  int32_t optimizer;
-  int32_t loss;
-  int32_t decentralized;
-} weftgo_pipe_trainer_numbers;
-_Static_assert(sizeof(weftgo_pipe_trainer_numbers) == 96 &&
-               offsetof(weftgo_pipe_trainer_numbers, alpha) == 16 &&
-               offsetof(weftgo_pipe_trainer_numbers, k0) == 48 &&
-               offsetof(weftgo_pipe_trainer_numbers, loss) == 88,
-               "weftgo_pipe_trainer_numbers must match cweft.PipeTrainerNumbers");
-_Static_assert(sizeof(weft_pipe_epoch_metrics) == 112 &&
-               offsetof(weft_pipe_epoch_metrics, epoch) == 4 &&
-               offsetof(weft_pipe_epoch_metrics, bubble_fraction) == 24 &&
-               offsetof(weft_pipe_epoch_metrics, samples) == 40 &&
-               offsetof(weft_pipe_epoch_metrics, transitioned) == 80 &&
-               offsetof(weft_pipe_epoch_metrics, transition_seconds) == 96 &&
-               offsetof(weft_pipe_epoch_metrics, transition_bytes) == 104,
-               "weft_pipe_epoch_metrics must match cweft.PipeEpochMetrics");
-%}
-%insert(go_wrapper) %{
-// PipeTrainerNumbers is laid out like the C struct weftgo_pipe_trainer_numbers: the
-// numeric fields of weft_pipe_trainer_options.
-type PipeTrainerNumbers struct {
-	BatchSize         int64
-	Seed              uint64
-	Alpha             float64
-	LR                float64
-	Momentum          float64
-	WeightDecay       float64
-	K0                int32
-	Freeze            int32
-	GradientAware     int32
-	FreezeEveryEpochs int32
-	AutoPipe          int32
-	AutoDP            int32
-	Cache             int32
-	Schedule          int32
-	MicroBatches      int32
-	Optimizer         int32
-	Loss              int32
-	Decentralized     int32
-}
-
-// PipeEpochMetrics is laid out like the C struct weft_pipe_epoch_metrics.
-type PipeEpochMetrics struct {
-	Version           uint32
-	Epoch             int32
-	Frozen            int32
-	K                 int32
-	Replicas          int32
-	MicroBatches      int32
-	BubbleFraction    float64
-	TrainSeconds      float64
-	Samples           int64
-	SamplesPerSecond  float64
-	Loss              float64
-	SyncsPerSecond    float64
-	CacheHitRate      float64
-	Transitioned      int32
-	NextFrozen        int32
-	NextK             int32
-	NextReplicas      int32
-	TransitionSeconds float64
-	TransitionBytes   int64
-}
-%}
-%typemap(gotype) const weftgo_pipe_trainer_numbers* numbers "*PipeTrainerNumbers"
-%typemap(gotype) weft_pipe_epoch_metrics* metrics "*PipeEpochMetrics"
-%typemap(in) const weftgo_pipe_trainer_numbers* numbers, weft_pipe_epoch_metrics* metrics
-%{ $1 = ($1_ltype)$input; %}
-/* The last line into a []byte (capacity: its length). */
-%typemap(gotype) (char* buf, size_t cap) "[]byte"
-%typemap(in) (char* buf, size_t cap) %{
-  $1 = ($1_ltype)$input.array;
-  $2 = (size_t)$input.len;
-%}
 
 /* A (rank, weight) pair; the same layout in C and Go (checked by both). */
 %{
@@ -487,7 +382,6 @@ type RankVersion struct {
 
 /* ---- the C ABI itself -------------------------------------------------------------------- */
 %include "weft/weft.h"
-%include "weft/trainer.h"
 
 /* ---- weftgo_*: tensors and options flattened into arguments ------------------------------ */
 %{
@@ -783,58 +677,6 @@ weft_status weftgo_win_update(const char* name, int has_weights, double self_wei
   weft_status status = weft_win_update(name, &o);
   free(weights);
   return status;
-}
-
-/* ---- pipe: the elastic pipeline trainer --------------------------------------------------- */
-
-/* cache_dir "" is none, name "" is "pipe" (the C defaults). */
-weft_status weftgo_pipe_trainer_create(weft_pipe_trainer** out, const char* path,
-                                       const weftgo_pipe_trainer_numbers* numbers,
-                                       const char* cache_dir, const char* name) {
-  weft_pipe_trainer_options o = WEFT_PIPE_TRAINER_OPTIONS_INIT;
-  o.k0 = numbers->k0;
-  o.freeze = numbers->freeze;
-  o.alpha = numbers->alpha;
-  o.gradient_aware = numbers->gradient_aware;
-  o.freeze_every_epochs = numbers->freeze_every_epochs;
-  o.autopipe = numbers->autopipe;
-  o.autodp = numbers->autodp;
-  o.cache = numbers->cache;
-  o.cache_dir = cache_dir;
-  o.schedule = (weft_pipe_schedule_kind)numbers->schedule;
-  o.micro_batches = numbers->micro_batches;
-  o.batch_size = numbers->batch_size;
-  o.seed = numbers->seed;
-  o.optimizer = (weft_pipe_optimizer_kind)numbers->optimizer;
-  o.lr = numbers->lr;
-  o.momentum = numbers->momentum;
-  o.weight_decay = numbers->weight_decay;
-  o.loss = (weft_pipe_loss_kind)numbers->loss;
-  o.name = name;
-  o.decentralized = numbers->decentralized;
-  return weft_pipe_trainer_create(out, path, &o);
-}
-
-/* The training set, lent for the call: inputs and targets as (data, dtype, shape). metrics:
- * Go memory of the C layout (its version set by the caller). */
-weft_status weftgo_pipe_trainer_train_epoch(weft_pipe_trainer* trainer, void* in, int code,
-                                            int bits, const int64_t* shape, size_t ndim,
-                                            void* targets, int target_code, int target_bits,
-                                            const int64_t* target_shape, size_t target_ndim,
-                                            weft_pipe_epoch_metrics* metrics) {
-  DLTensor x = weftgo_tensor(in, code, bits, shape, ndim);
-  DLTensor y = weftgo_tensor(targets, target_code, target_bits, target_shape, target_ndim);
-  return weft_pipe_trainer_train_epoch(trainer, &x, &y, metrics);
-}
-
-weft_status weftgo_pipe_trainer_evaluate(weft_pipe_trainer* trainer, void* in, int code,
-                                         int bits, const int64_t* shape, size_t ndim,
-                                         void* targets, int target_code, int target_bits,
-                                         const int64_t* target_shape, size_t target_ndim,
-                                         double* accuracy) {
-  DLTensor x = weftgo_tensor(in, code, bits, shape, ndim);
-  DLTensor y = weftgo_tensor(targets, target_code, target_bits, target_shape, target_ndim);
-  return weft_pipe_trainer_evaluate(trainer, &x, &y, accuracy);
 }
 
 /* 64-byte aligned shared memory holding one reference; NULL when out of memory. */

@@ -13,9 +13,9 @@ extern
 #ifdef __cplusplus
   "C"
 #endif
-  void cgo_panic__cweft_0fa6c2659996215a(const char*);
+  void cgo_panic__cweft_01d9c52f573609d2(const char*);
 static void _swig_gopanic(const char *p) {
-  cgo_panic__cweft_0fa6c2659996215a(p);
+  cgo_panic__cweft_01d9c52f573609d2(p);
 }
 
 
@@ -196,7 +196,7 @@ static void* Swig_malloc(int c) {
 #include <stdlib.h>
 #include <string.h>
 
-#include <weft/trainer.h> /* and weft.h */
+#include <weft/weft.h>
 
 
 _Static_assert(sizeof(weft_computation_event) == sizeof(int32_t),
@@ -225,41 +225,6 @@ _Static_assert(sizeof(weft_pipe_plan_info) == 40 && offsetof(weft_pipe_plan_info
                offsetof(weft_pipe_plan_info, m0) == 24 &&
                offsetof(weft_pipe_plan_info, max_cost) == 32,
                "weft_pipe_plan_info must match cweft.PipePlanInfo");
-
-
-typedef struct weftgo_pipe_trainer_numbers {
-  int64_t batch_size;
-  uint64_t seed;
-  double alpha;
-  double lr;
-  double momentum;
-  double weight_decay;
-  int32_t k0;
-  int32_t freeze;
-  int32_t gradient_aware;
-  int32_t freeze_every_epochs;
-  int32_t autopipe;
-  int32_t autodp;
-  int32_t cache;
-  int32_t schedule;
-  int32_t micro_batches;
-  int32_t optimizer;
-  int32_t loss;
-  int32_t decentralized;
-} weftgo_pipe_trainer_numbers;
-_Static_assert(sizeof(weftgo_pipe_trainer_numbers) == 96 &&
-               offsetof(weftgo_pipe_trainer_numbers, alpha) == 16 &&
-               offsetof(weftgo_pipe_trainer_numbers, k0) == 48 &&
-               offsetof(weftgo_pipe_trainer_numbers, loss) == 88,
-               "weftgo_pipe_trainer_numbers must match cweft.PipeTrainerNumbers");
-_Static_assert(sizeof(weft_pipe_epoch_metrics) == 112 &&
-               offsetof(weft_pipe_epoch_metrics, epoch) == 4 &&
-               offsetof(weft_pipe_epoch_metrics, bubble_fraction) == 24 &&
-               offsetof(weft_pipe_epoch_metrics, samples) == 40 &&
-               offsetof(weft_pipe_epoch_metrics, transitioned) == 80 &&
-               offsetof(weft_pipe_epoch_metrics, transition_seconds) == 96 &&
-               offsetof(weft_pipe_epoch_metrics, transition_bytes) == 104,
-               "weft_pipe_epoch_metrics must match cweft.PipeEpochMetrics");
 
 
 typedef struct weftgo_rank_weight {
@@ -574,58 +539,6 @@ weft_status weftgo_win_update(const char* name, int has_weights, double self_wei
   return status;
 }
 
-/* ---- pipe: the elastic pipeline trainer --------------------------------------------------- */
-
-/* cache_dir "" is none, name "" is "pipe" (the C defaults). */
-weft_status weftgo_pipe_trainer_create(weft_pipe_trainer** out, const char* path,
-                                       const weftgo_pipe_trainer_numbers* numbers,
-                                       const char* cache_dir, const char* name) {
-  weft_pipe_trainer_options o = WEFT_PIPE_TRAINER_OPTIONS_INIT;
-  o.k0 = numbers->k0;
-  o.freeze = numbers->freeze;
-  o.alpha = numbers->alpha;
-  o.gradient_aware = numbers->gradient_aware;
-  o.freeze_every_epochs = numbers->freeze_every_epochs;
-  o.autopipe = numbers->autopipe;
-  o.autodp = numbers->autodp;
-  o.cache = numbers->cache;
-  o.cache_dir = cache_dir;
-  o.schedule = (weft_pipe_schedule_kind)numbers->schedule;
-  o.micro_batches = numbers->micro_batches;
-  o.batch_size = numbers->batch_size;
-  o.seed = numbers->seed;
-  o.optimizer = (weft_pipe_optimizer_kind)numbers->optimizer;
-  o.lr = numbers->lr;
-  o.momentum = numbers->momentum;
-  o.weight_decay = numbers->weight_decay;
-  o.loss = (weft_pipe_loss_kind)numbers->loss;
-  o.name = name;
-  o.decentralized = numbers->decentralized;
-  return weft_pipe_trainer_create(out, path, &o);
-}
-
-/* The training set, lent for the call: inputs and targets as (data, dtype, shape). metrics:
- * Go memory of the C layout (its version set by the caller). */
-weft_status weftgo_pipe_trainer_train_epoch(weft_pipe_trainer* trainer, void* in, int code,
-                                            int bits, const int64_t* shape, size_t ndim,
-                                            void* targets, int target_code, int target_bits,
-                                            const int64_t* target_shape, size_t target_ndim,
-                                            weft_pipe_epoch_metrics* metrics) {
-  DLTensor x = weftgo_tensor(in, code, bits, shape, ndim);
-  DLTensor y = weftgo_tensor(targets, target_code, target_bits, target_shape, target_ndim);
-  return weft_pipe_trainer_train_epoch(trainer, &x, &y, metrics);
-}
-
-weft_status weftgo_pipe_trainer_evaluate(weft_pipe_trainer* trainer, void* in, int code,
-                                         int bits, const int64_t* shape, size_t ndim,
-                                         void* targets, int target_code, int target_bits,
-                                         const int64_t* target_shape, size_t target_ndim,
-                                         double* accuracy) {
-  DLTensor x = weftgo_tensor(in, code, bits, shape, ndim);
-  DLTensor y = weftgo_tensor(targets, target_code, target_bits, target_shape, target_ndim);
-  return weft_pipe_trainer_evaluate(trainer, &x, &y, accuracy);
-}
-
 /* 64-byte aligned shared memory holding one reference; NULL when out of memory. */
 void* weftgo_shared_alloc(size_t nbytes) {
   size_t rounded = (nbytes + 63) / 64 * 64;
@@ -693,7 +606,7 @@ void weftgo_managed_delete(DLManagedTensor* t) {
 extern "C" {
 #endif
 
-void _wrap_Swig_free_cweft_0fa6c2659996215a(void *_swig_go_0) {
+void _wrap_Swig_free_cweft_01d9c52f573609d2(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -703,7 +616,7 @@ void _wrap_Swig_free_cweft_0fa6c2659996215a(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_cweft_0fa6c2659996215a(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_cweft_01d9c52f573609d2(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -716,7 +629,7 @@ void *_wrap_Swig_malloc_cweft_0fa6c2659996215a(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_WEFT_VERSION_NUMBER_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_VERSION_NUMBER_cweft_01d9c52f573609d2() {
   int result;
   intgo _swig_go_result;
   
@@ -727,7 +640,7 @@ intgo _wrap_WEFT_VERSION_NUMBER_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_OK_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_OK_cweft_01d9c52f573609d2() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -739,7 +652,7 @@ intgo _wrap_WEFT_OK_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_ERR_INVALID_ARGUMENT_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_ERR_INVALID_ARGUMENT_cweft_01d9c52f573609d2() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -751,7 +664,7 @@ intgo _wrap_WEFT_ERR_INVALID_ARGUMENT_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_ERR_FAILED_PRECONDITION_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_ERR_FAILED_PRECONDITION_cweft_01d9c52f573609d2() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -763,7 +676,7 @@ intgo _wrap_WEFT_ERR_FAILED_PRECONDITION_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_ERR_NOT_FOUND_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_ERR_NOT_FOUND_cweft_01d9c52f573609d2() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -775,7 +688,7 @@ intgo _wrap_WEFT_ERR_NOT_FOUND_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_ERR_OUT_OF_RANGE_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_ERR_OUT_OF_RANGE_cweft_01d9c52f573609d2() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -787,7 +700,7 @@ intgo _wrap_WEFT_ERR_OUT_OF_RANGE_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_ERR_UNIMPLEMENTED_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_ERR_UNIMPLEMENTED_cweft_01d9c52f573609d2() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -799,7 +712,7 @@ intgo _wrap_WEFT_ERR_UNIMPLEMENTED_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_ERR_DEADLINE_EXCEEDED_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_ERR_DEADLINE_EXCEEDED_cweft_01d9c52f573609d2() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -811,7 +724,7 @@ intgo _wrap_WEFT_ERR_DEADLINE_EXCEEDED_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_ERR_ABORTED_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_ERR_ABORTED_cweft_01d9c52f573609d2() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -823,7 +736,7 @@ intgo _wrap_WEFT_ERR_ABORTED_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_ERR_UNAVAILABLE_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_ERR_UNAVAILABLE_cweft_01d9c52f573609d2() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -835,7 +748,7 @@ intgo _wrap_WEFT_ERR_UNAVAILABLE_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_ERR_RESOURCE_EXHAUSTED_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_ERR_RESOURCE_EXHAUSTED_cweft_01d9c52f573609d2() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -847,7 +760,7 @@ intgo _wrap_WEFT_ERR_RESOURCE_EXHAUSTED_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_ERR_INTERNAL_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_ERR_INTERNAL_cweft_01d9c52f573609d2() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -859,7 +772,7 @@ intgo _wrap_WEFT_ERR_INTERNAL_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_ERR_UNKNOWN_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_ERR_UNKNOWN_cweft_01d9c52f573609d2() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -871,7 +784,7 @@ intgo _wrap_WEFT_ERR_UNKNOWN_cweft_0fa6c2659996215a() {
 }
 
 
-_gostring_ _wrap_weft_status_string_cweft_0fa6c2659996215a(intgo _swig_go_0) {
+_gostring_ _wrap_weft_status_string_cweft_01d9c52f573609d2(intgo _swig_go_0) {
   weft_status arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -884,7 +797,7 @@ _gostring_ _wrap_weft_status_string_cweft_0fa6c2659996215a(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_weft_last_error_cweft_0fa6c2659996215a() {
+_gostring_ _wrap_weft_last_error_cweft_01d9c52f573609d2() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -895,7 +808,7 @@ _gostring_ _wrap_weft_last_error_cweft_0fa6c2659996215a() {
 }
 
 
-_gostring_ _wrap_weft_version_cweft_0fa6c2659996215a() {
+_gostring_ _wrap_weft_version_cweft_01d9c52f573609d2() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -906,7 +819,7 @@ _gostring_ _wrap_weft_version_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_version_number_cweft_0fa6c2659996215a() {
+intgo _wrap_weft_version_number_cweft_01d9c52f573609d2() {
   int result;
   intgo _swig_go_result;
   
@@ -917,7 +830,7 @@ intgo _wrap_weft_version_number_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_init_cweft_0fa6c2659996215a() {
+intgo _wrap_weft_init_cweft_01d9c52f573609d2() {
   weft_status result;
   intgo _swig_go_result;
   
@@ -928,7 +841,7 @@ intgo _wrap_weft_init_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_shutdown_cweft_0fa6c2659996215a() {
+intgo _wrap_weft_shutdown_cweft_01d9c52f573609d2() {
   weft_status result;
   intgo _swig_go_result;
   
@@ -939,7 +852,7 @@ intgo _wrap_weft_shutdown_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_is_initialized_cweft_0fa6c2659996215a() {
+intgo _wrap_weft_is_initialized_cweft_01d9c52f573609d2() {
   int result;
   intgo _swig_go_result;
   
@@ -950,7 +863,7 @@ intgo _wrap_weft_is_initialized_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_finalize_cweft_0fa6c2659996215a() {
+intgo _wrap_weft_finalize_cweft_01d9c52f573609d2() {
   weft_status result;
   intgo _swig_go_result;
   
@@ -961,7 +874,7 @@ intgo _wrap_weft_finalize_cweft_0fa6c2659996215a() {
 }
 
 
-void _wrap_weft_abort_cweft_0fa6c2659996215a(intgo _swig_go_0) {
+void _wrap_weft_abort_cweft_01d9c52f573609d2(intgo _swig_go_0) {
   int arg1 ;
   
   arg1 = (int)_swig_go_0; 
@@ -971,7 +884,7 @@ void _wrap_weft_abort_cweft_0fa6c2659996215a(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_weft_rank_cweft_0fa6c2659996215a() {
+intgo _wrap_weft_rank_cweft_01d9c52f573609d2() {
   int result;
   intgo _swig_go_result;
   
@@ -982,7 +895,7 @@ intgo _wrap_weft_rank_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_size_cweft_0fa6c2659996215a() {
+intgo _wrap_weft_size_cweft_01d9c52f573609d2() {
   int result;
   intgo _swig_go_result;
   
@@ -993,7 +906,7 @@ intgo _wrap_weft_size_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_local_rank_cweft_0fa6c2659996215a() {
+intgo _wrap_weft_local_rank_cweft_01d9c52f573609d2() {
   int result;
   intgo _swig_go_result;
   
@@ -1004,7 +917,7 @@ intgo _wrap_weft_local_rank_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_local_size_cweft_0fa6c2659996215a() {
+intgo _wrap_weft_local_size_cweft_01d9c52f573609d2() {
   int result;
   intgo _swig_go_result;
   
@@ -1015,7 +928,7 @@ intgo _wrap_weft_local_size_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_machine_rank_cweft_0fa6c2659996215a() {
+intgo _wrap_weft_machine_rank_cweft_01d9c52f573609d2() {
   int result;
   intgo _swig_go_result;
   
@@ -1026,7 +939,7 @@ intgo _wrap_weft_machine_rank_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_machine_size_cweft_0fa6c2659996215a() {
+intgo _wrap_weft_machine_size_cweft_01d9c52f573609d2() {
   int result;
   intgo _swig_go_result;
   
@@ -1037,7 +950,7 @@ intgo _wrap_weft_machine_size_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_is_homogeneous_cweft_0fa6c2659996215a() {
+intgo _wrap_weft_is_homogeneous_cweft_01d9c52f573609d2() {
   int result;
   intgo _swig_go_result;
   
@@ -1048,7 +961,7 @@ intgo _wrap_weft_is_homogeneous_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_unified_mpi_window_model_cweft_0fa6c2659996215a(int *_swig_go_0) {
+intgo _wrap_weft_unified_mpi_window_model_cweft_01d9c52f573609d2(int *_swig_go_0) {
   int *arg1 = (int *) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -1061,7 +974,7 @@ intgo _wrap_weft_unified_mpi_window_model_cweft_0fa6c2659996215a(int *_swig_go_0
 }
 
 
-intgo _wrap_weft_nccl_built_cweft_0fa6c2659996215a() {
+intgo _wrap_weft_nccl_built_cweft_01d9c52f573609d2() {
   int result;
   intgo _swig_go_result;
   
@@ -1072,7 +985,7 @@ intgo _wrap_weft_nccl_built_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_topology_create_cweft_0fa6c2659996215a(weft_topology **_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_topology_create_cweft_01d9c52f573609d2(weft_topology **_swig_go_0, intgo _swig_go_1) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   weft_status result;
@@ -1087,7 +1000,7 @@ intgo _wrap_weft_topology_create_cweft_0fa6c2659996215a(weft_topology **_swig_go
 }
 
 
-intgo _wrap_weft_topology_from_weight_matrix_cweft_0fa6c2659996215a(weft_topology **_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2) {
+intgo _wrap_weft_topology_from_weight_matrix_cweft_01d9c52f573609d2(weft_topology **_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   double *arg3 = (double *) 0 ;
@@ -1104,7 +1017,7 @@ intgo _wrap_weft_topology_from_weight_matrix_cweft_0fa6c2659996215a(weft_topolog
 }
 
 
-intgo _wrap_weft_topology_exponential_cweft_0fa6c2659996215a(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_weft_topology_exponential_cweft_01d9c52f573609d2(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1121,7 +1034,7 @@ intgo _wrap_weft_topology_exponential_cweft_0fa6c2659996215a(weft_topology **_sw
 }
 
 
-intgo _wrap_weft_topology_exponential_two_cweft_0fa6c2659996215a(weft_topology **_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_topology_exponential_two_cweft_01d9c52f573609d2(weft_topology **_swig_go_0, intgo _swig_go_1) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   weft_status result;
@@ -1136,7 +1049,7 @@ intgo _wrap_weft_topology_exponential_two_cweft_0fa6c2659996215a(weft_topology *
 }
 
 
-intgo _wrap_weft_topology_symmetric_exponential_cweft_0fa6c2659996215a(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_weft_topology_symmetric_exponential_cweft_01d9c52f573609d2(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1153,7 +1066,7 @@ intgo _wrap_weft_topology_symmetric_exponential_cweft_0fa6c2659996215a(weft_topo
 }
 
 
-intgo _wrap_weft_topology_mesh_grid_2d_cweft_0fa6c2659996215a(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_topology_mesh_grid_2d_cweft_01d9c52f573609d2(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1172,7 +1085,7 @@ intgo _wrap_weft_topology_mesh_grid_2d_cweft_0fa6c2659996215a(weft_topology **_s
 }
 
 
-intgo _wrap_weft_topology_star_cweft_0fa6c2659996215a(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_weft_topology_star_cweft_01d9c52f573609d2(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1189,7 +1102,7 @@ intgo _wrap_weft_topology_star_cweft_0fa6c2659996215a(weft_topology **_swig_go_0
 }
 
 
-intgo _wrap_weft_topology_ring_cweft_0fa6c2659996215a(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_weft_topology_ring_cweft_01d9c52f573609d2(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1206,7 +1119,7 @@ intgo _wrap_weft_topology_ring_cweft_0fa6c2659996215a(weft_topology **_swig_go_0
 }
 
 
-intgo _wrap_weft_topology_fully_connected_cweft_0fa6c2659996215a(weft_topology **_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_topology_fully_connected_cweft_01d9c52f573609d2(weft_topology **_swig_go_0, intgo _swig_go_1) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   weft_status result;
@@ -1221,7 +1134,7 @@ intgo _wrap_weft_topology_fully_connected_cweft_0fa6c2659996215a(weft_topology *
 }
 
 
-intgo _wrap_weft_topology_clone_cweft_0fa6c2659996215a(weft_topology **_swig_go_0, struct weft_topology *_swig_go_1) {
+intgo _wrap_weft_topology_clone_cweft_01d9c52f573609d2(weft_topology **_swig_go_0, struct weft_topology *_swig_go_1) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   weft_topology *arg2 = (weft_topology *) 0 ;
   weft_status result;
@@ -1236,7 +1149,7 @@ intgo _wrap_weft_topology_clone_cweft_0fa6c2659996215a(weft_topology **_swig_go_
 }
 
 
-void _wrap_weft_topology_destroy_cweft_0fa6c2659996215a(struct weft_topology *_swig_go_0) {
+void _wrap_weft_topology_destroy_cweft_01d9c52f573609d2(struct weft_topology *_swig_go_0) {
   weft_topology *arg1 = (weft_topology *) 0 ;
   
   arg1 = *(weft_topology **)&_swig_go_0; 
@@ -1246,7 +1159,7 @@ void _wrap_weft_topology_destroy_cweft_0fa6c2659996215a(struct weft_topology *_s
 }
 
 
-intgo _wrap_weft_topology_add_edge_cweft_0fa6c2659996215a(struct weft_topology *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, double _swig_go_3) {
+intgo _wrap_weft_topology_add_edge_cweft_01d9c52f573609d2(struct weft_topology *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, double _swig_go_3) {
   weft_topology *arg1 = (weft_topology *) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1265,7 +1178,7 @@ intgo _wrap_weft_topology_add_edge_cweft_0fa6c2659996215a(struct weft_topology *
 }
 
 
-intgo _wrap_weft_topology_set_self_weight_cweft_0fa6c2659996215a(struct weft_topology *_swig_go_0, intgo _swig_go_1, double _swig_go_2) {
+intgo _wrap_weft_topology_set_self_weight_cweft_01d9c52f573609d2(struct weft_topology *_swig_go_0, intgo _swig_go_1, double _swig_go_2) {
   weft_topology *arg1 = (weft_topology *) 0 ;
   int arg2 ;
   double arg3 ;
@@ -1282,7 +1195,7 @@ intgo _wrap_weft_topology_set_self_weight_cweft_0fa6c2659996215a(struct weft_top
 }
 
 
-intgo _wrap_weft_topology_size_cweft_0fa6c2659996215a(struct weft_topology *_swig_go_0) {
+intgo _wrap_weft_topology_size_cweft_01d9c52f573609d2(struct weft_topology *_swig_go_0) {
   weft_topology *arg1 = (weft_topology *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1295,7 +1208,7 @@ intgo _wrap_weft_topology_size_cweft_0fa6c2659996215a(struct weft_topology *_swi
 }
 
 
-intgo _wrap_weft_topology_weight_cweft_0fa6c2659996215a(double *_swig_go_0, struct weft_topology *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_topology_weight_cweft_01d9c52f573609d2(double *_swig_go_0, struct weft_topology *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   double *arg1 = (double *) 0 ;
   weft_topology *arg2 = (weft_topology *) 0 ;
   int arg3 ;
@@ -1314,7 +1227,7 @@ intgo _wrap_weft_topology_weight_cweft_0fa6c2659996215a(double *_swig_go_0, stru
 }
 
 
-intgo _wrap_weft_topology_in_neighbors_cweft_0fa6c2659996215a(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_topology *_swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_topology_in_neighbors_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_topology *_swig_go_2, intgo _swig_go_3) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1337,7 +1250,7 @@ intgo _wrap_weft_topology_in_neighbors_cweft_0fa6c2659996215a(_goslice_ _swig_go
 }
 
 
-intgo _wrap_weft_topology_out_neighbors_cweft_0fa6c2659996215a(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_topology *_swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_topology_out_neighbors_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_topology *_swig_go_2, intgo _swig_go_3) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1360,7 +1273,7 @@ intgo _wrap_weft_topology_out_neighbors_cweft_0fa6c2659996215a(_goslice_ _swig_g
 }
 
 
-intgo _wrap_weft_topology_weight_matrix_cweft_0fa6c2659996215a(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_topology *_swig_go_2) {
+intgo _wrap_weft_topology_weight_matrix_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_topology *_swig_go_2) {
   double *arg1 = (double *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1381,7 +1294,7 @@ intgo _wrap_weft_topology_weight_matrix_cweft_0fa6c2659996215a(_goslice_ _swig_g
 }
 
 
-intgo _wrap_weft_topology_recv_weights_cweft_0fa6c2659996215a(double *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2, struct weft_topology *_swig_go_3, intgo _swig_go_4) {
+intgo _wrap_weft_topology_recv_weights_cweft_01d9c52f573609d2(double *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2, struct weft_topology *_swig_go_3, intgo _swig_go_4) {
   double *arg1 = (double *) 0 ;
   int *arg2 = (int *) 0 ;
   double *arg3 = (double *) 0 ;
@@ -1424,7 +1337,7 @@ intgo _wrap_weft_topology_recv_weights_cweft_0fa6c2659996215a(double *_swig_go_0
 }
 
 
-intgo _wrap_weft_topology_send_weights_cweft_0fa6c2659996215a(double *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2, struct weft_topology *_swig_go_3, intgo _swig_go_4) {
+intgo _wrap_weft_topology_send_weights_cweft_01d9c52f573609d2(double *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2, struct weft_topology *_swig_go_3, intgo _swig_go_4) {
   double *arg1 = (double *) 0 ;
   int *arg2 = (int *) 0 ;
   double *arg3 = (double *) 0 ;
@@ -1467,7 +1380,7 @@ intgo _wrap_weft_topology_send_weights_cweft_0fa6c2659996215a(double *_swig_go_0
 }
 
 
-intgo _wrap_weft_topology_is_regular_cweft_0fa6c2659996215a(int *_swig_go_0, struct weft_topology *_swig_go_1) {
+intgo _wrap_weft_topology_is_regular_cweft_01d9c52f573609d2(int *_swig_go_0, struct weft_topology *_swig_go_1) {
   int *arg1 = (int *) 0 ;
   weft_topology *arg2 = (weft_topology *) 0 ;
   weft_status result;
@@ -1482,7 +1395,7 @@ intgo _wrap_weft_topology_is_regular_cweft_0fa6c2659996215a(int *_swig_go_0, str
 }
 
 
-intgo _wrap_weft_topology_is_equivalent_cweft_0fa6c2659996215a(int *_swig_go_0, struct weft_topology *_swig_go_1, struct weft_topology *_swig_go_2) {
+intgo _wrap_weft_topology_is_equivalent_cweft_01d9c52f573609d2(int *_swig_go_0, struct weft_topology *_swig_go_1, struct weft_topology *_swig_go_2) {
   int *arg1 = (int *) 0 ;
   weft_topology *arg2 = (weft_topology *) 0 ;
   weft_topology *arg3 = (weft_topology *) 0 ;
@@ -1499,7 +1412,7 @@ intgo _wrap_weft_topology_is_equivalent_cweft_0fa6c2659996215a(int *_swig_go_0, 
 }
 
 
-intgo _wrap_weft_schedule_one_peer_cweft_0fa6c2659996215a(weft_schedule **_swig_go_0, struct weft_topology *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_weft_schedule_one_peer_cweft_01d9c52f573609d2(weft_schedule **_swig_go_0, struct weft_topology *_swig_go_1, intgo _swig_go_2) {
   weft_schedule **arg1 = (weft_schedule **) 0 ;
   weft_topology *arg2 = (weft_topology *) 0 ;
   int arg3 ;
@@ -1516,7 +1429,7 @@ intgo _wrap_weft_schedule_one_peer_cweft_0fa6c2659996215a(weft_schedule **_swig_
 }
 
 
-intgo _wrap_weft_schedule_machine_exponential_two_cweft_0fa6c2659996215a(weft_schedule **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_weft_schedule_machine_exponential_two_cweft_01d9c52f573609d2(weft_schedule **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   weft_schedule **arg1 = (weft_schedule **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1533,7 +1446,7 @@ intgo _wrap_weft_schedule_machine_exponential_two_cweft_0fa6c2659996215a(weft_sc
 }
 
 
-intgo _wrap_weft_schedule_inner_outer_ring_cweft_0fa6c2659996215a(weft_schedule **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_schedule_inner_outer_ring_cweft_01d9c52f573609d2(weft_schedule **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   weft_schedule **arg1 = (weft_schedule **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1552,7 +1465,7 @@ intgo _wrap_weft_schedule_inner_outer_ring_cweft_0fa6c2659996215a(weft_schedule 
 }
 
 
-intgo _wrap_weft_schedule_inner_outer_exponential_two_cweft_0fa6c2659996215a(weft_schedule **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_schedule_inner_outer_exponential_two_cweft_01d9c52f573609d2(weft_schedule **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   weft_schedule **arg1 = (weft_schedule **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1571,7 +1484,7 @@ intgo _wrap_weft_schedule_inner_outer_exponential_two_cweft_0fa6c2659996215a(wef
 }
 
 
-void _wrap_weft_schedule_destroy_cweft_0fa6c2659996215a(struct weft_schedule *_swig_go_0) {
+void _wrap_weft_schedule_destroy_cweft_01d9c52f573609d2(struct weft_schedule *_swig_go_0) {
   weft_schedule *arg1 = (weft_schedule *) 0 ;
   
   arg1 = *(weft_schedule **)&_swig_go_0; 
@@ -1581,7 +1494,7 @@ void _wrap_weft_schedule_destroy_cweft_0fa6c2659996215a(struct weft_schedule *_s
 }
 
 
-intgo _wrap_weft_schedule_next_cweft_0fa6c2659996215a(struct weft_schedule *_swig_go_0) {
+intgo _wrap_weft_schedule_next_cweft_01d9c52f573609d2(struct weft_schedule *_swig_go_0) {
   weft_schedule *arg1 = (weft_schedule *) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -1594,7 +1507,7 @@ intgo _wrap_weft_schedule_next_cweft_0fa6c2659996215a(struct weft_schedule *_swi
 }
 
 
-intgo _wrap_weft_schedule_send_ranks_cweft_0fa6c2659996215a(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_schedule *_swig_go_2) {
+intgo _wrap_weft_schedule_send_ranks_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_schedule *_swig_go_2) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1615,7 +1528,7 @@ intgo _wrap_weft_schedule_send_ranks_cweft_0fa6c2659996215a(_goslice_ _swig_go_0
 }
 
 
-intgo _wrap_weft_schedule_recv_ranks_cweft_0fa6c2659996215a(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_schedule *_swig_go_2) {
+intgo _wrap_weft_schedule_recv_ranks_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_schedule *_swig_go_2) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1636,7 +1549,7 @@ intgo _wrap_weft_schedule_recv_ranks_cweft_0fa6c2659996215a(_goslice_ _swig_go_0
 }
 
 
-intgo _wrap_weft_comm_set_topology_cweft_0fa6c2659996215a(struct weft_topology *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_comm_set_topology_cweft_01d9c52f573609d2(struct weft_topology *_swig_go_0, intgo _swig_go_1) {
   weft_topology *arg1 = (weft_topology *) 0 ;
   int arg2 ;
   weft_status result;
@@ -1651,7 +1564,7 @@ intgo _wrap_weft_comm_set_topology_cweft_0fa6c2659996215a(struct weft_topology *
 }
 
 
-intgo _wrap_weft_comm_load_topology_cweft_0fa6c2659996215a(weft_topology **_swig_go_0) {
+intgo _wrap_weft_comm_load_topology_cweft_01d9c52f573609d2(weft_topology **_swig_go_0) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -1664,7 +1577,7 @@ intgo _wrap_weft_comm_load_topology_cweft_0fa6c2659996215a(weft_topology **_swig
 }
 
 
-intgo _wrap_weft_comm_is_topo_weighted_cweft_0fa6c2659996215a() {
+intgo _wrap_weft_comm_is_topo_weighted_cweft_01d9c52f573609d2() {
   int result;
   intgo _swig_go_result;
   
@@ -1675,7 +1588,7 @@ intgo _wrap_weft_comm_is_topo_weighted_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_comm_in_neighbor_ranks_cweft_0fa6c2659996215a(_goslice_ _swig_go_0, long long *_swig_go_1) {
+intgo _wrap_weft_comm_in_neighbor_ranks_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1694,7 +1607,7 @@ intgo _wrap_weft_comm_in_neighbor_ranks_cweft_0fa6c2659996215a(_goslice_ _swig_g
 }
 
 
-intgo _wrap_weft_comm_out_neighbor_ranks_cweft_0fa6c2659996215a(_goslice_ _swig_go_0, long long *_swig_go_1) {
+intgo _wrap_weft_comm_out_neighbor_ranks_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1713,7 +1626,7 @@ intgo _wrap_weft_comm_out_neighbor_ranks_cweft_0fa6c2659996215a(_goslice_ _swig_
 }
 
 
-intgo _wrap_weft_comm_set_machine_topology_cweft_0fa6c2659996215a(struct weft_topology *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_comm_set_machine_topology_cweft_01d9c52f573609d2(struct weft_topology *_swig_go_0, intgo _swig_go_1) {
   weft_topology *arg1 = (weft_topology *) 0 ;
   int arg2 ;
   weft_status result;
@@ -1728,7 +1641,7 @@ intgo _wrap_weft_comm_set_machine_topology_cweft_0fa6c2659996215a(struct weft_to
 }
 
 
-intgo _wrap_weft_comm_load_machine_topology_cweft_0fa6c2659996215a(weft_topology **_swig_go_0) {
+intgo _wrap_weft_comm_load_machine_topology_cweft_01d9c52f573609d2(weft_topology **_swig_go_0) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -1741,7 +1654,7 @@ intgo _wrap_weft_comm_load_machine_topology_cweft_0fa6c2659996215a(weft_topology
 }
 
 
-intgo _wrap_weft_request_poll_cweft_0fa6c2659996215a(int *_swig_go_0, struct weft_request *_swig_go_1) {
+intgo _wrap_weft_request_poll_cweft_01d9c52f573609d2(int *_swig_go_0, struct weft_request *_swig_go_1) {
   int *arg1 = (int *) 0 ;
   weft_request *arg2 = (weft_request *) 0 ;
   weft_status result;
@@ -1756,7 +1669,7 @@ intgo _wrap_weft_request_poll_cweft_0fa6c2659996215a(int *_swig_go_0, struct wef
 }
 
 
-intgo _wrap_weft_request_wait_cweft_0fa6c2659996215a(struct weft_request *_swig_go_0) {
+intgo _wrap_weft_request_wait_cweft_01d9c52f573609d2(struct weft_request *_swig_go_0) {
   weft_request *arg1 = (weft_request *) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -1769,7 +1682,7 @@ intgo _wrap_weft_request_wait_cweft_0fa6c2659996215a(struct weft_request *_swig_
 }
 
 
-intgo _wrap_weft_request_take_output_cweft_0fa6c2659996215a(DLManagedTensor **_swig_go_0, struct weft_request *_swig_go_1) {
+intgo _wrap_weft_request_take_output_cweft_01d9c52f573609d2(DLManagedTensor **_swig_go_0, struct weft_request *_swig_go_1) {
   DLManagedTensor **arg1 = (DLManagedTensor **) 0 ;
   weft_request *arg2 = (weft_request *) 0 ;
   weft_status result;
@@ -1784,7 +1697,7 @@ intgo _wrap_weft_request_take_output_cweft_0fa6c2659996215a(DLManagedTensor **_s
 }
 
 
-void _wrap_weft_request_free_cweft_0fa6c2659996215a(struct weft_request *_swig_go_0) {
+void _wrap_weft_request_free_cweft_01d9c52f573609d2(struct weft_request *_swig_go_0) {
   weft_request *arg1 = (weft_request *) 0 ;
   
   arg1 = *(weft_request **)&_swig_go_0; 
@@ -1794,7 +1707,7 @@ void _wrap_weft_request_free_cweft_0fa6c2659996215a(struct weft_request *_swig_g
 }
 
 
-intgo _wrap_weft_comm_recv_any_cweft_0fa6c2659996215a(DLManagedTensor **_swig_go_0, intgo _swig_go_1, _gostring_ _swig_go_2) {
+intgo _wrap_weft_comm_recv_any_cweft_01d9c52f573609d2(DLManagedTensor **_swig_go_0, intgo _swig_go_1, _gostring_ _swig_go_2) {
   DLManagedTensor **arg1 = (DLManagedTensor **) 0 ;
   int arg2 ;
   char *arg3 = (char *) 0 ;
@@ -1816,7 +1729,7 @@ intgo _wrap_weft_comm_recv_any_cweft_0fa6c2659996215a(DLManagedTensor **_swig_go
 }
 
 
-intgo _wrap_weft_comm_recv_any_nonblocking_cweft_0fa6c2659996215a(weft_request **_swig_go_0, intgo _swig_go_1, _gostring_ _swig_go_2) {
+intgo _wrap_weft_comm_recv_any_nonblocking_cweft_01d9c52f573609d2(weft_request **_swig_go_0, intgo _swig_go_1, _gostring_ _swig_go_2) {
   weft_request **arg1 = (weft_request **) 0 ;
   int arg2 ;
   char *arg3 = (char *) 0 ;
@@ -1838,7 +1751,7 @@ intgo _wrap_weft_comm_recv_any_nonblocking_cweft_0fa6c2659996215a(weft_request *
 }
 
 
-intgo _wrap_weft_comm_barrier_cweft_0fa6c2659996215a() {
+intgo _wrap_weft_comm_barrier_cweft_01d9c52f573609d2() {
   weft_status result;
   intgo _swig_go_result;
   
@@ -1849,7 +1762,7 @@ intgo _wrap_weft_comm_barrier_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_comm_barrier_nonblocking_cweft_0fa6c2659996215a(weft_request **_swig_go_0) {
+intgo _wrap_weft_comm_barrier_nonblocking_cweft_01d9c52f573609d2(weft_request **_swig_go_0) {
   weft_request **arg1 = (weft_request **) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -1862,7 +1775,7 @@ intgo _wrap_weft_comm_barrier_nonblocking_cweft_0fa6c2659996215a(weft_request **
 }
 
 
-intgo _wrap_WEFT_OP_ALLREDUCE_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_OP_ALLREDUCE_cweft_01d9c52f573609d2() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1874,7 +1787,7 @@ intgo _wrap_WEFT_OP_ALLREDUCE_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_OP_BROADCAST_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_OP_BROADCAST_cweft_01d9c52f573609d2() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1886,7 +1799,7 @@ intgo _wrap_WEFT_OP_BROADCAST_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_OP_ALLGATHER_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_OP_ALLGATHER_cweft_01d9c52f573609d2() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1898,7 +1811,7 @@ intgo _wrap_WEFT_OP_ALLGATHER_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_OP_NEIGHBOR_ALLGATHER_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_OP_NEIGHBOR_ALLGATHER_cweft_01d9c52f573609d2() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1910,7 +1823,7 @@ intgo _wrap_WEFT_OP_NEIGHBOR_ALLGATHER_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_OP_NEIGHBOR_ALLREDUCE_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_OP_NEIGHBOR_ALLREDUCE_cweft_01d9c52f573609d2() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1922,7 +1835,7 @@ intgo _wrap_WEFT_OP_NEIGHBOR_ALLREDUCE_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE_cweft_01d9c52f573609d2() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1934,7 +1847,7 @@ intgo _wrap_WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_OP_PAIR_GOSSIP_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_OP_PAIR_GOSSIP_cweft_01d9c52f573609d2() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1946,7 +1859,7 @@ intgo _wrap_WEFT_OP_PAIR_GOSSIP_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_OP_SEND_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_OP_SEND_cweft_01d9c52f573609d2() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1958,7 +1871,7 @@ intgo _wrap_WEFT_OP_SEND_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_OP_RECV_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_OP_RECV_cweft_01d9c52f573609d2() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1970,7 +1883,7 @@ intgo _wrap_WEFT_OP_RECV_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_OP_WIN_CREATE_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_OP_WIN_CREATE_cweft_01d9c52f573609d2() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1982,7 +1895,7 @@ intgo _wrap_WEFT_OP_WIN_CREATE_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_comm_refuse_cweft_0fa6c2659996215a(intgo _swig_go_0, _gostring_ _swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _gostring_ _swig_go_5) {
+intgo _wrap_weft_comm_refuse_cweft_01d9c52f573609d2(intgo _swig_go_0, _gostring_ _swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _gostring_ _swig_go_5) {
   weft_op arg1 ;
   char *arg2 = (char *) 0 ;
   int *arg3 = (int *) 0 ;
@@ -2019,7 +1932,7 @@ intgo _wrap_weft_comm_refuse_cweft_0fa6c2659996215a(intgo _swig_go_0, _gostring_
 }
 
 
-void _wrap_weft_win_create_options_version_set_cweft_0fa6c2659996215a(struct weft_win_create_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_weft_win_create_options_version_set_cweft_01d9c52f573609d2(struct weft_win_create_options *_swig_go_0, intgo _swig_go_1) {
   struct weft_win_create_options *arg1 = (struct weft_win_create_options *) 0 ;
   unsigned int arg2 ;
   
@@ -2031,7 +1944,7 @@ void _wrap_weft_win_create_options_version_set_cweft_0fa6c2659996215a(struct wef
 }
 
 
-intgo _wrap_weft_win_create_options_version_get_cweft_0fa6c2659996215a(struct weft_win_create_options *_swig_go_0) {
+intgo _wrap_weft_win_create_options_version_get_cweft_01d9c52f573609d2(struct weft_win_create_options *_swig_go_0) {
   struct weft_win_create_options *arg1 = (struct weft_win_create_options *) 0 ;
   unsigned int result;
   intgo _swig_go_result;
@@ -2044,7 +1957,7 @@ intgo _wrap_weft_win_create_options_version_get_cweft_0fa6c2659996215a(struct we
 }
 
 
-void _wrap_weft_win_create_options_zero_init_set_cweft_0fa6c2659996215a(struct weft_win_create_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_weft_win_create_options_zero_init_set_cweft_01d9c52f573609d2(struct weft_win_create_options *_swig_go_0, intgo _swig_go_1) {
   struct weft_win_create_options *arg1 = (struct weft_win_create_options *) 0 ;
   int arg2 ;
   
@@ -2056,7 +1969,7 @@ void _wrap_weft_win_create_options_zero_init_set_cweft_0fa6c2659996215a(struct w
 }
 
 
-intgo _wrap_weft_win_create_options_zero_init_get_cweft_0fa6c2659996215a(struct weft_win_create_options *_swig_go_0) {
+intgo _wrap_weft_win_create_options_zero_init_get_cweft_01d9c52f573609d2(struct weft_win_create_options *_swig_go_0) {
   struct weft_win_create_options *arg1 = (struct weft_win_create_options *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -2069,7 +1982,7 @@ intgo _wrap_weft_win_create_options_zero_init_get_cweft_0fa6c2659996215a(struct 
 }
 
 
-void _wrap_weft_win_create_options_transport_set_cweft_0fa6c2659996215a(struct weft_win_create_options *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_weft_win_create_options_transport_set_cweft_01d9c52f573609d2(struct weft_win_create_options *_swig_go_0, _gostring_ _swig_go_1) {
   struct weft_win_create_options *arg1 = (struct weft_win_create_options *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -2093,7 +2006,7 @@ void _wrap_weft_win_create_options_transport_set_cweft_0fa6c2659996215a(struct w
 }
 
 
-_gostring_ _wrap_weft_win_create_options_transport_get_cweft_0fa6c2659996215a(struct weft_win_create_options *_swig_go_0) {
+_gostring_ _wrap_weft_win_create_options_transport_get_cweft_01d9c52f573609d2(struct weft_win_create_options *_swig_go_0) {
   struct weft_win_create_options *arg1 = (struct weft_win_create_options *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -2106,7 +2019,7 @@ _gostring_ _wrap_weft_win_create_options_transport_get_cweft_0fa6c2659996215a(st
 }
 
 
-struct weft_win_create_options *_wrap_new_weft_win_create_options_cweft_0fa6c2659996215a() {
+struct weft_win_create_options *_wrap_new_weft_win_create_options_cweft_01d9c52f573609d2() {
   struct weft_win_create_options *result = 0 ;
   struct weft_win_create_options *_swig_go_result;
   
@@ -2117,7 +2030,7 @@ struct weft_win_create_options *_wrap_new_weft_win_create_options_cweft_0fa6c265
 }
 
 
-void _wrap_delete_weft_win_create_options_cweft_0fa6c2659996215a(struct weft_win_create_options *_swig_go_0) {
+void _wrap_delete_weft_win_create_options_cweft_01d9c52f573609d2(struct weft_win_create_options *_swig_go_0) {
   struct weft_win_create_options *arg1 = (struct weft_win_create_options *) 0 ;
   
   arg1 = *(struct weft_win_create_options **)&_swig_go_0; 
@@ -2127,7 +2040,7 @@ void _wrap_delete_weft_win_create_options_cweft_0fa6c2659996215a(struct weft_win
 }
 
 
-intgo _wrap_weft_win_free_cweft_0fa6c2659996215a(_gostring_ _swig_go_0) {
+intgo _wrap_weft_win_free_cweft_01d9c52f573609d2(_gostring_ _swig_go_0) {
   char *arg1 = (char *) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -2145,7 +2058,7 @@ intgo _wrap_weft_win_free_cweft_0fa6c2659996215a(_gostring_ _swig_go_0) {
 }
 
 
-intgo _wrap_weft_win_update_then_collect_cweft_0fa6c2659996215a(_gostring_ _swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_win_update_then_collect_cweft_01d9c52f573609d2(_gostring_ _swig_go_0, intgo _swig_go_1) {
   char *arg1 = (char *) 0 ;
   int arg2 ;
   weft_status result;
@@ -2165,7 +2078,7 @@ intgo _wrap_weft_win_update_then_collect_cweft_0fa6c2659996215a(_gostring_ _swig
 }
 
 
-intgo _wrap_weft_win_version_cweft_0fa6c2659996215a(_goslice_ _swig_go_0, long long *_swig_go_1, _gostring_ _swig_go_2) {
+intgo _wrap_weft_win_version_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, _gostring_ _swig_go_2) {
   int *arg1 = (int *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   size_t arg3 ;
@@ -2209,7 +2122,7 @@ intgo _wrap_weft_win_version_cweft_0fa6c2659996215a(_goslice_ _swig_go_0, long l
 }
 
 
-intgo _wrap_weft_win_associated_p_cweft_0fa6c2659996215a(double *_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_weft_win_associated_p_cweft_01d9c52f573609d2(double *_swig_go_0, _gostring_ _swig_go_1) {
   double *arg1 = (double *) 0 ;
   char *arg2 = (char *) 0 ;
   weft_status result;
@@ -2229,7 +2142,7 @@ intgo _wrap_weft_win_associated_p_cweft_0fa6c2659996215a(double *_swig_go_0, _go
 }
 
 
-void _wrap_weft_win_set_associated_p_ops_cweft_0fa6c2659996215a(intgo _swig_go_0) {
+void _wrap_weft_win_set_associated_p_ops_cweft_01d9c52f573609d2(intgo _swig_go_0) {
   int arg1 ;
   
   arg1 = (int)_swig_go_0; 
@@ -2239,7 +2152,7 @@ void _wrap_weft_win_set_associated_p_ops_cweft_0fa6c2659996215a(intgo _swig_go_0
 }
 
 
-intgo _wrap_weft_win_associated_p_ops_cweft_0fa6c2659996215a() {
+intgo _wrap_weft_win_associated_p_ops_cweft_01d9c52f573609d2() {
   int result;
   intgo _swig_go_result;
   
@@ -2250,7 +2163,7 @@ intgo _wrap_weft_win_associated_p_ops_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_win_mutex_acquire_cweft_0fa6c2659996215a(_gostring_ _swig_go_0, _goslice_ _swig_go_1) {
+intgo _wrap_weft_win_mutex_acquire_cweft_01d9c52f573609d2(_gostring_ _swig_go_0, _goslice_ _swig_go_1) {
   char *arg1 = (char *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2274,7 +2187,7 @@ intgo _wrap_weft_win_mutex_acquire_cweft_0fa6c2659996215a(_gostring_ _swig_go_0,
 }
 
 
-intgo _wrap_weft_win_mutex_release_cweft_0fa6c2659996215a(_gostring_ _swig_go_0, _goslice_ _swig_go_1) {
+intgo _wrap_weft_win_mutex_release_cweft_01d9c52f573609d2(_gostring_ _swig_go_0, _goslice_ _swig_go_1) {
   char *arg1 = (char *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2298,7 +2211,7 @@ intgo _wrap_weft_win_mutex_release_cweft_0fa6c2659996215a(_gostring_ _swig_go_0,
 }
 
 
-intgo _wrap_WEFT_COUNT_FORWARD_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_COUNT_FORWARD_cweft_01d9c52f573609d2() {
   enum weft_count_kind result;
   intgo _swig_go_result;
   
@@ -2310,7 +2223,7 @@ intgo _wrap_WEFT_COUNT_FORWARD_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_COUNT_BACKWARD_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_COUNT_BACKWARD_cweft_01d9c52f573609d2() {
   enum weft_count_kind result;
   intgo _swig_go_result;
   
@@ -2322,7 +2235,7 @@ intgo _wrap_WEFT_COUNT_BACKWARD_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_COMPUTATION_IGNORED_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_COMPUTATION_IGNORED_cweft_01d9c52f573609d2() {
   enum weft_computation_event result;
   intgo _swig_go_result;
   
@@ -2334,7 +2247,7 @@ intgo _wrap_WEFT_COMPUTATION_IGNORED_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_COMPUTATION_COUNTED_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_COMPUTATION_COUNTED_cweft_01d9c52f573609d2() {
   enum weft_computation_event result;
   intgo _swig_go_result;
   
@@ -2346,7 +2259,7 @@ intgo _wrap_WEFT_COMPUTATION_COUNTED_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_COMPUTATION_COMMUNICATE_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_COMPUTATION_COMMUNICATE_cweft_01d9c52f573609d2() {
   enum weft_computation_event result;
   intgo _swig_go_result;
   
@@ -2358,7 +2271,7 @@ intgo _wrap_WEFT_COMPUTATION_COMMUNICATE_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_COMPUTATION_MISUSE_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_COMPUTATION_MISUSE_cweft_01d9c52f573609d2() {
   enum weft_computation_event result;
   intgo _swig_go_result;
   
@@ -2370,7 +2283,7 @@ intgo _wrap_WEFT_COMPUTATION_MISUSE_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_step_counter_create_cweft_0fa6c2659996215a(weft_step_counter **_swig_go_0, long long _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_step_counter_create_cweft_01d9c52f573609d2(weft_step_counter **_swig_go_0, long long _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   weft_step_counter **arg1 = (weft_step_counter **) 0 ;
   int64_t arg2 ;
   weft_count_kind arg3 ;
@@ -2389,7 +2302,7 @@ intgo _wrap_weft_step_counter_create_cweft_0fa6c2659996215a(weft_step_counter **
 }
 
 
-void _wrap_weft_step_counter_destroy_cweft_0fa6c2659996215a(struct weft_step_counter *_swig_go_0) {
+void _wrap_weft_step_counter_destroy_cweft_01d9c52f573609d2(struct weft_step_counter *_swig_go_0) {
   weft_step_counter *arg1 = (weft_step_counter *) 0 ;
   
   arg1 = *(weft_step_counter **)&_swig_go_0; 
@@ -2399,7 +2312,7 @@ void _wrap_weft_step_counter_destroy_cweft_0fa6c2659996215a(struct weft_step_cou
 }
 
 
-intgo _wrap_weft_step_counter_computation_cweft_0fa6c2659996215a(int *_swig_go_0, struct weft_step_counter *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_step_counter_computation_cweft_01d9c52f573609d2(int *_swig_go_0, struct weft_step_counter *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   weft_computation_event *arg1 = (weft_computation_event *) 0 ;
   weft_step_counter *arg2 = (weft_step_counter *) 0 ;
   int arg3 ;
@@ -2418,7 +2331,7 @@ intgo _wrap_weft_step_counter_computation_cweft_0fa6c2659996215a(int *_swig_go_0
 }
 
 
-intgo _wrap_weft_step_counter_step_cweft_0fa6c2659996215a(int *_swig_go_0, struct weft_step_counter *_swig_go_1) {
+intgo _wrap_weft_step_counter_step_cweft_01d9c52f573609d2(int *_swig_go_0, struct weft_step_counter *_swig_go_1) {
   int *arg1 = (int *) 0 ;
   weft_step_counter *arg2 = (weft_step_counter *) 0 ;
   weft_status result;
@@ -2433,7 +2346,7 @@ intgo _wrap_weft_step_counter_step_cweft_0fa6c2659996215a(int *_swig_go_0, struc
 }
 
 
-intgo _wrap_weft_step_counter_set_steps_per_communication_cweft_0fa6c2659996215a(struct weft_step_counter *_swig_go_0, long long _swig_go_1) {
+intgo _wrap_weft_step_counter_set_steps_per_communication_cweft_01d9c52f573609d2(struct weft_step_counter *_swig_go_0, long long _swig_go_1) {
   weft_step_counter *arg1 = (weft_step_counter *) 0 ;
   int64_t arg2 ;
   weft_status result;
@@ -2448,7 +2361,7 @@ intgo _wrap_weft_step_counter_set_steps_per_communication_cweft_0fa6c2659996215a
 }
 
 
-intgo _wrap_weft_step_counter_steps_per_communication_cweft_0fa6c2659996215a(long long *_swig_go_0, struct weft_step_counter *_swig_go_1) {
+intgo _wrap_weft_step_counter_steps_per_communication_cweft_01d9c52f573609d2(long long *_swig_go_0, struct weft_step_counter *_swig_go_1) {
   int64_t *arg1 = (int64_t *) 0 ;
   weft_step_counter *arg2 = (weft_step_counter *) 0 ;
   weft_status result;
@@ -2463,7 +2376,7 @@ intgo _wrap_weft_step_counter_steps_per_communication_cweft_0fa6c2659996215a(lon
 }
 
 
-intgo _wrap_weft_step_counter_countdown_cweft_0fa6c2659996215a(long long *_swig_go_0, struct weft_step_counter *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_weft_step_counter_countdown_cweft_01d9c52f573609d2(long long *_swig_go_0, struct weft_step_counter *_swig_go_1, intgo _swig_go_2) {
   int64_t *arg1 = (int64_t *) 0 ;
   weft_step_counter *arg2 = (weft_step_counter *) 0 ;
   int arg3 ;
@@ -2480,7 +2393,7 @@ intgo _wrap_weft_step_counter_countdown_cweft_0fa6c2659996215a(long long *_swig_
 }
 
 
-intgo _wrap_weft_step_counter_computations_cweft_0fa6c2659996215a(long long *_swig_go_0, long long *_swig_go_1, struct weft_step_counter *_swig_go_2) {
+intgo _wrap_weft_step_counter_computations_cweft_01d9c52f573609d2(long long *_swig_go_0, long long *_swig_go_1, struct weft_step_counter *_swig_go_2) {
   int64_t *arg1 = (int64_t *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   weft_step_counter *arg3 = (weft_step_counter *) 0 ;
@@ -2497,7 +2410,7 @@ intgo _wrap_weft_step_counter_computations_cweft_0fa6c2659996215a(long long *_sw
 }
 
 
-_gostring_ _wrap_weft_step_counter_misuse_warning_cweft_0fa6c2659996215a(struct weft_step_counter *_swig_go_0) {
+_gostring_ _wrap_weft_step_counter_misuse_warning_cweft_01d9c52f573609d2(struct weft_step_counter *_swig_go_0) {
   weft_step_counter *arg1 = (weft_step_counter *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -2510,7 +2423,7 @@ _gostring_ _wrap_weft_step_counter_misuse_warning_cweft_0fa6c2659996215a(struct 
 }
 
 
-intgo _wrap_weft_pipe_freeze_bound_cweft_0fa6c2659996215a(int *_swig_go_0, intgo _swig_go_1, double _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_pipe_freeze_bound_cweft_01d9c52f573609d2(int *_swig_go_0, intgo _swig_go_1, double _swig_go_2, intgo _swig_go_3) {
   int *arg1 = (int *) 0 ;
   int arg2 ;
   double arg3 ;
@@ -2529,7 +2442,7 @@ intgo _wrap_weft_pipe_freeze_bound_cweft_0fa6c2659996215a(int *_swig_go_0, intgo
 }
 
 
-intgo _wrap_weft_pipe_next_frozen_cweft_0fa6c2659996215a(int *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, weft_pipe_freeze_options *_swig_go_5) {
+intgo _wrap_weft_pipe_next_frozen_cweft_01d9c52f573609d2(int *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, weft_pipe_freeze_options *_swig_go_5) {
   int *arg1 = (int *) 0 ;
   int arg2 ;
   int arg3 ;
@@ -2556,7 +2469,7 @@ intgo _wrap_weft_pipe_next_frozen_cweft_0fa6c2659996215a(int *_swig_go_0, intgo 
 }
 
 
-intgo _wrap_WEFT_PIPE_STRATEGY_OPTIMAL_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_PIPE_STRATEGY_OPTIMAL_cweft_01d9c52f573609d2() {
   enum weft_pipe_strategy result;
   intgo _swig_go_result;
   
@@ -2568,7 +2481,7 @@ intgo _wrap_WEFT_PIPE_STRATEGY_OPTIMAL_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_PIPE_STRATEGY_GREEDY_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_PIPE_STRATEGY_GREEDY_cweft_01d9c52f573609d2() {
   enum weft_pipe_strategy result;
   intgo _swig_go_result;
   
@@ -2580,7 +2493,7 @@ intgo _wrap_WEFT_PIPE_STRATEGY_GREEDY_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_PIPE_STRATEGY_EVEN_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_PIPE_STRATEGY_EVEN_cweft_01d9c52f573609d2() {
   enum weft_pipe_strategy result;
   intgo _swig_go_result;
   
@@ -2592,7 +2505,7 @@ intgo _wrap_WEFT_PIPE_STRATEGY_EVEN_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_pipe_parameter_costs_cweft_0fa6c2659996215a(_goslice_ _swig_go_0, long long *_swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, double _swig_go_4) {
+intgo _wrap_weft_pipe_parameter_costs_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, double _swig_go_4) {
   double *arg1 = (double *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2621,7 +2534,7 @@ intgo _wrap_weft_pipe_parameter_costs_cweft_0fa6c2659996215a(_goslice_ _swig_go_
 }
 
 
-intgo _wrap_weft_pipe_partition_cweft_0fa6c2659996215a(_goslice_ _swig_go_0, long long *_swig_go_1, double *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5) {
+intgo _wrap_weft_pipe_partition_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, double *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2652,7 +2565,7 @@ intgo _wrap_weft_pipe_partition_cweft_0fa6c2659996215a(_goslice_ _swig_go_0, lon
 }
 
 
-intgo _wrap_weft_pipe_plan_create_cweft_0fa6c2659996215a(weft_pipe_plan **_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, weft_pipe_plan_options *_swig_go_3, struct weft_pipe_plan *_swig_go_4) {
+intgo _wrap_weft_pipe_plan_create_cweft_01d9c52f573609d2(weft_pipe_plan **_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, weft_pipe_plan_options *_swig_go_3, struct weft_pipe_plan *_swig_go_4) {
   weft_pipe_plan **arg1 = (weft_pipe_plan **) 0 ;
   double *arg2 = (double *) 0 ;
   size_t arg3 ;
@@ -2677,7 +2590,7 @@ intgo _wrap_weft_pipe_plan_create_cweft_0fa6c2659996215a(weft_pipe_plan **_swig_
 }
 
 
-void _wrap_weft_pipe_plan_destroy_cweft_0fa6c2659996215a(struct weft_pipe_plan *_swig_go_0) {
+void _wrap_weft_pipe_plan_destroy_cweft_01d9c52f573609d2(struct weft_pipe_plan *_swig_go_0) {
   weft_pipe_plan *arg1 = (weft_pipe_plan *) 0 ;
   
   arg1 = *(weft_pipe_plan **)&_swig_go_0; 
@@ -2687,7 +2600,7 @@ void _wrap_weft_pipe_plan_destroy_cweft_0fa6c2659996215a(struct weft_pipe_plan *
 }
 
 
-intgo _wrap_weft_pipe_plan_get_info_cweft_0fa6c2659996215a(weft_pipe_plan_info *_swig_go_0, struct weft_pipe_plan *_swig_go_1) {
+intgo _wrap_weft_pipe_plan_get_info_cweft_01d9c52f573609d2(weft_pipe_plan_info *_swig_go_0, struct weft_pipe_plan *_swig_go_1) {
   weft_pipe_plan_info *arg1 = (weft_pipe_plan_info *) 0 ;
   weft_pipe_plan *arg2 = (weft_pipe_plan *) 0 ;
   weft_status result;
@@ -2702,7 +2615,7 @@ intgo _wrap_weft_pipe_plan_get_info_cweft_0fa6c2659996215a(weft_pipe_plan_info *
 }
 
 
-intgo _wrap_weft_pipe_plan_boundaries_cweft_0fa6c2659996215a(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_pipe_plan *_swig_go_2) {
+intgo _wrap_weft_pipe_plan_boundaries_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_pipe_plan *_swig_go_2) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2723,7 +2636,7 @@ intgo _wrap_weft_pipe_plan_boundaries_cweft_0fa6c2659996215a(_goslice_ _swig_go_
 }
 
 
-intgo _wrap_weft_pipe_plan_stage_costs_cweft_0fa6c2659996215a(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_pipe_plan *_swig_go_2) {
+intgo _wrap_weft_pipe_plan_stage_costs_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_pipe_plan *_swig_go_2) {
   double *arg1 = (double *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2744,7 +2657,7 @@ intgo _wrap_weft_pipe_plan_stage_costs_cweft_0fa6c2659996215a(_goslice_ _swig_go
 }
 
 
-intgo _wrap_weft_pipe_plan_newly_active_cweft_0fa6c2659996215a(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_pipe_plan *_swig_go_2) {
+intgo _wrap_weft_pipe_plan_newly_active_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_pipe_plan *_swig_go_2) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2765,7 +2678,7 @@ intgo _wrap_weft_pipe_plan_newly_active_cweft_0fa6c2659996215a(_goslice_ _swig_g
 }
 
 
-intgo _wrap_weft_pipe_plan_role_cweft_0fa6c2659996215a(int *_swig_go_0, int *_swig_go_1, struct weft_pipe_plan *_swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_pipe_plan_role_cweft_01d9c52f573609d2(int *_swig_go_0, int *_swig_go_1, struct weft_pipe_plan *_swig_go_2, intgo _swig_go_3) {
   int *arg1 = (int *) 0 ;
   int *arg2 = (int *) 0 ;
   weft_pipe_plan *arg3 = (weft_pipe_plan *) 0 ;
@@ -2784,7 +2697,7 @@ intgo _wrap_weft_pipe_plan_role_cweft_0fa6c2659996215a(int *_swig_go_0, int *_sw
 }
 
 
-intgo _wrap_WEFT_PIPE_SCHEDULE_GPIPE_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_PIPE_SCHEDULE_GPIPE_cweft_01d9c52f573609d2() {
   enum weft_pipe_schedule_kind result;
   intgo _swig_go_result;
   
@@ -2796,7 +2709,7 @@ intgo _wrap_WEFT_PIPE_SCHEDULE_GPIPE_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_PIPE_SCHEDULE_1F1B_cweft_0fa6c2659996215a() {
+intgo _wrap_WEFT_PIPE_SCHEDULE_1F1B_cweft_01d9c52f573609d2() {
   enum weft_pipe_schedule_kind result;
   intgo _swig_go_result;
   
@@ -2808,7 +2721,7 @@ intgo _wrap_WEFT_PIPE_SCHEDULE_1F1B_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_pipe_schedule_bubble_cweft_0fa6c2659996215a(double *_swig_go_0, int *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, intgo _swig_go_4) {
+intgo _wrap_weft_pipe_schedule_bubble_cweft_01d9c52f573609d2(double *_swig_go_0, int *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, intgo _swig_go_4) {
   double *arg1 = (double *) 0 ;
   int *arg2 = (int *) 0 ;
   weft_pipe_schedule_kind arg3 ;
@@ -2829,7 +2742,7 @@ intgo _wrap_weft_pipe_schedule_bubble_cweft_0fa6c2659996215a(double *_swig_go_0,
 }
 
 
-intgo _wrap_weft_config_set_cweft_0fa6c2659996215a(_gostring_ _swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_weft_config_set_cweft_01d9c52f573609d2(_gostring_ _swig_go_0, _gostring_ _swig_go_1) {
   char *arg1 = (char *) 0 ;
   char *arg2 = (char *) 0 ;
   weft_status result;
@@ -2854,7 +2767,7 @@ intgo _wrap_weft_config_set_cweft_0fa6c2659996215a(_gostring_ _swig_go_0, _gostr
 }
 
 
-intgo _wrap_weft_config_unset_cweft_0fa6c2659996215a(_gostring_ _swig_go_0) {
+intgo _wrap_weft_config_unset_cweft_01d9c52f573609d2(_gostring_ _swig_go_0) {
   char *arg1 = (char *) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -2872,7 +2785,7 @@ intgo _wrap_weft_config_unset_cweft_0fa6c2659996215a(_gostring_ _swig_go_0) {
 }
 
 
-intgo _wrap_weft_config_get_cweft_0fa6c2659996215a(char **_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_weft_config_get_cweft_01d9c52f573609d2(char **_swig_go_0, _gostring_ _swig_go_1) {
   char **arg1 = (char **) 0 ;
   char *arg2 = (char *) 0 ;
   weft_status result;
@@ -2892,7 +2805,7 @@ intgo _wrap_weft_config_get_cweft_0fa6c2659996215a(char **_swig_go_0, _gostring_
 }
 
 
-_gostring_ _wrap_weft_config_describe_cweft_0fa6c2659996215a() {
+_gostring_ _wrap_weft_config_describe_cweft_01d9c52f573609d2() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -2903,7 +2816,7 @@ _gostring_ _wrap_weft_config_describe_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_timeline_start_cweft_0fa6c2659996215a(_gostring_ _swig_go_0) {
+intgo _wrap_weft_timeline_start_cweft_01d9c52f573609d2(_gostring_ _swig_go_0) {
   char *arg1 = (char *) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -2921,7 +2834,7 @@ intgo _wrap_weft_timeline_start_cweft_0fa6c2659996215a(_gostring_ _swig_go_0) {
 }
 
 
-intgo _wrap_weft_timeline_stop_cweft_0fa6c2659996215a() {
+intgo _wrap_weft_timeline_stop_cweft_01d9c52f573609d2() {
   weft_status result;
   intgo _swig_go_result;
   
@@ -2932,7 +2845,7 @@ intgo _wrap_weft_timeline_stop_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_weft_timeline_start_activity_cweft_0fa6c2659996215a(_gostring_ _swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_weft_timeline_start_activity_cweft_01d9c52f573609d2(_gostring_ _swig_go_0, _gostring_ _swig_go_1) {
   char *arg1 = (char *) 0 ;
   char *arg2 = (char *) 0 ;
   weft_status result;
@@ -2957,7 +2870,7 @@ intgo _wrap_weft_timeline_start_activity_cweft_0fa6c2659996215a(_gostring_ _swig
 }
 
 
-intgo _wrap_weft_timeline_end_activity_cweft_0fa6c2659996215a(_gostring_ _swig_go_0) {
+intgo _wrap_weft_timeline_end_activity_cweft_01d9c52f573609d2(_gostring_ _swig_go_0) {
   char *arg1 = (char *) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -2975,7 +2888,7 @@ intgo _wrap_weft_timeline_end_activity_cweft_0fa6c2659996215a(_gostring_ _swig_g
 }
 
 
-intgo _wrap_weft_timeline_active_cweft_0fa6c2659996215a() {
+intgo _wrap_weft_timeline_active_cweft_01d9c52f573609d2() {
   int result;
   intgo _swig_go_result;
   
@@ -2986,130 +2899,7 @@ intgo _wrap_weft_timeline_active_cweft_0fa6c2659996215a() {
 }
 
 
-intgo _wrap_WEFT_PIPE_OPTIMIZER_SGD_cweft_0fa6c2659996215a() {
-  enum weft_pipe_optimizer_kind result;
-  intgo _swig_go_result;
-  
-  
-  result = WEFT_PIPE_OPTIMIZER_SGD;
-  
-  _swig_go_result = (intgo)result; 
-  return _swig_go_result;
-}
-
-
-intgo _wrap_WEFT_PIPE_OPTIMIZER_ADAM_cweft_0fa6c2659996215a() {
-  enum weft_pipe_optimizer_kind result;
-  intgo _swig_go_result;
-  
-  
-  result = WEFT_PIPE_OPTIMIZER_ADAM;
-  
-  _swig_go_result = (intgo)result; 
-  return _swig_go_result;
-}
-
-
-intgo _wrap_WEFT_PIPE_OPTIMIZER_ADAMW_cweft_0fa6c2659996215a() {
-  enum weft_pipe_optimizer_kind result;
-  intgo _swig_go_result;
-  
-  
-  result = WEFT_PIPE_OPTIMIZER_ADAMW;
-  
-  _swig_go_result = (intgo)result; 
-  return _swig_go_result;
-}
-
-
-intgo _wrap_WEFT_PIPE_LOSS_CROSS_ENTROPY_cweft_0fa6c2659996215a() {
-  enum weft_pipe_loss_kind result;
-  intgo _swig_go_result;
-  
-  
-  result = WEFT_PIPE_LOSS_CROSS_ENTROPY;
-  
-  _swig_go_result = (intgo)result; 
-  return _swig_go_result;
-}
-
-
-intgo _wrap_WEFT_PIPE_LOSS_MSE_cweft_0fa6c2659996215a() {
-  enum weft_pipe_loss_kind result;
-  intgo _swig_go_result;
-  
-  
-  result = WEFT_PIPE_LOSS_MSE;
-  
-  _swig_go_result = (intgo)result; 
-  return _swig_go_result;
-}
-
-
-void _wrap_weft_pipe_trainer_destroy_cweft_0fa6c2659996215a(struct weft_pipe_trainer *_swig_go_0) {
-  weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
-  
-  arg1 = *(weft_pipe_trainer **)&_swig_go_0; 
-  
-  weft_pipe_trainer_destroy(arg1);
-  
-}
-
-
-intgo _wrap_weft_pipe_trainer_last_line_cweft_0fa6c2659996215a(struct weft_pipe_trainer *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
-  weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
-  char *arg2 = (char *) 0 ;
-  size_t arg3 ;
-  size_t *arg4 = (size_t *) 0 ;
-  weft_status result;
-  intgo _swig_go_result;
-  
-  arg1 = *(weft_pipe_trainer **)&_swig_go_0; 
-  
-  arg2 = (char *)_swig_go_1.array;
-  arg3 = (size_t)_swig_go_1.len;
-  
-  arg4 = (size_t *)_swig_go_2; 
-  
-  result = (weft_status)weft_pipe_trainer_last_line((struct weft_pipe_trainer const *)arg1,arg2,arg3,arg4);
-  _swig_go_result = (intgo)result; 
-  return _swig_go_result;
-}
-
-
-intgo _wrap_weft_pipe_trainer_role_cweft_0fa6c2659996215a(struct weft_pipe_trainer *_swig_go_0, int *_swig_go_1, int *_swig_go_2) {
-  weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
-  int *arg2 = (int *) 0 ;
-  int *arg3 = (int *) 0 ;
-  weft_status result;
-  intgo _swig_go_result;
-  
-  arg1 = *(weft_pipe_trainer **)&_swig_go_0; 
-  arg2 = (int *)_swig_go_1; 
-  arg3 = (int *)_swig_go_2; 
-  
-  result = (weft_status)weft_pipe_trainer_role((struct weft_pipe_trainer const *)arg1,arg2,arg3);
-  _swig_go_result = (intgo)result; 
-  return _swig_go_result;
-}
-
-
-intgo _wrap_weft_pipe_trainer_plan_info_cweft_0fa6c2659996215a(struct weft_pipe_trainer *_swig_go_0, weft_pipe_plan_info *_swig_go_1) {
-  weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
-  weft_pipe_plan_info *arg2 = (weft_pipe_plan_info *) 0 ;
-  weft_status result;
-  intgo _swig_go_result;
-  
-  arg1 = *(weft_pipe_trainer **)&_swig_go_0; 
-  arg2 = (weft_pipe_plan_info *)_swig_go_1; 
-  
-  result = (weft_status)weft_pipe_trainer_plan_info((struct weft_pipe_trainer const *)arg1,arg2);
-  _swig_go_result = (intgo)result; 
-  return _swig_go_result;
-}
-
-
-intgo _wrap_weftgo_allreduce_cweft_0fa6c2659996215a(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, _goslice_ _swig_go_7, _gostring_ _swig_go_8) {
+intgo _wrap_weftgo_allreduce_cweft_01d9c52f573609d2(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, _goslice_ _swig_go_7, _gostring_ _swig_go_8) {
   weft_request **arg1 = (weft_request **) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -3151,7 +2941,7 @@ intgo _wrap_weftgo_allreduce_cweft_0fa6c2659996215a(weft_request **_swig_go_0, v
 }
 
 
-intgo _wrap_weftgo_broadcast_cweft_0fa6c2659996215a(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, _goslice_ _swig_go_7, _gostring_ _swig_go_8) {
+intgo _wrap_weftgo_broadcast_cweft_01d9c52f573609d2(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, _goslice_ _swig_go_7, _gostring_ _swig_go_8) {
   weft_request **arg1 = (weft_request **) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -3193,7 +2983,7 @@ intgo _wrap_weftgo_broadcast_cweft_0fa6c2659996215a(weft_request **_swig_go_0, v
 }
 
 
-intgo _wrap_weftgo_send_cweft_0fa6c2659996215a(weft_request **_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, intgo _swig_go_5, _gostring_ _swig_go_6) {
+intgo _wrap_weftgo_send_cweft_01d9c52f573609d2(weft_request **_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, intgo _swig_go_5, _gostring_ _swig_go_6) {
   weft_request **arg1 = (weft_request **) 0 ;
   void *arg2 = (void *) 0 ;
   int arg3 ;
@@ -3227,7 +3017,7 @@ intgo _wrap_weftgo_send_cweft_0fa6c2659996215a(weft_request **_swig_go_0, void *
 }
 
 
-intgo _wrap_weftgo_recv_cweft_0fa6c2659996215a(weft_request **_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, intgo _swig_go_5, _gostring_ _swig_go_6) {
+intgo _wrap_weftgo_recv_cweft_01d9c52f573609d2(weft_request **_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, intgo _swig_go_5, _gostring_ _swig_go_6) {
   weft_request **arg1 = (weft_request **) 0 ;
   void *arg2 = (void *) 0 ;
   int arg3 ;
@@ -3261,7 +3051,7 @@ intgo _wrap_weftgo_recv_cweft_0fa6c2659996215a(weft_request **_swig_go_0, void *
 }
 
 
-intgo _wrap_weftgo_allgather_cweft_0fa6c2659996215a(weft_request **_swig_go_0, DLManagedTensor **_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, _gostring_ _swig_go_6) {
+intgo _wrap_weftgo_allgather_cweft_01d9c52f573609d2(weft_request **_swig_go_0, DLManagedTensor **_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, _gostring_ _swig_go_6) {
   weft_request **arg1 = (weft_request **) 0 ;
   DLManagedTensor **arg2 = (DLManagedTensor **) 0 ;
   void *arg3 = (void *) 0 ;
@@ -3295,7 +3085,7 @@ intgo _wrap_weftgo_allgather_cweft_0fa6c2659996215a(weft_request **_swig_go_0, D
 }
 
 
-intgo _wrap_weftgo_neighbor_allgather_cweft_0fa6c2659996215a(weft_request **_swig_go_0, DLManagedTensor **_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, _goslice_ _swig_go_7, _goslice_ _swig_go_8, _gostring_ _swig_go_9) {
+intgo _wrap_weftgo_neighbor_allgather_cweft_01d9c52f573609d2(weft_request **_swig_go_0, DLManagedTensor **_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, _goslice_ _swig_go_7, _goslice_ _swig_go_8, _gostring_ _swig_go_9) {
   weft_request **arg1 = (weft_request **) 0 ;
   DLManagedTensor **arg2 = (DLManagedTensor **) 0 ;
   void *arg3 = (void *) 0 ;
@@ -3343,7 +3133,7 @@ intgo _wrap_weftgo_neighbor_allgather_cweft_0fa6c2659996215a(weft_request **_swi
 }
 
 
-intgo _wrap_weftgo_neighbor_allreduce_cweft_0fa6c2659996215a(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, double _swig_go_7, _goslice_ _swig_go_8, intgo _swig_go_9, _goslice_ _swig_go_10, _gostring_ _swig_go_11) {
+intgo _wrap_weftgo_neighbor_allreduce_cweft_01d9c52f573609d2(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, double _swig_go_7, _goslice_ _swig_go_8, intgo _swig_go_9, _goslice_ _swig_go_10, _gostring_ _swig_go_11) {
   weft_request **arg1 = (weft_request **) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -3395,7 +3185,7 @@ intgo _wrap_weftgo_neighbor_allreduce_cweft_0fa6c2659996215a(weft_request **_swi
 }
 
 
-intgo _wrap_weftgo_hierarchical_neighbor_allreduce_cweft_0fa6c2659996215a(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, double _swig_go_7, _goslice_ _swig_go_8, intgo _swig_go_9, _goslice_ _swig_go_10, _gostring_ _swig_go_11) {
+intgo _wrap_weftgo_hierarchical_neighbor_allreduce_cweft_01d9c52f573609d2(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, double _swig_go_7, _goslice_ _swig_go_8, intgo _swig_go_9, _goslice_ _swig_go_10, _gostring_ _swig_go_11) {
   weft_request **arg1 = (weft_request **) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -3447,7 +3237,7 @@ intgo _wrap_weftgo_hierarchical_neighbor_allreduce_cweft_0fa6c2659996215a(weft_r
 }
 
 
-intgo _wrap_weftgo_pair_gossip_cweft_0fa6c2659996215a(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, double _swig_go_7, double _swig_go_8, _gostring_ _swig_go_9) {
+intgo _wrap_weftgo_pair_gossip_cweft_01d9c52f573609d2(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, double _swig_go_7, double _swig_go_8, _gostring_ _swig_go_9) {
   weft_request **arg1 = (weft_request **) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -3487,7 +3277,7 @@ intgo _wrap_weftgo_pair_gossip_cweft_0fa6c2659996215a(weft_request **_swig_go_0,
 }
 
 
-intgo _wrap_weftgo_win_create_cweft_0fa6c2659996215a(void *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, _gostring_ _swig_go_4, intgo _swig_go_5, _gostring_ _swig_go_6) {
+intgo _wrap_weftgo_win_create_cweft_01d9c52f573609d2(void *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, _gostring_ _swig_go_4, intgo _swig_go_5, _gostring_ _swig_go_6) {
   void *arg1 = (void *) 0 ;
   int arg2 ;
   int arg3 ;
@@ -3526,7 +3316,7 @@ intgo _wrap_weftgo_win_create_cweft_0fa6c2659996215a(void *_swig_go_0, intgo _sw
 }
 
 
-intgo _wrap_weftgo_win_put_cweft_0fa6c2659996215a(weft_request **_swig_go_0, intgo _swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, _gostring_ _swig_go_6, double _swig_go_7, intgo _swig_go_8, _goslice_ _swig_go_9, intgo _swig_go_10) {
+intgo _wrap_weftgo_win_put_cweft_01d9c52f573609d2(weft_request **_swig_go_0, intgo _swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, _gostring_ _swig_go_6, double _swig_go_7, intgo _swig_go_8, _goslice_ _swig_go_9, intgo _swig_go_10) {
   weft_request **arg1 = (weft_request **) 0 ;
   int arg2 ;
   void *arg3 = (void *) 0 ;
@@ -3572,7 +3362,7 @@ intgo _wrap_weftgo_win_put_cweft_0fa6c2659996215a(weft_request **_swig_go_0, int
 }
 
 
-intgo _wrap_weftgo_win_get_cweft_0fa6c2659996215a(weft_request **_swig_go_0, _gostring_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4) {
+intgo _wrap_weftgo_win_get_cweft_01d9c52f573609d2(weft_request **_swig_go_0, _gostring_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4) {
   weft_request **arg1 = (weft_request **) 0 ;
   char *arg2 = (char *) 0 ;
   int arg3 ;
@@ -3602,7 +3392,7 @@ intgo _wrap_weftgo_win_get_cweft_0fa6c2659996215a(weft_request **_swig_go_0, _go
 }
 
 
-intgo _wrap_weftgo_win_update_cweft_0fa6c2659996215a(_gostring_ _swig_go_0, intgo _swig_go_1, double _swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5) {
+intgo _wrap_weftgo_win_update_cweft_01d9c52f573609d2(_gostring_ _swig_go_0, intgo _swig_go_1, double _swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5) {
   char *arg1 = (char *) 0 ;
   int arg2 ;
   double arg3 ;
@@ -3634,121 +3424,7 @@ intgo _wrap_weftgo_win_update_cweft_0fa6c2659996215a(_gostring_ _swig_go_0, intg
 }
 
 
-intgo _wrap_weftgo_pipe_trainer_create_cweft_0fa6c2659996215a(weft_pipe_trainer **_swig_go_0, _gostring_ _swig_go_1, weftgo_pipe_trainer_numbers *_swig_go_2, _gostring_ _swig_go_3, _gostring_ _swig_go_4) {
-  weft_pipe_trainer **arg1 = (weft_pipe_trainer **) 0 ;
-  char *arg2 = (char *) 0 ;
-  weftgo_pipe_trainer_numbers *arg3 = (weftgo_pipe_trainer_numbers *) 0 ;
-  char *arg4 = (char *) 0 ;
-  char *arg5 = (char *) 0 ;
-  weft_status result;
-  intgo _swig_go_result;
-  
-  arg1 = (weft_pipe_trainer **)_swig_go_0; 
-  
-  arg2 = (char *)malloc(_swig_go_1.n + 1);
-  memcpy(arg2, _swig_go_1.p, _swig_go_1.n);
-  arg2[_swig_go_1.n] = '\0';
-  
-  arg3 = (weftgo_pipe_trainer_numbers *)_swig_go_2; 
-  
-  arg4 = (char *)malloc(_swig_go_3.n + 1);
-  memcpy(arg4, _swig_go_3.p, _swig_go_3.n);
-  arg4[_swig_go_3.n] = '\0';
-  
-  
-  arg5 = (char *)malloc(_swig_go_4.n + 1);
-  memcpy(arg5, _swig_go_4.p, _swig_go_4.n);
-  arg5[_swig_go_4.n] = '\0';
-  
-  
-  result = (weft_status)weftgo_pipe_trainer_create(arg1,(char const *)arg2,(weftgo_pipe_trainer_numbers const *)arg3,(char const *)arg4,(char const *)arg5);
-  _swig_go_result = (intgo)result; 
-  free(arg2); 
-  free(arg4); 
-  free(arg5); 
-  return _swig_go_result;
-}
-
-
-intgo _wrap_weftgo_pipe_trainer_train_epoch_cweft_0fa6c2659996215a(struct weft_pipe_trainer *_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, void *_swig_go_5, intgo _swig_go_6, intgo _swig_go_7, _goslice_ _swig_go_8, weft_pipe_epoch_metrics *_swig_go_9) {
-  weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
-  void *arg2 = (void *) 0 ;
-  int arg3 ;
-  int arg4 ;
-  int64_t *arg5 = (int64_t *) 0 ;
-  size_t arg6 ;
-  void *arg7 = (void *) 0 ;
-  int arg8 ;
-  int arg9 ;
-  int64_t *arg10 = (int64_t *) 0 ;
-  size_t arg11 ;
-  weft_pipe_epoch_metrics *arg12 = (weft_pipe_epoch_metrics *) 0 ;
-  weft_status result;
-  intgo _swig_go_result;
-  
-  arg1 = *(weft_pipe_trainer **)&_swig_go_0; 
-  arg2 = _swig_go_1; 
-  arg3 = (int)_swig_go_2; 
-  arg4 = (int)_swig_go_3; 
-  
-  arg5 = (int64_t *)_swig_go_4.array;
-  arg6 = (size_t)_swig_go_4.len;
-  
-  arg7 = _swig_go_5; 
-  arg8 = (int)_swig_go_6; 
-  arg9 = (int)_swig_go_7; 
-  
-  arg10 = (int64_t *)_swig_go_8.array;
-  arg11 = (size_t)_swig_go_8.len;
-  
-  arg12 = (weft_pipe_epoch_metrics *)_swig_go_9; 
-  
-  result = (weft_status)weftgo_pipe_trainer_train_epoch(arg1,arg2,arg3,arg4,(int64_t const *)arg5,arg6,arg7,arg8,arg9,(int64_t const *)arg10,arg11,arg12);
-  _swig_go_result = (intgo)result; 
-  return _swig_go_result;
-}
-
-
-intgo _wrap_weftgo_pipe_trainer_evaluate_cweft_0fa6c2659996215a(struct weft_pipe_trainer *_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, void *_swig_go_5, intgo _swig_go_6, intgo _swig_go_7, _goslice_ _swig_go_8, double *_swig_go_9) {
-  weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
-  void *arg2 = (void *) 0 ;
-  int arg3 ;
-  int arg4 ;
-  int64_t *arg5 = (int64_t *) 0 ;
-  size_t arg6 ;
-  void *arg7 = (void *) 0 ;
-  int arg8 ;
-  int arg9 ;
-  int64_t *arg10 = (int64_t *) 0 ;
-  size_t arg11 ;
-  double *arg12 = (double *) 0 ;
-  weft_status result;
-  intgo _swig_go_result;
-  
-  arg1 = *(weft_pipe_trainer **)&_swig_go_0; 
-  arg2 = _swig_go_1; 
-  arg3 = (int)_swig_go_2; 
-  arg4 = (int)_swig_go_3; 
-  
-  arg5 = (int64_t *)_swig_go_4.array;
-  arg6 = (size_t)_swig_go_4.len;
-  
-  arg7 = _swig_go_5; 
-  arg8 = (int)_swig_go_6; 
-  arg9 = (int)_swig_go_7; 
-  
-  arg10 = (int64_t *)_swig_go_8.array;
-  arg11 = (size_t)_swig_go_8.len;
-  
-  arg12 = (double *)_swig_go_9; 
-  
-  result = (weft_status)weftgo_pipe_trainer_evaluate(arg1,arg2,arg3,arg4,(int64_t const *)arg5,arg6,arg7,arg8,arg9,(int64_t const *)arg10,arg11,arg12);
-  _swig_go_result = (intgo)result; 
-  return _swig_go_result;
-}
-
-
-void *_wrap_weftgo_shared_alloc_cweft_0fa6c2659996215a(long long _swig_go_0) {
+void *_wrap_weftgo_shared_alloc_cweft_01d9c52f573609d2(long long _swig_go_0) {
   size_t arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -3761,7 +3437,7 @@ void *_wrap_weftgo_shared_alloc_cweft_0fa6c2659996215a(long long _swig_go_0) {
 }
 
 
-void _wrap_weftgo_shared_ref_cweft_0fa6c2659996215a(void *_swig_go_0) {
+void _wrap_weftgo_shared_ref_cweft_01d9c52f573609d2(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = _swig_go_0; 
@@ -3771,7 +3447,7 @@ void _wrap_weftgo_shared_ref_cweft_0fa6c2659996215a(void *_swig_go_0) {
 }
 
 
-void _wrap_weftgo_shared_unref_cweft_0fa6c2659996215a(void *_swig_go_0) {
+void _wrap_weftgo_shared_unref_cweft_01d9c52f573609d2(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = _swig_go_0; 
@@ -3781,7 +3457,7 @@ void _wrap_weftgo_shared_unref_cweft_0fa6c2659996215a(void *_swig_go_0) {
 }
 
 
-void *_wrap_weftgo_alloc_cweft_0fa6c2659996215a(long long _swig_go_0) {
+void *_wrap_weftgo_alloc_cweft_01d9c52f573609d2(long long _swig_go_0) {
   size_t arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -3794,7 +3470,7 @@ void *_wrap_weftgo_alloc_cweft_0fa6c2659996215a(long long _swig_go_0) {
 }
 
 
-void _wrap_weftgo_free_cweft_0fa6c2659996215a(void *_swig_go_0) {
+void _wrap_weftgo_free_cweft_01d9c52f573609d2(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = _swig_go_0; 
@@ -3804,7 +3480,7 @@ void _wrap_weftgo_free_cweft_0fa6c2659996215a(void *_swig_go_0) {
 }
 
 
-intgo _wrap_weftgo_request_free_after_completion_cweft_0fa6c2659996215a(struct weft_request *_swig_go_0, void *_swig_go_1) {
+intgo _wrap_weftgo_request_free_after_completion_cweft_01d9c52f573609d2(struct weft_request *_swig_go_0, void *_swig_go_1) {
   weft_request *arg1 = (weft_request *) 0 ;
   void *arg2 = (void *) 0 ;
   weft_status result;
@@ -3819,7 +3495,7 @@ intgo _wrap_weftgo_request_free_after_completion_cweft_0fa6c2659996215a(struct w
 }
 
 
-void *_wrap_weftgo_managed_data_cweft_0fa6c2659996215a(struct DLManagedTensor *_swig_go_0) {
+void *_wrap_weftgo_managed_data_cweft_01d9c52f573609d2(struct DLManagedTensor *_swig_go_0) {
   DLManagedTensor *arg1 = (DLManagedTensor *) 0 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -3832,7 +3508,7 @@ void *_wrap_weftgo_managed_data_cweft_0fa6c2659996215a(struct DLManagedTensor *_
 }
 
 
-long long _wrap_weftgo_managed_numel_cweft_0fa6c2659996215a(struct DLManagedTensor *_swig_go_0) {
+long long _wrap_weftgo_managed_numel_cweft_01d9c52f573609d2(struct DLManagedTensor *_swig_go_0) {
   DLManagedTensor *arg1 = (DLManagedTensor *) 0 ;
   long long result;
   long long _swig_go_result;
@@ -3845,7 +3521,7 @@ long long _wrap_weftgo_managed_numel_cweft_0fa6c2659996215a(struct DLManagedTens
 }
 
 
-intgo _wrap_weftgo_managed_ndim_cweft_0fa6c2659996215a(struct DLManagedTensor *_swig_go_0) {
+intgo _wrap_weftgo_managed_ndim_cweft_01d9c52f573609d2(struct DLManagedTensor *_swig_go_0) {
   DLManagedTensor *arg1 = (DLManagedTensor *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3858,7 +3534,7 @@ intgo _wrap_weftgo_managed_ndim_cweft_0fa6c2659996215a(struct DLManagedTensor *_
 }
 
 
-long long _wrap_weftgo_managed_dim_cweft_0fa6c2659996215a(struct DLManagedTensor *_swig_go_0, intgo _swig_go_1) {
+long long _wrap_weftgo_managed_dim_cweft_01d9c52f573609d2(struct DLManagedTensor *_swig_go_0, intgo _swig_go_1) {
   DLManagedTensor *arg1 = (DLManagedTensor *) 0 ;
   int arg2 ;
   long long result;
@@ -3873,7 +3549,7 @@ long long _wrap_weftgo_managed_dim_cweft_0fa6c2659996215a(struct DLManagedTensor
 }
 
 
-intgo _wrap_weftgo_managed_dtype_cweft_0fa6c2659996215a(struct DLManagedTensor *_swig_go_0) {
+intgo _wrap_weftgo_managed_dtype_cweft_01d9c52f573609d2(struct DLManagedTensor *_swig_go_0) {
   DLManagedTensor *arg1 = (DLManagedTensor *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3886,7 +3562,7 @@ intgo _wrap_weftgo_managed_dtype_cweft_0fa6c2659996215a(struct DLManagedTensor *
 }
 
 
-void _wrap_weftgo_managed_delete_cweft_0fa6c2659996215a(struct DLManagedTensor *_swig_go_0) {
+void _wrap_weftgo_managed_delete_cweft_01d9c52f573609d2(struct DLManagedTensor *_swig_go_0) {
   DLManagedTensor *arg1 = (DLManagedTensor *) 0 ;
   
   arg1 = *(DLManagedTensor **)&_swig_go_0; 

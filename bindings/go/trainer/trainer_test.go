@@ -1,6 +1,7 @@
-package weft_test
+package trainer_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"os"
@@ -8,7 +9,44 @@ import (
 	"testing"
 
 	"weft.dev/weft"
+	"weft.dev/weft/trainer"
 )
+
+var size int
+
+// Every rank runs every test in the same order, inside one weft session.
+func TestMain(m *testing.M) {
+	if err := weft.Init(); err != nil {
+		fmt.Fprintf(os.Stderr, "weft.Init: %v\n", err)
+		os.Exit(1)
+	}
+	size = weft.Size()
+	code := m.Run()
+	if code != 0 {
+		// The ranks may be out of step: end without a collective Shutdown (mpirun stops
+		// the others).
+		os.Exit(code)
+	}
+	if err := weft.Finalize(); err != nil {
+		fmt.Fprintf(os.Stderr, "weft.Finalize: %v\n", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// wantStatus describes a problem unless err is a *weft.Error of status want whose message
+// contains every fragment.
+func wantStatus(what string, err error, want weft.Status, fragments ...string) string {
+	if weft.StatusOf(err) != want {
+		return fmt.Sprintf("%s: got error %v, want status %v", what, err, want)
+	}
+	for _, f := range fragments {
+		if !strings.Contains(err.Error(), f) {
+			return fmt.Sprintf("%s: error %q does not mention %q", what, err, f)
+		}
+	}
+	return ""
+}
 
 // The elastic pipeline trainer on the TorchScript model of //tests/capi:trainer_model (a
 // scripted nn.Sequential of 7 layers, 6 features, 4 classes), whose path
@@ -43,7 +81,7 @@ func clusters(n int) (x []float32, y []int64) {
 	return x, y
 }
 
-func TestTrainerTrainsAndTransitions(t *testing.T) {
+func TestTrainsAndTransitions(t *testing.T) {
 	path := trainerModel(t)
 	const n = 512
 	k0 := size
@@ -51,18 +89,18 @@ func TestTrainerTrainsAndTransitions(t *testing.T) {
 		k0 = 7
 	}
 	x, y := clusters(n)
-	inputs := weft.TensorOf(x, n, trainerFeatures)
-	targets := weft.TensorOf(y)
-	tr, err := weft.NewTrainer(path, weft.TrainerOptions{Alpha: 0.5, BatchSize: 32,
+	inputs := trainer.TensorOf(x, n, trainerFeatures)
+	targets := trainer.TensorOf(y)
+	tr, err := trainer.New(path, trainer.Options{Alpha: 0.5, BatchSize: 32,
 		MicroBatches: 2, LR: 1e-2, Name: "go.train"})
 	if err != nil {
-		t.Fatalf("NewTrainer: %v", err)
+		t.Fatalf("trainer.New: %v", err)
 	}
 	defer tr.Close()
 	if plan, err := tr.Plan(); err != nil || plan.Frozen != 0 || plan.K != k0 || plan.World != size {
 		t.Fatalf("Plan before training: %+v, %v; want frozen 0, K %d, world %d", plan, err, k0, size)
 	}
-	var m [2]weft.EpochMetrics
+	var m [2]trainer.EpochMetrics
 	for e := range m {
 		if m[e], err = tr.TrainEpoch(inputs, targets); err != nil {
 			t.Fatalf("TrainEpoch %d: %v", e, err)
@@ -93,7 +131,7 @@ func TestTrainerTrainsAndTransitions(t *testing.T) {
 	for i, v := range x {
 		x64[i] = float64(v)
 	}
-	accuracy, err := tr.Evaluate(weft.TensorOf(x64, n, trainerFeatures), targets)
+	accuracy, err := tr.Evaluate(trainer.TensorOf(x64, n, trainerFeatures), targets)
 	if err != nil || !(accuracy > 0.6) {
 		t.Fatalf("Evaluate: %v, %v; want above 0.6 (chance is 0.25)", accuracy, err)
 	}
@@ -105,15 +143,15 @@ func TestTrainerTrainsAndTransitions(t *testing.T) {
 }
 
 // Replicas gossip parameters with one peer replica per step; the run still learns.
-func TestTrainerDecentralized(t *testing.T) {
+func TestDecentralized(t *testing.T) {
 	path := trainerModel(t)
 	const n = 512
 	x, y := clusters(n)
-	inputs, targets := weft.TensorOf(x, n, trainerFeatures), weft.TensorOf(y)
-	tr, err := weft.NewTrainer(path, weft.TrainerOptions{Alpha: 0.5, BatchSize: 32,
+	inputs, targets := trainer.TensorOf(x, n, trainerFeatures), trainer.TensorOf(y)
+	tr, err := trainer.New(path, trainer.Options{Alpha: 0.5, BatchSize: 32,
 		MicroBatches: 2, LR: 1e-2, Name: "go.gossip", Decentralized: true})
 	if err != nil {
-		t.Fatalf("NewTrainer: %v", err)
+		t.Fatalf("trainer.New: %v", err)
 	}
 	defer tr.Close()
 	for e := 0; e < 3; e++ {
@@ -126,23 +164,23 @@ func TestTrainerDecentralized(t *testing.T) {
 	}
 }
 
-func TestTrainerErrors(t *testing.T) {
+func TestErrors(t *testing.T) {
 	path := trainerModel(t)
 	var problems []string
-	_, err := weft.NewTrainer("/nonexistent/go-model.pt", weft.TrainerOptions{})
+	_, err := trainer.New("/nonexistent/go-model.pt", trainer.Options{})
 	problems = append(problems, wantStatus("missing file", err, weft.NotFound,
 		"weft_pipe_trainer_create", "/nonexistent/go-model.pt"))
-	_, err = weft.NewTrainer(path, weft.TrainerOptions{Alpha: 1.5})
+	_, err = trainer.New(path, trainer.Options{Alpha: 1.5})
 	problems = append(problems, wantStatus("alpha", err, weft.InvalidArgument, "alpha"))
-	_, err = weft.NewTrainer(path, weft.TrainerOptions{K0: size + 1})
+	_, err = trainer.New(path, trainer.Options{K0: size + 1})
 	problems = append(problems, wantStatus("k0", err, weft.InvalidArgument, "k0"))
-	_, err = weft.NewTrainer(path, weft.TrainerOptions{Optimizer: 9})
+	_, err = trainer.New(path, trainer.Options{Optimizer: 9})
 	problems = append(problems, wantStatus("optimizer", err, weft.InvalidArgument, "Optimizer"))
-	tr, err := weft.NewTrainer(path, weft.TrainerOptions{Loss: weft.LossMSE,
-		Optimizer: weft.OptimizerSGD, Momentum: 0.9, LR: 0.05, DisableFreeze: true,
+	tr, err := trainer.New(path, trainer.Options{Loss: trainer.LossMSE,
+		Optimizer: trainer.OptimizerSGD, Momentum: 0.9, LR: 0.05, DisableFreeze: true,
 		Schedule: weft.Schedule1F1B, BatchSize: 16, Name: "go.mse"})
 	if err != nil {
-		t.Fatalf("NewTrainer (MSE): %v", err)
+		t.Fatalf("trainer.New (MSE): %v", err)
 	}
 	defer tr.Close()
 	x, y := clusters(64)
@@ -150,18 +188,18 @@ func TestTrainerErrors(t *testing.T) {
 	for i, c := range y {
 		onehot[i*trainerClasses+int(c)] = 1
 	}
-	m, err := tr.TrainEpoch(weft.TensorOf(x, 64, trainerFeatures),
-		weft.TensorOf(onehot, 64, trainerClasses))
+	m, err := tr.TrainEpoch(trainer.TensorOf(x, 64, trainerFeatures),
+		trainer.TensorOf(onehot, 64, trainerClasses))
 	if err != nil || m.Samples != 64 || m.Transitioned || !(m.Loss > 0) {
 		t.Fatalf("TrainEpoch (MSE): %+v, %v", m, err)
 	}
-	_, err = tr.TrainEpoch(weft.TensorOf(x, 64, trainerFeatures), weft.TensorOf(y))
+	_, err = tr.TrainEpoch(trainer.TensorOf(x, 64, trainerFeatures), trainer.TensorOf(y))
 	problems = append(problems, wantStatus("MSE with class indices", err, weft.InvalidArgument, "MSE"))
-	_, err = tr.TrainEpoch(weft.TensorOf(x, 64, 5), weft.TensorOf(y))
+	_, err = tr.TrainEpoch(trainer.TensorOf(x, 64, 5), trainer.TensorOf(y))
 	problems = append(problems, wantStatus("shape", err, weft.InvalidArgument, "Shape"))
-	_, err = tr.TrainEpoch(weft.Tensor{Data: []string{"x"}}, weft.TensorOf(y))
+	_, err = tr.TrainEpoch(trainer.Tensor{Data: []string{"x"}}, trainer.TensorOf(y))
 	problems = append(problems, wantStatus("data type", err, weft.InvalidArgument, "[]string"))
-	_, err = tr.Evaluate(weft.TensorOf(x, 64, trainerFeatures), weft.TensorOf(y))
+	_, err = tr.Evaluate(trainer.TensorOf(x, 64, trainerFeatures), trainer.TensorOf(y))
 	problems = append(problems, wantStatus("evaluate MSE", err, weft.FailedPrecondition, "MSE"))
 	for _, p := range problems {
 		if p != "" {
