@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"weft.dev/weft"
+	"weft.dev/weft/internal/testutil"
 )
 
 var rank, size int
@@ -49,19 +50,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// wantStatus describes a problem unless err is an *Error of status want whose message
-// contains every fragment.
-func wantStatus(what string, err error, want weft.Status, fragments ...string) string {
-	if weft.StatusOf(err) != want {
-		return fmt.Sprintf("%s: got error %v, want status %v", what, err, want)
-	}
-	for _, f := range fragments {
-		if !strings.Contains(err.Error(), f) {
-			return fmt.Sprintf("%s: error %q does not mention %q", what, err, f)
-		}
-	}
-	return ""
-}
+// wantStatus: see testutil.WantStatus.
+var wantStatus = testutil.WantStatus
 
 func checkBeforeInit() []string {
 	var problems []string

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"weft.dev/weft"
+	"weft.dev/weft/internal/testutil"
 	"weft.dev/weft/trainer"
 )
 
@@ -34,19 +35,8 @@ func TestMain(m *testing.M) {
 	os.Exit(0)
 }
 
-// wantStatus describes a problem unless err is a *weft.Error of status want whose message
-// contains every fragment.
-func wantStatus(what string, err error, want weft.Status, fragments ...string) string {
-	if weft.StatusOf(err) != want {
-		return fmt.Sprintf("%s: got error %v, want status %v", what, err, want)
-	}
-	for _, f := range fragments {
-		if !strings.Contains(err.Error(), f) {
-			return fmt.Sprintf("%s: error %q does not mention %q", what, err, f)
-		}
-	}
-	return ""
-}
+// wantStatus: see testutil.WantStatus.
+var wantStatus = testutil.WantStatus
 
 // The elastic pipeline trainer on the TorchScript model of //tests/capi:trainer_model (a
 // scripted nn.Sequential of 7 layers, 6 features, 4 classes), whose path
