@@ -183,6 +183,7 @@ using weft::Status;
 using weft::StatusOr;
 using weft::TensorView;
 using weft::capi::Guard;
+using weft::capi::Identity;
 using weft::capi::NameOrEmpty;
 using weft::capi::ProcessSet;
 using weft::capi::Required;
@@ -211,14 +212,6 @@ Status weft::capi::EmitRequest(weft_request** request, StatusOr<weft::Handle> ha
 }
 
 namespace {
-
-OpIdentity Identity(OpType op, const char* name, const int* ranks = nullptr, size_t num_ranks = 0) {
-  OpIdentity id;
-  id.op = op;
-  id.name = NameOrEmpty(name);
-  if (ranks != nullptr) id.ranks.assign(ranks, ranks + num_ranks);
-  return id;
-}
 
 // An option struct the C ABI refuses, refused as the op it belongs to.
 template <typename T>

@@ -15,11 +15,11 @@
 
 #include "absl/strings/str_join.h"
 #include "capi/internal.h"
-#include "weft/trainer.h"
 #include "comm/comm.h"
 #include "comm/torch/torch_comm.h"
 #include "pipe/runtime/runtime.h"
 #include "pipe/runtime/trainer.h"
+#include "weft/trainer.h"
 
 struct weft_pipe_trainer {
   std::unique_ptr<weft::pipe::ElasticTrainer> trainer;

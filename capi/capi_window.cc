@@ -6,7 +6,6 @@
 
 #include "capi/internal.h"
 #include "comm/comm.h"
-#include "comm/refuse.h"
 
 using weft::Status;
 using weft::StatusOr;
@@ -110,9 +109,7 @@ weft_status weft_win_create(DLTensor* x, const char* name,
   return Guard(fn, [&]() -> Status {
     WEFT_RETURN_IF_ERROR(Required(name, fn, "name"));
     // What the C ABI refuses takes the op's place, as win_create's own checks do.
-    weft::comm::OpIdentity id;
-    id.op = weft::comm::OpType::kWinCreate;
-    id.name = name;
+    const weft::comm::OpIdentity id = weft::capi::Identity(weft::comm::OpType::kWinCreate, name);
     StatusOr<TensorView> view = View(x, fn, "x");
     if (!view.ok()) return weft::comm::RefuseOp(id, view.status());
     weft::WinCreateOptions opts;

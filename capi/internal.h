@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "comm/refuse.h"
 #include "comm/topology.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -78,6 +79,16 @@ Status Required(const void* pointer, const char* function, const char* argument)
 StatusOr<TensorView> View(const DLTensor* tensor, const char* function, const char* argument);
 
 inline const char* NameOrEmpty(const char* name) { return name == nullptr ? "" : name; }
+
+// What identifies an op across ranks, for refusing it in its place (comm/refuse.h).
+inline comm::OpIdentity Identity(comm::OpType op, const char* name, const int* ranks = nullptr,
+                                 size_t num_ranks = 0) {
+  comm::OpIdentity id;
+  id.op = op;
+  id.name = NameOrEmpty(name);
+  if (ranks != nullptr) id.ranks.assign(ranks, ranks + num_ranks);
+  return id;
+}
 
 // Copies `values` into a caller buffer and sets *count. A NULL buffer with capacity 0 only
 // asks for the count; a buffer too small fails, writing nothing.

@@ -257,6 +257,9 @@ StatusOr<std::shared_ptr<State>> Begin(const char* op, const std::string& name) 
   return state;
 }
 
+// What matches a window's creation across ranks (its refusals included).
+std::string WinCreateKey(const std::string& name) { return "win_create:" + name; }
+
 std::shared_ptr<Request> NewRequest(const State& state, OpType op, const TensorView& in,
                                     const TensorView& out, const std::string& name) {
   auto r = std::make_shared<Request>();
@@ -942,7 +945,7 @@ Status RefuseOp(const OpIdentity& id, Status why) {
   auto state = Begin(op, id.name);
   if (!state.ok()) return why;
   auto r = NewRequest(**state, id.op, TensorView(), TensorView(),
-                      id.op == OpType::kWinCreate ? "win_create:" + id.name : id.name);
+                      id.op == OpType::kWinCreate ? WinCreateKey(id.name) : id.name);
   if (id.op == OpType::kSendRecv) {
     const bool sending = id.send_to >= 0;
     auto p2p = PointToPoint(**state, sending ? "send" : "recv",
@@ -1098,7 +1101,7 @@ Status win_create(const TensorView& x, const std::string& name, bool zero_init) 
 Status win_create(const TensorView& x, const std::string& name, const WinCreateOptions& options) {
   WEFT_ASSIGN_OR_RETURN(auto state, Begin("win_create", name));
   const bool zero_init = options.zero_init;
-  auto r = NewRequest(*state, OpType::kWinCreate, x, TensorView(), "win_create:" + name);
+  auto r = NewRequest(*state, OpType::kWinCreate, x, TensorView(), WinCreateKey(name));
   // Every refusal below takes the op's place, so that the other ranks' win_create fails
   // with this rank's reason instead of waiting for it.
   comm::Transport transport = comm::Transport::kMpi;
