@@ -30,7 +30,6 @@ from ._errors import *  # noqa: F401,F403  (the exception classes)
 from . import topology  # noqa: F401
 from .topology import Topology
 from ._step_counter import StepCounter  # noqa: F401
-from . import pipe  # noqa: F401  (weft.pipe: freezing, partitions, plans)
 
 _c.weft_py_set_error_factory(_errors.make_error)
 
@@ -503,9 +502,9 @@ def _start(request, keep, result, kind, gather=False, target=None):
 
 # ---- ops ---------------------------------------------------------------------------------
 
-# The weft_status a Python exception stands for when an op is refused before weft sees it.
-_REFUSAL_CODES = ((WeftError, None), (TypeError, 1), (ValueError, 1),  # noqa: F405
-                  (NotImplementedError, 5), (MemoryError, 9))
+# The weft_status a Python exception stands for when an op is refused before weft sees it
+# (anything else: WEFT_ERR_UNKNOWN).
+_REFUSAL_CODES = ((TypeError, 1), (ValueError, 1), (NotImplementedError, 5), (MemoryError, 9))
 
 
 def _refused_in_place(op, peer=None):
@@ -542,17 +541,15 @@ def _refuse(op, function, peer, args, kwargs, error):
         peer_rank = -1 if peer is None else _operator.index(given[peer])
     except Exception:
         return  # which op was meant cannot be told: every rank running this code fails alike
-    code = next(code for kind, code in _REFUSAL_CODES + ((Exception, 11),)
-                if isinstance(error, kind))
-    if code is None:
+    if isinstance(error, WeftError):  # noqa: F405
         code, message = error.status, error.message
     else:
+        code = next((c for kind, c in _REFUSAL_CODES if isinstance(error, kind)), 11)
         message = f"{type(error).__name__}: {error}"
     try:
         _c.weft_comm_refuse(op, name, ranks, peer_rank, code, message)
     except WeftError:  # noqa: F405  (it always reports the refusal it made)
         pass
-
 
 
 def _name(name):
@@ -2017,10 +2014,14 @@ _TORCH_NAMES = frozenset([
 
 
 def __getattr__(name):
+    import importlib
+
+    # weft.pipe (freezing, partitions, plans) is imported at its first use: its dataclasses
+    # would be a third of `import weft`.
+    if name == "pipe":
+        return importlib.import_module(".pipe", __name__)
     # Bluefog programs reach the optimizers as bf.DistributedAdaptWithCombineOptimizer with
     # `import weft as bf`; they live in weft.torch, which needs torch.
     if name in _TORCH_NAMES:
-        import importlib
-
         return getattr(importlib.import_module(".torch", __name__), name)
     raise AttributeError(f"module 'weft' has no attribute {name!r}")

@@ -34,11 +34,20 @@ def _torch():
     return sys.modules.get("torch")
 
 
-def _numpy():
-    # Imported on first use: `import weft` does not load NumPy (a third of a comm-only
-    # program's start-up), and an array of NumPy's cannot exist before it is loaded.
-    import numpy
-    return numpy
+class _LazyNumpy:
+    """NumPy, imported at its first use: `import weft` does not load it (a third of a
+    comm-only program's start-up), and no NumPy array can exist before it is loaded. The
+    package's modules use `numpy` below in place of the module; each attribute is looked up
+    once, then cached here."""
+
+    def __getattr__(self, name):
+        import numpy
+        value = getattr(numpy, name)
+        setattr(self, name, value)
+        return value
+
+
+numpy = _LazyNumpy()
 
 
 # The dtypes weft exchanges, by name as NumPy and torch spell them.
@@ -86,9 +95,9 @@ def prepare(x, what="tensor"):
     if hasattr(x, "__dlpack__"):
         # Another DLPack producer (JAX, CuPy on the host, ...): a zero-copy NumPy view of
         # its memory, so that results (and in-place writes) follow NumPy's path.
-        return prepare(_numpy().from_dlpack(x), what)
+        return prepare(numpy.from_dlpack(x), what)
     if isinstance(x, (list, tuple, int, float)) or (np is not None and isinstance(x, np.generic)):
-        return prepare(_numpy().asarray(x), what)
+        return prepare(numpy.asarray(x), what)
     raise TypeError(
         f"{what}: expected a NumPy array, a torch.Tensor or an object with __dlpack__, got "
         f"{type(x).__name__}")
@@ -100,7 +109,7 @@ def empty_like(x, kind):
         torch = _torch()
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
         return out, torch.utils.dlpack.to_dlpack(out)
-    out = _numpy().empty_like(x, order="C")
+    out = numpy.empty_like(x, order="C")
     return out, out.__dlpack__()
 
 
@@ -108,14 +117,14 @@ def from_capsule(capsule, kind):
     """Wraps a capsule weft allocated (no copy) as the input kind's array type."""
     if kind == TORCH:
         return _torch().utils.dlpack.from_dlpack(capsule)
-    return _numpy().from_dlpack(_Exporter(capsule))
+    return numpy.from_dlpack(_Exporter(capsule))
 
 
 def copy_back(target, result):
     """For in-place ops on non-contiguous inputs: writes the contiguous result back."""
     if result is target:
         return target
-    if isinstance(target, _numpy().ndarray):
+    if isinstance(target, numpy.ndarray):
         target[...] = result
     else:
         target.copy_(result)

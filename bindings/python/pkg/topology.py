@@ -12,17 +12,7 @@ Topology.from_networkx and Topology.to_networkx convert both ways).
 """
 
 from . import lowlevel as _c
-
-
-class _LazyNumpy:
-    """NumPy, imported when a topology first needs it (`import weft` does not load it)."""
-
-    def __getattr__(self, name):
-        import numpy
-        return getattr(numpy, name)
-
-
-np = _LazyNumpy()
+from ._tensors import numpy as np  # imported at its first use
 
 __all__ = [
     "Topology", "isPowerOf", "ExponentialTwoGraph", "ExponentialGraph", "SymmetricExponentialGraph",
