@@ -92,10 +92,11 @@ py=$(/usr/bin/python3 -c 'import sys; print("python%d.%d" % sys.version_info[:2]
 site=$prefix/lib/$py/dist-packages
 rm -rf "$site/weft"
 install -d "$site/weft"
-install -m 644 "$outputs"/bindings/python/weft/*.py "$site/weft/"
-for f in _lowlevel.so _trainer_lowlevel.so libweft.so.0 libweft_trainer.so.0; do
-  install -m 755 "$outputs/bindings/python/weft/$f" "$site/weft/"
-done
+# The files the wheel holds too (build_backend.py): the modules, the SWIG extensions and
+# the libraries under their sonames, not the linker's leftovers (*.params, *.runfiles).
+package=$outputs/bindings/python/weft
+install -m 644 "$package"/*.py "$site/weft/"
+install -m 755 "$package"/*.so "$package"/*.so.[0-9]* "$site/weft/"
 
 install -m 755 "$sources/tools/weftrun" "$prefix/bin/weftrun"
 install -m 755 "$outputs/pipe/planner/weft-plan" "$prefix/bin/weft-plan"

@@ -25,9 +25,14 @@ import sysconfig
 import zipfile
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_FILES = ("_lowlevel.so", "_trainer_lowlevel.so", "libweft.so.0", "libweft_trainer.so.0")
 _SUMMARY = "Communication-efficient distributed training: decentralized averaging, " \
            "collectives, windows, elastic pipelines"
+
+
+def _in_package(file_name):
+    """The package's files among Bazel's outputs: the modules, the SWIG extensions (*.so)
+    and the libraries under their sonames (*.so.0), not the linker's leftovers."""
+    return file_name.endswith((".py", ".so")) or re.fullmatch(r".*\.so\.\d+", file_name)
 
 
 def _version(root=_ROOT):
@@ -64,7 +69,10 @@ def _record_line(name, data):
 def pack(package_dir, wheel_directory, version=None):
     """Writes the wheel of a built package directory; returns its file name."""
     version = version or _version()
-    names = sorted(f for f in os.listdir(package_dir) if f.endswith(".py")) + list(_FILES)
+    names = sorted(f for f in os.listdir(package_dir) if _in_package(f))
+    if not any(f.endswith(".so") for f in names):
+        raise FileNotFoundError("%s holds no extension: build //bindings/python:weft"
+                                % package_dir)
     info = "weft-%s.dist-info" % version
     wheel = "weft-%s-%s.whl" % (version, _tag())
     os.makedirs(wheel_directory, exist_ok=True)
@@ -79,10 +87,7 @@ def pack(package_dir, wheel_directory, version=None):
             record.append(_record_line(arcname, data))
 
         for name in names:
-            path = os.path.join(package_dir, name)
-            if not os.path.isfile(path):
-                raise FileNotFoundError("%s is missing: build //bindings/python:weft" % path)
-            with open(path, "rb") as f:
+            with open(os.path.join(package_dir, name), "rb") as f:
                 add("weft/" + name, f.read(), 0o755 if ".so" in name else 0o644)
         add(info + "/METADATA", _metadata(version).encode(), 0o644)
         add(info + "/WHEEL", ("Wheel-Version: 1.0\nGenerator: weft build_backend\n"
