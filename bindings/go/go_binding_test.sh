@@ -55,7 +55,7 @@ if [[ -n "$unformatted" ]]; then
 fi
 # The checked-in SWIG layers must be what the interfaces and the headers generate today.
 mkdir -p "$work/regen"
-cp "$work/src/generate.sh" "$work/src/weft.i" "$work/src/trainer.i" "$work/regen/"
+cp "$work/src/generate.sh" "$work/src"/*.i "$work/regen/"
 bash "$work/regen/generate.sh" "$include"
 for f in cweft/cweft.go cweft/weft_wrap.c cwefttrainer/cwefttrainer.go \
          cwefttrainer/trainer_wrap.c; do

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"unsafe"
 
+	"weft.dev/weft/internal/cconv"
 	"weft.dev/weft/internal/cweft"
 )
 
@@ -132,8 +133,8 @@ func Allreduce[T Element](in, out []T, opts ...AllreduceOptions) error {
 		return err
 	}
 	return ordered(o.Name, func() cstatus {
-		return cweft.Weftgo_allreduce(nil, dataOf(in), dataOf(out), l.code, l.bits, l.shape,
-			boolInt(o.Op == Average), ranks, o.Name)
+		return cweft.Weftgo_allreduce(nil, cconv.Data(in), cconv.Data(out), l.code, l.bits, l.shape,
+			cconv.Bool(o.Op == Average), ranks, o.Name)
 	})
 }
 
@@ -145,7 +146,7 @@ func Broadcast[T Element](in, out []T, root int, opts ...BroadcastOptions) error
 		return err
 	}
 	return ordered(o.Name, func() cstatus {
-		return cweft.Weftgo_broadcast(nil, dataOf(in), dataOf(out), l.code, l.bits, l.shape,
+		return cweft.Weftgo_broadcast(nil, cconv.Data(in), cconv.Data(out), l.code, l.bits, l.shape,
 			root, ranks, o.Name)
 	})
 }
@@ -159,7 +160,7 @@ func Send[T Element](in []T, dst int, opts ...SendOptions) error {
 		return err
 	}
 	return ordered(o.Name, func() cstatus {
-		return cweft.Weftgo_send(nil, dataOf(in), l.code, l.bits, l.shape, dst, o.Name)
+		return cweft.Weftgo_send(nil, cconv.Data(in), l.code, l.bits, l.shape, dst, o.Name)
 	})
 }
 
@@ -172,7 +173,7 @@ func Recv[T Element](out []T, src int, opts ...RecvOptions) error {
 		return err
 	}
 	return ordered(o.Name, func() cstatus {
-		return cweft.Weftgo_recv(nil, dataOf(out), l.code, l.bits, l.shape, src, o.Name)
+		return cweft.Weftgo_recv(nil, cconv.Data(out), l.code, l.bits, l.shape, src, o.Name)
 	})
 }
 
@@ -203,7 +204,7 @@ func Allgather[T Element](in []T, opts ...AllgatherOptions) ([]T, error) {
 	}
 	var m managedHandle
 	err = ordered(o.Name, func() cstatus {
-		return cweft.Weftgo_allgather(nil, &m, dataOf(in), l.code, l.bits, l.shape, o.Name)
+		return cweft.Weftgo_allgather(nil, &m, cconv.Data(in), l.code, l.bits, l.shape, o.Name)
 	})
 	if err != nil {
 		return nil, err
@@ -225,7 +226,7 @@ func NeighborAllgather[T Element](in []T, opts ...NeighborAllgatherOptions) ([]T
 	}
 	var m managedHandle
 	err = ordered(o.Name, func() cstatus {
-		return cweft.Weftgo_neighbor_allgather(nil, &m, dataOf(in), l.code, l.bits, l.shape,
+		return cweft.Weftgo_neighbor_allgather(nil, &m, cconv.Data(in), l.code, l.bits, l.shape,
 			r.has, r.src, r.dst, o.Name)
 	})
 	if err != nil {
@@ -247,7 +248,7 @@ func NeighborAllreduce[T Element](in, out []T, opts ...NeighborAllreduceOptions)
 		return err
 	}
 	return ordered(o.Name, func() cstatus {
-		return cweft.Weftgo_neighbor_allreduce(nil, dataOf(in), dataOf(out), l.code, l.bits,
+		return cweft.Weftgo_neighbor_allreduce(nil, cconv.Data(in), cconv.Data(out), l.code, l.bits,
 			l.shape, w.has, w.self, w.src, w.hasDst, w.dst, o.Name)
 	})
 }
@@ -266,7 +267,7 @@ func HierarchicalNeighborAllreduce[T Element](in, out []T, opts ...HierarchicalN
 		return err
 	}
 	return ordered(o.Name, func() cstatus {
-		return cweft.Weftgo_hierarchical_neighbor_allreduce(nil, dataOf(in), dataOf(out), l.code,
+		return cweft.Weftgo_hierarchical_neighbor_allreduce(nil, cconv.Data(in), cconv.Data(out), l.code,
 			l.bits, l.shape, w.has, w.self, w.src, w.hasDst, w.dst, o.Name)
 	})
 }
@@ -281,7 +282,7 @@ func PairGossip[T Element](in, out []T, peer int, opts ...PairGossipOptions) err
 	}
 	self, pair := gossipWeights(o)
 	return ordered(o.Name, func() cstatus {
-		return cweft.Weftgo_pair_gossip(nil, dataOf(in), dataOf(out), l.code, l.bits, l.shape,
+		return cweft.Weftgo_pair_gossip(nil, cconv.Data(in), cconv.Data(out), l.code, l.bits, l.shape,
 			peer, self, pair, o.Name)
 	})
 }
@@ -302,7 +303,7 @@ func AllreduceNonblocking[T Element](in, out []T, opts ...AllreduceOptions) (*Re
 	}
 	return startInOut(fn, o.Name, in, out, func(req *reqHandle, cin, cout unsafe.Pointer) cstatus {
 		return cweft.Weftgo_allreduce(req, cin, cout, l.code, l.bits, l.shape,
-			boolInt(o.Op == Average), ranks, o.Name)
+			cconv.Bool(o.Op == Average), ranks, o.Name)
 	})
 }
 
@@ -462,12 +463,6 @@ func BarrierNonblocking() (*Request, error) {
 
 type managedHandle = cweft.SwigcptrStruct_SS_DLManagedTensor
 
-// DLPack type codes (dlpack.h).
-const (
-	dlInt   = 0
-	dlFloat = 2
-)
-
 // layout is a slice described as a DLPack tensor.
 type layout struct {
 	code, bits int
@@ -478,13 +473,13 @@ func dtypeOf[T Element]() (code, bits int) {
 	var zero T
 	switch any(zero).(type) {
 	case float32:
-		return dlFloat, 32
+		return cconv.DLFloat, 32
 	case float64:
-		return dlFloat, 64
+		return cconv.DLFloat, 64
 	case int32:
-		return dlInt, 32
+		return cconv.DLInt, 32
 	default: // int64
-		return dlInt, 64
+		return cconv.DLInt, 64
 	}
 }
 
@@ -780,9 +775,9 @@ func takeReceived[T Element](fn string, src int, m managedHandle) ([]T, []int64,
 // dtypeName names a DLPack dtype as Go does where it can.
 func dtypeName(code, bits int) string {
 	switch {
-	case code == dlFloat && (bits == 32 || bits == 64):
+	case code == cconv.DLFloat && (bits == 32 || bits == 64):
 		return fmt.Sprintf("float%d", bits)
-	case code == dlInt && (bits == 32 || bits == 64):
+	case code == cconv.DLInt && (bits == 32 || bits == 64):
 		return fmt.Sprintf("int%d", bits)
 	default:
 		return fmt.Sprintf("DLPack (code %d, %d bits)", code, bits)

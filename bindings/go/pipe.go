@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 
+	"weft.dev/weft/internal/cconv"
 	"weft.dev/weft/internal/cweft"
 )
 
@@ -66,11 +67,8 @@ func (k ScheduleKind) String() string {
 // checkInts rejects a Go int that a C int cannot hold (it would wrap to another value);
 // names and values alternate.
 func checkInts(fn string, namesAndValues ...any) error {
-	for i := 0; i+1 < len(namesAndValues); i += 2 {
-		v := namesAndValues[i+1].(int)
-		if !fitsCInt(v) {
-			return invalid("%s: %s = %d does not fit a C int", fn, namesAndValues[i], v)
-		}
+	if problem := cconv.CheckInts(fn, namesAndValues...); problem != "" {
+		return invalid("%s", problem)
 	}
 	return nil
 }
@@ -112,8 +110,8 @@ func NextFrozen(layers, t, previous int, gradNorms []float64, opts FreezeOptions
 	o := cweft.PipeFreezeOptions{
 		Version:       uint32(cweft.WEFT_PIPE_FREEZE_OPTIONS_VERSION),
 		Alpha:         opts.Alpha,
-		GradientAware: int32(boolInt(opts.GradientAware)),
-		FreezeLast:    int32(boolInt(opts.FreezeLast)),
+		GradientAware: int32(cconv.Bool(opts.GradientAware)),
+		FreezeLast:    int32(cconv.Bool(opts.FreezeLast)),
 	}
 	if o.Alpha == 0 {
 		o.Alpha = 1.0 / 3.0

@@ -2,9 +2,9 @@ package weft
 
 import (
 	"fmt"
-	"math"
 	"runtime"
 
+	"weft.dev/weft/internal/cconv"
 	"weft.dev/weft/internal/cweft"
 )
 
@@ -90,7 +90,7 @@ type StepCounter struct {
 // counted computations of kind counts, over units (>= 1) units (1 for a forward-counting
 // optimizer, the number of parameters for a backward-counting one).
 func NewStepCounter(stepsPerCommunication int64, counts CountKind, units int) (*StepCounter, error) {
-	if !fitsCInt(units) {
+	if !cconv.FitsCInt(units) {
 		return nil, invalid("weft.NewStepCounter: %d units do not fit a C int", units)
 	}
 	var h stepCounterHandle
@@ -117,11 +117,10 @@ func (c *StepCounter) handle(method string) (stepCounterHandle, error) {
 }
 
 // fitsCInt: a Go int passed as a C int would wrap (to another unit) if it did not.
-func fitsCInt(v int) bool { return v >= math.MinInt32 && v <= math.MaxInt32 }
 
 // checkUnit rejects a unit that a C int cannot hold; weft checks the rest.
 func checkUnit(method string, unit int) error {
-	if !fitsCInt(unit) {
+	if !cconv.FitsCInt(unit) {
 		return invalid("weft.StepCounter.%s: unit %d is out of range", method, unit)
 	}
 	return nil
@@ -143,7 +142,7 @@ func (c *StepCounter) Computation(unit int, counted bool) (ComputationEvent, err
 	}
 	var event int32
 	err = call(func() cstatus {
-		return cweft.Weft_step_counter_computation(&event, h, unit, boolInt(counted))
+		return cweft.Weft_step_counter_computation(&event, h, unit, cconv.Bool(counted))
 	})
 	if err != nil {
 		return ComputationIgnored, err

@@ -4,6 +4,7 @@ import (
 	"math"
 	"runtime"
 
+	"weft.dev/weft/internal/cconv"
 	"weft.dev/weft/internal/cweft"
 )
 
@@ -310,7 +311,7 @@ func SetTopology(t *Topology, isWeighted bool) error {
 	if err != nil {
 		return err
 	}
-	return ordered("", func() cstatus { return cweft.Weft_comm_set_topology(h, boolInt(isWeighted)) })
+	return ordered("", func() cstatus { return cweft.Weft_comm_set_topology(h, cconv.Bool(isWeighted)) })
 }
 
 // LoadTopology returns a copy of the topology in force.
@@ -334,7 +335,7 @@ func SetMachineTopology(t *Topology, isWeighted bool) error {
 		return err
 	}
 	return call(func() cstatus {
-		return cweft.Weft_comm_set_machine_topology(h, boolInt(isWeighted))
+		return cweft.Weft_comm_set_machine_topology(h, cconv.Bool(isWeighted))
 	})
 }
 
@@ -374,11 +375,4 @@ func fetchRanks(get func(buf []int32, count *uint64) cstatus) ([]int, error) {
 		out[i] = int(r)
 	}
 	return out, nil
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

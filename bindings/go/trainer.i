@@ -58,25 +58,13 @@ _Static_assert(sizeof(weft_pipe_plan_info) == 40 && offsetof(weft_pipe_plan_info
                "weft_pipe_plan_info must match cwefttrainer.PlanInfo");
 _Static_assert(sizeof(weft_pipe_trainer*) == sizeof(uintptr_t), "handles are uintptr");
 
-/* A CPU DLTensor over `data` (dtype (code, bits), lanes 1), shape borrowed, contiguous. */
-static DLTensor weftgo_trainer_tensor(void* data, int code, int bits, const int64_t* shape,
-                                      size_t ndim) {
-  DLTensor t;
-  memset(&t, 0, sizeof t);
-  t.data = data;
-  t.device.device_type = kDLCPU;
-  t.ndim = (int)ndim;
-  t.dtype.code = (uint8_t)code;
-  t.dtype.bits = (uint8_t)bits;
-  t.dtype.lanes = 1;
-  t.shape = (int64_t*)shape;
-  return t;
-}
 %}
 
 %insert(cgo_comment_typedefs) %{
 #cgo pkg-config: weft-trainer
 %}
+
+%include "common.i"
 
 %insert(go_wrapper) %{
 // Numbers is laid out like the C struct weftgo_pipe_trainer_numbers: the numeric fields of
@@ -141,7 +129,6 @@ type PlanInfo struct {
 /* The opaque trainer, as SWIG sees it. */
 typedef struct weft_pipe_trainer weft_pipe_trainer;
 
-%apply long long { int64_t };
 %typemap(gotype) weft_pipe_trainer** "*SwigcptrStruct_SS_weft_pipe_trainer"
 %typemap(in) weft_pipe_trainer** %{ $1 = ($1_ltype)$input; %}
 %typemap(gotype) const weftgo_pipe_trainer_numbers* numbers "*Numbers"
@@ -150,25 +137,14 @@ typedef struct weft_pipe_trainer weft_pipe_trainer;
 %typemap(in) const weftgo_pipe_trainer_numbers* numbers, weft_pipe_epoch_metrics* metrics,
              weft_pipe_plan_info* info
 %{ $1 = ($1_ltype)$input; %}
-%typemap(gotype) int* replica, int* stage "*int32"
-%typemap(in) int* replica, int* stage %{ $1 = ($1_ltype)$input; %}
-%typemap(gotype) double* accuracy "*float64"
-%typemap(in) double* accuracy %{ $1 = ($1_ltype)$input; %}
-%typemap(gotype) size_t* needed "*uint64"
-%typemap(in) size_t* needed %{ $1 = ($1_ltype)$input; %}
+%apply int* WEFTGO_OUT { int* replica, int* stage };
+%apply double* WEFTGO_OUT { double* accuracy };
+%apply size_t* WEFTGO_OUT { size_t* needed };
 %typemap(gotype) (char* buf, size_t cap) "[]byte"
 %typemap(in) (char* buf, size_t cap) %{
   $1 = ($1_ltype)$input.array;
   $2 = (size_t)$input.len;
 %}
-%typemap(gotype) void* "unsafe.Pointer"
-%typemap(in) void* %{ $1 = $input; %}
-%typemap(gotype) (const int64_t* shape, size_t ndim) "[]int64"
-%typemap(in) (const int64_t* shape, size_t ndim) %{
-  $1 = ($1_ltype)$input.array;
-  $2 = (size_t)$input.len;
-%}
-%apply (const int64_t* shape, size_t ndim) { (const int64_t* target_shape, size_t target_ndim) };
 
 %inline %{
 /* Each returns a weft_status as an int. cache_dir "" is none, name "" is "pipe" (the C
@@ -206,9 +182,8 @@ int weftgo_trainer_train_epoch(weft_pipe_trainer* trainer, void* in, int code, i
                                const int64_t* shape, size_t ndim, void* targets,
                                int target_code, int target_bits, const int64_t* target_shape,
                                size_t target_ndim, weft_pipe_epoch_metrics* metrics) {
-  DLTensor x = weftgo_trainer_tensor(in, code, bits, shape, ndim);
-  DLTensor y = weftgo_trainer_tensor(targets, target_code, target_bits, target_shape,
-                                     target_ndim);
+  DLTensor x = weftgo_tensor(in, code, bits, shape, ndim);
+  DLTensor y = weftgo_tensor(targets, target_code, target_bits, target_shape, target_ndim);
   return (int)weft_pipe_trainer_train_epoch(trainer, &x, &y, metrics);
 }
 
@@ -216,9 +191,8 @@ int weftgo_trainer_evaluate(weft_pipe_trainer* trainer, void* in, int code, int 
                             const int64_t* shape, size_t ndim, void* targets, int target_code,
                             int target_bits, const int64_t* target_shape, size_t target_ndim,
                             double* accuracy) {
-  DLTensor x = weftgo_trainer_tensor(in, code, bits, shape, ndim);
-  DLTensor y = weftgo_trainer_tensor(targets, target_code, target_bits, target_shape,
-                                     target_ndim);
+  DLTensor x = weftgo_tensor(in, code, bits, shape, ndim);
+  DLTensor y = weftgo_tensor(targets, target_code, target_bits, target_shape, target_ndim);
   return (int)weft_pipe_trainer_evaluate(trainer, &x, &y, accuracy);
 }
 

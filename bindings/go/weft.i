@@ -63,6 +63,10 @@
 #cgo pkg-config: weft
 %}
 
+/* What trainer.i uses too: int64_t, scalar out-parameters, tensor data and shapes, and
+ * weftgo_tensor. */
+%include "common.i"
+
 /* DLPack types are opaque here (weft.h's #include of dlpack.h is not followed by SWIG). */
 typedef struct DLManagedTensor DLManagedTensor;
 
@@ -111,16 +115,7 @@ typedef struct DLManagedTensor DLManagedTensor;
 %ignore weft_win_get_options;
 %ignore weft_win_update_options;
 
-/* ---- scalar out-parameters --------------------------------------------------------------- */
-%define WEFTGO_SCALAR_OUT(CTYPE, GOTYPE)
-%typemap(gotype) CTYPE* WEFTGO_OUT "*GOTYPE"
-%typemap(in) CTYPE* WEFTGO_OUT %{ $1 = ($1_ltype)$input; %}
-%enddef
-WEFTGO_SCALAR_OUT(int, int32)
-WEFTGO_SCALAR_OUT(double, float64)
-WEFTGO_SCALAR_OUT(size_t, uint64)
-WEFTGO_SCALAR_OUT(int64_t, int64)
-
+/* ---- scalar out-parameters (WEFTGO_OUT: common.i) ---------------------------------------- */
 %apply int* WEFTGO_OUT { int* result, int* done, int* communicate };
 %apply double* WEFTGO_OUT { double* weight, double* self_weight, double* p };
 /* pipe: frozen counts, schedule cycles, a rank's role; a partition's largest stage, the
@@ -139,10 +134,6 @@ _Static_assert(sizeof(weft_computation_event) == sizeof(int32_t),
                "weft_computation_event* is passed as a Go *int32");
 %}
 
-/* ---- int64_t by value -------------------------------------------------------------------- */
-/* SWIG does not know int64_t without stdint.i (whose typedef differs by platform): give it
- * long long's typemaps, a Go int64. */
-%apply long long { int64_t };
 
 /* ---- handle out-parameters --------------------------------------------------------------- */
 %typemap(gotype) weft_topology** "*SwigcptrStruct_SS_weft_topology"
@@ -350,12 +341,6 @@ type RankVersion struct {
 %}
 
 /* ---- slices passed for the duration of one call ----------------------------------------- */
-%typemap(gotype) (const int64_t* shape, size_t ndim) "[]int64"
-%typemap(in) (const int64_t* shape, size_t ndim) %{
-  $1 = ($1_ltype)$input.array;
-  $2 = (size_t)$input.len;
-%}
-%apply (const int64_t* shape, size_t ndim) { (const int64_t* target_shape, size_t target_ndim) };
 %typemap(gotype) (const int* ranks, size_t num) "[]int32"
 %typemap(in) (const int* ranks, size_t num) %{
   $1 = ($1_ltype)$input.array;
@@ -374,11 +359,6 @@ type RankVersion struct {
   (const weftgo_rank_weight* src, size_t num_src), (const weftgo_rank_weight* dst, size_t num_dst)
 };
 
-/* Tensor data: a Go or C pointer passed as a real pointer argument (cgo checks it), or
- * C memory coming back from weftgo_alloc / weftgo_managed_data. */
-%typemap(gotype) void* "unsafe.Pointer"
-%typemap(in) void* %{ $1 = $input; %}
-%typemap(out) void* %{ $result = $1; %}
 
 /* ---- the C ABI itself -------------------------------------------------------------------- */
 %include "weft/weft.h"
@@ -413,23 +393,6 @@ static weft_status weftgo_hold(weft_request** request, weft_status status, void*
     weftgo_shared_release(data);
   }
   return WEFT_OK;
-}
-
-/* A CPU DLTensor over `data` (dtype (code, bits), lanes 1), shape borrowed, contiguous. */
-static DLTensor weftgo_tensor(void* data, int code, int bits, const int64_t* shape,
-                              size_t ndim) {
-  DLTensor t;
-  t.data = data;
-  t.device.device_type = kDLCPU;
-  t.device.device_id = 0;
-  t.ndim = (int)ndim;
-  t.dtype.code = (uint8_t)code;
-  t.dtype.bits = (uint8_t)bits;
-  t.dtype.lanes = 1;
-  t.shape = (int64_t*)shape;
-  t.strides = NULL;
-  t.byte_offset = 0;
-  return t;
 }
 
 /* Splits (rank, weight) pairs into the two arrays the ABI takes; the caller frees *weights

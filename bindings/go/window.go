@@ -5,6 +5,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"weft.dev/weft/internal/cconv"
 	"weft.dev/weft/internal/cweft"
 )
 
@@ -121,7 +122,7 @@ func WinCreateWith[T Element](name string, x []T, opts WinCreateOptions) (*Windo
 	}
 	copy(unsafe.Slice((*T)(data), len(x)), x)
 	err = call(func() cstatus {
-		return cweft.Weftgo_win_create(data, l.code, l.bits, l.shape, name, boolInt(zeroInit),
+		return cweft.Weftgo_win_create(data, l.code, l.bits, l.shape, name, cconv.Bool(zeroInit),
 			opts.Transport)
 	})
 	if err != nil {
@@ -245,8 +246,8 @@ func (w *Window[T]) put(method string, accumulate bool, req *reqHandle, opts []W
 	defer unref(data)
 	l := w.layout
 	return call(func() cstatus {
-		return cweft.Weftgo_win_put(req, boolInt(accumulate), data, l.code, l.bits, l.shape,
-			w.core.name, self, boolInt(o.DstWeights != nil), dst, boolInt(o.RequireMutex))
+		return cweft.Weftgo_win_put(req, cconv.Bool(accumulate), data, l.code, l.bits, l.shape,
+			w.core.name, self, cconv.Bool(o.DstWeights != nil), dst, cconv.Bool(o.RequireMutex))
 	})
 }
 
@@ -283,8 +284,8 @@ func (w *Window[T]) get(method string, req *reqHandle, opts []WinGetOptions) err
 	}
 	defer unref(data)
 	return call(func() cstatus {
-		return cweft.Weftgo_win_get(req, w.core.name, boolInt(o.SrcWeights != nil), src,
-			boolInt(o.RequireMutex))
+		return cweft.Weftgo_win_get(req, w.core.name, cconv.Bool(o.SrcWeights != nil), src,
+			cconv.Bool(o.RequireMutex))
 	})
 }
 
@@ -320,8 +321,8 @@ func (w *Window[T]) Update(opts ...WinUpdateOptions) error {
 	}
 	defer unref(data)
 	return call(func() cstatus {
-		return cweft.Weftgo_win_update(w.core.name, wa.has, wa.self, wa.src, boolInt(o.Reset),
-			boolInt(o.RequireMutex))
+		return cweft.Weftgo_win_update(w.core.name, wa.has, wa.self, wa.src, cconv.Bool(o.Reset),
+			cconv.Bool(o.RequireMutex))
 	})
 }
 
@@ -340,7 +341,7 @@ func (w *Window[T]) UpdateThenCollect(requireMutex ...bool) error {
 	defer unref(data)
 	mutex := len(requireMutex) == 1 && requireMutex[0]
 	return call(func() cstatus {
-		return cweft.Weft_win_update_then_collect(w.core.name, boolInt(mutex))
+		return cweft.Weft_win_update_then_collect(w.core.name, cconv.Bool(mutex))
 	})
 }
 

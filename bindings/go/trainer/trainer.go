@@ -11,18 +11,13 @@ import (
 	"unsafe"
 
 	"weft.dev/weft"
+	"weft.dev/weft/internal/cconv"
 	"weft.dev/weft/internal/cwefttrainer"
 	"weft.dev/weft/internal/initthread"
 )
 
 // weft_pipe_epoch_metrics' version (WEFT_PIPE_EPOCH_METRICS_VERSION) this package fills.
 const metricsVersion = 1
-
-// DLPack type codes (dlpack.h).
-const (
-	dlInt   = 0
-	dlFloat = 2
-)
 
 // call runs one C call and turns a failure into a *weft.Error. weft_last_error() is
 // thread-local, so the goroutine stays on its thread until the message has been read.
@@ -43,29 +38,12 @@ func invalid(format string, args ...any) error {
 	return &weft.Error{Status: weft.InvalidArgument, Message: fmt.Sprintf(format, args...)}
 }
 
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // checkInts fails when a value does not fit the C int it is passed as.
 func checkInts(fn string, namesAndValues ...any) error {
-	for i := 0; i+1 < len(namesAndValues); i += 2 {
-		v := namesAndValues[i+1].(int)
-		if v < -(1<<31) || v > 1<<31-1 {
-			return invalid("%s: %s = %d does not fit a C int", fn, namesAndValues[i], v)
-		}
+	if problem := cconv.CheckInts(fn, namesAndValues...); problem != "" {
+		return invalid("%s", problem)
 	}
 	return nil
-}
-
-func dataOf[T any](s []T) unsafe.Pointer {
-	if len(s) == 0 {
-		return nil
-	}
-	return unsafe.Pointer(&s[0])
 }
 
 // Optimizer is the per-layer optimizer a Trainer makes.
@@ -132,13 +110,13 @@ func (t Tensor) args(fn, what string) (data unsafe.Pointer, code, bits int, shap
 	var n int
 	switch d := t.Data.(type) {
 	case []float32:
-		data, code, bits, n = dataOf(d), dlFloat, 32, len(d)
+		data, code, bits, n = cconv.Data(d), cconv.DLFloat, 32, len(d)
 	case []float64:
-		data, code, bits, n = dataOf(d), dlFloat, 64, len(d)
+		data, code, bits, n = cconv.Data(d), cconv.DLFloat, 64, len(d)
 	case []int32:
-		data, code, bits, n = dataOf(d), dlInt, 32, len(d)
+		data, code, bits, n = cconv.Data(d), cconv.DLInt, 32, len(d)
 	case []int64:
-		data, code, bits, n = dataOf(d), dlInt, 64, len(d)
+		data, code, bits, n = cconv.Data(d), cconv.DLInt, 64, len(d)
 	default:
 		return nil, 0, 0, nil, invalid("%s: %s.Data is a %T; expected []float32, []float64, "+
 			"[]int32 or []int64", fn, what, t.Data)
@@ -213,12 +191,12 @@ func New(path string, opts Options) (*Trainer, error) {
 		Momentum:          opts.Momentum,
 		WeightDecay:       opts.WeightDecay,
 		K0:                int32(opts.K0),
-		Freeze:            int32(boolInt(!opts.DisableFreeze)),
-		GradientAware:     int32(boolInt(opts.GradientAware)),
+		Freeze:            int32(cconv.Bool(!opts.DisableFreeze)),
+		GradientAware:     int32(cconv.Bool(opts.GradientAware)),
 		FreezeEveryEpochs: 1,
-		AutoPipe:          int32(boolInt(!opts.DisableAutoPipe)),
-		AutoDP:            int32(boolInt(!opts.DisableAutoDP)),
-		Cache:             int32(boolInt(opts.Cache)),
+		AutoPipe:          int32(cconv.Bool(!opts.DisableAutoPipe)),
+		AutoDP:            int32(cconv.Bool(!opts.DisableAutoDP)),
+		Cache:             int32(cconv.Bool(opts.Cache)),
 		Schedule:          int32(opts.Schedule),
 		MicroBatches:      int32(opts.MicroBatches),
 		Loss:              int32(cwefttrainer.Weftgo_trainer_loss(int(opts.Loss))),

@@ -13,9 +13,9 @@ extern
 #ifdef __cplusplus
   "C"
 #endif
-  void cgo_panic__cweft_01d9c52f573609d2(const char*);
+  void cgo_panic__cweft_917c2c0102c25e54(const char*);
 static void _swig_gopanic(const char *p) {
-  cgo_panic__cweft_01d9c52f573609d2(p);
+  cgo_panic__cweft_917c2c0102c25e54(p);
 }
 
 
@@ -199,6 +199,24 @@ static void* Swig_malloc(int c) {
 #include <weft/weft.h>
 
 
+/* A CPU DLTensor over `data` (dtype (code, bits), lanes 1), shape borrowed, contiguous. */
+static DLTensor weftgo_tensor(void* data, int code, int bits, const int64_t* shape,
+                              size_t ndim) {
+  DLTensor t;
+  t.data = data;
+  t.device.device_type = kDLCPU;
+  t.device.device_id = 0;
+  t.ndim = (int)ndim;
+  t.dtype.code = (uint8_t)code;
+  t.dtype.bits = (uint8_t)bits;
+  t.dtype.lanes = 1;
+  t.shape = (int64_t*)shape;
+  t.strides = NULL;
+  t.byte_offset = 0;
+  return t;
+}
+
+
 _Static_assert(sizeof(weft_computation_event) == sizeof(int32_t),
                "weft_computation_event* is passed as a Go *int32");
 
@@ -274,23 +292,6 @@ static weft_status weftgo_hold(weft_request** request, weft_status status, void*
     weftgo_shared_release(data);
   }
   return WEFT_OK;
-}
-
-/* A CPU DLTensor over `data` (dtype (code, bits), lanes 1), shape borrowed, contiguous. */
-static DLTensor weftgo_tensor(void* data, int code, int bits, const int64_t* shape,
-                              size_t ndim) {
-  DLTensor t;
-  t.data = data;
-  t.device.device_type = kDLCPU;
-  t.device.device_id = 0;
-  t.ndim = (int)ndim;
-  t.dtype.code = (uint8_t)code;
-  t.dtype.bits = (uint8_t)bits;
-  t.dtype.lanes = 1;
-  t.shape = (int64_t*)shape;
-  t.strides = NULL;
-  t.byte_offset = 0;
-  return t;
 }
 
 /* Splits (rank, weight) pairs into the two arrays the ABI takes; the caller frees *weights
@@ -606,7 +607,7 @@ void weftgo_managed_delete(DLManagedTensor* t) {
 extern "C" {
 #endif
 
-void _wrap_Swig_free_cweft_01d9c52f573609d2(void *_swig_go_0) {
+void _wrap_Swig_free_cweft_917c2c0102c25e54(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -616,7 +617,7 @@ void _wrap_Swig_free_cweft_01d9c52f573609d2(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_cweft_01d9c52f573609d2(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_cweft_917c2c0102c25e54(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -629,7 +630,7 @@ void *_wrap_Swig_malloc_cweft_01d9c52f573609d2(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_WEFT_VERSION_NUMBER_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_VERSION_NUMBER_cweft_917c2c0102c25e54() {
   int result;
   intgo _swig_go_result;
   
@@ -640,7 +641,7 @@ intgo _wrap_WEFT_VERSION_NUMBER_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_OK_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_OK_cweft_917c2c0102c25e54() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -652,7 +653,7 @@ intgo _wrap_WEFT_OK_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_ERR_INVALID_ARGUMENT_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_ERR_INVALID_ARGUMENT_cweft_917c2c0102c25e54() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -664,7 +665,7 @@ intgo _wrap_WEFT_ERR_INVALID_ARGUMENT_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_ERR_FAILED_PRECONDITION_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_ERR_FAILED_PRECONDITION_cweft_917c2c0102c25e54() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -676,7 +677,7 @@ intgo _wrap_WEFT_ERR_FAILED_PRECONDITION_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_ERR_NOT_FOUND_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_ERR_NOT_FOUND_cweft_917c2c0102c25e54() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -688,7 +689,7 @@ intgo _wrap_WEFT_ERR_NOT_FOUND_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_ERR_OUT_OF_RANGE_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_ERR_OUT_OF_RANGE_cweft_917c2c0102c25e54() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -700,7 +701,7 @@ intgo _wrap_WEFT_ERR_OUT_OF_RANGE_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_ERR_UNIMPLEMENTED_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_ERR_UNIMPLEMENTED_cweft_917c2c0102c25e54() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -712,7 +713,7 @@ intgo _wrap_WEFT_ERR_UNIMPLEMENTED_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_ERR_DEADLINE_EXCEEDED_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_ERR_DEADLINE_EXCEEDED_cweft_917c2c0102c25e54() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -724,7 +725,7 @@ intgo _wrap_WEFT_ERR_DEADLINE_EXCEEDED_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_ERR_ABORTED_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_ERR_ABORTED_cweft_917c2c0102c25e54() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -736,7 +737,7 @@ intgo _wrap_WEFT_ERR_ABORTED_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_ERR_UNAVAILABLE_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_ERR_UNAVAILABLE_cweft_917c2c0102c25e54() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -748,7 +749,7 @@ intgo _wrap_WEFT_ERR_UNAVAILABLE_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_ERR_RESOURCE_EXHAUSTED_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_ERR_RESOURCE_EXHAUSTED_cweft_917c2c0102c25e54() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -760,7 +761,7 @@ intgo _wrap_WEFT_ERR_RESOURCE_EXHAUSTED_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_ERR_INTERNAL_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_ERR_INTERNAL_cweft_917c2c0102c25e54() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -772,7 +773,7 @@ intgo _wrap_WEFT_ERR_INTERNAL_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_ERR_UNKNOWN_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_ERR_UNKNOWN_cweft_917c2c0102c25e54() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -784,7 +785,7 @@ intgo _wrap_WEFT_ERR_UNKNOWN_cweft_01d9c52f573609d2() {
 }
 
 
-_gostring_ _wrap_weft_status_string_cweft_01d9c52f573609d2(intgo _swig_go_0) {
+_gostring_ _wrap_weft_status_string_cweft_917c2c0102c25e54(intgo _swig_go_0) {
   weft_status arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -797,7 +798,7 @@ _gostring_ _wrap_weft_status_string_cweft_01d9c52f573609d2(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_weft_last_error_cweft_01d9c52f573609d2() {
+_gostring_ _wrap_weft_last_error_cweft_917c2c0102c25e54() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -808,7 +809,7 @@ _gostring_ _wrap_weft_last_error_cweft_01d9c52f573609d2() {
 }
 
 
-_gostring_ _wrap_weft_version_cweft_01d9c52f573609d2() {
+_gostring_ _wrap_weft_version_cweft_917c2c0102c25e54() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -819,7 +820,7 @@ _gostring_ _wrap_weft_version_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_version_number_cweft_01d9c52f573609d2() {
+intgo _wrap_weft_version_number_cweft_917c2c0102c25e54() {
   int result;
   intgo _swig_go_result;
   
@@ -830,7 +831,7 @@ intgo _wrap_weft_version_number_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_init_cweft_01d9c52f573609d2() {
+intgo _wrap_weft_init_cweft_917c2c0102c25e54() {
   weft_status result;
   intgo _swig_go_result;
   
@@ -841,7 +842,7 @@ intgo _wrap_weft_init_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_shutdown_cweft_01d9c52f573609d2() {
+intgo _wrap_weft_shutdown_cweft_917c2c0102c25e54() {
   weft_status result;
   intgo _swig_go_result;
   
@@ -852,7 +853,7 @@ intgo _wrap_weft_shutdown_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_is_initialized_cweft_01d9c52f573609d2() {
+intgo _wrap_weft_is_initialized_cweft_917c2c0102c25e54() {
   int result;
   intgo _swig_go_result;
   
@@ -863,7 +864,7 @@ intgo _wrap_weft_is_initialized_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_finalize_cweft_01d9c52f573609d2() {
+intgo _wrap_weft_finalize_cweft_917c2c0102c25e54() {
   weft_status result;
   intgo _swig_go_result;
   
@@ -874,7 +875,7 @@ intgo _wrap_weft_finalize_cweft_01d9c52f573609d2() {
 }
 
 
-void _wrap_weft_abort_cweft_01d9c52f573609d2(intgo _swig_go_0) {
+void _wrap_weft_abort_cweft_917c2c0102c25e54(intgo _swig_go_0) {
   int arg1 ;
   
   arg1 = (int)_swig_go_0; 
@@ -884,7 +885,7 @@ void _wrap_weft_abort_cweft_01d9c52f573609d2(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_weft_rank_cweft_01d9c52f573609d2() {
+intgo _wrap_weft_rank_cweft_917c2c0102c25e54() {
   int result;
   intgo _swig_go_result;
   
@@ -895,7 +896,7 @@ intgo _wrap_weft_rank_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_size_cweft_01d9c52f573609d2() {
+intgo _wrap_weft_size_cweft_917c2c0102c25e54() {
   int result;
   intgo _swig_go_result;
   
@@ -906,7 +907,7 @@ intgo _wrap_weft_size_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_local_rank_cweft_01d9c52f573609d2() {
+intgo _wrap_weft_local_rank_cweft_917c2c0102c25e54() {
   int result;
   intgo _swig_go_result;
   
@@ -917,7 +918,7 @@ intgo _wrap_weft_local_rank_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_local_size_cweft_01d9c52f573609d2() {
+intgo _wrap_weft_local_size_cweft_917c2c0102c25e54() {
   int result;
   intgo _swig_go_result;
   
@@ -928,7 +929,7 @@ intgo _wrap_weft_local_size_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_machine_rank_cweft_01d9c52f573609d2() {
+intgo _wrap_weft_machine_rank_cweft_917c2c0102c25e54() {
   int result;
   intgo _swig_go_result;
   
@@ -939,7 +940,7 @@ intgo _wrap_weft_machine_rank_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_machine_size_cweft_01d9c52f573609d2() {
+intgo _wrap_weft_machine_size_cweft_917c2c0102c25e54() {
   int result;
   intgo _swig_go_result;
   
@@ -950,7 +951,7 @@ intgo _wrap_weft_machine_size_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_is_homogeneous_cweft_01d9c52f573609d2() {
+intgo _wrap_weft_is_homogeneous_cweft_917c2c0102c25e54() {
   int result;
   intgo _swig_go_result;
   
@@ -961,7 +962,7 @@ intgo _wrap_weft_is_homogeneous_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_unified_mpi_window_model_cweft_01d9c52f573609d2(int *_swig_go_0) {
+intgo _wrap_weft_unified_mpi_window_model_cweft_917c2c0102c25e54(int *_swig_go_0) {
   int *arg1 = (int *) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -974,7 +975,7 @@ intgo _wrap_weft_unified_mpi_window_model_cweft_01d9c52f573609d2(int *_swig_go_0
 }
 
 
-intgo _wrap_weft_nccl_built_cweft_01d9c52f573609d2() {
+intgo _wrap_weft_nccl_built_cweft_917c2c0102c25e54() {
   int result;
   intgo _swig_go_result;
   
@@ -985,7 +986,7 @@ intgo _wrap_weft_nccl_built_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_topology_create_cweft_01d9c52f573609d2(weft_topology **_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_topology_create_cweft_917c2c0102c25e54(weft_topology **_swig_go_0, intgo _swig_go_1) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   weft_status result;
@@ -1000,7 +1001,7 @@ intgo _wrap_weft_topology_create_cweft_01d9c52f573609d2(weft_topology **_swig_go
 }
 
 
-intgo _wrap_weft_topology_from_weight_matrix_cweft_01d9c52f573609d2(weft_topology **_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2) {
+intgo _wrap_weft_topology_from_weight_matrix_cweft_917c2c0102c25e54(weft_topology **_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   double *arg3 = (double *) 0 ;
@@ -1017,7 +1018,7 @@ intgo _wrap_weft_topology_from_weight_matrix_cweft_01d9c52f573609d2(weft_topolog
 }
 
 
-intgo _wrap_weft_topology_exponential_cweft_01d9c52f573609d2(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_weft_topology_exponential_cweft_917c2c0102c25e54(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1034,7 +1035,7 @@ intgo _wrap_weft_topology_exponential_cweft_01d9c52f573609d2(weft_topology **_sw
 }
 
 
-intgo _wrap_weft_topology_exponential_two_cweft_01d9c52f573609d2(weft_topology **_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_topology_exponential_two_cweft_917c2c0102c25e54(weft_topology **_swig_go_0, intgo _swig_go_1) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   weft_status result;
@@ -1049,7 +1050,7 @@ intgo _wrap_weft_topology_exponential_two_cweft_01d9c52f573609d2(weft_topology *
 }
 
 
-intgo _wrap_weft_topology_symmetric_exponential_cweft_01d9c52f573609d2(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_weft_topology_symmetric_exponential_cweft_917c2c0102c25e54(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1066,7 +1067,7 @@ intgo _wrap_weft_topology_symmetric_exponential_cweft_01d9c52f573609d2(weft_topo
 }
 
 
-intgo _wrap_weft_topology_mesh_grid_2d_cweft_01d9c52f573609d2(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_topology_mesh_grid_2d_cweft_917c2c0102c25e54(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1085,7 +1086,7 @@ intgo _wrap_weft_topology_mesh_grid_2d_cweft_01d9c52f573609d2(weft_topology **_s
 }
 
 
-intgo _wrap_weft_topology_star_cweft_01d9c52f573609d2(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_weft_topology_star_cweft_917c2c0102c25e54(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1102,7 +1103,7 @@ intgo _wrap_weft_topology_star_cweft_01d9c52f573609d2(weft_topology **_swig_go_0
 }
 
 
-intgo _wrap_weft_topology_ring_cweft_01d9c52f573609d2(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_weft_topology_ring_cweft_917c2c0102c25e54(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1119,7 +1120,7 @@ intgo _wrap_weft_topology_ring_cweft_01d9c52f573609d2(weft_topology **_swig_go_0
 }
 
 
-intgo _wrap_weft_topology_fully_connected_cweft_01d9c52f573609d2(weft_topology **_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_topology_fully_connected_cweft_917c2c0102c25e54(weft_topology **_swig_go_0, intgo _swig_go_1) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   weft_status result;
@@ -1134,7 +1135,7 @@ intgo _wrap_weft_topology_fully_connected_cweft_01d9c52f573609d2(weft_topology *
 }
 
 
-intgo _wrap_weft_topology_clone_cweft_01d9c52f573609d2(weft_topology **_swig_go_0, struct weft_topology *_swig_go_1) {
+intgo _wrap_weft_topology_clone_cweft_917c2c0102c25e54(weft_topology **_swig_go_0, struct weft_topology *_swig_go_1) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   weft_topology *arg2 = (weft_topology *) 0 ;
   weft_status result;
@@ -1149,7 +1150,7 @@ intgo _wrap_weft_topology_clone_cweft_01d9c52f573609d2(weft_topology **_swig_go_
 }
 
 
-void _wrap_weft_topology_destroy_cweft_01d9c52f573609d2(struct weft_topology *_swig_go_0) {
+void _wrap_weft_topology_destroy_cweft_917c2c0102c25e54(struct weft_topology *_swig_go_0) {
   weft_topology *arg1 = (weft_topology *) 0 ;
   
   arg1 = *(weft_topology **)&_swig_go_0; 
@@ -1159,7 +1160,7 @@ void _wrap_weft_topology_destroy_cweft_01d9c52f573609d2(struct weft_topology *_s
 }
 
 
-intgo _wrap_weft_topology_add_edge_cweft_01d9c52f573609d2(struct weft_topology *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, double _swig_go_3) {
+intgo _wrap_weft_topology_add_edge_cweft_917c2c0102c25e54(struct weft_topology *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, double _swig_go_3) {
   weft_topology *arg1 = (weft_topology *) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1178,7 +1179,7 @@ intgo _wrap_weft_topology_add_edge_cweft_01d9c52f573609d2(struct weft_topology *
 }
 
 
-intgo _wrap_weft_topology_set_self_weight_cweft_01d9c52f573609d2(struct weft_topology *_swig_go_0, intgo _swig_go_1, double _swig_go_2) {
+intgo _wrap_weft_topology_set_self_weight_cweft_917c2c0102c25e54(struct weft_topology *_swig_go_0, intgo _swig_go_1, double _swig_go_2) {
   weft_topology *arg1 = (weft_topology *) 0 ;
   int arg2 ;
   double arg3 ;
@@ -1195,7 +1196,7 @@ intgo _wrap_weft_topology_set_self_weight_cweft_01d9c52f573609d2(struct weft_top
 }
 
 
-intgo _wrap_weft_topology_size_cweft_01d9c52f573609d2(struct weft_topology *_swig_go_0) {
+intgo _wrap_weft_topology_size_cweft_917c2c0102c25e54(struct weft_topology *_swig_go_0) {
   weft_topology *arg1 = (weft_topology *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1208,7 +1209,7 @@ intgo _wrap_weft_topology_size_cweft_01d9c52f573609d2(struct weft_topology *_swi
 }
 
 
-intgo _wrap_weft_topology_weight_cweft_01d9c52f573609d2(double *_swig_go_0, struct weft_topology *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_topology_weight_cweft_917c2c0102c25e54(double *_swig_go_0, struct weft_topology *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   double *arg1 = (double *) 0 ;
   weft_topology *arg2 = (weft_topology *) 0 ;
   int arg3 ;
@@ -1227,7 +1228,7 @@ intgo _wrap_weft_topology_weight_cweft_01d9c52f573609d2(double *_swig_go_0, stru
 }
 
 
-intgo _wrap_weft_topology_in_neighbors_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_topology *_swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_topology_in_neighbors_cweft_917c2c0102c25e54(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_topology *_swig_go_2, intgo _swig_go_3) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1250,7 +1251,7 @@ intgo _wrap_weft_topology_in_neighbors_cweft_01d9c52f573609d2(_goslice_ _swig_go
 }
 
 
-intgo _wrap_weft_topology_out_neighbors_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_topology *_swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_topology_out_neighbors_cweft_917c2c0102c25e54(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_topology *_swig_go_2, intgo _swig_go_3) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1273,7 +1274,7 @@ intgo _wrap_weft_topology_out_neighbors_cweft_01d9c52f573609d2(_goslice_ _swig_g
 }
 
 
-intgo _wrap_weft_topology_weight_matrix_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_topology *_swig_go_2) {
+intgo _wrap_weft_topology_weight_matrix_cweft_917c2c0102c25e54(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_topology *_swig_go_2) {
   double *arg1 = (double *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1294,7 +1295,7 @@ intgo _wrap_weft_topology_weight_matrix_cweft_01d9c52f573609d2(_goslice_ _swig_g
 }
 
 
-intgo _wrap_weft_topology_recv_weights_cweft_01d9c52f573609d2(double *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2, struct weft_topology *_swig_go_3, intgo _swig_go_4) {
+intgo _wrap_weft_topology_recv_weights_cweft_917c2c0102c25e54(double *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2, struct weft_topology *_swig_go_3, intgo _swig_go_4) {
   double *arg1 = (double *) 0 ;
   int *arg2 = (int *) 0 ;
   double *arg3 = (double *) 0 ;
@@ -1337,7 +1338,7 @@ intgo _wrap_weft_topology_recv_weights_cweft_01d9c52f573609d2(double *_swig_go_0
 }
 
 
-intgo _wrap_weft_topology_send_weights_cweft_01d9c52f573609d2(double *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2, struct weft_topology *_swig_go_3, intgo _swig_go_4) {
+intgo _wrap_weft_topology_send_weights_cweft_917c2c0102c25e54(double *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2, struct weft_topology *_swig_go_3, intgo _swig_go_4) {
   double *arg1 = (double *) 0 ;
   int *arg2 = (int *) 0 ;
   double *arg3 = (double *) 0 ;
@@ -1380,7 +1381,7 @@ intgo _wrap_weft_topology_send_weights_cweft_01d9c52f573609d2(double *_swig_go_0
 }
 
 
-intgo _wrap_weft_topology_is_regular_cweft_01d9c52f573609d2(int *_swig_go_0, struct weft_topology *_swig_go_1) {
+intgo _wrap_weft_topology_is_regular_cweft_917c2c0102c25e54(int *_swig_go_0, struct weft_topology *_swig_go_1) {
   int *arg1 = (int *) 0 ;
   weft_topology *arg2 = (weft_topology *) 0 ;
   weft_status result;
@@ -1395,7 +1396,7 @@ intgo _wrap_weft_topology_is_regular_cweft_01d9c52f573609d2(int *_swig_go_0, str
 }
 
 
-intgo _wrap_weft_topology_is_equivalent_cweft_01d9c52f573609d2(int *_swig_go_0, struct weft_topology *_swig_go_1, struct weft_topology *_swig_go_2) {
+intgo _wrap_weft_topology_is_equivalent_cweft_917c2c0102c25e54(int *_swig_go_0, struct weft_topology *_swig_go_1, struct weft_topology *_swig_go_2) {
   int *arg1 = (int *) 0 ;
   weft_topology *arg2 = (weft_topology *) 0 ;
   weft_topology *arg3 = (weft_topology *) 0 ;
@@ -1412,7 +1413,7 @@ intgo _wrap_weft_topology_is_equivalent_cweft_01d9c52f573609d2(int *_swig_go_0, 
 }
 
 
-intgo _wrap_weft_schedule_one_peer_cweft_01d9c52f573609d2(weft_schedule **_swig_go_0, struct weft_topology *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_weft_schedule_one_peer_cweft_917c2c0102c25e54(weft_schedule **_swig_go_0, struct weft_topology *_swig_go_1, intgo _swig_go_2) {
   weft_schedule **arg1 = (weft_schedule **) 0 ;
   weft_topology *arg2 = (weft_topology *) 0 ;
   int arg3 ;
@@ -1429,7 +1430,7 @@ intgo _wrap_weft_schedule_one_peer_cweft_01d9c52f573609d2(weft_schedule **_swig_
 }
 
 
-intgo _wrap_weft_schedule_machine_exponential_two_cweft_01d9c52f573609d2(weft_schedule **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_weft_schedule_machine_exponential_two_cweft_917c2c0102c25e54(weft_schedule **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   weft_schedule **arg1 = (weft_schedule **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1446,7 +1447,7 @@ intgo _wrap_weft_schedule_machine_exponential_two_cweft_01d9c52f573609d2(weft_sc
 }
 
 
-intgo _wrap_weft_schedule_inner_outer_ring_cweft_01d9c52f573609d2(weft_schedule **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_schedule_inner_outer_ring_cweft_917c2c0102c25e54(weft_schedule **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   weft_schedule **arg1 = (weft_schedule **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1465,7 +1466,7 @@ intgo _wrap_weft_schedule_inner_outer_ring_cweft_01d9c52f573609d2(weft_schedule 
 }
 
 
-intgo _wrap_weft_schedule_inner_outer_exponential_two_cweft_01d9c52f573609d2(weft_schedule **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_schedule_inner_outer_exponential_two_cweft_917c2c0102c25e54(weft_schedule **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   weft_schedule **arg1 = (weft_schedule **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1484,7 +1485,7 @@ intgo _wrap_weft_schedule_inner_outer_exponential_two_cweft_01d9c52f573609d2(wef
 }
 
 
-void _wrap_weft_schedule_destroy_cweft_01d9c52f573609d2(struct weft_schedule *_swig_go_0) {
+void _wrap_weft_schedule_destroy_cweft_917c2c0102c25e54(struct weft_schedule *_swig_go_0) {
   weft_schedule *arg1 = (weft_schedule *) 0 ;
   
   arg1 = *(weft_schedule **)&_swig_go_0; 
@@ -1494,7 +1495,7 @@ void _wrap_weft_schedule_destroy_cweft_01d9c52f573609d2(struct weft_schedule *_s
 }
 
 
-intgo _wrap_weft_schedule_next_cweft_01d9c52f573609d2(struct weft_schedule *_swig_go_0) {
+intgo _wrap_weft_schedule_next_cweft_917c2c0102c25e54(struct weft_schedule *_swig_go_0) {
   weft_schedule *arg1 = (weft_schedule *) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -1507,7 +1508,7 @@ intgo _wrap_weft_schedule_next_cweft_01d9c52f573609d2(struct weft_schedule *_swi
 }
 
 
-intgo _wrap_weft_schedule_send_ranks_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_schedule *_swig_go_2) {
+intgo _wrap_weft_schedule_send_ranks_cweft_917c2c0102c25e54(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_schedule *_swig_go_2) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1528,7 +1529,7 @@ intgo _wrap_weft_schedule_send_ranks_cweft_01d9c52f573609d2(_goslice_ _swig_go_0
 }
 
 
-intgo _wrap_weft_schedule_recv_ranks_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_schedule *_swig_go_2) {
+intgo _wrap_weft_schedule_recv_ranks_cweft_917c2c0102c25e54(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_schedule *_swig_go_2) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1549,7 +1550,7 @@ intgo _wrap_weft_schedule_recv_ranks_cweft_01d9c52f573609d2(_goslice_ _swig_go_0
 }
 
 
-intgo _wrap_weft_comm_set_topology_cweft_01d9c52f573609d2(struct weft_topology *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_comm_set_topology_cweft_917c2c0102c25e54(struct weft_topology *_swig_go_0, intgo _swig_go_1) {
   weft_topology *arg1 = (weft_topology *) 0 ;
   int arg2 ;
   weft_status result;
@@ -1564,7 +1565,7 @@ intgo _wrap_weft_comm_set_topology_cweft_01d9c52f573609d2(struct weft_topology *
 }
 
 
-intgo _wrap_weft_comm_load_topology_cweft_01d9c52f573609d2(weft_topology **_swig_go_0) {
+intgo _wrap_weft_comm_load_topology_cweft_917c2c0102c25e54(weft_topology **_swig_go_0) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -1577,7 +1578,7 @@ intgo _wrap_weft_comm_load_topology_cweft_01d9c52f573609d2(weft_topology **_swig
 }
 
 
-intgo _wrap_weft_comm_is_topo_weighted_cweft_01d9c52f573609d2() {
+intgo _wrap_weft_comm_is_topo_weighted_cweft_917c2c0102c25e54() {
   int result;
   intgo _swig_go_result;
   
@@ -1588,7 +1589,7 @@ intgo _wrap_weft_comm_is_topo_weighted_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_comm_in_neighbor_ranks_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1) {
+intgo _wrap_weft_comm_in_neighbor_ranks_cweft_917c2c0102c25e54(_goslice_ _swig_go_0, long long *_swig_go_1) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1607,7 +1608,7 @@ intgo _wrap_weft_comm_in_neighbor_ranks_cweft_01d9c52f573609d2(_goslice_ _swig_g
 }
 
 
-intgo _wrap_weft_comm_out_neighbor_ranks_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1) {
+intgo _wrap_weft_comm_out_neighbor_ranks_cweft_917c2c0102c25e54(_goslice_ _swig_go_0, long long *_swig_go_1) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1626,7 +1627,7 @@ intgo _wrap_weft_comm_out_neighbor_ranks_cweft_01d9c52f573609d2(_goslice_ _swig_
 }
 
 
-intgo _wrap_weft_comm_set_machine_topology_cweft_01d9c52f573609d2(struct weft_topology *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_comm_set_machine_topology_cweft_917c2c0102c25e54(struct weft_topology *_swig_go_0, intgo _swig_go_1) {
   weft_topology *arg1 = (weft_topology *) 0 ;
   int arg2 ;
   weft_status result;
@@ -1641,7 +1642,7 @@ intgo _wrap_weft_comm_set_machine_topology_cweft_01d9c52f573609d2(struct weft_to
 }
 
 
-intgo _wrap_weft_comm_load_machine_topology_cweft_01d9c52f573609d2(weft_topology **_swig_go_0) {
+intgo _wrap_weft_comm_load_machine_topology_cweft_917c2c0102c25e54(weft_topology **_swig_go_0) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -1654,7 +1655,7 @@ intgo _wrap_weft_comm_load_machine_topology_cweft_01d9c52f573609d2(weft_topology
 }
 
 
-intgo _wrap_weft_request_poll_cweft_01d9c52f573609d2(int *_swig_go_0, struct weft_request *_swig_go_1) {
+intgo _wrap_weft_request_poll_cweft_917c2c0102c25e54(int *_swig_go_0, struct weft_request *_swig_go_1) {
   int *arg1 = (int *) 0 ;
   weft_request *arg2 = (weft_request *) 0 ;
   weft_status result;
@@ -1669,7 +1670,7 @@ intgo _wrap_weft_request_poll_cweft_01d9c52f573609d2(int *_swig_go_0, struct wef
 }
 
 
-intgo _wrap_weft_request_wait_cweft_01d9c52f573609d2(struct weft_request *_swig_go_0) {
+intgo _wrap_weft_request_wait_cweft_917c2c0102c25e54(struct weft_request *_swig_go_0) {
   weft_request *arg1 = (weft_request *) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -1682,7 +1683,7 @@ intgo _wrap_weft_request_wait_cweft_01d9c52f573609d2(struct weft_request *_swig_
 }
 
 
-intgo _wrap_weft_request_take_output_cweft_01d9c52f573609d2(DLManagedTensor **_swig_go_0, struct weft_request *_swig_go_1) {
+intgo _wrap_weft_request_take_output_cweft_917c2c0102c25e54(DLManagedTensor **_swig_go_0, struct weft_request *_swig_go_1) {
   DLManagedTensor **arg1 = (DLManagedTensor **) 0 ;
   weft_request *arg2 = (weft_request *) 0 ;
   weft_status result;
@@ -1697,7 +1698,7 @@ intgo _wrap_weft_request_take_output_cweft_01d9c52f573609d2(DLManagedTensor **_s
 }
 
 
-void _wrap_weft_request_free_cweft_01d9c52f573609d2(struct weft_request *_swig_go_0) {
+void _wrap_weft_request_free_cweft_917c2c0102c25e54(struct weft_request *_swig_go_0) {
   weft_request *arg1 = (weft_request *) 0 ;
   
   arg1 = *(weft_request **)&_swig_go_0; 
@@ -1707,7 +1708,7 @@ void _wrap_weft_request_free_cweft_01d9c52f573609d2(struct weft_request *_swig_g
 }
 
 
-intgo _wrap_weft_comm_recv_any_cweft_01d9c52f573609d2(DLManagedTensor **_swig_go_0, intgo _swig_go_1, _gostring_ _swig_go_2) {
+intgo _wrap_weft_comm_recv_any_cweft_917c2c0102c25e54(DLManagedTensor **_swig_go_0, intgo _swig_go_1, _gostring_ _swig_go_2) {
   DLManagedTensor **arg1 = (DLManagedTensor **) 0 ;
   int arg2 ;
   char *arg3 = (char *) 0 ;
@@ -1729,7 +1730,7 @@ intgo _wrap_weft_comm_recv_any_cweft_01d9c52f573609d2(DLManagedTensor **_swig_go
 }
 
 
-intgo _wrap_weft_comm_recv_any_nonblocking_cweft_01d9c52f573609d2(weft_request **_swig_go_0, intgo _swig_go_1, _gostring_ _swig_go_2) {
+intgo _wrap_weft_comm_recv_any_nonblocking_cweft_917c2c0102c25e54(weft_request **_swig_go_0, intgo _swig_go_1, _gostring_ _swig_go_2) {
   weft_request **arg1 = (weft_request **) 0 ;
   int arg2 ;
   char *arg3 = (char *) 0 ;
@@ -1751,7 +1752,7 @@ intgo _wrap_weft_comm_recv_any_nonblocking_cweft_01d9c52f573609d2(weft_request *
 }
 
 
-intgo _wrap_weft_comm_barrier_cweft_01d9c52f573609d2() {
+intgo _wrap_weft_comm_barrier_cweft_917c2c0102c25e54() {
   weft_status result;
   intgo _swig_go_result;
   
@@ -1762,7 +1763,7 @@ intgo _wrap_weft_comm_barrier_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_comm_barrier_nonblocking_cweft_01d9c52f573609d2(weft_request **_swig_go_0) {
+intgo _wrap_weft_comm_barrier_nonblocking_cweft_917c2c0102c25e54(weft_request **_swig_go_0) {
   weft_request **arg1 = (weft_request **) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -1775,7 +1776,7 @@ intgo _wrap_weft_comm_barrier_nonblocking_cweft_01d9c52f573609d2(weft_request **
 }
 
 
-intgo _wrap_WEFT_OP_ALLREDUCE_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_OP_ALLREDUCE_cweft_917c2c0102c25e54() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1787,7 +1788,7 @@ intgo _wrap_WEFT_OP_ALLREDUCE_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_OP_BROADCAST_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_OP_BROADCAST_cweft_917c2c0102c25e54() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1799,7 +1800,7 @@ intgo _wrap_WEFT_OP_BROADCAST_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_OP_ALLGATHER_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_OP_ALLGATHER_cweft_917c2c0102c25e54() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1811,7 +1812,7 @@ intgo _wrap_WEFT_OP_ALLGATHER_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_OP_NEIGHBOR_ALLGATHER_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_OP_NEIGHBOR_ALLGATHER_cweft_917c2c0102c25e54() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1823,7 +1824,7 @@ intgo _wrap_WEFT_OP_NEIGHBOR_ALLGATHER_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_OP_NEIGHBOR_ALLREDUCE_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_OP_NEIGHBOR_ALLREDUCE_cweft_917c2c0102c25e54() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1835,7 +1836,7 @@ intgo _wrap_WEFT_OP_NEIGHBOR_ALLREDUCE_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE_cweft_917c2c0102c25e54() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1847,7 +1848,7 @@ intgo _wrap_WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_OP_PAIR_GOSSIP_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_OP_PAIR_GOSSIP_cweft_917c2c0102c25e54() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1859,7 +1860,7 @@ intgo _wrap_WEFT_OP_PAIR_GOSSIP_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_OP_SEND_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_OP_SEND_cweft_917c2c0102c25e54() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1871,7 +1872,7 @@ intgo _wrap_WEFT_OP_SEND_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_OP_RECV_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_OP_RECV_cweft_917c2c0102c25e54() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1883,7 +1884,7 @@ intgo _wrap_WEFT_OP_RECV_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_OP_WIN_CREATE_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_OP_WIN_CREATE_cweft_917c2c0102c25e54() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1895,7 +1896,7 @@ intgo _wrap_WEFT_OP_WIN_CREATE_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_comm_refuse_cweft_01d9c52f573609d2(intgo _swig_go_0, _gostring_ _swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _gostring_ _swig_go_5) {
+intgo _wrap_weft_comm_refuse_cweft_917c2c0102c25e54(intgo _swig_go_0, _gostring_ _swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _gostring_ _swig_go_5) {
   weft_op arg1 ;
   char *arg2 = (char *) 0 ;
   int *arg3 = (int *) 0 ;
@@ -1932,7 +1933,7 @@ intgo _wrap_weft_comm_refuse_cweft_01d9c52f573609d2(intgo _swig_go_0, _gostring_
 }
 
 
-void _wrap_weft_win_create_options_version_set_cweft_01d9c52f573609d2(struct weft_win_create_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_weft_win_create_options_version_set_cweft_917c2c0102c25e54(struct weft_win_create_options *_swig_go_0, intgo _swig_go_1) {
   struct weft_win_create_options *arg1 = (struct weft_win_create_options *) 0 ;
   unsigned int arg2 ;
   
@@ -1944,7 +1945,7 @@ void _wrap_weft_win_create_options_version_set_cweft_01d9c52f573609d2(struct wef
 }
 
 
-intgo _wrap_weft_win_create_options_version_get_cweft_01d9c52f573609d2(struct weft_win_create_options *_swig_go_0) {
+intgo _wrap_weft_win_create_options_version_get_cweft_917c2c0102c25e54(struct weft_win_create_options *_swig_go_0) {
   struct weft_win_create_options *arg1 = (struct weft_win_create_options *) 0 ;
   unsigned int result;
   intgo _swig_go_result;
@@ -1957,7 +1958,7 @@ intgo _wrap_weft_win_create_options_version_get_cweft_01d9c52f573609d2(struct we
 }
 
 
-void _wrap_weft_win_create_options_zero_init_set_cweft_01d9c52f573609d2(struct weft_win_create_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_weft_win_create_options_zero_init_set_cweft_917c2c0102c25e54(struct weft_win_create_options *_swig_go_0, intgo _swig_go_1) {
   struct weft_win_create_options *arg1 = (struct weft_win_create_options *) 0 ;
   int arg2 ;
   
@@ -1969,7 +1970,7 @@ void _wrap_weft_win_create_options_zero_init_set_cweft_01d9c52f573609d2(struct w
 }
 
 
-intgo _wrap_weft_win_create_options_zero_init_get_cweft_01d9c52f573609d2(struct weft_win_create_options *_swig_go_0) {
+intgo _wrap_weft_win_create_options_zero_init_get_cweft_917c2c0102c25e54(struct weft_win_create_options *_swig_go_0) {
   struct weft_win_create_options *arg1 = (struct weft_win_create_options *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1982,7 +1983,7 @@ intgo _wrap_weft_win_create_options_zero_init_get_cweft_01d9c52f573609d2(struct 
 }
 
 
-void _wrap_weft_win_create_options_transport_set_cweft_01d9c52f573609d2(struct weft_win_create_options *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_weft_win_create_options_transport_set_cweft_917c2c0102c25e54(struct weft_win_create_options *_swig_go_0, _gostring_ _swig_go_1) {
   struct weft_win_create_options *arg1 = (struct weft_win_create_options *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -2006,7 +2007,7 @@ void _wrap_weft_win_create_options_transport_set_cweft_01d9c52f573609d2(struct w
 }
 
 
-_gostring_ _wrap_weft_win_create_options_transport_get_cweft_01d9c52f573609d2(struct weft_win_create_options *_swig_go_0) {
+_gostring_ _wrap_weft_win_create_options_transport_get_cweft_917c2c0102c25e54(struct weft_win_create_options *_swig_go_0) {
   struct weft_win_create_options *arg1 = (struct weft_win_create_options *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -2019,7 +2020,7 @@ _gostring_ _wrap_weft_win_create_options_transport_get_cweft_01d9c52f573609d2(st
 }
 
 
-struct weft_win_create_options *_wrap_new_weft_win_create_options_cweft_01d9c52f573609d2() {
+struct weft_win_create_options *_wrap_new_weft_win_create_options_cweft_917c2c0102c25e54() {
   struct weft_win_create_options *result = 0 ;
   struct weft_win_create_options *_swig_go_result;
   
@@ -2030,7 +2031,7 @@ struct weft_win_create_options *_wrap_new_weft_win_create_options_cweft_01d9c52f
 }
 
 
-void _wrap_delete_weft_win_create_options_cweft_01d9c52f573609d2(struct weft_win_create_options *_swig_go_0) {
+void _wrap_delete_weft_win_create_options_cweft_917c2c0102c25e54(struct weft_win_create_options *_swig_go_0) {
   struct weft_win_create_options *arg1 = (struct weft_win_create_options *) 0 ;
   
   arg1 = *(struct weft_win_create_options **)&_swig_go_0; 
@@ -2040,7 +2041,7 @@ void _wrap_delete_weft_win_create_options_cweft_01d9c52f573609d2(struct weft_win
 }
 
 
-intgo _wrap_weft_win_free_cweft_01d9c52f573609d2(_gostring_ _swig_go_0) {
+intgo _wrap_weft_win_free_cweft_917c2c0102c25e54(_gostring_ _swig_go_0) {
   char *arg1 = (char *) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -2058,7 +2059,7 @@ intgo _wrap_weft_win_free_cweft_01d9c52f573609d2(_gostring_ _swig_go_0) {
 }
 
 
-intgo _wrap_weft_win_update_then_collect_cweft_01d9c52f573609d2(_gostring_ _swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_win_update_then_collect_cweft_917c2c0102c25e54(_gostring_ _swig_go_0, intgo _swig_go_1) {
   char *arg1 = (char *) 0 ;
   int arg2 ;
   weft_status result;
@@ -2078,7 +2079,7 @@ intgo _wrap_weft_win_update_then_collect_cweft_01d9c52f573609d2(_gostring_ _swig
 }
 
 
-intgo _wrap_weft_win_version_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, _gostring_ _swig_go_2) {
+intgo _wrap_weft_win_version_cweft_917c2c0102c25e54(_goslice_ _swig_go_0, long long *_swig_go_1, _gostring_ _swig_go_2) {
   int *arg1 = (int *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   size_t arg3 ;
@@ -2122,7 +2123,7 @@ intgo _wrap_weft_win_version_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long l
 }
 
 
-intgo _wrap_weft_win_associated_p_cweft_01d9c52f573609d2(double *_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_weft_win_associated_p_cweft_917c2c0102c25e54(double *_swig_go_0, _gostring_ _swig_go_1) {
   double *arg1 = (double *) 0 ;
   char *arg2 = (char *) 0 ;
   weft_status result;
@@ -2142,7 +2143,7 @@ intgo _wrap_weft_win_associated_p_cweft_01d9c52f573609d2(double *_swig_go_0, _go
 }
 
 
-void _wrap_weft_win_set_associated_p_ops_cweft_01d9c52f573609d2(intgo _swig_go_0) {
+void _wrap_weft_win_set_associated_p_ops_cweft_917c2c0102c25e54(intgo _swig_go_0) {
   int arg1 ;
   
   arg1 = (int)_swig_go_0; 
@@ -2152,7 +2153,7 @@ void _wrap_weft_win_set_associated_p_ops_cweft_01d9c52f573609d2(intgo _swig_go_0
 }
 
 
-intgo _wrap_weft_win_associated_p_ops_cweft_01d9c52f573609d2() {
+intgo _wrap_weft_win_associated_p_ops_cweft_917c2c0102c25e54() {
   int result;
   intgo _swig_go_result;
   
@@ -2163,7 +2164,7 @@ intgo _wrap_weft_win_associated_p_ops_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_win_mutex_acquire_cweft_01d9c52f573609d2(_gostring_ _swig_go_0, _goslice_ _swig_go_1) {
+intgo _wrap_weft_win_mutex_acquire_cweft_917c2c0102c25e54(_gostring_ _swig_go_0, _goslice_ _swig_go_1) {
   char *arg1 = (char *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2187,7 +2188,7 @@ intgo _wrap_weft_win_mutex_acquire_cweft_01d9c52f573609d2(_gostring_ _swig_go_0,
 }
 
 
-intgo _wrap_weft_win_mutex_release_cweft_01d9c52f573609d2(_gostring_ _swig_go_0, _goslice_ _swig_go_1) {
+intgo _wrap_weft_win_mutex_release_cweft_917c2c0102c25e54(_gostring_ _swig_go_0, _goslice_ _swig_go_1) {
   char *arg1 = (char *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2211,7 +2212,7 @@ intgo _wrap_weft_win_mutex_release_cweft_01d9c52f573609d2(_gostring_ _swig_go_0,
 }
 
 
-intgo _wrap_WEFT_COUNT_FORWARD_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_COUNT_FORWARD_cweft_917c2c0102c25e54() {
   enum weft_count_kind result;
   intgo _swig_go_result;
   
@@ -2223,7 +2224,7 @@ intgo _wrap_WEFT_COUNT_FORWARD_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_COUNT_BACKWARD_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_COUNT_BACKWARD_cweft_917c2c0102c25e54() {
   enum weft_count_kind result;
   intgo _swig_go_result;
   
@@ -2235,7 +2236,7 @@ intgo _wrap_WEFT_COUNT_BACKWARD_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_COMPUTATION_IGNORED_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_COMPUTATION_IGNORED_cweft_917c2c0102c25e54() {
   enum weft_computation_event result;
   intgo _swig_go_result;
   
@@ -2247,7 +2248,7 @@ intgo _wrap_WEFT_COMPUTATION_IGNORED_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_COMPUTATION_COUNTED_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_COMPUTATION_COUNTED_cweft_917c2c0102c25e54() {
   enum weft_computation_event result;
   intgo _swig_go_result;
   
@@ -2259,7 +2260,7 @@ intgo _wrap_WEFT_COMPUTATION_COUNTED_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_COMPUTATION_COMMUNICATE_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_COMPUTATION_COMMUNICATE_cweft_917c2c0102c25e54() {
   enum weft_computation_event result;
   intgo _swig_go_result;
   
@@ -2271,7 +2272,7 @@ intgo _wrap_WEFT_COMPUTATION_COMMUNICATE_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_COMPUTATION_MISUSE_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_COMPUTATION_MISUSE_cweft_917c2c0102c25e54() {
   enum weft_computation_event result;
   intgo _swig_go_result;
   
@@ -2283,7 +2284,7 @@ intgo _wrap_WEFT_COMPUTATION_MISUSE_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_step_counter_create_cweft_01d9c52f573609d2(weft_step_counter **_swig_go_0, long long _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_step_counter_create_cweft_917c2c0102c25e54(weft_step_counter **_swig_go_0, long long _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   weft_step_counter **arg1 = (weft_step_counter **) 0 ;
   int64_t arg2 ;
   weft_count_kind arg3 ;
@@ -2302,7 +2303,7 @@ intgo _wrap_weft_step_counter_create_cweft_01d9c52f573609d2(weft_step_counter **
 }
 
 
-void _wrap_weft_step_counter_destroy_cweft_01d9c52f573609d2(struct weft_step_counter *_swig_go_0) {
+void _wrap_weft_step_counter_destroy_cweft_917c2c0102c25e54(struct weft_step_counter *_swig_go_0) {
   weft_step_counter *arg1 = (weft_step_counter *) 0 ;
   
   arg1 = *(weft_step_counter **)&_swig_go_0; 
@@ -2312,7 +2313,7 @@ void _wrap_weft_step_counter_destroy_cweft_01d9c52f573609d2(struct weft_step_cou
 }
 
 
-intgo _wrap_weft_step_counter_computation_cweft_01d9c52f573609d2(int *_swig_go_0, struct weft_step_counter *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_step_counter_computation_cweft_917c2c0102c25e54(int *_swig_go_0, struct weft_step_counter *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   weft_computation_event *arg1 = (weft_computation_event *) 0 ;
   weft_step_counter *arg2 = (weft_step_counter *) 0 ;
   int arg3 ;
@@ -2331,7 +2332,7 @@ intgo _wrap_weft_step_counter_computation_cweft_01d9c52f573609d2(int *_swig_go_0
 }
 
 
-intgo _wrap_weft_step_counter_step_cweft_01d9c52f573609d2(int *_swig_go_0, struct weft_step_counter *_swig_go_1) {
+intgo _wrap_weft_step_counter_step_cweft_917c2c0102c25e54(int *_swig_go_0, struct weft_step_counter *_swig_go_1) {
   int *arg1 = (int *) 0 ;
   weft_step_counter *arg2 = (weft_step_counter *) 0 ;
   weft_status result;
@@ -2346,7 +2347,7 @@ intgo _wrap_weft_step_counter_step_cweft_01d9c52f573609d2(int *_swig_go_0, struc
 }
 
 
-intgo _wrap_weft_step_counter_set_steps_per_communication_cweft_01d9c52f573609d2(struct weft_step_counter *_swig_go_0, long long _swig_go_1) {
+intgo _wrap_weft_step_counter_set_steps_per_communication_cweft_917c2c0102c25e54(struct weft_step_counter *_swig_go_0, long long _swig_go_1) {
   weft_step_counter *arg1 = (weft_step_counter *) 0 ;
   int64_t arg2 ;
   weft_status result;
@@ -2361,7 +2362,7 @@ intgo _wrap_weft_step_counter_set_steps_per_communication_cweft_01d9c52f573609d2
 }
 
 
-intgo _wrap_weft_step_counter_steps_per_communication_cweft_01d9c52f573609d2(long long *_swig_go_0, struct weft_step_counter *_swig_go_1) {
+intgo _wrap_weft_step_counter_steps_per_communication_cweft_917c2c0102c25e54(long long *_swig_go_0, struct weft_step_counter *_swig_go_1) {
   int64_t *arg1 = (int64_t *) 0 ;
   weft_step_counter *arg2 = (weft_step_counter *) 0 ;
   weft_status result;
@@ -2376,7 +2377,7 @@ intgo _wrap_weft_step_counter_steps_per_communication_cweft_01d9c52f573609d2(lon
 }
 
 
-intgo _wrap_weft_step_counter_countdown_cweft_01d9c52f573609d2(long long *_swig_go_0, struct weft_step_counter *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_weft_step_counter_countdown_cweft_917c2c0102c25e54(long long *_swig_go_0, struct weft_step_counter *_swig_go_1, intgo _swig_go_2) {
   int64_t *arg1 = (int64_t *) 0 ;
   weft_step_counter *arg2 = (weft_step_counter *) 0 ;
   int arg3 ;
@@ -2393,7 +2394,7 @@ intgo _wrap_weft_step_counter_countdown_cweft_01d9c52f573609d2(long long *_swig_
 }
 
 
-intgo _wrap_weft_step_counter_computations_cweft_01d9c52f573609d2(long long *_swig_go_0, long long *_swig_go_1, struct weft_step_counter *_swig_go_2) {
+intgo _wrap_weft_step_counter_computations_cweft_917c2c0102c25e54(long long *_swig_go_0, long long *_swig_go_1, struct weft_step_counter *_swig_go_2) {
   int64_t *arg1 = (int64_t *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   weft_step_counter *arg3 = (weft_step_counter *) 0 ;
@@ -2410,7 +2411,7 @@ intgo _wrap_weft_step_counter_computations_cweft_01d9c52f573609d2(long long *_sw
 }
 
 
-_gostring_ _wrap_weft_step_counter_misuse_warning_cweft_01d9c52f573609d2(struct weft_step_counter *_swig_go_0) {
+_gostring_ _wrap_weft_step_counter_misuse_warning_cweft_917c2c0102c25e54(struct weft_step_counter *_swig_go_0) {
   weft_step_counter *arg1 = (weft_step_counter *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -2423,7 +2424,7 @@ _gostring_ _wrap_weft_step_counter_misuse_warning_cweft_01d9c52f573609d2(struct 
 }
 
 
-intgo _wrap_weft_pipe_freeze_bound_cweft_01d9c52f573609d2(int *_swig_go_0, intgo _swig_go_1, double _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_pipe_freeze_bound_cweft_917c2c0102c25e54(int *_swig_go_0, intgo _swig_go_1, double _swig_go_2, intgo _swig_go_3) {
   int *arg1 = (int *) 0 ;
   int arg2 ;
   double arg3 ;
@@ -2442,7 +2443,7 @@ intgo _wrap_weft_pipe_freeze_bound_cweft_01d9c52f573609d2(int *_swig_go_0, intgo
 }
 
 
-intgo _wrap_weft_pipe_next_frozen_cweft_01d9c52f573609d2(int *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, weft_pipe_freeze_options *_swig_go_5) {
+intgo _wrap_weft_pipe_next_frozen_cweft_917c2c0102c25e54(int *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, weft_pipe_freeze_options *_swig_go_5) {
   int *arg1 = (int *) 0 ;
   int arg2 ;
   int arg3 ;
@@ -2469,7 +2470,7 @@ intgo _wrap_weft_pipe_next_frozen_cweft_01d9c52f573609d2(int *_swig_go_0, intgo 
 }
 
 
-intgo _wrap_WEFT_PIPE_STRATEGY_OPTIMAL_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_PIPE_STRATEGY_OPTIMAL_cweft_917c2c0102c25e54() {
   enum weft_pipe_strategy result;
   intgo _swig_go_result;
   
@@ -2481,7 +2482,7 @@ intgo _wrap_WEFT_PIPE_STRATEGY_OPTIMAL_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_PIPE_STRATEGY_GREEDY_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_PIPE_STRATEGY_GREEDY_cweft_917c2c0102c25e54() {
   enum weft_pipe_strategy result;
   intgo _swig_go_result;
   
@@ -2493,7 +2494,7 @@ intgo _wrap_WEFT_PIPE_STRATEGY_GREEDY_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_PIPE_STRATEGY_EVEN_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_PIPE_STRATEGY_EVEN_cweft_917c2c0102c25e54() {
   enum weft_pipe_strategy result;
   intgo _swig_go_result;
   
@@ -2505,7 +2506,7 @@ intgo _wrap_WEFT_PIPE_STRATEGY_EVEN_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_pipe_parameter_costs_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, double _swig_go_4) {
+intgo _wrap_weft_pipe_parameter_costs_cweft_917c2c0102c25e54(_goslice_ _swig_go_0, long long *_swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, double _swig_go_4) {
   double *arg1 = (double *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2534,7 +2535,7 @@ intgo _wrap_weft_pipe_parameter_costs_cweft_01d9c52f573609d2(_goslice_ _swig_go_
 }
 
 
-intgo _wrap_weft_pipe_partition_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, double *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5) {
+intgo _wrap_weft_pipe_partition_cweft_917c2c0102c25e54(_goslice_ _swig_go_0, long long *_swig_go_1, double *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2565,7 +2566,7 @@ intgo _wrap_weft_pipe_partition_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, lon
 }
 
 
-intgo _wrap_weft_pipe_plan_create_cweft_01d9c52f573609d2(weft_pipe_plan **_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, weft_pipe_plan_options *_swig_go_3, struct weft_pipe_plan *_swig_go_4) {
+intgo _wrap_weft_pipe_plan_create_cweft_917c2c0102c25e54(weft_pipe_plan **_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, weft_pipe_plan_options *_swig_go_3, struct weft_pipe_plan *_swig_go_4) {
   weft_pipe_plan **arg1 = (weft_pipe_plan **) 0 ;
   double *arg2 = (double *) 0 ;
   size_t arg3 ;
@@ -2590,7 +2591,7 @@ intgo _wrap_weft_pipe_plan_create_cweft_01d9c52f573609d2(weft_pipe_plan **_swig_
 }
 
 
-void _wrap_weft_pipe_plan_destroy_cweft_01d9c52f573609d2(struct weft_pipe_plan *_swig_go_0) {
+void _wrap_weft_pipe_plan_destroy_cweft_917c2c0102c25e54(struct weft_pipe_plan *_swig_go_0) {
   weft_pipe_plan *arg1 = (weft_pipe_plan *) 0 ;
   
   arg1 = *(weft_pipe_plan **)&_swig_go_0; 
@@ -2600,7 +2601,7 @@ void _wrap_weft_pipe_plan_destroy_cweft_01d9c52f573609d2(struct weft_pipe_plan *
 }
 
 
-intgo _wrap_weft_pipe_plan_get_info_cweft_01d9c52f573609d2(weft_pipe_plan_info *_swig_go_0, struct weft_pipe_plan *_swig_go_1) {
+intgo _wrap_weft_pipe_plan_get_info_cweft_917c2c0102c25e54(weft_pipe_plan_info *_swig_go_0, struct weft_pipe_plan *_swig_go_1) {
   weft_pipe_plan_info *arg1 = (weft_pipe_plan_info *) 0 ;
   weft_pipe_plan *arg2 = (weft_pipe_plan *) 0 ;
   weft_status result;
@@ -2615,7 +2616,7 @@ intgo _wrap_weft_pipe_plan_get_info_cweft_01d9c52f573609d2(weft_pipe_plan_info *
 }
 
 
-intgo _wrap_weft_pipe_plan_boundaries_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_pipe_plan *_swig_go_2) {
+intgo _wrap_weft_pipe_plan_boundaries_cweft_917c2c0102c25e54(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_pipe_plan *_swig_go_2) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2636,7 +2637,7 @@ intgo _wrap_weft_pipe_plan_boundaries_cweft_01d9c52f573609d2(_goslice_ _swig_go_
 }
 
 
-intgo _wrap_weft_pipe_plan_stage_costs_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_pipe_plan *_swig_go_2) {
+intgo _wrap_weft_pipe_plan_stage_costs_cweft_917c2c0102c25e54(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_pipe_plan *_swig_go_2) {
   double *arg1 = (double *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2657,7 +2658,7 @@ intgo _wrap_weft_pipe_plan_stage_costs_cweft_01d9c52f573609d2(_goslice_ _swig_go
 }
 
 
-intgo _wrap_weft_pipe_plan_newly_active_cweft_01d9c52f573609d2(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_pipe_plan *_swig_go_2) {
+intgo _wrap_weft_pipe_plan_newly_active_cweft_917c2c0102c25e54(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_pipe_plan *_swig_go_2) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2678,7 +2679,7 @@ intgo _wrap_weft_pipe_plan_newly_active_cweft_01d9c52f573609d2(_goslice_ _swig_g
 }
 
 
-intgo _wrap_weft_pipe_plan_role_cweft_01d9c52f573609d2(int *_swig_go_0, int *_swig_go_1, struct weft_pipe_plan *_swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_pipe_plan_role_cweft_917c2c0102c25e54(int *_swig_go_0, int *_swig_go_1, struct weft_pipe_plan *_swig_go_2, intgo _swig_go_3) {
   int *arg1 = (int *) 0 ;
   int *arg2 = (int *) 0 ;
   weft_pipe_plan *arg3 = (weft_pipe_plan *) 0 ;
@@ -2697,7 +2698,7 @@ intgo _wrap_weft_pipe_plan_role_cweft_01d9c52f573609d2(int *_swig_go_0, int *_sw
 }
 
 
-intgo _wrap_WEFT_PIPE_SCHEDULE_GPIPE_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_PIPE_SCHEDULE_GPIPE_cweft_917c2c0102c25e54() {
   enum weft_pipe_schedule_kind result;
   intgo _swig_go_result;
   
@@ -2709,7 +2710,7 @@ intgo _wrap_WEFT_PIPE_SCHEDULE_GPIPE_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_WEFT_PIPE_SCHEDULE_1F1B_cweft_01d9c52f573609d2() {
+intgo _wrap_WEFT_PIPE_SCHEDULE_1F1B_cweft_917c2c0102c25e54() {
   enum weft_pipe_schedule_kind result;
   intgo _swig_go_result;
   
@@ -2721,7 +2722,7 @@ intgo _wrap_WEFT_PIPE_SCHEDULE_1F1B_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_pipe_schedule_bubble_cweft_01d9c52f573609d2(double *_swig_go_0, int *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, intgo _swig_go_4) {
+intgo _wrap_weft_pipe_schedule_bubble_cweft_917c2c0102c25e54(double *_swig_go_0, int *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, intgo _swig_go_4) {
   double *arg1 = (double *) 0 ;
   int *arg2 = (int *) 0 ;
   weft_pipe_schedule_kind arg3 ;
@@ -2742,7 +2743,7 @@ intgo _wrap_weft_pipe_schedule_bubble_cweft_01d9c52f573609d2(double *_swig_go_0,
 }
 
 
-intgo _wrap_weft_config_set_cweft_01d9c52f573609d2(_gostring_ _swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_weft_config_set_cweft_917c2c0102c25e54(_gostring_ _swig_go_0, _gostring_ _swig_go_1) {
   char *arg1 = (char *) 0 ;
   char *arg2 = (char *) 0 ;
   weft_status result;
@@ -2767,7 +2768,7 @@ intgo _wrap_weft_config_set_cweft_01d9c52f573609d2(_gostring_ _swig_go_0, _gostr
 }
 
 
-intgo _wrap_weft_config_unset_cweft_01d9c52f573609d2(_gostring_ _swig_go_0) {
+intgo _wrap_weft_config_unset_cweft_917c2c0102c25e54(_gostring_ _swig_go_0) {
   char *arg1 = (char *) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -2785,7 +2786,7 @@ intgo _wrap_weft_config_unset_cweft_01d9c52f573609d2(_gostring_ _swig_go_0) {
 }
 
 
-intgo _wrap_weft_config_get_cweft_01d9c52f573609d2(char **_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_weft_config_get_cweft_917c2c0102c25e54(char **_swig_go_0, _gostring_ _swig_go_1) {
   char **arg1 = (char **) 0 ;
   char *arg2 = (char *) 0 ;
   weft_status result;
@@ -2805,7 +2806,7 @@ intgo _wrap_weft_config_get_cweft_01d9c52f573609d2(char **_swig_go_0, _gostring_
 }
 
 
-_gostring_ _wrap_weft_config_describe_cweft_01d9c52f573609d2() {
+_gostring_ _wrap_weft_config_describe_cweft_917c2c0102c25e54() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -2816,7 +2817,7 @@ _gostring_ _wrap_weft_config_describe_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_timeline_start_cweft_01d9c52f573609d2(_gostring_ _swig_go_0) {
+intgo _wrap_weft_timeline_start_cweft_917c2c0102c25e54(_gostring_ _swig_go_0) {
   char *arg1 = (char *) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -2834,7 +2835,7 @@ intgo _wrap_weft_timeline_start_cweft_01d9c52f573609d2(_gostring_ _swig_go_0) {
 }
 
 
-intgo _wrap_weft_timeline_stop_cweft_01d9c52f573609d2() {
+intgo _wrap_weft_timeline_stop_cweft_917c2c0102c25e54() {
   weft_status result;
   intgo _swig_go_result;
   
@@ -2845,7 +2846,7 @@ intgo _wrap_weft_timeline_stop_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weft_timeline_start_activity_cweft_01d9c52f573609d2(_gostring_ _swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_weft_timeline_start_activity_cweft_917c2c0102c25e54(_gostring_ _swig_go_0, _gostring_ _swig_go_1) {
   char *arg1 = (char *) 0 ;
   char *arg2 = (char *) 0 ;
   weft_status result;
@@ -2870,7 +2871,7 @@ intgo _wrap_weft_timeline_start_activity_cweft_01d9c52f573609d2(_gostring_ _swig
 }
 
 
-intgo _wrap_weft_timeline_end_activity_cweft_01d9c52f573609d2(_gostring_ _swig_go_0) {
+intgo _wrap_weft_timeline_end_activity_cweft_917c2c0102c25e54(_gostring_ _swig_go_0) {
   char *arg1 = (char *) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -2888,7 +2889,7 @@ intgo _wrap_weft_timeline_end_activity_cweft_01d9c52f573609d2(_gostring_ _swig_g
 }
 
 
-intgo _wrap_weft_timeline_active_cweft_01d9c52f573609d2() {
+intgo _wrap_weft_timeline_active_cweft_917c2c0102c25e54() {
   int result;
   intgo _swig_go_result;
   
@@ -2899,7 +2900,7 @@ intgo _wrap_weft_timeline_active_cweft_01d9c52f573609d2() {
 }
 
 
-intgo _wrap_weftgo_allreduce_cweft_01d9c52f573609d2(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, _goslice_ _swig_go_7, _gostring_ _swig_go_8) {
+intgo _wrap_weftgo_allreduce_cweft_917c2c0102c25e54(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, _goslice_ _swig_go_7, _gostring_ _swig_go_8) {
   weft_request **arg1 = (weft_request **) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2941,7 +2942,7 @@ intgo _wrap_weftgo_allreduce_cweft_01d9c52f573609d2(weft_request **_swig_go_0, v
 }
 
 
-intgo _wrap_weftgo_broadcast_cweft_01d9c52f573609d2(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, _goslice_ _swig_go_7, _gostring_ _swig_go_8) {
+intgo _wrap_weftgo_broadcast_cweft_917c2c0102c25e54(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, _goslice_ _swig_go_7, _gostring_ _swig_go_8) {
   weft_request **arg1 = (weft_request **) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -2983,7 +2984,7 @@ intgo _wrap_weftgo_broadcast_cweft_01d9c52f573609d2(weft_request **_swig_go_0, v
 }
 
 
-intgo _wrap_weftgo_send_cweft_01d9c52f573609d2(weft_request **_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, intgo _swig_go_5, _gostring_ _swig_go_6) {
+intgo _wrap_weftgo_send_cweft_917c2c0102c25e54(weft_request **_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, intgo _swig_go_5, _gostring_ _swig_go_6) {
   weft_request **arg1 = (weft_request **) 0 ;
   void *arg2 = (void *) 0 ;
   int arg3 ;
@@ -3017,7 +3018,7 @@ intgo _wrap_weftgo_send_cweft_01d9c52f573609d2(weft_request **_swig_go_0, void *
 }
 
 
-intgo _wrap_weftgo_recv_cweft_01d9c52f573609d2(weft_request **_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, intgo _swig_go_5, _gostring_ _swig_go_6) {
+intgo _wrap_weftgo_recv_cweft_917c2c0102c25e54(weft_request **_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, intgo _swig_go_5, _gostring_ _swig_go_6) {
   weft_request **arg1 = (weft_request **) 0 ;
   void *arg2 = (void *) 0 ;
   int arg3 ;
@@ -3051,7 +3052,7 @@ intgo _wrap_weftgo_recv_cweft_01d9c52f573609d2(weft_request **_swig_go_0, void *
 }
 
 
-intgo _wrap_weftgo_allgather_cweft_01d9c52f573609d2(weft_request **_swig_go_0, DLManagedTensor **_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, _gostring_ _swig_go_6) {
+intgo _wrap_weftgo_allgather_cweft_917c2c0102c25e54(weft_request **_swig_go_0, DLManagedTensor **_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, _gostring_ _swig_go_6) {
   weft_request **arg1 = (weft_request **) 0 ;
   DLManagedTensor **arg2 = (DLManagedTensor **) 0 ;
   void *arg3 = (void *) 0 ;
@@ -3085,7 +3086,7 @@ intgo _wrap_weftgo_allgather_cweft_01d9c52f573609d2(weft_request **_swig_go_0, D
 }
 
 
-intgo _wrap_weftgo_neighbor_allgather_cweft_01d9c52f573609d2(weft_request **_swig_go_0, DLManagedTensor **_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, _goslice_ _swig_go_7, _goslice_ _swig_go_8, _gostring_ _swig_go_9) {
+intgo _wrap_weftgo_neighbor_allgather_cweft_917c2c0102c25e54(weft_request **_swig_go_0, DLManagedTensor **_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, _goslice_ _swig_go_7, _goslice_ _swig_go_8, _gostring_ _swig_go_9) {
   weft_request **arg1 = (weft_request **) 0 ;
   DLManagedTensor **arg2 = (DLManagedTensor **) 0 ;
   void *arg3 = (void *) 0 ;
@@ -3133,7 +3134,7 @@ intgo _wrap_weftgo_neighbor_allgather_cweft_01d9c52f573609d2(weft_request **_swi
 }
 
 
-intgo _wrap_weftgo_neighbor_allreduce_cweft_01d9c52f573609d2(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, double _swig_go_7, _goslice_ _swig_go_8, intgo _swig_go_9, _goslice_ _swig_go_10, _gostring_ _swig_go_11) {
+intgo _wrap_weftgo_neighbor_allreduce_cweft_917c2c0102c25e54(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, double _swig_go_7, _goslice_ _swig_go_8, intgo _swig_go_9, _goslice_ _swig_go_10, _gostring_ _swig_go_11) {
   weft_request **arg1 = (weft_request **) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -3185,7 +3186,7 @@ intgo _wrap_weftgo_neighbor_allreduce_cweft_01d9c52f573609d2(weft_request **_swi
 }
 
 
-intgo _wrap_weftgo_hierarchical_neighbor_allreduce_cweft_01d9c52f573609d2(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, double _swig_go_7, _goslice_ _swig_go_8, intgo _swig_go_9, _goslice_ _swig_go_10, _gostring_ _swig_go_11) {
+intgo _wrap_weftgo_hierarchical_neighbor_allreduce_cweft_917c2c0102c25e54(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, double _swig_go_7, _goslice_ _swig_go_8, intgo _swig_go_9, _goslice_ _swig_go_10, _gostring_ _swig_go_11) {
   weft_request **arg1 = (weft_request **) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -3237,7 +3238,7 @@ intgo _wrap_weftgo_hierarchical_neighbor_allreduce_cweft_01d9c52f573609d2(weft_r
 }
 
 
-intgo _wrap_weftgo_pair_gossip_cweft_01d9c52f573609d2(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, double _swig_go_7, double _swig_go_8, _gostring_ _swig_go_9) {
+intgo _wrap_weftgo_pair_gossip_cweft_917c2c0102c25e54(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, double _swig_go_7, double _swig_go_8, _gostring_ _swig_go_9) {
   weft_request **arg1 = (weft_request **) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -3277,7 +3278,7 @@ intgo _wrap_weftgo_pair_gossip_cweft_01d9c52f573609d2(weft_request **_swig_go_0,
 }
 
 
-intgo _wrap_weftgo_win_create_cweft_01d9c52f573609d2(void *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, _gostring_ _swig_go_4, intgo _swig_go_5, _gostring_ _swig_go_6) {
+intgo _wrap_weftgo_win_create_cweft_917c2c0102c25e54(void *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, _gostring_ _swig_go_4, intgo _swig_go_5, _gostring_ _swig_go_6) {
   void *arg1 = (void *) 0 ;
   int arg2 ;
   int arg3 ;
@@ -3316,7 +3317,7 @@ intgo _wrap_weftgo_win_create_cweft_01d9c52f573609d2(void *_swig_go_0, intgo _sw
 }
 
 
-intgo _wrap_weftgo_win_put_cweft_01d9c52f573609d2(weft_request **_swig_go_0, intgo _swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, _gostring_ _swig_go_6, double _swig_go_7, intgo _swig_go_8, _goslice_ _swig_go_9, intgo _swig_go_10) {
+intgo _wrap_weftgo_win_put_cweft_917c2c0102c25e54(weft_request **_swig_go_0, intgo _swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, _gostring_ _swig_go_6, double _swig_go_7, intgo _swig_go_8, _goslice_ _swig_go_9, intgo _swig_go_10) {
   weft_request **arg1 = (weft_request **) 0 ;
   int arg2 ;
   void *arg3 = (void *) 0 ;
@@ -3362,7 +3363,7 @@ intgo _wrap_weftgo_win_put_cweft_01d9c52f573609d2(weft_request **_swig_go_0, int
 }
 
 
-intgo _wrap_weftgo_win_get_cweft_01d9c52f573609d2(weft_request **_swig_go_0, _gostring_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4) {
+intgo _wrap_weftgo_win_get_cweft_917c2c0102c25e54(weft_request **_swig_go_0, _gostring_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4) {
   weft_request **arg1 = (weft_request **) 0 ;
   char *arg2 = (char *) 0 ;
   int arg3 ;
@@ -3392,7 +3393,7 @@ intgo _wrap_weftgo_win_get_cweft_01d9c52f573609d2(weft_request **_swig_go_0, _go
 }
 
 
-intgo _wrap_weftgo_win_update_cweft_01d9c52f573609d2(_gostring_ _swig_go_0, intgo _swig_go_1, double _swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5) {
+intgo _wrap_weftgo_win_update_cweft_917c2c0102c25e54(_gostring_ _swig_go_0, intgo _swig_go_1, double _swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5) {
   char *arg1 = (char *) 0 ;
   int arg2 ;
   double arg3 ;
@@ -3424,7 +3425,7 @@ intgo _wrap_weftgo_win_update_cweft_01d9c52f573609d2(_gostring_ _swig_go_0, intg
 }
 
 
-void *_wrap_weftgo_shared_alloc_cweft_01d9c52f573609d2(long long _swig_go_0) {
+void *_wrap_weftgo_shared_alloc_cweft_917c2c0102c25e54(long long _swig_go_0) {
   size_t arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -3437,7 +3438,7 @@ void *_wrap_weftgo_shared_alloc_cweft_01d9c52f573609d2(long long _swig_go_0) {
 }
 
 
-void _wrap_weftgo_shared_ref_cweft_01d9c52f573609d2(void *_swig_go_0) {
+void _wrap_weftgo_shared_ref_cweft_917c2c0102c25e54(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = _swig_go_0; 
@@ -3447,7 +3448,7 @@ void _wrap_weftgo_shared_ref_cweft_01d9c52f573609d2(void *_swig_go_0) {
 }
 
 
-void _wrap_weftgo_shared_unref_cweft_01d9c52f573609d2(void *_swig_go_0) {
+void _wrap_weftgo_shared_unref_cweft_917c2c0102c25e54(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = _swig_go_0; 
@@ -3457,7 +3458,7 @@ void _wrap_weftgo_shared_unref_cweft_01d9c52f573609d2(void *_swig_go_0) {
 }
 
 
-void *_wrap_weftgo_alloc_cweft_01d9c52f573609d2(long long _swig_go_0) {
+void *_wrap_weftgo_alloc_cweft_917c2c0102c25e54(long long _swig_go_0) {
   size_t arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -3470,7 +3471,7 @@ void *_wrap_weftgo_alloc_cweft_01d9c52f573609d2(long long _swig_go_0) {
 }
 
 
-void _wrap_weftgo_free_cweft_01d9c52f573609d2(void *_swig_go_0) {
+void _wrap_weftgo_free_cweft_917c2c0102c25e54(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = _swig_go_0; 
@@ -3480,7 +3481,7 @@ void _wrap_weftgo_free_cweft_01d9c52f573609d2(void *_swig_go_0) {
 }
 
 
-intgo _wrap_weftgo_request_free_after_completion_cweft_01d9c52f573609d2(struct weft_request *_swig_go_0, void *_swig_go_1) {
+intgo _wrap_weftgo_request_free_after_completion_cweft_917c2c0102c25e54(struct weft_request *_swig_go_0, void *_swig_go_1) {
   weft_request *arg1 = (weft_request *) 0 ;
   void *arg2 = (void *) 0 ;
   weft_status result;
@@ -3495,7 +3496,7 @@ intgo _wrap_weftgo_request_free_after_completion_cweft_01d9c52f573609d2(struct w
 }
 
 
-void *_wrap_weftgo_managed_data_cweft_01d9c52f573609d2(struct DLManagedTensor *_swig_go_0) {
+void *_wrap_weftgo_managed_data_cweft_917c2c0102c25e54(struct DLManagedTensor *_swig_go_0) {
   DLManagedTensor *arg1 = (DLManagedTensor *) 0 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -3508,7 +3509,7 @@ void *_wrap_weftgo_managed_data_cweft_01d9c52f573609d2(struct DLManagedTensor *_
 }
 
 
-long long _wrap_weftgo_managed_numel_cweft_01d9c52f573609d2(struct DLManagedTensor *_swig_go_0) {
+long long _wrap_weftgo_managed_numel_cweft_917c2c0102c25e54(struct DLManagedTensor *_swig_go_0) {
   DLManagedTensor *arg1 = (DLManagedTensor *) 0 ;
   long long result;
   long long _swig_go_result;
@@ -3521,7 +3522,7 @@ long long _wrap_weftgo_managed_numel_cweft_01d9c52f573609d2(struct DLManagedTens
 }
 
 
-intgo _wrap_weftgo_managed_ndim_cweft_01d9c52f573609d2(struct DLManagedTensor *_swig_go_0) {
+intgo _wrap_weftgo_managed_ndim_cweft_917c2c0102c25e54(struct DLManagedTensor *_swig_go_0) {
   DLManagedTensor *arg1 = (DLManagedTensor *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3534,7 +3535,7 @@ intgo _wrap_weftgo_managed_ndim_cweft_01d9c52f573609d2(struct DLManagedTensor *_
 }
 
 
-long long _wrap_weftgo_managed_dim_cweft_01d9c52f573609d2(struct DLManagedTensor *_swig_go_0, intgo _swig_go_1) {
+long long _wrap_weftgo_managed_dim_cweft_917c2c0102c25e54(struct DLManagedTensor *_swig_go_0, intgo _swig_go_1) {
   DLManagedTensor *arg1 = (DLManagedTensor *) 0 ;
   int arg2 ;
   long long result;
@@ -3549,7 +3550,7 @@ long long _wrap_weftgo_managed_dim_cweft_01d9c52f573609d2(struct DLManagedTensor
 }
 
 
-intgo _wrap_weftgo_managed_dtype_cweft_01d9c52f573609d2(struct DLManagedTensor *_swig_go_0) {
+intgo _wrap_weftgo_managed_dtype_cweft_917c2c0102c25e54(struct DLManagedTensor *_swig_go_0) {
   DLManagedTensor *arg1 = (DLManagedTensor *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3562,7 +3563,7 @@ intgo _wrap_weftgo_managed_dtype_cweft_01d9c52f573609d2(struct DLManagedTensor *
 }
 
 
-void _wrap_weftgo_managed_delete_cweft_01d9c52f573609d2(struct DLManagedTensor *_swig_go_0) {
+void _wrap_weftgo_managed_delete_cweft_917c2c0102c25e54(struct DLManagedTensor *_swig_go_0) {
   DLManagedTensor *arg1 = (DLManagedTensor *) 0 ;
   
   arg1 = *(DLManagedTensor **)&_swig_go_0; 

@@ -228,18 +228,22 @@ _Static_assert(sizeof(weft_pipe_plan_info) == 40 && offsetof(weft_pipe_plan_info
                "weft_pipe_plan_info must match cwefttrainer.PlanInfo");
 _Static_assert(sizeof(weft_pipe_trainer*) == sizeof(uintptr_t), "handles are uintptr");
 
+
+
 /* A CPU DLTensor over `data` (dtype (code, bits), lanes 1), shape borrowed, contiguous. */
-static DLTensor weftgo_trainer_tensor(void* data, int code, int bits, const int64_t* shape,
-                                      size_t ndim) {
+static DLTensor weftgo_tensor(void* data, int code, int bits, const int64_t* shape,
+                              size_t ndim) {
   DLTensor t;
-  memset(&t, 0, sizeof t);
   t.data = data;
   t.device.device_type = kDLCPU;
+  t.device.device_id = 0;
   t.ndim = (int)ndim;
   t.dtype.code = (uint8_t)code;
   t.dtype.bits = (uint8_t)bits;
   t.dtype.lanes = 1;
   t.shape = (int64_t*)shape;
+  t.strides = NULL;
+  t.byte_offset = 0;
   return t;
 }
 
@@ -279,9 +283,8 @@ int weftgo_trainer_train_epoch(weft_pipe_trainer* trainer, void* in, int code, i
                                const int64_t* shape, size_t ndim, void* targets,
                                int target_code, int target_bits, const int64_t* target_shape,
                                size_t target_ndim, weft_pipe_epoch_metrics* metrics) {
-  DLTensor x = weftgo_trainer_tensor(in, code, bits, shape, ndim);
-  DLTensor y = weftgo_trainer_tensor(targets, target_code, target_bits, target_shape,
-                                     target_ndim);
+  DLTensor x = weftgo_tensor(in, code, bits, shape, ndim);
+  DLTensor y = weftgo_tensor(targets, target_code, target_bits, target_shape, target_ndim);
   return (int)weft_pipe_trainer_train_epoch(trainer, &x, &y, metrics);
 }
 
@@ -289,9 +292,8 @@ int weftgo_trainer_evaluate(weft_pipe_trainer* trainer, void* in, int code, int 
                             const int64_t* shape, size_t ndim, void* targets, int target_code,
                             int target_bits, const int64_t* target_shape, size_t target_ndim,
                             double* accuracy) {
-  DLTensor x = weftgo_trainer_tensor(in, code, bits, shape, ndim);
-  DLTensor y = weftgo_trainer_tensor(targets, target_code, target_bits, target_shape,
-                                     target_ndim);
+  DLTensor x = weftgo_tensor(in, code, bits, shape, ndim);
+  DLTensor y = weftgo_tensor(targets, target_code, target_bits, target_shape, target_ndim);
   return (int)weft_pipe_trainer_evaluate(trainer, &x, &y, accuracy);
 }
 
@@ -328,7 +330,7 @@ int weftgo_trainer_loss(int which) {
 extern "C" {
 #endif
 
-void _wrap_Swig_free_cwefttrainer_40da71338671612b(void *_swig_go_0) {
+void _wrap_Swig_free_cwefttrainer_bcc2f5ae0406260d(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -338,7 +340,7 @@ void _wrap_Swig_free_cwefttrainer_40da71338671612b(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_cwefttrainer_40da71338671612b(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_cwefttrainer_bcc2f5ae0406260d(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -351,7 +353,7 @@ void *_wrap_Swig_malloc_cwefttrainer_40da71338671612b(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_weftgo_trainer_create_cwefttrainer_40da71338671612b(weft_pipe_trainer **_swig_go_0, _gostring_ _swig_go_1, weftgo_pipe_trainer_numbers *_swig_go_2, _gostring_ _swig_go_3, _gostring_ _swig_go_4) {
+intgo _wrap_weftgo_trainer_create_cwefttrainer_bcc2f5ae0406260d(weft_pipe_trainer **_swig_go_0, _gostring_ _swig_go_1, weftgo_pipe_trainer_numbers *_swig_go_2, _gostring_ _swig_go_3, _gostring_ _swig_go_4) {
   weft_pipe_trainer **arg1 = (weft_pipe_trainer **) 0 ;
   char *arg2 = (char *) 0 ;
   weftgo_pipe_trainer_numbers *arg3 = (weftgo_pipe_trainer_numbers *) 0 ;
@@ -387,7 +389,7 @@ intgo _wrap_weftgo_trainer_create_cwefttrainer_40da71338671612b(weft_pipe_traine
 }
 
 
-intgo _wrap_weftgo_trainer_train_epoch_cwefttrainer_40da71338671612b(struct weft_pipe_trainer *_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, void *_swig_go_5, intgo _swig_go_6, intgo _swig_go_7, _goslice_ _swig_go_8, weft_pipe_epoch_metrics *_swig_go_9) {
+intgo _wrap_weftgo_trainer_train_epoch_cwefttrainer_bcc2f5ae0406260d(struct weft_pipe_trainer *_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, void *_swig_go_5, intgo _swig_go_6, intgo _swig_go_7, _goslice_ _swig_go_8, weft_pipe_epoch_metrics *_swig_go_9) {
   weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
   void *arg2 = (void *) 0 ;
   int arg3 ;
@@ -426,7 +428,7 @@ intgo _wrap_weftgo_trainer_train_epoch_cwefttrainer_40da71338671612b(struct weft
 }
 
 
-intgo _wrap_weftgo_trainer_evaluate_cwefttrainer_40da71338671612b(struct weft_pipe_trainer *_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, void *_swig_go_5, intgo _swig_go_6, intgo _swig_go_7, _goslice_ _swig_go_8, double *_swig_go_9) {
+intgo _wrap_weftgo_trainer_evaluate_cwefttrainer_bcc2f5ae0406260d(struct weft_pipe_trainer *_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, void *_swig_go_5, intgo _swig_go_6, intgo _swig_go_7, _goslice_ _swig_go_8, double *_swig_go_9) {
   weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
   void *arg2 = (void *) 0 ;
   int arg3 ;
@@ -465,7 +467,7 @@ intgo _wrap_weftgo_trainer_evaluate_cwefttrainer_40da71338671612b(struct weft_pi
 }
 
 
-intgo _wrap_weftgo_trainer_last_line_cwefttrainer_40da71338671612b(struct weft_pipe_trainer *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_weftgo_trainer_last_line_cwefttrainer_bcc2f5ae0406260d(struct weft_pipe_trainer *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
   weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
   char *arg2 = (char *) 0 ;
   size_t arg3 ;
@@ -486,7 +488,7 @@ intgo _wrap_weftgo_trainer_last_line_cwefttrainer_40da71338671612b(struct weft_p
 }
 
 
-intgo _wrap_weftgo_trainer_role_cwefttrainer_40da71338671612b(struct weft_pipe_trainer *_swig_go_0, int *_swig_go_1, int *_swig_go_2) {
+intgo _wrap_weftgo_trainer_role_cwefttrainer_bcc2f5ae0406260d(struct weft_pipe_trainer *_swig_go_0, int *_swig_go_1, int *_swig_go_2) {
   weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
   int *arg2 = (int *) 0 ;
   int *arg3 = (int *) 0 ;
@@ -503,7 +505,7 @@ intgo _wrap_weftgo_trainer_role_cwefttrainer_40da71338671612b(struct weft_pipe_t
 }
 
 
-intgo _wrap_weftgo_trainer_plan_info_cwefttrainer_40da71338671612b(struct weft_pipe_trainer *_swig_go_0, weft_pipe_plan_info *_swig_go_1) {
+intgo _wrap_weftgo_trainer_plan_info_cwefttrainer_bcc2f5ae0406260d(struct weft_pipe_trainer *_swig_go_0, weft_pipe_plan_info *_swig_go_1) {
   weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
   weft_pipe_plan_info *arg2 = (weft_pipe_plan_info *) 0 ;
   int result;
@@ -518,7 +520,7 @@ intgo _wrap_weftgo_trainer_plan_info_cwefttrainer_40da71338671612b(struct weft_p
 }
 
 
-void _wrap_weftgo_trainer_destroy_cwefttrainer_40da71338671612b(struct weft_pipe_trainer *_swig_go_0) {
+void _wrap_weftgo_trainer_destroy_cwefttrainer_bcc2f5ae0406260d(struct weft_pipe_trainer *_swig_go_0) {
   weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
   
   arg1 = *(weft_pipe_trainer **)&_swig_go_0; 
@@ -528,7 +530,7 @@ void _wrap_weftgo_trainer_destroy_cwefttrainer_40da71338671612b(struct weft_pipe
 }
 
 
-_gostring_ _wrap_weftgo_trainer_last_error_cwefttrainer_40da71338671612b() {
+_gostring_ _wrap_weftgo_trainer_last_error_cwefttrainer_bcc2f5ae0406260d() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -539,7 +541,7 @@ _gostring_ _wrap_weftgo_trainer_last_error_cwefttrainer_40da71338671612b() {
 }
 
 
-intgo _wrap_weftgo_trainer_optimizer_cwefttrainer_40da71338671612b(intgo _swig_go_0) {
+intgo _wrap_weftgo_trainer_optimizer_cwefttrainer_bcc2f5ae0406260d(intgo _swig_go_0) {
   int arg1 ;
   int result;
   intgo _swig_go_result;
@@ -552,7 +554,7 @@ intgo _wrap_weftgo_trainer_optimizer_cwefttrainer_40da71338671612b(intgo _swig_g
 }
 
 
-intgo _wrap_weftgo_trainer_loss_cwefttrainer_40da71338671612b(intgo _swig_go_0) {
+intgo _wrap_weftgo_trainer_loss_cwefttrainer_bcc2f5ae0406260d(intgo _swig_go_0) {
   int arg1 ;
   int result;
   intgo _swig_go_result;
