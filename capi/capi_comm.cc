@@ -12,21 +12,49 @@
 #include "comm/comm.h"
 #include "comm/refuse.h"
 #include "comm/topology.h"
-
+#include "core/host_pool.h"
 
 namespace weft {
 namespace capi {
 
-// The output of an allgather op: allocated by weft once the ranks agree on its shape, then
-// handed to the caller as a DLManagedTensor whose deleter frees everything.
+// An output weft allocates (allgather's, once the ranks agree on its shape, and
+// weft_tensor_empty_like's), handed to the caller as a DLManagedTensor whose deleter gives
+// the memory back to the process's HostPool.
 struct ManagedOutput {
   DLManagedTensor managed;
   std::vector<int64_t> shape;
   void* data = nullptr;
+  size_t bytes = 0;
+
+  static StatusOr<ManagedOutput*> New(DType dtype, const std::vector<int64_t>& shape) {
+    auto out = std::make_unique<ManagedOutput>();
+    out->shape = shape;
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    out->bytes = static_cast<size_t>(numel) * DTypeSize(dtype);
+    // 64-byte aligned (what NumPy and vectorized kernels like), never NULL (an empty
+    // result still gets a valid pointer).
+    out->data = HostPool::Global().Allocate(out->bytes);
+    if (out->data == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", out->bytes, " bytes for the op's output"));
+    }
+    DLTensor& dl = out->managed.dl_tensor;
+    dl.data = out->data;
+    dl.device = DLDevice{kDLCPU, 0};
+    dl.ndim = static_cast<int32_t>(out->shape.size());
+    dl.dtype = ToDLDataType(dtype);
+    dl.shape = out->shape.data();
+    dl.strides = nullptr;  // contiguous
+    dl.byte_offset = 0;
+    out->managed.manager_ctx = out.get();
+    out->managed.deleter = &ManagedOutput::Delete;
+    return out.release();
+  }
 
   static void Delete(DLManagedTensor* self) {
     auto* owner = static_cast<ManagedOutput*>(self->manager_ctx);
-    std::free(owner->data);
+    HostPool::Global().Release(owner->data, owner->bytes);
     delete owner;
   }
 };
@@ -50,33 +78,11 @@ struct OutputSlot {
 
 Allocator SlotAllocator(const std::shared_ptr<OutputSlot>& slot) {
   return [slot](DType dtype, const std::vector<int64_t>& shape) -> StatusOr<TensorView> {
-    auto out = std::make_unique<ManagedOutput>();
-    out->shape = shape;
-    int64_t numel = 1;
-    for (int64_t d : shape) numel *= d;
-    // 64-byte alignment (what NumPy and vectorized kernels like); at least one line so
-    // that an empty result still has a valid pointer.
-    const size_t bytes = static_cast<size_t>(numel) * DTypeSize(dtype);
-    const size_t rounded = ((bytes + 63) / 64) * 64;
-    out->data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-    if (out->data == nullptr) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cannot allocate ", bytes, " bytes for the op's output"));
-    }
+    WEFT_ASSIGN_OR_RETURN(ManagedOutput * out, ManagedOutput::New(dtype, shape));
     TensorView view(out->data, dtype, out->shape);
-    DLTensor& dl = out->managed.dl_tensor;
-    dl.data = out->data;
-    dl.device = DLDevice{kDLCPU, 0};
-    dl.ndim = static_cast<int32_t>(out->shape.size());
-    dl.dtype = ToDLDataType(dtype);
-    dl.shape = out->shape.data();
-    dl.strides = nullptr;  // contiguous
-    dl.byte_offset = 0;
-    out->managed.manager_ctx = out.get();
-    out->managed.deleter = &ManagedOutput::Delete;
     std::lock_guard<std::mutex> lock(slot->mu);
     if (slot->output != nullptr) ManagedOutput::Delete(&slot->output->managed);
-    slot->output = out.release();
+    slot->output = out;
     return view;
   };
 }
@@ -530,6 +536,23 @@ weft_status weft_comm_broadcast_ranks_nonblocking(weft_request** request, const 
                                weft::broadcast_nonblocking(i, o, root_rank, NameOrEmpty(name), set),
                                fn);
                  });
+}
+
+weft_status weft_tensor_empty_like(DLManagedTensor** out, const DLTensor* like) {
+  const char* fn = "weft_tensor_empty_like";
+  return Guard(fn, [&]() -> Status {
+    WEFT_RETURN_IF_ERROR(Required(out, fn, "out"));
+    *out = nullptr;
+    WEFT_ASSIGN_OR_RETURN(TensorView view, View(like, fn, "like"));
+    if (view.device().type != weft::Device::Type::kCPU) {
+      return weft::InvalidArgument(fn, ": like is on ", view.device().ToString(),
+                                   "; weft allocates host (CPU) outputs only");
+    }
+    WEFT_ASSIGN_OR_RETURN(weft::capi::ManagedOutput * output,
+                          weft::capi::ManagedOutput::New(view.dtype(), view.shape()));
+    *out = &output->managed;
+    return weft::OkStatus();
+  });
 }
 
 weft_status weft_comm_allgather(DLManagedTensor** out, const DLTensor* in, const char* name) {

@@ -33,6 +33,41 @@ static void TestBeforeInit(void) {
   FAILS(weft_timeline_start("/tmp/never.json"), WEFT_ERR_FAILED_PRECONDITION, "init");
 }
 
+/* weft_tensor_empty_like: needs no init; large outputs are reused once freed. */
+static void TestOutputs(void) {
+  float x[4] = {1, 2, 3, 4};
+  int64_t shape[2] = {2, 2};
+  int64_t big_shape[1] = {(1 << 20) / 4 + 3}; /* 1 MiB and 12 bytes */
+  DLTensor t = Tensor(x, kDLFloat, 32, 2, shape);
+  DLTensor big = Tensor(x, kDLInt, 64, 1, big_shape); /* describes; never read */
+  DLManagedTensor* out = NULL;
+  void* first;
+  OK(weft_tensor_empty_like(&out, &t));
+  CHECK(out != NULL && out->deleter != NULL && out->dl_tensor.ndim == 2);
+  CHECK(out->dl_tensor.shape[0] == 2 && out->dl_tensor.shape[1] == 2);
+  CHECK(out->dl_tensor.dtype.code == kDLFloat && out->dl_tensor.dtype.bits == 32);
+  CHECK(out->dl_tensor.strides == NULL && out->dl_tensor.device.device_type == kDLCPU);
+  CHECK(((uintptr_t)out->dl_tensor.data) % 64 == 0);
+  ((float*)out->dl_tensor.data)[3] = 5; /* writable */
+  out->deleter(out);
+
+  OK(weft_tensor_empty_like(&out, &big));
+  CHECK(out->dl_tensor.dtype.code == kDLInt && out->dl_tensor.dtype.bits == 64);
+  memset(out->dl_tensor.data, 1, (size_t)big_shape[0] * 8);
+  first = out->dl_tensor.data;
+  out->deleter(out);
+  OK(weft_tensor_empty_like(&out, &big));
+  CHECK(out->dl_tensor.data == first); /* the freed block, not fresh pages */
+  out->deleter(out);
+
+  FAILS(weft_tensor_empty_like(NULL, &t), WEFT_ERR_INVALID_ARGUMENT, "out");
+  FAILS(weft_tensor_empty_like(&out, NULL), WEFT_ERR_INVALID_ARGUMENT, "like");
+  CHECK(out == NULL);
+  t.device.device_type = kDLCUDA;
+  FAILS(weft_tensor_empty_like(&out, &t), WEFT_ERR_INVALID_ARGUMENT, "host (CPU) outputs only");
+  CHECK(out == NULL);
+}
+
 static void TestVersionAndStatus(void) {
   char expected[32];
   snprintf(expected, sizeof(expected), "%d.%d.%d", WEFT_VERSION_MAJOR, WEFT_VERSION_MINOR,
@@ -1483,6 +1518,7 @@ int main(void) {
   int rank, size;
   TestVersionAndStatus();
   TestBeforeInit();
+  TestOutputs();
   TestTopology();
   TestSchedules();
   TestStepCounter();

@@ -235,6 +235,16 @@ WEFT_API weft_status weft_request_keep_alive(weft_request* request, void* owner,
 /* Frees the handle; an op still running completes in the background. NULL is fine. */
 WEFT_API void weft_request_free(weft_request* request);
 
+/* ---- outputs -------------------------------------------------------------------------- */
+
+/* A new host (CPU) tensor with like's dtype and shape: contiguous, 64-byte aligned,
+ * uninitialized, for use as an op's output. Outputs of 64 KiB and more come from memory
+ * that earlier freed outputs of the same size gave back (up to WEFT_OUTPUT_CACHE_BYTES per
+ * process), which spares the page faults of fresh memory: a loop of out-of-place ops into
+ * such outputs runs about as fast as in place. Free it with (*out)->deleter(*out). A `like`
+ * on a GPU is refused (WEFT_INVALID_ARGUMENT). */
+WEFT_API weft_status weft_tensor_empty_like(DLManagedTensor** out, const DLTensor* like);
+
 /* ---- ops ------------------------------------------------------------------------------ */
 
 /* Neighbor allreduce (comm.md): y = self_weight * x + sum_j src_weight[j] * d_j * x_j.

@@ -194,6 +194,7 @@ extern swig_intgo _wrap_weft_request_poll_cweft_917c2c0102c25e54(swig_voidp arg1
 extern swig_intgo _wrap_weft_request_wait_cweft_917c2c0102c25e54(uintptr_t arg1);
 extern swig_intgo _wrap_weft_request_take_output_cweft_917c2c0102c25e54(swig_voidp arg1, uintptr_t arg2);
 extern void _wrap_weft_request_free_cweft_917c2c0102c25e54(uintptr_t arg1);
+extern swig_intgo _wrap_weft_tensor_empty_like_cweft_917c2c0102c25e54(swig_voidp arg1, uintptr_t arg2);
 extern swig_intgo _wrap_weft_comm_recv_any_cweft_917c2c0102c25e54(swig_voidp arg1, swig_intgo arg2, swig_type_14 arg3);
 extern swig_intgo _wrap_weft_comm_recv_any_nonblocking_cweft_917c2c0102c25e54(swig_voidp arg1, swig_intgo arg2, swig_type_15 arg3);
 extern swig_intgo _wrap_weft_comm_barrier_cweft_917c2c0102c25e54(void);
@@ -994,6 +995,14 @@ func Weft_request_take_output(arg1 *SwigcptrStruct_SS_DLManagedTensor, arg2 Stru
 func Weft_request_free(arg1 Struct_SS_weft_request) {
 	_swig_i_0 := getSwigcptr(arg1)
 	C._wrap_weft_request_free_cweft_917c2c0102c25e54(C.uintptr_t(_swig_i_0))
+}
+
+func Weft_tensor_empty_like(arg1 *SwigcptrStruct_SS_DLManagedTensor, arg2 DLTensor) (_swig_ret Enum_SS_weft_status) {
+	var swig_r Enum_SS_weft_status
+	_swig_i_0 := arg1
+	_swig_i_1 := getSwigcptr(arg2)
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_tensor_empty_like_cweft_917c2c0102c25e54(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	return swig_r
 }
 
 const WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_VERSION int = 1
@@ -2098,6 +2107,15 @@ func Weftgo_managed_dtype(arg1 Struct_SS_DLManagedTensor) (_swig_ret int) {
 func Weftgo_managed_delete(arg1 Struct_SS_DLManagedTensor) {
 	_swig_i_0 := getSwigcptr(arg1)
 	C._wrap_weftgo_managed_delete_cweft_917c2c0102c25e54(C.uintptr_t(_swig_i_0))
+}
+
+type SwigcptrDLTensor uintptr
+type DLTensor interface {
+	Swigcptr() uintptr
+}
+
+func (p SwigcptrDLTensor) Swigcptr() uintptr {
+	return uintptr(p)
 }
 
 type SwigcptrStruct_SS_DLManagedTensor uintptr

@@ -1708,6 +1708,21 @@ void _wrap_weft_request_free_cweft_917c2c0102c25e54(struct weft_request *_swig_g
 }
 
 
+intgo _wrap_weft_tensor_empty_like_cweft_917c2c0102c25e54(DLManagedTensor **_swig_go_0, DLTensor *_swig_go_1) {
+  DLManagedTensor **arg1 = (DLManagedTensor **) 0 ;
+  DLTensor *arg2 = (DLTensor *) 0 ;
+  weft_status result;
+  intgo _swig_go_result;
+  
+  arg1 = (DLManagedTensor **)_swig_go_0; 
+  arg2 = *(DLTensor **)&_swig_go_1; 
+  
+  result = (weft_status)weft_tensor_empty_like(arg1,(DLTensor const *)arg2);
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
 intgo _wrap_weft_comm_recv_any_cweft_917c2c0102c25e54(DLManagedTensor **_swig_go_0, intgo _swig_go_1, _gostring_ _swig_go_2) {
   DLManagedTensor **arg1 = (DLManagedTensor **) 0 ;
   int arg2 ;

@@ -547,6 +547,21 @@ function weft_request_free(request)
     ccall((:weft_request_free, libweft()), Cvoid, (Ptr{weft_request},), request)
 end
 
+# ---- outputs -----------------------------------------------------------------------------
+
+# A new host (CPU) tensor with like's dtype and shape: contiguous, 64-byte aligned,
+# uninitialized, for use as an op's output. Outputs of 64 KiB and more come from memory
+# that earlier freed outputs of the same size gave back (up to WEFT_OUTPUT_CACHE_BYTES per
+# process), which spares the page faults of fresh memory: a loop of out-of-place ops into
+# such outputs runs about as fast as in place. Free it with (*out)->deleter(*out). A `like`
+# on a GPU is refused (WEFT_INVALID_ARGUMENT).
+# C: weft_status weft_tensor_empty_like(DLManagedTensor** out, const DLTensor* like)
+function weft_tensor_empty_like(out, like)
+    ccall((:weft_tensor_empty_like, libweft()), Cint,
+          (Ptr{Ptr{DLManagedTensor}}, Ptr{DLTensor}),
+          out, like)
+end
+
 # ---- ops ---------------------------------------------------------------------------------
 # Neighbor allreduce (comm.md): y = self_weight * x + sum_j src_weight[j] * d_j * x_j.
 # has_weights = 0: the topology's weights (or a uniform average on an unweighted one).
@@ -1723,7 +1738,7 @@ export libweft, libweft_trainer, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, D
     weft_comm_is_topo_weighted, weft_comm_in_neighbor_ranks, weft_comm_out_neighbor_ranks,
     weft_comm_set_machine_topology, weft_comm_load_machine_topology, weft_request,
     weft_request_poll, weft_request_wait, weft_request_take_output, weft_request_keep_alive,
-    weft_request_free, WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_VERSION,
+    weft_request_free, weft_tensor_empty_like, WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_VERSION,
     weft_neighbor_allreduce_options, WEFT_NEIGHBOR_ALLGATHER_OPTIONS_VERSION,
     weft_neighbor_allgather_options, WEFT_HIERARCHICAL_OPTIONS_VERSION,
     weft_hierarchical_options, weft_comm_allreduce, weft_comm_allreduce_nonblocking,
