@@ -124,6 +124,10 @@ static int weft_py_weight_map(PyObject* obj, int** ranks, double** weights, size
   $1 = weft_py_tensor($input, "in");
   if ($1 == NULL) SWIG_fail;
 }
+%typemap(in) const DLTensor* like {
+  $1 = weft_py_tensor($input, "like");
+  if ($1 == NULL) SWIG_fail;
+}
 %typemap(in) DLTensor* x {
   $1 = weft_py_tensor($input, "x");
   if ($1 == NULL) SWIG_fail;
@@ -628,11 +632,49 @@ WEFT_OUT_HANDLE(weft_pipe_plan, plan)
 /* These touch Python objects: they must keep the GIL (every other call releases it). */
 %nothread weft_py_keep_alive;
 %nothread weft_py_calls;
+%nothread weft_py_array_interface;
 
 %inline %{
 /* How many calls returning a weft_status this thread has made: a function that sees it
  * unchanged after an exception knows that weft never saw the call. */
 unsigned long weft_py_calls(void) { return weft_py_call_count; }
+
+/* NumPy's __array_interface__ for a host tensor in a capsule weft allocated (not yet
+ * consumed): a writable view of its memory. np.from_dlpack would make the array read-only
+ * (DLPack before 1.0 cannot say that memory may be written). */
+PyObject* weft_py_array_interface(PyObject* capsule) {
+  DLManagedTensor* managed;
+  const DLTensor* t;
+  PyObject* shape;
+  char typestr[8];
+  char kind;
+  int32_t i;
+  if (!PyCapsule_IsValid(capsule, "dltensor")) {
+    PyErr_SetString(PyExc_TypeError, "expected an unconsumed DLPack capsule from weft");
+    return NULL;
+  }
+  managed = (DLManagedTensor*)PyCapsule_GetPointer(capsule, "dltensor");
+  t = &managed->dl_tensor;
+  switch (t->dtype.code) {
+    case kDLInt: kind = 'i'; break;
+    case kDLUInt: kind = 'u'; break;
+    case kDLFloat: kind = 'f'; break;
+    default:
+      PyErr_Format(PyExc_TypeError, "NumPy has no dtype for DLPack type code %d",
+                   (int)t->dtype.code);
+      return NULL;
+  }
+  PyOS_snprintf(typestr, sizeof typestr, "%c%c%d", t->dtype.bits == 8 ? '|' : '<', kind,
+                t->dtype.bits / 8);
+  shape = PyTuple_New(t->ndim);
+  if (shape == NULL) return NULL;
+  for (i = 0; i < t->ndim; ++i) {
+    PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong((long long)t->shape[i]));
+  }
+  return Py_BuildValue("{s:(N,O),s:N,s:s,s:i}", "data",
+                       PyLong_FromVoidPtr((char*)t->data + t->byte_offset), Py_False, "shape",
+                       shape, "typestr", typestr, "version", 3);
+}
 
 /* Keeps `owner` (the op's arrays) alive until the op completes and the request is freed. */
 weft_status weft_py_keep_alive(weft_request* request, PyObject* owner) {

@@ -627,7 +627,7 @@ def allreduce(tensor, average=True, name=None, ranks=None):
     array([1., 1., 1.], dtype=float32)
     """
     x, cx, kind = _prepare(tensor)
-    y, cy = _empty_like(x, kind)
+    y, cy = _empty_like(x, cx, kind)
     _allreduce(cx, cy, average, name, ranks)
     return y
 
@@ -676,7 +676,7 @@ def allreduce_nonblocking(tensor, average=True, name=None, ranks=None):
         synchronize(handle) returns what allreduce would.
     """
     x, cx, kind = _prepare(tensor)
-    y, cy = _empty_like(x, kind)
+    y, cy = _empty_like(x, cx, kind)
     request = _allreduce_nonblocking(cx, cy, average, name, ranks)
     return _start(request, (x, cx, y, cy), y, kind)
 
@@ -758,7 +758,7 @@ def broadcast(tensor, root_rank, name=None, ranks=None):
     array([0, 0])
     """
     x, cx, kind = _prepare(tensor)
-    y, cy = _empty_like(x, kind)
+    y, cy = _empty_like(x, cx, kind)
     _broadcast(cx, cy, root_rank, name, ranks)
     return y
 
@@ -795,7 +795,7 @@ def broadcast_nonblocking(tensor, root_rank, name=None, ranks=None):
         synchronize(handle) returns what broadcast would.
     """
     x, cx, kind = _prepare(tensor)
-    y, cy = _empty_like(x, kind)
+    y, cy = _empty_like(x, cx, kind)
     request = _broadcast_nonblocking(cx, cy, root_rank, name, ranks)
     return _start(request, (x, cx, y, cy), y, kind)
 
@@ -1154,7 +1154,7 @@ def neighbor_allreduce(tensor, self_weight=None, src_weights=None, dst_weights=N
     ...                             for r in recv}, dst_weights=send, name="x")
     """
     x, cx, kind = _prepare(tensor)
-    y, cy = _empty_like(x, kind)
+    y, cy = _empty_like(x, cx, kind)
     _c.weft_comm_neighbor_allreduce(
         cx, cy, _allreduce_options(self_weight, src_weights, dst_weights, enable_topo_check),
         _name(name))
@@ -1174,7 +1174,7 @@ def neighbor_allreduce_nonblocking(tensor, self_weight=None, src_weights=None,
         synchronize(handle) returns what neighbor_allreduce would.
     """
     x, cx, kind = _prepare(tensor)
-    y, cy = _empty_like(x, kind)
+    y, cy = _empty_like(x, cx, kind)
     request = _c.weft_comm_neighbor_allreduce_nonblocking(
         cx, cy, _allreduce_options(self_weight, src_weights, dst_weights, enable_topo_check),
         _name(name))
@@ -1228,7 +1228,7 @@ def hierarchical_neighbor_allreduce(tensor, self_weight=None, src_machine_weight
     >>> y = weft.hierarchical_neighbor_allreduce(x)
     """
     x, cx, kind = _prepare(tensor)
-    y, cy = _empty_like(x, kind)
+    y, cy = _empty_like(x, cx, kind)
     _c.weft_comm_hierarchical_neighbor_allreduce(
         cx, cy, _hierarchical_options(self_weight, src_machine_weights, dst_machine_weights),
         _name(name))
@@ -1250,7 +1250,7 @@ def hierarchical_neighbor_allreduce_nonblocking(tensor, self_weight=None,
         synchronize(handle) returns what hierarchical_neighbor_allreduce would.
     """
     x, cx, kind = _prepare(tensor)
-    y, cy = _empty_like(x, kind)
+    y, cy = _empty_like(x, cx, kind)
     request = _c.weft_comm_hierarchical_neighbor_allreduce_nonblocking(
         cx, cy, _hierarchical_options(self_weight, src_machine_weights, dst_machine_weights),
         _name(name))
@@ -1291,7 +1291,7 @@ def pair_gossip(tensor, target_rank, self_weight=0.5, pair_weight=0.5, name=None
     >>> y = weft.pair_gossip(x, peer)
     """
     x, cx, kind = _prepare(tensor)
-    y, cy = _empty_like(x, kind)
+    y, cy = _empty_like(x, cx, kind)
     _c.weft_comm_pair_gossip(cx, cy, int(target_rank), float(self_weight), float(pair_weight),
                              _name(name))
     return y
@@ -1307,7 +1307,7 @@ def pair_gossip_nonblocking(tensor, target_rank, self_weight=0.5, pair_weight=0.
         synchronize(handle) returns what pair_gossip would.
     """
     x, cx, kind = _prepare(tensor)
-    y, cy = _empty_like(x, kind)
+    y, cy = _empty_like(x, cx, kind)
     request = _c.weft_comm_pair_gossip_nonblocking(
         cx, cy, int(target_rank), float(self_weight), float(pair_weight), _name(name))
     return _start(request, (x, cx, y, cy), y, kind)

@@ -8,26 +8,29 @@ back as NumPy arrays. A contiguous input is never copied; a non-contiguous one i
 import sys
 
 from . import _errors
+from . import lowlevel as _c
 
 _SUPPORTED = "float32, float64, float16, bfloat16 (torch), int32, int64, int16, int8 and uint8"
 
 NUMPY, TORCH = 0, 1
 
 
-class _Exporter:
-    """Hands a capsule weft produced to np.from_dlpack, which wants an object with
-    __dlpack__ and __dlpack_device__."""
+class _Owned:
+    """The base of a NumPy array over memory weft allocated: holds the capsule (whose
+    destructor gives the memory back to weft) and describes the memory to NumPy as
+    writable, which np.from_dlpack would not."""
 
-    __slots__ = ("_capsule",)
+    __slots__ = ("_capsule", "__array_interface__")
 
     def __init__(self, capsule):
         self._capsule = capsule
+        self.__array_interface__ = _c.weft_py_array_interface(capsule)
 
-    def __dlpack__(self, stream=None):
-        return self._capsule
 
-    def __dlpack_device__(self):
-        return (1, 0)  # kDLCPU
+# Outputs of at least this many bytes come from weft (weft_tensor_empty_like), which hands
+# out the memory of freed outputs again: fresh pages from the system cost a page fault
+# each, and a loop of out-of-place ops on large tensors ran 2-4x slower than in place.
+_POOLED_BYTES = 64 << 10
 
 
 def _torch():
@@ -103,21 +106,29 @@ def prepare(x, what="tensor"):
         f"{type(x).__name__}")
 
 
-def empty_like(x, kind):
-    """An uninitialized output with x's type, dtype and shape, and its capsule."""
+def empty_like(x, cx, kind):
+    """An uninitialized output with x's type, dtype and shape, and its capsule; cx is x's
+    capsule. Large host outputs come from weft's cache of freed outputs."""
     if kind == TORCH:
         torch = _torch()
-        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+        if x.device.type == "cpu" and x.numel() * x.element_size() >= _POOLED_BYTES:
+            out = torch.utils.dlpack.from_dlpack(_c.weft_tensor_empty_like(cx))
+        else:
+            out = torch.empty_like(x, memory_format=torch.contiguous_format)
         return out, torch.utils.dlpack.to_dlpack(out)
+    if x.nbytes >= _POOLED_BYTES:
+        capsule = _c.weft_tensor_empty_like(cx)
+        return numpy.asarray(_Owned(capsule)), capsule
     out = numpy.empty_like(x, order="C")
     return out, out.__dlpack__()
 
 
 def from_capsule(capsule, kind):
-    """Wraps a capsule weft allocated (no copy) as the input kind's array type."""
+    """Wraps a capsule weft allocated (no copy) as the input kind's array type (a NumPy
+    array is writable)."""
     if kind == TORCH:
         return _torch().utils.dlpack.from_dlpack(capsule)
-    return numpy.from_dlpack(_Exporter(capsule))
+    return numpy.asarray(_Owned(capsule))
 
 
 def copy_back(target, result):

@@ -90,6 +90,39 @@ def test_allgather(kind):
     assert np.array_equal(as_numpy(weft.synchronize(h)), expected)
 
 
+def data_address(y):
+    return y.data_ptr() if isinstance(y, torch.Tensor) else y.ctypes.data
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_large_outputs_are_reused_and_writable(kind):
+    """Outputs of 64 KiB and more come from freed outputs of the same size: a loop of
+    out-of-place ops does not fault in fresh pages on every call. Whatever their source,
+    results are ordinary writable arrays that own their memory until dropped."""
+    r, n = weft.rank(), weft.size()
+    x = make(kind, np.full((300, 100), r + 1), "float32")  # 120,000 bytes
+    y = weft.allreduce(x, average=False, name=f"big.{kind}")
+    check_type(y, x)
+    assert np.all(as_numpy(y) == n * (n + 1) // 2)
+    y[0, 0] = -1  # writable
+    assert as_numpy(y)[0, 0] == -1 and as_numpy(x)[0, 0] == r + 1
+    address = data_address(y)
+    del y
+    y = weft.allreduce(x, average=False, name=f"big.{kind}")
+    assert data_address(y) == address  # the freed output's memory again
+    assert np.all(as_numpy(y) == n * (n + 1) // 2)  # and every element rewritten
+    view = y[10:20]
+    del y  # a view keeps the memory alive
+    z = weft.allreduce(x, average=False, name=f"big.{kind}")
+    assert data_address(z) != data_address(view)
+    assert np.all(as_numpy(view) == n * (n + 1) // 2)
+    h = weft.allreduce_nonblocking(x, name=f"big.nb.{kind}")
+    assert np.allclose(as_numpy(weft.synchronize(h)), (n + 1) / 2)
+    g = weft.allgather(x[:1], name=f"big.ag.{kind}")
+    g[0, 0] = 7  # allgather's result is writable too
+    assert as_numpy(g)[0, 0] == 7
+
+
 def neighbor_average(r, values_of):
     """The uniform average over self and the in-neighbors of the topology in force."""
     ins = weft.in_neighbor_ranks()
