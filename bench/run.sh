@@ -6,7 +6,9 @@
 #   bench/run.sh 2 --max-bytes 1048576 --ops allreduce,fused   # args after the counts
 #                                      # go to comm_bench (see comm_bench --help)
 #
-# Environment: COMM_BENCH_TIMEOUT (seconds per mpirun, default 900), BAZEL (default bazel).
+# Environment: COMM_BENCH_TIMEOUT (seconds per mpirun, default 900), BAZEL (default bazel),
+# GLIBC_TUNABLES (default glibc.malloc.hugetlb=1, what tools/weftrun gives every rank;
+# set it to glibc.malloc.hugetlb=0 to measure without transparent huge pages).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -30,10 +32,13 @@ version=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
 # tests/mpirun_test.sh is the one place that knows how weft runs mpirun on this machine
 # (session directory, root, oversubscription, shared memory and loopback only).
 export WEFT_TEST_MPI_TIMEOUT=${COMM_BENCH_TIMEOUT:-900}
+if [[ ${GLIBC_TUNABLES:-} != *glibc.malloc.hugetlb=* ]]; then
+  export GLIBC_TUNABLES=${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1
+fi
 
 status=0
 for np in "${ranks[@]}"; do
-  echo "### comm_bench on $np ranks ($(nproc) cores on this machine)"
+  echo "### comm_bench on $np ranks ($(nproc) cores on this machine, GLIBC_TUNABLES=$GLIBC_TUNABLES)"
   start=$(date +%s)
   if ! tests/mpirun_test.sh "$np" "$tmpdir/comm_bench" --weft-version "git $version" "$@"; then
     echo "### comm_bench on $np ranks FAILED" >&2

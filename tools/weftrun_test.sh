@@ -70,6 +70,7 @@ expect_words "$out" "-x NCCL_DEBUG" "NCCL_* forwarded"
 expect_words "$out" "-x PATH" "PATH forwarded"
 expect_words "$out" "-x WEFTRUN_STDOUT_IS_TTY=0" "output not a terminal"
 expect_no_words "$out" "-x WEFTRUN_TEST_UNRELATED" "unrelated variables are not forwarded"
+expect_words "$out" "-x GLIBC_TUNABLES=glibc.malloc.hugetlb=1" "huge pages for malloc by default"
 expect_words "$out" "./train --steps 3" "program and its arguments come last"
 if ((4 > NCPU)); then
   expect_words "$out" "--oversubscribe" "-np 4 on $NCPU CPUs"
@@ -104,6 +105,12 @@ fi
 # --timeline and --verbose pass their values, so the printed line reproduces them.
 run "$WEFTRUN" --dry-run --timeline "$WORK/time line.json" -np 2 true
 expect_text "$out" "-x 'WEFT_TIMELINE=$WORK/time line.json'" "--timeline"
+GLIBC_TUNABLES=glibc.malloc.arena_max=2 run "$WEFTRUN" --dry-run -np 2 true
+expect_words "$out" "-x GLIBC_TUNABLES=glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1" \
+  "the user's tunables kept, huge pages added"
+GLIBC_TUNABLES=glibc.malloc.hugetlb=0 run "$WEFTRUN" --dry-run -np 2 true
+expect_words "$out" "-x GLIBC_TUNABLES" "the user's hugetlb choice forwarded as is"
+expect_no_words "$out" "-x GLIBC_TUNABLES=glibc.malloc.hugetlb=1" "the user's hugetlb choice wins"
 run "$WEFTRUN" --dry-run --verbose -np 2 true
 expect_words "$out" "-x WEFT_LOG_LEVEL=debug" "--verbose"
 
