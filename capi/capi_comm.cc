@@ -315,6 +315,8 @@ extern "C" {
 
 void weft_abort(int code) { weft::abort_job(code); }
 
+void weft_comm_claim_call_order(void) { weft::claim_call_order(); }
+
 weft_status weft_init(void) {
   return Guard("weft_init", [] { return weft::init(); });
 }

@@ -534,6 +534,10 @@ Status shutdown() {
 
 bool is_initialized() { return Current() != nullptr; }
 
+void claim_call_order() {
+  if (auto state = Current()) state->engine->ClaimCallOrder();
+}
+
 Status finalize() {
   Status status;
   if (Current() != nullptr) status = shutdown();

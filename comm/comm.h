@@ -66,6 +66,12 @@ Status init();
 // complete then fail. MPI itself is finalized at process exit if weft started it.
 Status shutdown();
 bool is_initialized();
+// Unnamed ops are matched across ranks by their order on init()'s thread and refused on
+// others. This makes the calling thread that thread instead; it does nothing before init().
+// It is for runtimes that move the caller's code between threads (Go's goroutines): they
+// serialize unnamed ops themselves and claim the order before each. Claiming it from
+// threads that run ops concurrently gives them an order that can differ across ranks.
+void claim_call_order();
 // Finalizes MPI if weft started it, after shutdown() when weft is still initialized (so it
 // is collective then); nothing more when the program started MPI itself. Afterwards init()
 // fails. This normally happens at process exit (a C atexit handler); runtimes that end a

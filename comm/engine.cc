@@ -116,7 +116,7 @@ void Request::Complete(Status s) {
 }
 
 Engine::Engine(const Context& ctx, Timeline* timeline)
-    : ctx_(ctx), timeline_(timeline), init_thread_(std::this_thread::get_id()) {
+    : ctx_(ctx), timeline_(timeline), order_thread_(std::this_thread::get_id()) {
   if (ctx_.rank == 0) coordinator_ = std::make_unique<Coordinator>(ctx_.size);
 }
 
@@ -227,13 +227,15 @@ Status Engine::AssignKey(Descriptor& d, bool refusing) {
     // Call order is only defined on one thread: unnamed ops from two threads would be
     // numbered in whatever order the threads happen to reach this point, differently on
     // each rank, and pair with other ranks' different ops without any error. So the order
-    // that counts is the init() thread's, and every rank refuses the same calls.
-    if (std::this_thread::get_id() != init_thread_) {
+    // that counts is the init() thread's (or the thread that claimed it since, see
+    // claim_call_order), and every rank refuses the same calls.
+    if (std::this_thread::get_id() != order_thread_.load()) {
       const bool nameless = d.op == OpType::kBarrier || d.op == OpType::kSetTopology;
       return InvalidArgument(
           what, where,
           ": unnamed ops are matched across ranks by their order on the thread "
-          "that called init(), and this call comes from another thread, where that order "
+          "that called init() (or claimed that order since), and this call comes from "
+          "another thread, where that order "
           "is not the same on every rank; ",
           nameless ? "call it from the thread that called init()"
                    : "give the op a name (named ops are matched by name, from any thread)");

@@ -106,6 +106,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // the refusal as their op's error. Only desc.op, key (the name), group and the pattern
   // used for messages need to be set. Returns `why`.
   Status Refuse(std::shared_ptr<Request> request, Status why);
+  // Makes the calling thread the one whose unnamed ops are numbered (init()'s until then).
+  void ClaimCallOrder() { order_thread_.store(std::this_thread::get_id()); }
   // Number of submitted requests not yet completed.
   int64_t in_flight() const { return in_flight_.load(); }
   // Runs after the engine processed the shutdown response; joins the thread and waits
@@ -221,7 +223,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   Context ctx_;
   Timeline* timeline_;
-  const std::thread::id init_thread_;  // the only thread whose unnamed ops have an order
+  // The only thread whose unnamed ops have an order: init()'s, or the last to claim it.
+  std::atomic<std::thread::id> order_thread_;
   std::thread watchdog_;
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;

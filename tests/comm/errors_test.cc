@@ -437,6 +437,34 @@ TEST_F(Errors, UnnamedOpsFromOtherThreadsAreRefusedNeverMixed) {
   EXPECT_EQ(other.load(), 0);
 }
 
+// claim_call_order hands the order to another thread (what the Go binding does before each
+// unnamed op, since goroutines move between threads): that thread's unnamed ops now match
+// across ranks, and the init thread's are refused until it claims the order back.
+TEST_F(Errors, ClaimingTheCallOrderMovesItToTheClaimingThread) {
+  Status from_other;
+  double sum = 0;
+  Status init_thread_meanwhile;
+  std::thread other([&] {
+    claim_call_order();
+    Buffer y(DType::kFloat64, {2});
+    y.Fill(rank() + 1);
+    from_other = allreduce(y.view(), y.view(), false);
+    sum = y.Get(0);
+  });
+  other.join();
+  EXPECT_TRUE(from_other.ok()) << from_other;
+  EXPECT_EQ(sum, size() * (size() + 1) / 2.0);
+  Buffer z(DType::kFloat64, {2});
+  init_thread_meanwhile = allreduce(z.view(), z.view(), false);
+  EXPECT_EQ(init_thread_meanwhile.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(init_thread_meanwhile, "thread that called init()"));
+  claim_call_order();
+  z.Fill(2);
+  Status back = allreduce(z.view(), z.view(), false);
+  EXPECT_TRUE(back.ok()) << back;
+  EXPECT_EQ(z.Get(1), 2.0 * size());
+}
+
 // A setting that decides how ops run, set differently on one rank, fails init() on every
 // rank with its name, where it used to hang every rank; with it fixed, init() works again.
 TEST_F(Errors, SettingsThatDifferAcrossRanksFailInitEverywhere) {

@@ -97,6 +97,13 @@ WEFT_API weft_status weft_finalize(void);
  * which makes Open MPI's launcher stop every rank. Without a running MPI job it ends this
  * process alone, with exit status `code`. Never returns. */
 WEFT_API void weft_abort(int code);
+/* Unnamed ops (name NULL or "") are matched across ranks by their order on the thread that
+ * called weft_init, and refused on any other thread. This makes the calling thread that
+ * thread instead; before weft_init it does nothing. It is for runtimes that move the
+ * caller's code between threads (the Go binding claims the order before each unnamed op,
+ * which it serializes): threads that claim it while others run unnamed ops give those ops
+ * an order that can differ across ranks. */
+WEFT_API void weft_comm_claim_call_order(void);
 /* These return -1 before weft_init(). */
 WEFT_API int weft_rank(void);
 WEFT_API int weft_size(void);

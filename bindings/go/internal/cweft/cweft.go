@@ -144,6 +144,7 @@ extern swig_intgo _wrap_weft_shutdown_cweft_917c2c0102c25e54(void);
 extern swig_intgo _wrap_weft_is_initialized_cweft_917c2c0102c25e54(void);
 extern swig_intgo _wrap_weft_finalize_cweft_917c2c0102c25e54(void);
 extern void _wrap_weft_abort_cweft_917c2c0102c25e54(swig_intgo arg1);
+extern void _wrap_weft_comm_claim_call_order_cweft_917c2c0102c25e54(void);
 extern swig_intgo _wrap_weft_rank_cweft_917c2c0102c25e54(void);
 extern swig_intgo _wrap_weft_size_cweft_917c2c0102c25e54(void);
 extern swig_intgo _wrap_weft_local_rank_cweft_917c2c0102c25e54(void);
@@ -566,6 +567,10 @@ func Weft_finalize() (_swig_ret Enum_SS_weft_status) {
 func Weft_abort(arg1 int) {
 	_swig_i_0 := arg1
 	C._wrap_weft_abort_cweft_917c2c0102c25e54(C.swig_intgo(_swig_i_0))
+}
+
+func Weft_comm_claim_call_order() {
+	C._wrap_weft_comm_claim_call_order_cweft_917c2c0102c25e54()
 }
 
 func Weft_rank() (_swig_ret int) {

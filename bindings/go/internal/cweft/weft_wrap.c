@@ -885,6 +885,12 @@ void _wrap_weft_abort_cweft_917c2c0102c25e54(intgo _swig_go_0) {
 }
 
 
+void _wrap_weft_comm_claim_call_order_cweft_917c2c0102c25e54() {
+  weft_comm_claim_call_order();
+  
+}
+
+
 intgo _wrap_weft_rank_cweft_917c2c0102c25e54() {
   int result;
   intgo _swig_go_result;

@@ -148,6 +148,17 @@ function weft_abort(code)
     ccall((:weft_abort, libweft()), Cvoid, (Cint,), code)
 end
 
+# Unnamed ops (name NULL or "") are matched across ranks by their order on the thread that
+# called weft_init, and refused on any other thread. This makes the calling thread that
+# thread instead; before weft_init it does nothing. It is for runtimes that move the
+# caller's code between threads (the Go binding claims the order before each unnamed op,
+# which it serializes): threads that claim it while others run unnamed ops give those ops
+# an order that can differ across ranks.
+# C: void weft_comm_claim_call_order(void)
+function weft_comm_claim_call_order()
+    ccall((:weft_comm_claim_call_order, libweft()), Cvoid, ())
+end
+
 # These return -1 before weft_init().
 # C: int weft_rank(void)
 function weft_rank()
@@ -1720,10 +1731,11 @@ export libweft, libweft_trainer, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, D
     WEFT_ERR_UNIMPLEMENTED, WEFT_ERR_DEADLINE_EXCEEDED, WEFT_ERR_ABORTED,
     WEFT_ERR_UNAVAILABLE, WEFT_ERR_RESOURCE_EXHAUSTED, WEFT_ERR_INTERNAL, WEFT_ERR_UNKNOWN,
     weft_status_string, weft_last_error, weft_version, weft_version_number, weft_init,
-    weft_shutdown, weft_is_initialized, weft_finalize, weft_abort, weft_rank, weft_size,
-    weft_local_rank, weft_local_size, weft_machine_rank, weft_machine_size,
-    weft_is_homogeneous, weft_unified_mpi_window_model, weft_nccl_built, weft_topology,
-    weft_topology_create, weft_topology_from_weight_matrix, weft_topology_exponential,
+    weft_shutdown, weft_is_initialized, weft_finalize, weft_abort,
+    weft_comm_claim_call_order, weft_rank, weft_size, weft_local_rank, weft_local_size,
+    weft_machine_rank, weft_machine_size, weft_is_homogeneous,
+    weft_unified_mpi_window_model, weft_nccl_built, weft_topology, weft_topology_create,
+    weft_topology_from_weight_matrix, weft_topology_exponential,
     weft_topology_exponential_two, weft_topology_symmetric_exponential,
     weft_topology_mesh_grid_2d, weft_topology_star, weft_topology_ring,
     weft_topology_fully_connected, weft_topology_clone, weft_topology_destroy,
