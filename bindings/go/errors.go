@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"runtime"
 
+	"weft.dev/weft/internal/callorder"
 	"weft.dev/weft/internal/cweft"
-	"weft.dev/weft/internal/initthread"
 )
 
 // Status is a weft status code; the values are those of weft_status in weft.h.
@@ -98,11 +98,11 @@ func call(f func() cstatus) error {
 
 // Unnamed ops are matched across ranks by their order on the thread that called weft_init
 // (the C library refuses them from any other thread, where the order could differ across
-// ranks). Go moves goroutines between threads at will, so Init and every unnamed op run on
-// one goroutine locked to its thread (package internal/initthread, shared with package
-// trainer), in the order their callers reach it. Several goroutines issuing unnamed ops at
-// once still get an arbitrary order: name those ops.
-func onInitThread(f func() error) error { return initthread.Run(f) }
+// ranks). Go moves goroutines between threads at will, so Init and every unnamed op run
+// through package internal/callorder (shared with package trainer): one at a time, each
+// locked to its thread after claiming the order for it. Several goroutines issuing unnamed
+// ops at once still get an arbitrary order: name those ops.
+func onInitThread(f func() error) error { return callorder.Run(f) }
 
 // ordered is call for an op: on the Init thread when the op is unnamed ("").
 func ordered(name string, f func() cstatus) error {

@@ -19,6 +19,9 @@ const (
 )
 
 func callsFor(bytes int) int {
+	if bytes >= 16<<20 {
+		return 20
+	}
 	if bytes >= 1<<20 {
 		return 200
 	}
@@ -62,7 +65,7 @@ func medianMicros(bytes int, op func() error) float64 {
 func main() {
 	must(weft.Init())
 	for _, opName := range []string{"allreduce", "neighbor_allreduce"} {
-		for _, bytes := range []int{4, 4096, 1 << 20} {
+		for _, bytes := range []int{4, 4096, 1 << 20, 16 << 20} {
 			in := make([]float32, bytes/4)
 			out := make([]float32, bytes/4)
 			for i := range in {

@@ -11,9 +11,9 @@ import (
 	"unsafe"
 
 	"weft.dev/weft"
+	"weft.dev/weft/internal/callorder"
 	"weft.dev/weft/internal/cconv"
 	"weft.dev/weft/internal/cwefttrainer"
-	"weft.dev/weft/internal/initthread"
 )
 
 // weft_pipe_epoch_metrics' version (WEFT_PIPE_EPOCH_METRICS_VERSION) this package fills.
@@ -30,9 +30,9 @@ func call(f func() int) error {
 	return nil
 }
 
-// ordered is call on the thread weft.Init ran on: a trainer's steps contain unnamed ops
-// (barriers), which the C library matches by their order on that thread.
-func ordered(f func() int) error { return initthread.Run(func() error { return call(f) }) }
+// ordered is call through package internal/callorder: a trainer's steps contain unnamed
+// ops (barriers), which the C library matches by their order on one thread.
+func ordered(f func() int) error { return callorder.Run(func() error { return call(f) }) }
 
 func invalid(format string, args ...any) error {
 	return &weft.Error{Status: weft.InvalidArgument, Message: fmt.Sprintf(format, args...)}

@@ -1,26 +1,28 @@
-// Package initthread runs functions on the one OS thread weft.Init ran on. The C library
-// matches unnamed ops across ranks by their order on that thread and refuses them from any
-// other; Go moves goroutines between threads at will, so package weft (Init and every
-// unnamed op) and package weft/trainer (whose calls contain unnamed ops) send them all
-// here, in the order their callers arrive.
-package initthread
+// Package callorder runs weft's unnamed ops one at a time, each from the OS thread that
+// holds the C library's call order. The library matches unnamed ops across ranks by their
+// order on one thread (weft_init's) and refuses them from any other; goroutines move
+// between threads at will, so before each unnamed op the package locks the goroutine to
+// its thread and claims the order for that thread (weft_comm_claim_call_order), under one
+// mutex so that no two unnamed ops run at once. Package weft (Init and every unnamed op)
+// and package weft/trainer (whose calls contain unnamed ops) both go through Run.
+package callorder
 
-import "runtime"
+import (
+	"runtime"
+	"sync"
 
-var work = make(chan func())
+	"weft.dev/weft/internal/cweft"
+)
 
-func init() {
-	go func() {
-		runtime.LockOSThread() // for the life of the process
-		for f := range work {
-			f()
-		}
-	}()
-}
+var mu sync.Mutex
 
-// Run runs f on the init thread and returns its result.
+// Run runs f as described above and returns its result. Callers that reach it
+// concurrently run in the order they get the mutex, which can differ across ranks.
 func Run(f func() error) error {
-	done := make(chan error, 1)
-	work <- func() { done <- f() }
-	return <-done
+	mu.Lock()
+	defer mu.Unlock()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cweft.Weft_comm_claim_call_order() // before weft_init it does nothing
+	return f()
 }
