@@ -21,7 +21,7 @@ namespace {
 constexpr int kWarmup = 20;
 constexpr int kRepetitions = 5;
 
-int CallsFor(size_t bytes) { return bytes >= (1 << 20) ? 200 : 2000; }
+int CallsFor(size_t bytes) { return bytes >= (16 << 20) ? 20 : bytes >= (1 << 20) ? 200 : 2000; }
 
 void Check(const weft::Status& s, const char* what) {
   if (!s.ok()) {
@@ -61,7 +61,7 @@ double MedianMicros(size_t bytes, Op&& op) {
 
 int main() {
   Check(weft::init(), "init");
-  const std::vector<size_t> sizes = {4, 4096, 1 << 20};
+  const std::vector<size_t> sizes = {4, 4096, 1 << 20, 16 << 20};
   for (const char* op : {"allreduce", "neighbor_allreduce"}) {
     for (size_t bytes : sizes) {
       std::vector<float> in(bytes / sizeof(float), 1.0f), out(in.size());

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The per-call cost of weft's bindings: weft.allreduce and neighbor_allreduce from C++,
-# Python (NumPy, torch) and Go, at 4 B, 4 KiB and 1 MiB, in one run on the same ranks.
+# Python (NumPy, torch) and Go, at 4 B, 4 KiB, 1 MiB and 16 MiB, in one run on the same ranks.
 #
 #   bench/run_binding_bench.sh          # 2 ranks
 #   bench/run_binding_bench.sh 4        # 4 ranks
@@ -27,17 +27,18 @@ trap 'rm -rf "$tmp"' EXIT
 cp "$bin/bench/binding_bench" "$tmp/"
 cp -rL "$bin/bindings/python/weft" "$tmp/weft"
 export WEFT_TEST_MPI_TIMEOUT=${BINDING_BENCH_TIMEOUT:-900}
-# glibc serves 1 MiB blocks with fresh mmap'ed pages or recycled heap depending on its
-# dynamic thresholds, and fresh pages cost page faults (~0.7 ms per MiB and call on the
-# 2-core development VM, in whichever process touches them first, peer ranks included), so
-# 1 MiB figures swung 3-4x from run to run in every language. Pinning the thresholds keeps
-# freed blocks in the heap; BINDING_BENCH_GLIBC_DEFAULTS=1 measures without it.
-if [ "${BINDING_BENCH_GLIBC_DEFAULTS:-0}" != 1 ]; then
+# Python's out-of-place calls take outputs of 64 KiB and more from weft's cache of freed
+# outputs (weft_tensor_empty_like); smaller ones come from malloc, as do the C++ and Go
+# buffers (allocated once per size). BINDING_BENCH_PIN_MALLOC=1 pins glibc's thresholds so
+# that freed blocks stay in the heap instead (fresh pages from the system cost a page fault
+# each, in whichever process touches them first, peer ranks included).
+if [ "${BINDING_BENCH_PIN_MALLOC:-0}" = 1 ]; then
   export MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=134217728
 fi
 
 results="$tmp/results.txt"
-echo "### binding_bench on $np ranks ($(nproc) cores on this machine)"
+echo "### binding_bench on $np ranks ($(nproc) cores on this machine; malloc thresholds" \
+  "${MALLOC_MMAP_THRESHOLD_:+pinned}${MALLOC_MMAP_THRESHOLD_:-glibc defaults})"
 tests/mpirun_test.sh "$np" "$tmp/binding_bench" | tee -a "$results"
 PYTHONPATH="$tmp" tests/mpirun_test.sh "$np" /usr/bin/python3 bench/binding_bench.py | tee -a "$results"
 if [ "$have_go" = 1 ]; then
