@@ -1,8 +1,8 @@
-// The step counter of the distributed optimizers (core/step_counter.h) behind the C ABI.
+// The step counter of the distributed optimizers (optim/step_counter.h) behind the C ABI.
 #include <utility>
 
 #include "capi/internal.h"
-#include "core/step_counter.h"
+#include "optim/step_counter.h"
 
 struct weft_step_counter {
   weft::StepCounter counter;

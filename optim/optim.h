@@ -2,7 +2,7 @@
 //
 // A DistributedOptimizer wraps any torch::optim::Optimizer and the model it trains, and
 // decides when parameters (or gradients) are communicated, counting computations with the
-// step counter of core/step_counter.h (num_steps_per_communication, J):
+// step counter of optim/step_counter.h (num_steps_per_communication, J):
 //
 //   auto opt = weft::optim::DistributedOptimizer::Create(
 //       weft::optim::Algorithm::kAdaptWithCombine,
@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "core/step_counter.h"
+#include "optim/step_counter.h"
 
 namespace weft {
 namespace optim {

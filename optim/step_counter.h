@@ -1,7 +1,7 @@
-// The step counter of the distributed optimizers: when J = num_steps_per_communication counted computations have run, the
-// optimizer communicates; a step() then is an S (wait, combine, update, start over), a
-// step() before is an s (local). One state machine for every language: the C++ optimizers
-// use it directly, Python, Go and Julia through the C ABI (weft_step_counter_*).
+// The step counter of the distributed optimizers: when J = num_steps_per_communication counted
+// computations have run, the optimizer communicates; a step() then is an S (wait, combine, update,
+// start over), a step() before is an s (local). One state machine for every language: the C++
+// optimizers use it directly, Python, Go and Julia through the C ABI (weft_step_counter_*).
 //
 // Units: an optimizer that counts forward computations feeds one unit (the model). One
 // that counts backward computations launches each parameter's communication as its
@@ -10,8 +10,8 @@
 //
 // Not thread-safe: the optimizer that owns it serializes calls (autograd runs a pass's
 // hooks one at a time).
-#ifndef WEFT_CORE_STEP_COUNTER_H_
-#define WEFT_CORE_STEP_COUNTER_H_
+#ifndef WEFT_OPTIM_STEP_COUNTER_H_
+#define WEFT_OPTIM_STEP_COUNTER_H_
 
 #include <cstdint>
 #include <string>
@@ -80,4 +80,4 @@ class StepCounter {
 
 }  // namespace weft
 
-#endif  // WEFT_CORE_STEP_COUNTER_H_
+#endif  // WEFT_OPTIM_STEP_COUNTER_H_

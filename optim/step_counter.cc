@@ -1,4 +1,4 @@
-#include "core/step_counter.h"
+#include "optim/step_counter.h"
 
 #include <algorithm>
 
