@@ -10,10 +10,14 @@
 
 #include "gtest/gtest.h"
 #include "pipe/runtime/runtime.h"
+#include "pipe/runtime/testing.h"
 
 namespace weft {
 namespace pipe {
 namespace {
+
+using testing::MaxDiff;
+using testing::Mse;
 
 constexpr int kLayers = 6;
 
@@ -21,10 +25,6 @@ torch::nn::Sequential MakeModel() {
   torch::manual_seed(11);
   return torch::nn::Sequential(torch::nn::Linear(4, 6), torch::nn::Tanh(), torch::nn::Linear(6, 6),
                                torch::nn::Tanh(), torch::nn::Linear(6, 5), torch::nn::Linear(5, 2));
-}
-
-at::Tensor Mse(const at::Tensor& out, const at::Tensor& target) {
-  return at::mse_loss(out, target);
 }
 
 StageSpec OneStage(int micro_batches, ScheduleKind schedule, const std::string& tag) {
@@ -37,29 +37,13 @@ StageSpec OneStage(int micro_batches, ScheduleKind schedule, const std::string& 
   return spec;
 }
 
-double MaxDiff(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).abs().max().item<double>();
-}
-
 struct Data {
   at::Tensor inputs = at::randn({9, 4});
   at::Tensor targets = at::randn({9, 2});
 };
 
-// Plain autograd on the whole mini-batch, layers below `frozen` without autograd.
 double ReferenceStep(const LayerList& model, const Data& data, int frozen) {
-  at::Tensor x = data.inputs;
-  for (int layer = 0; layer < model.size(); ++layer) {
-    if (layer < frozen) {
-      at::NoGradGuard no_grad;
-      x = model.Forward(layer, x);
-    } else {
-      x = model.Forward(layer, x);
-    }
-  }
-  at::Tensor loss = Mse(x, data.targets);
-  loss.backward();
-  return loss.item<double>();
+  return testing::ReferenceStep(model, data.inputs, data.targets, frozen);
 }
 
 TEST(RunPipelineStepOneStage, EqualsPlainAutogradForEverySplit) {

@@ -16,12 +16,9 @@ namespace weft {
 namespace {
 
 using testing::Buffer;
+using testing::Contains;
 
 const auto* const kEnv = weft::testing::InitWeftForAllTests();
-
-bool Contains(const Status& st, const std::string& text) {
-  return std::string(st.message()).find(text) != std::string::npos;
-}
 
 // After each test every rank must still be in step.
 class Errors : public ::testing::Test {

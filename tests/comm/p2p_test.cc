@@ -16,12 +16,9 @@ namespace weft {
 namespace {
 
 using weft::testing::Buffer;
+using weft::testing::Contains;
 
 const auto* const kEnv = weft::testing::InitWeftForAllTests();
-
-bool Contains(const Status& st, const std::string& text) {
-  return std::string(st.message()).find(text) != std::string::npos;
-}
 
 // Receives into library-style owned memory: the Allocator keeps the buffer.
 struct Owned {

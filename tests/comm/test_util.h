@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/comm.h"
@@ -88,6 +89,11 @@ class Arena {
  private:
   std::vector<std::unique_ptr<Buffer>> buffers_;
 };
+
+// Whether `st`'s message contains `text`.
+inline bool Contains(const Status& st, const std::string& text) {
+  return std::string(st.message()).find(text) != std::string::npos;
+}
 
 // init() before the first test of the binary, shutdown() after the last.
 class WeftEnvironment : public ::testing::Environment {

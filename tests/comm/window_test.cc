@@ -14,12 +14,9 @@ namespace weft {
 namespace {
 
 using testing::Buffer;
+using testing::Contains;
 
 const auto* const kEnv = weft::testing::InitWeftForAllTests();
-
-bool Contains(const Status& st, const std::string& text) {
-  return std::string(st.message()).find(text) != std::string::npos;
-}
 
 // Every test leaves no window behind and the default topology in force.
 class Windows : public ::testing::Test {

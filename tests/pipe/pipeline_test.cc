@@ -13,6 +13,7 @@
 #include "comm/comm.h"
 #include "gtest/gtest.h"
 #include "pipe/runtime/runtime.h"
+#include "pipe/runtime/testing.h"
 #include "tests/comm/test_util.h"
 
 namespace weft {
@@ -20,6 +21,9 @@ namespace pipe {
 namespace {
 
 const auto* const kEnv = weft::testing::InitWeftForAllTests();
+
+using testing::MaxDiff;
+using testing::Mse;
 
 constexpr int kLayers = 8;
 constexpr int kSamples = 10;  // 4 micro-batches: 3, 3, 2, 2
@@ -31,10 +35,6 @@ torch::nn::Sequential MakeModel() {
   return torch::nn::Sequential(torch::nn::Linear(5, 8), torch::nn::Tanh(), torch::nn::Linear(8, 8),
                                torch::nn::Tanh(), torch::nn::Linear(8, 6), torch::nn::Tanh(),
                                torch::nn::Linear(6, 6), torch::nn::Linear(6, 3));
-}
-
-at::Tensor Mse(const at::Tensor& out, const at::Tensor& target) {
-  return at::mse_loss(out, target);
 }
 
 struct Data {
@@ -72,21 +72,8 @@ bool SpecFor(int k, int micro_batches, ScheduleKind kind, const std::string& tag
   return true;
 }
 
-// Plain autograd on one process over the whole mini-batch, layers below `frozen` without
-// autograd. Returns the loss; the gradients land in `ref`'s parameters.
 double ReferenceStep(const LayerList& ref, const Data& data, int frozen) {
-  at::Tensor x = data.inputs;
-  for (int layer = 0; layer < ref.size(); ++layer) {
-    if (layer < frozen) {
-      at::NoGradGuard no_grad;
-      x = ref.Forward(layer, x);
-    } else {
-      x = ref.Forward(layer, x);
-    }
-  }
-  at::Tensor loss = Mse(x, data.targets);
-  if (loss.requires_grad()) loss.backward();  // not when every layer is frozen
-  return loss.item<double>();
+  return testing::ReferenceStep(ref, data.inputs, data.targets, frozen);
 }
 
 // The frozen prefix's output, as AutoCache would hand it to stage 0.
@@ -94,10 +81,6 @@ at::Tensor PrefixOutput(const LayerList& model, at::Tensor x, int depth) {
   at::NoGradGuard no_grad;
   for (int layer = 0; layer < depth; ++layer) x = model.Forward(layer, x);
   return x;
-}
-
-double MaxDiff(const at::Tensor& a, const at::Tensor& b) {
-  return (a - b).abs().max().item<double>();
 }
 
 // Layers this stage holds get the reference's gradient (trainable ones) or none (frozen);
