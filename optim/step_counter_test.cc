@@ -64,7 +64,7 @@ TEST(StepCounter, InadmissiblePatternsWarnAtTheRightComputation) {
 
 TEST(StepCounter, TheDriftingCaseIsSilent) {
   // J = 3, four mini-batches per batch, a step after each: communication drifts to the
-  // second mini-batch of the second batch, and nothing warns (optim.md, rule 5).
+  // second mini-batch of the second batch, and nothing warns (docs/optim.md, rule 5).
   auto c = StepCounter::Create(3, StepCounter::Counts::kForward);
   ASSERT_TRUE(c.ok());
   std::vector<int> misuses;
@@ -183,7 +183,7 @@ TEST(StepCounter, ChangingJTakesEffectAtTheNextRound) {
   EXPECT_TRUE(misuses.empty());
 }
 
-// The rules of optim.md written out plainly for one unit, to compare with the counter on
+// The rules of docs/optim.md written out plainly for one unit, to compare with the counter on
 // generated sequences.
 struct Reference {
   int64_t j;

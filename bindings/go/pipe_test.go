@@ -8,7 +8,7 @@ import (
 	"weft.dev/weft"
 )
 
-// Elastic pipelining's pure computations (pipe.md): freezing, partitions, AutoPipe/AutoDP
+// Elastic pipelining's pure computations (pipe/README.md): freezing, partitions, AutoPipe/AutoDP
 // plans and schedules. Plain data: every rank runs the same checks, with no communication.
 
 func closeTo(a, b float64) bool { return math.Abs(a-b) < 1e-9 }

@@ -10,7 +10,7 @@ import (
 	"weft.dev/weft"
 )
 
-// The step counter of num_steps_per_communication (optim.md, "The step counter"). It is
+// The step counter of num_steps_per_communication (docs/optim.md). It is
 // plain data: every rank runs the same checks, with no communication.
 
 // mustCounter(t)(weft.NewStepCounter(...)) fails the test on an error and closes the

@@ -251,7 +251,7 @@ static size_t RunPattern(weft_step_counter* c, const char* pattern, int* misuses
   return n;
 }
 
-/* The state machine of num_steps_per_communication (optim.md, "The step counter"): plain
+/* The state machine of num_steps_per_communication (docs/optim.md): plain
  * data, before weft_init(). */
 static void TestStepCounter(void) {
   static const char* const admissible[] = {"FFFS", "FsFsFS", "FFsFS", "FsFFS", "FFFS FFFS",
@@ -477,7 +477,7 @@ static void CheckPlan(const weft_pipe_plan* plan, int frozen, int k, int replica
   }
 }
 
-/* Elastic pipelining's pure computations (pipe.md): freezing, partitioning, AutoPipe/AutoDP
+/* Elastic pipelining's pure computations (pipe/README.md): freezing, partitioning, AutoPipe/AutoDP
  * plans, schedules. Plain data: before weft_init(). */
 static void TestPipe(void) {
   const weft_pipe_freeze_options freeze_defaults = WEFT_PIPE_FREEZE_OPTIONS_INIT;

@@ -1,5 +1,5 @@
 // The distributed optimizers (optim/optim.h) under real mpirun on 1, 2 and 4 ranks: where
-// communication happens for every pattern of optim.md, one step of each algorithm against
+// communication happens for every pattern of docs/optim.md, one step of each algorithm against
 // its formula, convergence on a least-squares problem with a known solution, the helpers,
 // and the bad inputs.
 #include <torch/nn/modules/linear.h>

@@ -83,7 +83,7 @@ def test_step_counter_admissible_and_misuse():
     assert run_counter(c, "FFSFFS") == ["counted", "counted", False, "communicate",
                                         "misuse", True]
     assert "backward" in c.misuse_warning
-    # The drift of optim.md rule 5: no warning, communication at the 2nd mini-batch.
+    # The drift of docs/optim.md, rule 5: no warning, communication at the 2nd mini-batch.
     c = weft.StepCounter(3)
     events = run_counter(c, "FSFSFSFS" + "FSFSFSFS")
     assert "misuse" not in events

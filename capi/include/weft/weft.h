@@ -24,8 +24,9 @@
  *    on one rank (a bad argument) still takes its place in the call order: the other
  *    ranks' op fails with that rank's reason instead of waiting for it.
  *  - Thread-safe: any thread may call any function after weft_init(), except that unnamed
- *    ops (and barrier, set_topology) are refused on threads other than weft_init()'s, whose
- *    order could differ across ranks: name ops started on other threads. One topology or
+ *    ops (and barrier, set_topology) are refused on threads other than weft_init()'s (or
+ *    the one that called weft_comm_claim_call_order since), whose order could differ
+ *    across ranks: name ops started on other threads. One topology or
  *    schedule object must not be changed (add_edge, next) by two threads at once.
  */
 #ifndef WEFT_WEFT_H_
@@ -254,7 +255,7 @@ WEFT_API weft_status weft_tensor_empty_like(DLManagedTensor** out, const DLTenso
 
 /* ---- ops ------------------------------------------------------------------------------ */
 
-/* Neighbor allreduce (comm.md): y = self_weight * x + sum_j src_weight[j] * d_j * x_j.
+/* Neighbor allreduce (docs/comm.md): y = self_weight * x + sum_j src_weight[j] * d_j * x_j.
  * has_weights = 0: the topology's weights (or a uniform average on an unweighted one).
  * has_weights = 1: self_weight and the num_src (src_ranks[k], src_weights[k]) pairs;
  *   num_src may be 0 (no senders).

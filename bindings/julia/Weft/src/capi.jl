@@ -574,7 +574,7 @@ function weft_tensor_empty_like(out, like)
 end
 
 # ---- ops ---------------------------------------------------------------------------------
-# Neighbor allreduce (comm.md): y = self_weight * x + sum_j src_weight[j] * d_j * x_j.
+# Neighbor allreduce (docs/comm.md): y = self_weight * x + sum_j src_weight[j] * d_j * x_j.
 # has_weights = 0: the topology's weights (or a uniform average on an unweighted one).
 # has_weights = 1: self_weight and the num_src (src_ranks[k], src_weights[k]) pairs;
 #   num_src may be 0 (no senders).
