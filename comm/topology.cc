@@ -4,6 +4,8 @@
 #include <cmath>
 #include <set>
 
+#include "core/codec.h"
+
 namespace weft {
 namespace {
 
@@ -84,22 +86,6 @@ void InsertSorted(std::vector<int>* v, int x) {
   auto it = std::lower_bound(v->begin(), v->end(), x);
   if (it == v->end() || *it != x) v->insert(it, x);
 }
-
-// FNV-1a, fed each value as 8 little-endian bytes so the result does not depend on the
-// platform's int width or byte order.
-class Fnv1a64 {
- public:
-  void Add(uint64_t value) {
-    for (int i = 0; i < 8; ++i) {
-      hash_ ^= (value >> (8 * i)) & 0xffu;
-      hash_ *= 1099511628211ull;
-    }
-  }
-  uint64_t hash() const { return hash_; }
-
- private:
-  uint64_t hash_ = 14695981039346656037ull;
-};
 
 }  // namespace
 
@@ -189,16 +175,18 @@ std::vector<std::vector<double>> Topology::ToWeightMatrix() const {
 }
 
 uint64_t Topology::AdjacencyFingerprint() const {
-  Fnv1a64 h;
-  h.Add(static_cast<uint64_t>(size()));
+  // Each value as 8 little-endian bytes: independent of the platform's int width and byte
+  // order.
+  codec::Fingerprint h;
+  h.Put(static_cast<uint64_t>(size()));
   // out_ is sorted per rank, so walking ranks in order visits edges in (from, to) order.
   for (int from = 0; from < size(); ++from) {
     for (int to : out_[from]) {
-      h.Add(static_cast<uint64_t>(from));
-      h.Add(static_cast<uint64_t>(to));
+      h.Put(static_cast<uint64_t>(from));
+      h.Put(static_cast<uint64_t>(to));
     }
   }
-  return h.hash();
+  return h.value();
 }
 
 // An out-of-range rank gets the default (self weight 1, no neighbors) rather than

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "comm/comm.h"
 #include "comm/torch/torch_comm.h"
+#include "core/codec.h"
 #include "core/logging.h"
 
 namespace weft {
@@ -58,15 +59,8 @@ std::string Describe(const std::string& name, const at::Tensor& t) {
                       c10::toString(t.scalar_type()));
 }
 
-// 64-bit FNV-1a: the same on every process, unlike std::hash.
-uint64_t Fingerprint(const std::string& text) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
+// The same on every process, unlike std::hash.
+uint64_t Fingerprint(const std::string& text) { return codec::Fingerprint().Str(text).value(); }
 
 TensorView ViewOf(const at::Tensor& t) {
   auto v = torch_api::ToView(t);

@@ -14,9 +14,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/codec.h"
 #include "core/config.h"
 #include "core/logging.h"
-#include "pipe/plan/plan.h"  // Crc32
 
 namespace weft {
 namespace pipe {
@@ -37,28 +37,10 @@ const config::IntSetting kCacheBytes(
 // checksum header and payload together.
 constexpr char kMagic[4] = {'W', 'F', 'T', 'C'};
 constexpr uint32_t kVersion = 1;
-constexpr size_t kFixedHeader = 4 + 4 + 8 + 4 + 4 + 4;  // through ndim
 constexpr uint32_t kMaxDims = 64;
 constexpr char kSuffix[] = ".wact";
 
 std::atomic<uint64_t> g_temp_counter{0};
-
-void PutU32(std::vector<uint8_t>* out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out->push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-void PutU64(std::vector<uint8_t>* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-uint32_t GetU32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-uint64_t GetU64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 
 std::string ErrnoText(int err) { return absl::StrCat(std::strerror(err), " (errno ", err, ")"); }
 
@@ -464,18 +446,19 @@ Status ActivationCache::WriteSpill(const Key& key, const Entry& entry) {
     return Internal("cannot create spill directory \"", sample_dir, "\": ", ErrnoText(errno),
                     "; entry (sample ", key.first, ", depth ", key.second, ") dropped");
   }
-  std::vector<uint8_t> header;
-  header.insert(header.end(), kMagic, kMagic + 4);
-  PutU32(&header, kVersion);
-  PutU64(&header, static_cast<uint64_t>(key.first));
-  PutU32(&header, static_cast<uint32_t>(key.second));
-  header.push_back(static_cast<uint8_t>(entry.dtype));
-  header.insert(header.end(), 3, uint8_t{0});
-  PutU32(&header, static_cast<uint32_t>(entry.shape.size()));
-  for (int64_t d : entry.shape) PutU64(&header, static_cast<uint64_t>(d));
-  PutU64(&header, entry.nbytes());
-  PutU32(&header, Crc32(entry.data(), entry.nbytes()));
-  PutU32(&header, Crc32(header.data(), header.size()));
+  std::string header;
+  codec::Writer w(&header);
+  w.Bytes(kMagic, 4);
+  w.Put(kVersion);
+  w.Put(static_cast<uint64_t>(key.first));
+  w.Put(static_cast<uint32_t>(key.second));
+  w.Put(static_cast<uint8_t>(entry.dtype));
+  w.Bytes("\0\0\0", 3);
+  w.Put(static_cast<uint32_t>(entry.shape.size()));
+  for (int64_t d : entry.shape) w.Put(static_cast<uint64_t>(d));
+  w.Put(static_cast<uint64_t>(entry.nbytes()));
+  w.Put(codec::Crc32(entry.data(), entry.nbytes()));
+  w.Put(codec::Crc32(header.data(), header.size()));
 
   const std::string path = SpillPath(key.first, key.second);
   const std::string temp = absl::StrCat(sample_dir, "/.", key.second, kSuffix, ".tmp.",
@@ -486,7 +469,7 @@ Status ActivationCache::WriteSpill(const Key& key, const Entry& entry) {
                     "; entry dropped");
   }
   int err = 0;
-  bool ok = WriteAll(fd, header.data(), header.size(), &err) &&
+  bool ok = WriteAll(fd, reinterpret_cast<const uint8_t*>(header.data()), header.size(), &err) &&
             WriteAll(fd, static_cast<const uint8_t*>(entry.data()), entry.nbytes(), &err);
   if (close(fd) != 0 && ok) {
     ok = false;
@@ -537,55 +520,63 @@ std::optional<ActivationCache::Entry> ActivationCache::ReadSpill(const Key& key)
     return std::nullopt;
   };
   if (!read_ok) return corrupt("cannot stat it");
-  if (file.size() < kFixedHeader) {
-    return corrupt(absl::StrCat("truncated: ", file.size(), " bytes"));
+  codec::Reader in(absl::string_view(reinterpret_cast<const char*>(file.data()), file.size()),
+                   "spill file");
+  char magic[4];
+  uint32_t version = 0, depth = 0, ndim = 0, payload_crc = 0, header_crc = 0;
+  uint64_t sample = 0, nbytes = 0;
+  uint8_t dtype = 0;
+  char pad[3];
+  Status read = in.Bytes("the magic", magic, 4);
+  if (read.ok() && std::memcmp(magic, kMagic, 4) != 0) {
+    return corrupt("not a weft cache file: bad magic");
   }
-  const uint8_t* p = file.data();
-  if (std::memcmp(p, kMagic, 4) != 0) return corrupt("not a weft cache file: bad magic");
-  const uint32_t version = GetU32(p + 4);
-  if (version != kVersion) {
+  if (read.ok()) read = in.Get("the version", &version);
+  if (read.ok() && version != kVersion) {
     return corrupt(absl::StrCat("version ", version, ", expected ", kVersion));
   }
-  const int64_t sample = static_cast<int64_t>(GetU64(p + 8));
-  const int depth = static_cast<int>(GetU32(p + 16));
-  const uint8_t dtype = p[20];
-  const uint32_t ndim = GetU32(p + 24);
-  if (sample != key.first || depth != key.second) {
-    return corrupt(absl::StrCat("holds sample ", sample, " depth ", depth));
+  if (read.ok()) read = in.Get("the sample", &sample);
+  if (read.ok()) read = in.Get("the depth", &depth);
+  if (read.ok()) read = in.Get("the dtype", &dtype);
+  if (read.ok()) read = in.Bytes("the padding", pad, 3);
+  if (read.ok()) read = in.Count("ndim", 8, 8 + 4 + 4, &ndim);
+  if (!read.ok()) return corrupt(std::string(read.message()));
+  if (static_cast<int64_t>(sample) != key.first || static_cast<int>(depth) != key.second) {
+    return corrupt(absl::StrCat("holds sample ", static_cast<int64_t>(sample), " depth ",
+                                static_cast<int>(depth)));
   }
-  if (dtype >= kNumDTypes || p[21] != 0 || p[22] != 0 || p[23] != 0) {
+  if (dtype >= kNumDTypes || pad[0] != 0 || pad[1] != 0 || pad[2] != 0) {
     return corrupt("bad dtype");
   }
   if (ndim > kMaxDims) return corrupt(absl::StrCat(ndim, " dims"));
-  // shape, nbytes, payload CRC, header CRC
-  const size_t header_size = kFixedHeader + 8 * static_cast<size_t>(ndim) + 8 + 4 + 4;
-  if (file.size() < header_size) {
-    return corrupt(absl::StrCat("truncated: ", file.size(), " bytes"));
+  Entry entry;
+  entry.depth = static_cast<int>(depth);
+  entry.dtype = static_cast<DType>(dtype);
+  entry.shape.resize(ndim);
+  for (int64_t& d : entry.shape) {
+    if (read.ok()) read = in.Get("a dim", &d);
   }
-  if (Crc32(p, header_size - 4) != GetU32(p + header_size - 4)) {
+  if (read.ok()) read = in.Get("the byte count", &nbytes);
+  if (read.ok()) read = in.Get("the payload checksum", &payload_crc);
+  const size_t header_size = in.pos();
+  if (read.ok()) read = in.Get("the header checksum", &header_crc);
+  if (!read.ok()) return corrupt(std::string(read.message()));
+  if (codec::Crc32(file.data(), header_size) != header_crc) {
     return corrupt("header checksum mismatch");
   }
-  Entry entry;
-  entry.depth = depth;
-  entry.dtype = static_cast<DType>(dtype);
-  for (uint32_t i = 0; i < ndim; ++i) {
-    entry.shape.push_back(static_cast<int64_t>(GetU64(p + kFixedHeader + 8 * i)));
-  }
-  const uint64_t nbytes = GetU64(p + header_size - 16);
   std::optional<uint64_t> expected = ByteCount(entry.shape, DTypeSize(entry.dtype));
   if (!expected.has_value() || *expected != nbytes || nbytes == 0) {
     return corrupt("shape, dtype and byte count disagree");
   }
-  if (file.size() - header_size != nbytes) {
-    return corrupt(absl::StrCat("truncated or padded: ", file.size(), " bytes, expected ",
-                                header_size + nbytes));
+  if (in.remaining() != nbytes) {
+    return corrupt(
+        absl::StrCat("truncated or padded: ", file.size(), " bytes, expected ", in.pos() + nbytes));
   }
-  const uint8_t* payload = p + header_size;
-  if (Crc32(payload, nbytes) != GetU32(p + header_size - 8)) {
+  if (codec::Crc32(file.data() + in.pos(), nbytes) != payload_crc) {
     return corrupt("payload checksum mismatch");
   }
   // Reuse the buffer read from the file (no second copy of the payload).
-  file.erase(file.begin(), file.begin() + static_cast<std::ptrdiff_t>(header_size));
+  file.erase(file.begin(), file.begin() + static_cast<std::ptrdiff_t>(in.pos()));
   entry.bytes = std::make_shared<const std::vector<uint8_t>>(std::move(file));
   return entry;
 }

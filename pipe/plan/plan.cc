@@ -1,11 +1,12 @@
 #include "pipe/plan/plan.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <utility>
+
+#include "core/codec.h"
 
 namespace weft {
 namespace pipe {
@@ -217,127 +218,41 @@ constexpr char kMagic[4] = {'W', 'F', 'T', 'X'};
 // magic + version + freeze_point + frozen + k + m0 + two counts + crc.
 constexpr size_t kFixedSize = 4 + 4 + 8 + 4 + 4 + 8 + 4 + 4 + 4;
 
-std::array<uint32_t, 256> MakeCrcTable() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t n = 0; n < 256; ++n) {
-    uint32_t c = n;
-    for (int bit = 0; bit < 8; ++bit) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    table[n] = c;
+// A count, read as the int32 it was written as (a negative one is named as such), of
+// elements of `element_size` bytes each read later, then the CRC (`reserve` bytes).
+Status ReadCount(codec::Reader& in, const char* field, size_t element_size, size_t reserve,
+                 int32_t* count) {
+  WEFT_RETURN_IF_ERROR(in.Get(field, count));
+  if (*count < 0) {
+    return InvalidArgument("corrupt transition message: ", field, " is ", *count,
+                           ", expected a count >= 0");
   }
-  return table;
+  const size_t room = in.remaining() >= reserve ? (in.remaining() - reserve) / element_size : 0;
+  if (static_cast<size_t>(*count) > room) {
+    return InvalidArgument("truncated or corrupt transition message: ", field, " is ", *count,
+                           " but only ", in.remaining(), " bytes remain (room for ", room,
+                           " entries of ", element_size, " bytes and the checksum)");
+  }
+  return OkStatus();
 }
-
-void PutU32(std::string* out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-}
-void PutU64(std::string* out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
-}
-void PutI32(std::string* out, int32_t v) { PutU32(out, static_cast<uint32_t>(v)); }
-void PutI64(std::string* out, int64_t v) { PutU64(out, static_cast<uint64_t>(v)); }
-void PutF64(std::string* out, double v) {
-  uint64_t bits;
-  static_assert(sizeof(bits) == sizeof(v), "IEEE-754 binary64 expected");
-  std::memcpy(&bits, &v, sizeof(bits));
-  PutU64(out, bits);
-}
-
-// Reads little-endian fields, failing with the field's name when the input ends early.
-class Reader {
- public:
-  explicit Reader(const std::string& bytes) : bytes_(bytes) {}
-  size_t remaining() const { return bytes_.size() - pos_; }
-  size_t pos() const { return pos_; }
-
-  Status U32(const char* field, uint32_t* v) {
-    WEFT_RETURN_IF_ERROR(Need(field, 4));
-    *v = 0;
-    for (int i = 0; i < 4; ++i) *v |= static_cast<uint32_t>(Byte(pos_ + i)) << (8 * i);
-    pos_ += 4;
-    return OkStatus();
-  }
-  Status U64(const char* field, uint64_t* v) {
-    WEFT_RETURN_IF_ERROR(Need(field, 8));
-    *v = 0;
-    for (int i = 0; i < 8; ++i) *v |= static_cast<uint64_t>(Byte(pos_ + i)) << (8 * i);
-    pos_ += 8;
-    return OkStatus();
-  }
-  Status I32(const char* field, int32_t* v) {
-    uint32_t u;
-    WEFT_RETURN_IF_ERROR(U32(field, &u));
-    *v = static_cast<int32_t>(u);
-    return OkStatus();
-  }
-  Status I64(const char* field, int64_t* v) {
-    uint64_t u;
-    WEFT_RETURN_IF_ERROR(U64(field, &u));
-    *v = static_cast<int64_t>(u);
-    return OkStatus();
-  }
-  Status F64(const char* field, double* v) {
-    uint64_t u;
-    WEFT_RETURN_IF_ERROR(U64(field, &u));
-    std::memcpy(v, &u, sizeof(*v));
-    return OkStatus();
-  }
-  // A count of elements of `element_size` bytes, each later read in full, then the CRC
-  // (`reserve` bytes): rejects a negative count or one the input cannot hold.
-  Status Count(const char* field, size_t element_size, size_t reserve, int32_t* count) {
-    WEFT_RETURN_IF_ERROR(I32(field, count));
-    if (*count < 0) {
-      return InvalidArgument("corrupt transition message: ", field, " is ", *count,
-                             ", expected a count >= 0");
-    }
-    const size_t room = remaining() >= reserve ? (remaining() - reserve) / element_size : 0;
-    if (static_cast<size_t>(*count) > room) {
-      return InvalidArgument("truncated or corrupt transition message: ", field, " is ", *count,
-                             " but only ", remaining(), " bytes remain (room for ", room,
-                             " entries of ", element_size, " bytes and the checksum)");
-    }
-    return OkStatus();
-  }
-
- private:
-  unsigned char Byte(size_t i) const { return static_cast<unsigned char>(bytes_[i]); }
-  Status Need(const char* field, size_t n) {
-    if (remaining() < n) {
-      return InvalidArgument("truncated transition message: expected ", n, " bytes for ", field,
-                             " at offset ", pos_, ", found ", remaining(), " (message of ",
-                             bytes_.size(), " bytes): the sender and receiver must exchange "
-                             "the whole EncodeTransition() output");
-    }
-    return OkStatus();
-  }
-
-  const std::string& bytes_;
-  size_t pos_ = 0;
-};
 
 }  // namespace
-
-uint32_t Crc32(const void* data, size_t size) {
-  static const std::array<uint32_t, 256> table = MakeCrcTable();
-  const auto* p = static_cast<const unsigned char*>(data);
-  uint32_t c = 0xFFFFFFFFu;
-  for (size_t i = 0; i < size; ++i) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
-  return c ^ 0xFFFFFFFFu;
-}
 
 std::string EncodeTransition(const TransitionMessage& message) {
   std::string out;
   out.reserve(kFixedSize + 4 * message.newly_active.size() + 8 * message.grad_norms.size());
-  out.append(kMagic, sizeof(kMagic));
-  PutU32(&out, TransitionMessage::kVersion);
-  PutI64(&out, message.freeze_point);
-  PutI32(&out, message.frozen);
-  PutI32(&out, message.k);
-  PutF64(&out, message.m0);
-  PutI32(&out, static_cast<int32_t>(message.newly_active.size()));
-  for (int32_t rank : message.newly_active) PutI32(&out, rank);
-  PutI32(&out, static_cast<int32_t>(message.grad_norms.size()));
-  for (double norm : message.grad_norms) PutF64(&out, norm);
-  PutU32(&out, Crc32(out.data(), out.size()));
+  codec::Writer w(&out);
+  w.Bytes(kMagic, sizeof(kMagic));
+  w.Put(TransitionMessage::kVersion);
+  w.Put(message.freeze_point);
+  w.Put(message.frozen);
+  w.Put(message.k);
+  w.Put(message.m0);
+  w.Put(static_cast<int32_t>(message.newly_active.size()));
+  for (int32_t rank : message.newly_active) w.Put(rank);
+  w.Put(static_cast<int32_t>(message.grad_norms.size()));
+  for (double norm : message.grad_norms) w.Put(norm);
+  w.Put(codec::Crc32(out.data(), out.size()));
   return out;
 }
 
@@ -350,11 +265,11 @@ StatusOr<TransitionMessage> DecodeTransition(const std::string& bytes) {
                                                          : "other bytes in a message of ",
                            bytes.size(), " bytes: pass EncodeTransition() output unchanged");
   }
-  Reader in(bytes);
+  codec::Reader in(bytes, "transition message");
   uint32_t magic;
-  WEFT_RETURN_IF_ERROR(in.U32("the magic", &magic));
+  WEFT_RETURN_IF_ERROR(in.Get("the magic", &magic));
   uint32_t version;
-  WEFT_RETURN_IF_ERROR(in.U32("the version", &version));
+  WEFT_RETURN_IF_ERROR(in.Get("the version", &version));
   // Checked before the layout: a newer version may lay out (and checksum) differently.
   if (version != TransitionMessage::kVersion) {
     return InvalidArgument("unsupported transition message version ", version,
@@ -362,27 +277,27 @@ StatusOr<TransitionMessage> DecodeTransition(const std::string& bytes) {
                            "; run the same weft version on every rank");
   }
   TransitionMessage m;
-  WEFT_RETURN_IF_ERROR(in.I64("freeze_point", &m.freeze_point));
-  WEFT_RETURN_IF_ERROR(in.I32("frozen", &m.frozen));
-  WEFT_RETURN_IF_ERROR(in.I32("k", &m.k));
-  WEFT_RETURN_IF_ERROR(in.F64("m0", &m.m0));
+  WEFT_RETURN_IF_ERROR(in.Get("freeze_point", &m.freeze_point));
+  WEFT_RETURN_IF_ERROR(in.Get("frozen", &m.frozen));
+  WEFT_RETURN_IF_ERROR(in.Get("k", &m.k));
+  WEFT_RETURN_IF_ERROR(in.Get("m0", &m.m0));
   int32_t count;
   // The reserve keeps room for what must follow: the other count (4) and the CRC (4).
-  WEFT_RETURN_IF_ERROR(in.Count("the newly_active count", 4, 8, &count));
+  WEFT_RETURN_IF_ERROR(ReadCount(in, "the newly_active count", 4, 8, &count));
   m.newly_active.resize(count);
-  for (int32_t& rank : m.newly_active) WEFT_RETURN_IF_ERROR(in.I32("a newly active rank", &rank));
-  WEFT_RETURN_IF_ERROR(in.Count("the grad_norms count", 8, 4, &count));
+  for (int32_t& rank : m.newly_active) WEFT_RETURN_IF_ERROR(in.Get("a newly active rank", &rank));
+  WEFT_RETURN_IF_ERROR(ReadCount(in, "the grad_norms count", 8, 4, &count));
   m.grad_norms.resize(count);
-  for (double& norm : m.grad_norms) WEFT_RETURN_IF_ERROR(in.F64("a gradient norm", &norm));
+  for (double& norm : m.grad_norms) WEFT_RETURN_IF_ERROR(in.Get("a gradient norm", &norm));
   const size_t body = in.pos();
   uint32_t crc;
-  WEFT_RETURN_IF_ERROR(in.U32("the checksum", &crc));
+  WEFT_RETURN_IF_ERROR(in.Get("the checksum", &crc));
   if (in.remaining() != 0) {
     return InvalidArgument("corrupt transition message: expected ", in.pos(),
                            " bytes as its counts say, found ", bytes.size(), " (",
                            in.remaining(), " trailing byte(s)): pass exactly one message");
   }
-  const uint32_t expected_crc = Crc32(bytes.data(), body);
+  const uint32_t expected_crc = codec::Crc32(bytes.data(), body);
   if (crc != expected_crc) {
     return InvalidArgument("corrupt transition message: CRC-32 of its ", body,
                            " bytes is 0x", absl::Hex(expected_crc), ", the message says 0x",

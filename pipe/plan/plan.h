@@ -87,9 +87,10 @@ StatusOr<Plan> MakePlan(const std::vector<double>& sizes, int frozen, const Plan
 // ---- the control message of a transition -------------------------------------------------
 
 // What the leader broadcasts at a freeze point. Typed and versioned (never a float array):
-// Encode() writes a little-endian byte string with a magic number, the version, the fields
-// and a CRC-32; Decode() rejects anything else with a clear InvalidArgument (wrong magic,
-// unknown version, truncated or trailing bytes, bad checksum, values out of range).
+// Encode() writes a little-endian byte string (core/codec.h) with a magic number, the
+// version, the fields and a CRC-32 (codec::Crc32); Decode() rejects anything else with a
+// clear InvalidArgument (wrong magic, unknown version, truncated or trailing bytes, bad
+// checksum, values out of range).
 struct TransitionMessage {
   static constexpr uint32_t kVersion = 1;
   int64_t freeze_point = 0;  // T: the epoch or iteration index of the freeze point
@@ -102,9 +103,6 @@ struct TransitionMessage {
 };
 std::string EncodeTransition(const TransitionMessage& message);
 StatusOr<TransitionMessage> DecodeTransition(const std::string& bytes);
-// CRC-32 (IEEE 802.3: reflected polynomial 0xEDB88320, as zlib's crc32()) of `size`
-// bytes: the message's checksum, exposed so that tests and tools can check or forge one.
-uint32_t Crc32(const void* data, size_t size);
 
 // ---- micro-batch schedules ------------------------------------------------------------------
 

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -442,12 +443,6 @@ TEST(PlacementTest, RanksMustBeAPermutation) {
 
 // ---- the control message ----------------------------------------------------------------
 
-TEST(Crc32Test, StandardCheckValue) {
-  const char digits[] = "123456789";
-  EXPECT_EQ(Crc32(digits, 9), 0xCBF43926u);
-  EXPECT_EQ(Crc32(digits, 0), 0u);
-}
-
 TransitionMessage Sample() {
   TransitionMessage m;
   m.freeze_point = 3;
@@ -536,7 +531,7 @@ void ExpectRejected(const std::string& bytes, const std::string& fragment) {
 std::string Patch32(std::string bytes, size_t offset, uint32_t value, bool reseal = true) {
   for (int i = 0; i < 4; ++i) bytes[offset + i] = static_cast<char>((value >> (8 * i)) & 0xFF);
   if (reseal) {
-    const uint32_t crc = Crc32(bytes.data(), bytes.size() - 4);
+    const uint32_t crc = codec::Crc32(bytes.data(), bytes.size() - 4);
     for (int i = 0; i < 4; ++i) {
       bytes[bytes.size() - 4 + i] = static_cast<char>((crc >> (8 * i)) & 0xFF);
     }
