@@ -1,31 +1,36 @@
 #!/usr/bin/env bash
 # The distributed optimizers on the demo model (examples/train.cc), same run, 2 and 4
-# ranks: steps/s of every optimizer against local SGD (no communication) and gradient
-# allreduce, the communication time each leaves exposed per step, and how much of it the
-# overlap hides; then the accuracy AWC and gradient allreduce reach on the demo task.
+# ranks: the time per step end to end and inside step() of every optimizer against local
+# SGD (no communication) and gradient allreduce, what communication costs each end to end,
+# and how much of it the overlap hides; then the accuracy AWC and gradient allreduce reach
+# on the demo task, with their training times.
 #
 #   bench/optim_bench.sh [rank counts...]      (default: 2 4)
 #
 # Speed runs use a wide MLP (--hidden, default 1536: 2.4 M parameters) for --steps steps
 # per epoch over --epochs epochs. Per optimizer:
-#   steps/s   end to end (forward, backward, step), all epochs
+#   e2e_ms    training time per step end to end (forward, backward, step; rank 0's clock,
+#             evaluations left out), all epochs
+#   comm_ms   = e2e_ms - e2e_ms(local SGD)              what communication costs end to end
+#   e2e_vs_GA = comm_ms / comm_ms(gradient allreduce)
 #   step_ms   time inside step() per step (waiting for communication, combining, the
 #             local update), averaged over ranks
-#   exposed   = step_ms - step_ms(local SGD)          communication left exposed per step
-#   isolated  = step_ms(--no-overlap) - step_ms(local) the same communication started in
-#                                                      step(), with nothing to hide it
+#   exposed   = step_ms - step_ms(local SGD)            communication left exposed in step()
+#   isolated  = step_ms(--no-overlap) - step_ms(local)  the same communication started in
+#                                                       step(), with nothing to hide it
 #   hidden    = 1 - exposed / isolated
-#   vs GA     = exposed / exposed(gradient allreduce)
+#   vs_GA     = exposed / exposed(gradient allreduce)
 # ATC does its local updates in the gradient hooks, outside step(), so its step_ms lacks
-# them. Run it on an otherwise idle machine: the numbers are differences of timings.
-# Environment: OPTIM_BENCH_HIDDEN, OPTIM_BENCH_STEPS, OPTIM_BENCH_EPOCHS.
+# them (its e2e_ms does not). Run it on an otherwise idle machine: the numbers are
+# differences of timings. Environment: OPTIM_BENCH_HIDDEN, OPTIM_BENCH_STEPS,
+# OPTIM_BENCH_EPOCHS.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 ranks=("$@")
 [ ${#ranks[@]} -gt 0 ] || ranks=(2 4)
 hidden=${OPTIM_BENCH_HIDDEN:-1536}
-steps=${OPTIM_BENCH_STEPS:-10}
+steps=${OPTIM_BENCH_STEPS:-25}
 epochs=${OPTIM_BENCH_EPOCHS:-2}
 
 "${BAZEL:-bazel}" build -c opt //examples:train >&2
@@ -58,34 +63,42 @@ echo "### optim_bench: $(nproc) cores, model --hidden $hidden, $epochs epochs x 
 for n in "${ranks[@]}"; do
   echo
   echo "ranks=$n"
-  printf '%-20s %9s %9s %11s %11s %8s %8s\n' optimizer steps/s step_ms exposed_ms \
-    isolated_ms hidden vs_GA
+  printf '%-20s %8s %8s %9s %8s %10s %11s %8s %8s\n' optimizer e2e_ms comm_ms e2e_vs_GA \
+    step_ms exposed_ms isolated_ms hidden vs_GA
   local_ms=
+  local_e2e=
   ga_exposed=
+  ga_comm=
   for c in "${configs[@]}"; do
     label=${c%%|*}
     args=${c#*|}
     common=(--hidden "$hidden" --steps "$steps" --epochs "$epochs")
     # shellcheck disable=SC2086
     r=$(run "$n" $args "${common[@]}")
-    sps=$(field "$r" steps_per_s)
+    e2e=$(awk -v t="$(field "$r" train_s)" -v s="$(field "$r" steps)" \
+      'BEGIN { printf "%.2f", 1000 * t / s }')
     ms=$(field "$r" step_ms)
     if [ "$label" = local ]; then
       local_ms=$ms
-      printf '%-20s %9s %9.2f %11s %11s %8s %8s\n' "$label" "$sps" "$ms" - - - -
+      local_e2e=$e2e
+      printf '%-20s %8s %8s %9s %8.2f %10s %11s %8s %8s\n' "$label" "$e2e" - - "$ms" - - - -
       continue
     fi
     # shellcheck disable=SC2086
     r2=$(run "$n" $args "${common[@]}" --no-overlap)
+    comm=$(awk -v a="$e2e" -v b="$local_e2e" 'BEGIN { printf "%.2f", a - b }')
     exposed=$(awk -v a="$ms" -v b="$local_ms" 'BEGIN { printf "%.2f", a - b }')
     isolated=$(awk -v a="$(field "$r2" step_ms)" -v b="$local_ms" 'BEGIN { printf "%.2f", a - b }')
     hidden_frac=$(awk -v e="$exposed" -v i="$isolated" \
       'BEGIN { if (i <= 0) print "n/a"; else printf "%.0f%%", 100 * (1 - e / i) }')
-    [ "$label" = gradient_allreduce ] && ga_exposed=$exposed
-    ratio=$(awk -v e="$exposed" -v g="$ga_exposed" \
-      'BEGIN { if (g <= 0) print "n/a"; else printf "%.2fx", e / g }')
-    printf '%-20s %9s %9.2f %11s %11s %8s %8s\n' "$label" "$sps" "$ms" "$exposed" \
-      "$isolated" "$hidden_frac" "$ratio"
+    if [ "$label" = gradient_allreduce ]; then
+      ga_exposed=$exposed
+      ga_comm=$comm
+    fi
+    ratio() { awk -v e="$1" -v g="$2" 'BEGIN { if (g <= 0) print "n/a"; else printf "%.2fx", e / g }'; }
+    printf '%-20s %8s %8s %9s %8.2f %10s %11s %8s %8s\n' "$label" "$e2e" "$comm" \
+      "$(ratio "$comm" "$ga_comm")" "$ms" "$exposed" "$isolated" "$hidden_frac" \
+      "$(ratio "$exposed" "$ga_exposed")"
   done
 done
 
@@ -93,5 +106,7 @@ echo
 echo "### accuracy on the demo task (default model, 8 epochs), 4 ranks"
 for o in awc gradient_allreduce; do
   r=$(run 4 --optimizer "$o")
-  echo "$o: accuracy $(field "$r" accuracy), loss $(field "$r" loss), consensus $(field "$r" consensus)"
+  echo "$o: accuracy $(field "$r" accuracy), loss $(field "$r" loss)," \
+    "consensus $(field "$r" consensus), training $(field "$r" train_s) s" \
+    "($(field "$r" steps) steps)"
 done

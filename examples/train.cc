@@ -403,9 +403,10 @@ int Run(const Flags& f) {
   }
   if (me == 0) {
     if (f.quiet) {
-      std::printf("RESULT optimizer=%s ranks=%d parameters=%lld steps_per_s=%.2f "
-                  "step_ms=%.4f accuracy=%.4f loss=%.4f consensus=%.3e",
-                  f.optimizer.c_str(), n, static_cast<long long>(parameters), steps_per_second,
+      std::printf("RESULT optimizer=%s ranks=%d parameters=%lld steps=%lld train_s=%.4f "
+                  "steps_per_s=%.2f step_ms=%.4f accuracy=%.4f loss=%.4f consensus=%.3e",
+                  f.optimizer.c_str(), n, static_cast<long long>(parameters),
+                  static_cast<long long>(total_steps), train_seconds, steps_per_second,
                   1e3 * exposed[0].item<double>(), accuracy, loss_avg, distance);
       if (f.eval_average) std::printf(" average_accuracy=%.4f", average_accuracy);
       std::printf("\n");
