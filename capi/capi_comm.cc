@@ -317,6 +317,30 @@ void weft_abort(int code) { weft::abort_job(code); }
 
 void weft_comm_claim_call_order(void) { weft::claim_call_order(); }
 
+weft_status weft_neighbor_allreduce_options_init(weft_neighbor_allreduce_options* options,
+                                                 unsigned int version) {
+  return weft::capi::InitOptions(
+      options, version, WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_VERSION,
+      "weft_neighbor_allreduce_options_init", "WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_VERSION",
+      weft_neighbor_allreduce_options WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_INIT);
+}
+
+weft_status weft_neighbor_allgather_options_init(weft_neighbor_allgather_options* options,
+                                                 unsigned int version) {
+  return weft::capi::InitOptions(
+      options, version, WEFT_NEIGHBOR_ALLGATHER_OPTIONS_VERSION,
+      "weft_neighbor_allgather_options_init", "WEFT_NEIGHBOR_ALLGATHER_OPTIONS_VERSION",
+      weft_neighbor_allgather_options WEFT_NEIGHBOR_ALLGATHER_OPTIONS_INIT);
+}
+
+weft_status weft_hierarchical_options_init(weft_hierarchical_options* options,
+                                           unsigned int version) {
+  return weft::capi::InitOptions(options, version, WEFT_HIERARCHICAL_OPTIONS_VERSION,
+                                 "weft_hierarchical_options_init",
+                                 "WEFT_HIERARCHICAL_OPTIONS_VERSION",
+                                 weft_hierarchical_options WEFT_HIERARCHICAL_OPTIONS_INIT);
+}
+
 weft_status weft_init(void) {
   return Guard("weft_init", [] { return weft::init(); });
 }

@@ -68,6 +68,18 @@ weft::StatusOr<weft::pipe::Strategy> ToStrategy(int s, const char* fn) {
 
 extern "C" {
 
+weft_status weft_pipe_freeze_options_init(weft_pipe_freeze_options* options, unsigned int version) {
+  return weft::capi::InitOptions(
+      options, version, WEFT_PIPE_FREEZE_OPTIONS_VERSION, "weft_pipe_freeze_options_init",
+      "WEFT_PIPE_FREEZE_OPTIONS_VERSION", weft_pipe_freeze_options WEFT_PIPE_FREEZE_OPTIONS_INIT);
+}
+
+weft_status weft_pipe_plan_options_init(weft_pipe_plan_options* options, unsigned int version) {
+  return weft::capi::InitOptions(options, version, WEFT_PIPE_PLAN_OPTIONS_VERSION,
+                                 "weft_pipe_plan_options_init", "WEFT_PIPE_PLAN_OPTIONS_VERSION",
+                                 weft_pipe_plan_options WEFT_PIPE_PLAN_OPTIONS_INIT);
+}
+
 weft_status weft_pipe_freeze_bound(int* frozen, int layers, double alpha, int t) {
   return Guard("weft_pipe_freeze_bound", [&]() -> weft::Status {
     WEFT_RETURN_IF_ERROR(Required(frozen, "weft_pipe_freeze_bound", "frozen"));

@@ -275,6 +275,31 @@ weft::StatusOr<pipe::TensorDataset> MakeData(const weft_pipe_trainer& t, const D
 
 extern "C" {
 
+weft_status weft_pipe_trainer_options_init(weft_pipe_trainer_options* options,
+                                           unsigned int version) {
+  // The fields the C++ trainer has come from its TrainerOptions; the optimizer, learning
+  // rate and loss exist only at this level.
+  const pipe::TrainerOptions cc;
+  weft_pipe_trainer_options d = WEFT_PIPE_TRAINER_OPTIONS_INIT;
+  d.k0 = cc.k0;
+  d.freeze = cc.freeze ? 1 : 0;
+  d.alpha = cc.alpha;
+  d.gradient_aware = cc.gradient_aware ? 1 : 0;
+  d.freeze_every_epochs = cc.freeze_every_epochs;
+  d.autopipe = cc.autopipe ? 1 : 0;
+  d.autodp = cc.autodp ? 1 : 0;
+  d.cache = cc.cache ? 1 : 0;
+  d.schedule = cc.schedule == pipe::ScheduleKind::kOneFOneB ? WEFT_PIPE_SCHEDULE_1F1B
+                                                            : WEFT_PIPE_SCHEDULE_GPIPE;
+  d.micro_batches = cc.micro_batches;
+  d.batch_size = cc.batch_size;
+  d.seed = cc.seed;
+  d.decentralized = cc.sync == pipe::TrainerOptions::ReplicaSync::kGossip ? 1 : 0;
+  return weft::capi::InitOptions(options, version, WEFT_PIPE_TRAINER_OPTIONS_VERSION,
+                                 "weft_pipe_trainer_options_init",
+                                 "WEFT_PIPE_TRAINER_OPTIONS_VERSION", d);
+}
+
 weft_status weft_pipe_trainer_create(weft_pipe_trainer** out, const char* torchscript_path,
                                      const weft_pipe_trainer_options* options) {
   static const char* fn = "weft_pipe_trainer_create";

@@ -103,6 +103,30 @@ StatusOr<std::vector<int>> RankList(const int* ranks, size_t n, const char* fn) 
 
 extern "C" {
 
+weft_status weft_win_put_options_init(weft_win_put_options* options, unsigned int version) {
+  return weft::capi::InitOptions(options, version, WEFT_WIN_PUT_OPTIONS_VERSION,
+                                 "weft_win_put_options_init", "WEFT_WIN_PUT_OPTIONS_VERSION",
+                                 weft_win_put_options WEFT_WIN_PUT_OPTIONS_INIT);
+}
+
+weft_status weft_win_get_options_init(weft_win_get_options* options, unsigned int version) {
+  return weft::capi::InitOptions(options, version, WEFT_WIN_GET_OPTIONS_VERSION,
+                                 "weft_win_get_options_init", "WEFT_WIN_GET_OPTIONS_VERSION",
+                                 weft_win_get_options WEFT_WIN_GET_OPTIONS_INIT);
+}
+
+weft_status weft_win_update_options_init(weft_win_update_options* options, unsigned int version) {
+  return weft::capi::InitOptions(options, version, WEFT_WIN_UPDATE_OPTIONS_VERSION,
+                                 "weft_win_update_options_init", "WEFT_WIN_UPDATE_OPTIONS_VERSION",
+                                 weft_win_update_options WEFT_WIN_UPDATE_OPTIONS_INIT);
+}
+
+weft_status weft_win_create_options_init(weft_win_create_options* options, unsigned int version) {
+  return weft::capi::InitOptions(options, version, WEFT_WIN_CREATE_OPTIONS_VERSION,
+                                 "weft_win_create_options_init", "WEFT_WIN_CREATE_OPTIONS_VERSION",
+                                 weft_win_create_options WEFT_WIN_CREATE_OPTIONS_INIT);
+}
+
 weft_status weft_win_create(DLTensor* x, const char* name,
                             const weft_win_create_options* options) {
   const char* fn = "weft_win_create";

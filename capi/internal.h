@@ -63,6 +63,25 @@ weft_status Guard(const char* function, Body&& body) noexcept {
 // Wraps a started op in a new request for the caller (capi_comm.cc).
 Status EmitRequest(weft_request** request, StatusOr<Handle> handle);
 
+// weft_<x>_options_init: writes `defaults` (the library's, for the struct's current
+// version) into *options for a caller compiled against `version`. Every struct is at its
+// first version, so the whole struct is written; a later version will write only the
+// fields an older caller's struct has.
+template <typename T>
+weft_status InitOptions(T* options, unsigned int version, unsigned int current,
+                        const char* function, const char* version_macro, const T& defaults) {
+  return Guard(function, [&]() -> Status {
+    if (options == nullptr) return InvalidArgument(function, ": options is NULL");
+    if (version < 1 || version > current) {
+      return InvalidArgument(function, ": version is ", version, ", expected 1..", current,
+                             "; pass ", version_macro, " from the header you compiled with");
+    }
+    *options = defaults;
+    options->version = version;
+    return OkStatus();
+  });
+}
+
 // A versioned option struct: `version` must be 1..current; the error names the _INIT macro.
 Status CheckVersion(unsigned int version, unsigned int current, const char* function,
                     const char* type, const char* init);

@@ -107,15 +107,17 @@ func NextFrozen(layers, t, previous int, gradNorms []float64, opts FreezeOptions
 		previous); err != nil {
 		return 0, err
 	}
-	o := cweft.PipeFreezeOptions{
-		Version:       uint32(cweft.WEFT_PIPE_FREEZE_OPTIONS_VERSION),
-		Alpha:         opts.Alpha,
-		GradientAware: int32(cconv.Bool(opts.GradientAware)),
-		FreezeLast:    int32(cconv.Bool(opts.FreezeLast)),
+	var o cweft.PipeFreezeOptions // the library's defaults, then the caller's choices
+	if err := call(func() cstatus {
+		return cweft.Weft_pipe_freeze_options_init(&o, uint(cweft.WEFT_PIPE_FREEZE_OPTIONS_VERSION))
+	}); err != nil {
+		return 0, err
 	}
-	if o.Alpha == 0 {
-		o.Alpha = 1.0 / 3.0
+	if opts.Alpha != 0 {
+		o.Alpha = opts.Alpha
 	}
+	o.GradientAware = int32(cconv.Bool(opts.GradientAware))
+	o.FreezeLast = int32(cconv.Bool(opts.FreezeLast))
 	var frozen int32
 	err := call(func() cstatus {
 		return cweft.Weft_pipe_next_frozen(&frozen, layers, t, previous, gradNorms, &o)
@@ -240,19 +242,18 @@ type Plan struct {
 func MakePlan(sizes []float64, frozen int, opts PlanOptions, previous *Plan) (*Plan, error) {
 	const fn = "weft.MakePlan"
 	defer runtime.KeepAlive(previous)
-	o := cweft.PipePlanOptions{
-		Version:           uint32(cweft.WEFT_PIPE_PLAN_OPTIONS_VERSION),
-		Machines:          1,
-		DevicesPerMachine: 8,
-		K0:                8,
-		Lambda:            1.0 / 6.0,
-		Strategy:          int32(opts.Strategy),
-	}
 	if err := checkInts(fn, "frozen", frozen, "Machines", opts.Machines, "DevicesPerMachine",
 		opts.DevicesPerMachine, "K0", opts.K0, "MicroBatches", opts.MicroBatches,
 		"Strategy", int(opts.Strategy)); err != nil {
 		return nil, err
 	}
+	var o cweft.PipePlanOptions // the library's defaults, then the caller's choices
+	if err := call(func() cstatus {
+		return cweft.Weft_pipe_plan_options_init(&o, uint(cweft.WEFT_PIPE_PLAN_OPTIONS_VERSION))
+	}); err != nil {
+		return nil, err
+	}
+	o.Strategy = int32(opts.Strategy)
 	if opts.Machines != 0 {
 		o.Machines = int32(opts.Machines)
 	}

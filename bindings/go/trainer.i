@@ -152,22 +152,26 @@ typedef struct weft_pipe_trainer weft_pipe_trainer;
 int weftgo_trainer_create(weft_pipe_trainer** out, const char* path,
                           const weftgo_pipe_trainer_numbers* numbers, const char* cache_dir,
                           const char* name) {
-  weft_pipe_trainer_options o = WEFT_PIPE_TRAINER_OPTIONS_INIT;
+  /* The library's defaults; Go's zero values for alpha, freeze_every_epochs, batch_size,
+   * seed and lr mean "the default". */
+  weft_pipe_trainer_options o;
+  weft_status status = weft_pipe_trainer_options_init(&o, WEFT_PIPE_TRAINER_OPTIONS_VERSION);
+  if (status != WEFT_OK) return (int)status;
   o.k0 = numbers->k0;
   o.freeze = numbers->freeze;
-  o.alpha = numbers->alpha;
+  if (numbers->alpha != 0) o.alpha = numbers->alpha;
   o.gradient_aware = numbers->gradient_aware;
-  o.freeze_every_epochs = numbers->freeze_every_epochs;
+  if (numbers->freeze_every_epochs != 0) o.freeze_every_epochs = numbers->freeze_every_epochs;
   o.autopipe = numbers->autopipe;
   o.autodp = numbers->autodp;
   o.cache = numbers->cache;
   o.cache_dir = cache_dir;
   o.schedule = (weft_pipe_schedule_kind)numbers->schedule;
   o.micro_batches = numbers->micro_batches;
-  o.batch_size = numbers->batch_size;
-  o.seed = numbers->seed;
+  if (numbers->batch_size != 0) o.batch_size = numbers->batch_size;
+  if (numbers->seed != 0) o.seed = numbers->seed;
   o.optimizer = (weft_pipe_optimizer_kind)numbers->optimizer;
-  o.lr = numbers->lr;
+  if (numbers->lr != 0) o.lr = numbers->lr;
   o.momentum = numbers->momentum;
   o.weight_decay = numbers->weight_decay;
   o.loss = (weft_pipe_loss_kind)numbers->loss;

@@ -233,10 +233,13 @@ type PipePlanInfo struct {
 	MaxCost      float64
 }
 %}
-%typemap(gotype) const weft_pipe_freeze_options* options "*PipeFreezeOptions"
-%typemap(gotype) const weft_pipe_plan_options* options "*PipePlanOptions"
+%typemap(gotype) const weft_pipe_freeze_options* options, weft_pipe_freeze_options* options
+  "*PipeFreezeOptions"
+%typemap(gotype) const weft_pipe_plan_options* options, weft_pipe_plan_options* options
+  "*PipePlanOptions"
 %typemap(gotype) weft_pipe_plan_info* info "*PipePlanInfo"
 %typemap(in) const weft_pipe_freeze_options* options, const weft_pipe_plan_options* options,
+             weft_pipe_freeze_options* options, weft_pipe_plan_options* options,
              weft_pipe_plan_info* info
 %{ $1 = ($1_ltype)$input; %}
 %ignore weft_pipe_freeze_options;

@@ -34,6 +34,59 @@ static void TestBeforeInit(void) {
   FAILS(weft_timeline_start("/tmp/never.json"), WEFT_ERR_FAILED_PRECONDITION, "init");
 }
 
+/* weft_<x>_options_init writes what the _INIT macro says (the library's defaults). */
+static void TestOptionsInit(void) {
+  weft_neighbor_allreduce_options nar;
+  weft_neighbor_allgather_options nag;
+  weft_hierarchical_options hier;
+  weft_win_put_options put;
+  weft_win_get_options get;
+  weft_win_update_options upd;
+  weft_win_create_options create;
+  weft_pipe_freeze_options freeze;
+  weft_pipe_plan_options plan;
+  memset(&nar, 0x5A, sizeof nar);
+  OK(weft_neighbor_allreduce_options_init(&nar, WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_VERSION));
+  CHECK(nar.version == 1 && nar.has_weights == 0 && nar.self_weight == 1.0 && nar.num_src == 0 &&
+        nar.src_ranks == NULL && nar.src_weights == NULL && nar.has_dst == 0 && nar.num_dst == 0 &&
+        nar.dst_ranks == NULL && nar.dst_weights == NULL && nar.enable_topo_check == 1);
+  memset(&nag, 0x5A, sizeof nag);
+  OK(weft_neighbor_allgather_options_init(&nag, WEFT_NEIGHBOR_ALLGATHER_OPTIONS_VERSION));
+  CHECK(nag.version == 1 && nag.has_ranks == 0 && nag.num_src == 0 && nag.src_ranks == NULL &&
+        nag.num_dst == 0 && nag.dst_ranks == NULL);
+  memset(&hier, 0x5A, sizeof hier);
+  OK(weft_hierarchical_options_init(&hier, WEFT_HIERARCHICAL_OPTIONS_VERSION));
+  CHECK(hier.has_weights == 0 && hier.self_weight == 1.0 && hier.num_src == 0 &&
+        hier.src_machines == NULL && hier.has_dst == 0 && hier.dst_machines == NULL);
+  memset(&put, 0x5A, sizeof put);
+  OK(weft_win_put_options_init(&put, WEFT_WIN_PUT_OPTIONS_VERSION));
+  CHECK(put.self_weight == 1.0 && put.has_dst == 0 && put.dst_ranks == NULL &&
+        put.require_mutex == 0);
+  memset(&get, 0x5A, sizeof get);
+  OK(weft_win_get_options_init(&get, WEFT_WIN_GET_OPTIONS_VERSION));
+  CHECK(get.has_src == 0 && get.src_ranks == NULL && get.require_mutex == 0);
+  memset(&upd, 0x5A, sizeof upd);
+  OK(weft_win_update_options_init(&upd, WEFT_WIN_UPDATE_OPTIONS_VERSION));
+  CHECK(upd.has_weights == 0 && upd.self_weight == 1.0 && upd.neighbor_ranks == NULL &&
+        upd.reset == 0 && upd.require_mutex == 0);
+  memset(&create, 0x5A, sizeof create);
+  OK(weft_win_create_options_init(&create, WEFT_WIN_CREATE_OPTIONS_VERSION));
+  CHECK(create.zero_init == 0 && create.transport == NULL);
+  memset(&freeze, 0x5A, sizeof freeze);
+  OK(weft_pipe_freeze_options_init(&freeze, WEFT_PIPE_FREEZE_OPTIONS_VERSION));
+  CHECK(freeze.alpha == 1.0 / 3.0 && freeze.gradient_aware == 0 && freeze.freeze_last == 0);
+  memset(&plan, 0x5A, sizeof plan);
+  OK(weft_pipe_plan_options_init(&plan, WEFT_PIPE_PLAN_OPTIONS_VERSION));
+  CHECK(plan.machines == 1 && plan.devices_per_machine == 8 && plan.k0 == 8 &&
+        plan.lambda == 1.0 / 6.0 && plan.strategy == WEFT_PIPE_STRATEGY_OPTIMAL &&
+        plan.micro_batches == 0);
+  /* A version this library does not know, or no struct: refused, nothing written. */
+  FAILS(weft_win_put_options_init(&put, 0), WEFT_ERR_INVALID_ARGUMENT, "version is 0");
+  FAILS(weft_win_put_options_init(&put, WEFT_WIN_PUT_OPTIONS_VERSION + 1),
+        WEFT_ERR_INVALID_ARGUMENT, "WEFT_WIN_PUT_OPTIONS_VERSION");
+  FAILS(weft_pipe_plan_options_init(NULL, 1), WEFT_ERR_INVALID_ARGUMENT, "options is NULL");
+}
+
 /* weft_tensor_empty_like: needs no init; large outputs are reused once freed. */
 static void TestOutputs(void) {
   float x[4] = {1, 2, 3, 4};
@@ -1519,6 +1572,7 @@ int main(void) {
   int rank, size;
   TestVersionAndStatus();
   TestBeforeInit();
+  TestOptionsInit();
   TestOutputs();
   TestTopology();
   TestSchedules();

@@ -53,6 +53,22 @@ static void TestBeforeInit(const char* path) {
   weft_pipe_trainer_destroy(NULL);
 }
 
+/* The library's defaults: the C++ trainer's, and the _INIT macro's for the rest. */
+static void TestOptionsInit(void) {
+  weft_pipe_trainer_options o;
+  weft_pipe_trainer_options macro = WEFT_PIPE_TRAINER_OPTIONS_INIT;
+  memset(&o, 0x5A, sizeof o);
+  OK(weft_pipe_trainer_options_init(&o, WEFT_PIPE_TRAINER_OPTIONS_VERSION));
+  CHECK(o.version == 1 && o.k0 == macro.k0 && o.freeze == 1 && o.alpha == 1.0 / 3.0 &&
+        o.gradient_aware == 0 && o.freeze_every_epochs == 1 && o.autopipe == 1 && o.autodp == 1 &&
+        o.cache == 0 && o.cache_dir == NULL && o.schedule == WEFT_PIPE_SCHEDULE_GPIPE &&
+        o.micro_batches == 0 && o.batch_size == 64 && o.seed == 1 &&
+        o.optimizer == WEFT_PIPE_OPTIMIZER_ADAM && o.lr == 1e-3 && o.momentum == 0 &&
+        o.weight_decay == 0 && o.loss == WEFT_PIPE_LOSS_CROSS_ENTROPY && o.name == NULL &&
+        o.decentralized == 0);
+  FAILS(weft_pipe_trainer_options_init(&o, 2), WEFT_ERR_INVALID_ARGUMENT, "version is 2");
+}
+
 static void TestCreateErrors(const char* path) {
   weft_pipe_trainer* t = NULL;
   weft_pipe_trainer_options o = WEFT_PIPE_TRAINER_OPTIONS_INIT;
@@ -239,6 +255,7 @@ int main(int argc, char** argv) {
   }
   MakeData();
   TestBeforeInit(argv[1]);
+  TestOptionsInit();
   OK(weft_init());
   g_rank = weft_rank();
   TestCreateErrors(argv[1]);

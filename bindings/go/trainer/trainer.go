@@ -183,17 +183,18 @@ func New(path string, opts Options) (*Trainer, error) {
 		"MicroBatches", opts.MicroBatches, "Schedule", int(opts.Schedule)); err != nil {
 		return nil, err
 	}
+	// Zero values stand for the library's defaults (weft_pipe_trainer_options_init).
 	n := cwefttrainer.Numbers{
-		BatchSize:         64,
-		Seed:              1,
-		Alpha:             1.0 / 3.0,
-		LR:                1e-3,
+		BatchSize:         int64(opts.BatchSize),
+		Seed:              opts.Seed,
+		Alpha:             opts.Alpha,
+		LR:                opts.LR,
 		Momentum:          opts.Momentum,
 		WeightDecay:       opts.WeightDecay,
 		K0:                int32(opts.K0),
 		Freeze:            int32(cconv.Bool(!opts.DisableFreeze)),
 		GradientAware:     int32(cconv.Bool(opts.GradientAware)),
-		FreezeEveryEpochs: 1,
+		FreezeEveryEpochs: int32(opts.FreezeEveryEpochs),
 		AutoPipe:          int32(cconv.Bool(!opts.DisableAutoPipe)),
 		AutoDP:            int32(cconv.Bool(!opts.DisableAutoDP)),
 		Cache:             int32(cconv.Bool(opts.Cache)),
@@ -209,21 +210,6 @@ func New(path string, opts Options) (*Trainer, error) {
 	if opts.Loss != LossCrossEntropy && opts.Loss != LossMSE {
 		return nil, invalid("%s: Loss is %d; expected trainer.LossCrossEntropy or LossMSE", fn,
 			int(opts.Loss))
-	}
-	if opts.BatchSize != 0 {
-		n.BatchSize = int64(opts.BatchSize)
-	}
-	if opts.Seed != 0 {
-		n.Seed = opts.Seed
-	}
-	if opts.Alpha != 0 {
-		n.Alpha = opts.Alpha
-	}
-	if opts.LR != 0 {
-		n.LR = opts.LR
-	}
-	if opts.FreezeEveryEpochs != 0 {
-		n.FreezeEveryEpochs = int32(opts.FreezeEveryEpochs)
 	}
 	if opts.Decentralized {
 		n.Decentralized = 1

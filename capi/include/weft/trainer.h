@@ -62,6 +62,10 @@ typedef struct weft_pipe_trainer_options {
   { WEFT_PIPE_TRAINER_OPTIONS_VERSION, 0, 1, 1.0 / 3.0, 0, 1, 1, 1, 0, NULL,              \
     WEFT_PIPE_SCHEDULE_GPIPE, 0, 64, 1, WEFT_PIPE_OPTIMIZER_ADAM, 1e-3, 0.0, 0.0,          \
     WEFT_PIPE_LOSS_CROSS_ENTROPY, NULL, 0 }
+/* Writes the defaults (the _INIT macro's; alpha, lambda and the rest as the C++ trainer's
+ * TrainerOptions has them) for a struct of `version` (WEFT_PIPE_TRAINER_OPTIONS_VERSION). */
+WEFT_API weft_status weft_pipe_trainer_options_init(weft_pipe_trainer_options* options,
+                                                    unsigned int version);
 
 /* One epoch's metrics (EpochMetrics): the configuration it trained with, its throughput,
  * and the transition at its end. The caller sets version (WEFT_PIPE_EPOCH_METRICS_INIT);

@@ -16,7 +16,9 @@
  *  - Tensors are DLPack DLTensors on the CPU (kDLCPU). weft reads an input and writes an
  *    output only during the op; for a nonblocking op, both must stay alive until the
  *    request has completed (weft_request_keep_alive ties their owner to the request).
- *  - Option structs carry a version field; initialize them with the matching _INIT macro so
+ *  - Option structs carry a version field; initialize them with the matching _INIT macro, or
+ *    with weft_<x>_options_init(&options, WEFT_<X>_OPTIONS_VERSION), which writes the
+ *    library's defaults (what bindings use, so that no binding repeats them), so
  *    that a program compiled against an older header keeps working. NULL options means the
  *    defaults.
  *  - Ops are matched across ranks by name, or by call order when name is NULL or "".
@@ -279,6 +281,10 @@ typedef struct weft_neighbor_allreduce_options {
 } weft_neighbor_allreduce_options;
 #define WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_INIT \
   { WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_VERSION, 0, 1.0, 0, NULL, NULL, 0, 0, NULL, NULL, 1 }
+/* Writes the defaults (the _INIT macro's values) for a struct of `version`
+ * (WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_VERSION); every option struct has such a function. */
+WEFT_API weft_status weft_neighbor_allreduce_options_init(weft_neighbor_allreduce_options* options,
+                                                          unsigned int version);
 
 /* has_ranks = 1: receive from src_ranks (output in that order) and send to dst_ranks
  * instead of the topology's neighbors. */
@@ -293,6 +299,8 @@ typedef struct weft_neighbor_allgather_options {
 } weft_neighbor_allgather_options;
 #define WEFT_NEIGHBOR_ALLGATHER_OPTIONS_INIT \
   { WEFT_NEIGHBOR_ALLGATHER_OPTIONS_VERSION, 0, 0, NULL, 0, NULL }
+WEFT_API weft_status weft_neighbor_allgather_options_init(weft_neighbor_allgather_options* options,
+                                                          unsigned int version);
 
 /* Machine-level weights keyed by machine index; the same rules as neighbor allreduce. */
 #define WEFT_HIERARCHICAL_OPTIONS_VERSION 1
@@ -310,6 +318,8 @@ typedef struct weft_hierarchical_options {
 } weft_hierarchical_options;
 #define WEFT_HIERARCHICAL_OPTIONS_INIT \
   { WEFT_HIERARCHICAL_OPTIONS_VERSION, 0, 1.0, 0, NULL, NULL, 0, 0, NULL, NULL }
+WEFT_API weft_status weft_hierarchical_options_init(weft_hierarchical_options* options,
+                                                    unsigned int version);
 
 /* Sum (average = 0) or mean (average = 1) over all ranks. */
 WEFT_API weft_status weft_comm_allreduce(const DLTensor* in, DLTensor* out, int average,
@@ -457,6 +467,7 @@ typedef struct weft_win_put_options {
   int require_mutex;
 } weft_win_put_options;
 #define WEFT_WIN_PUT_OPTIONS_INIT { WEFT_WIN_PUT_OPTIONS_VERSION, 1.0, 0, 0, NULL, NULL, 0 }
+WEFT_API weft_status weft_win_put_options_init(weft_win_put_options* options, unsigned int version);
 
 /* has_src = 0: every in-neighbor with weight 1. */
 #define WEFT_WIN_GET_OPTIONS_VERSION 1
@@ -469,6 +480,7 @@ typedef struct weft_win_get_options {
   int require_mutex;
 } weft_win_get_options;
 #define WEFT_WIN_GET_OPTIONS_INIT { WEFT_WIN_GET_OPTIONS_VERSION, 0, 0, NULL, NULL, 0 }
+WEFT_API weft_status weft_win_get_options_init(weft_win_get_options* options, unsigned int version);
 
 /* has_weights = 0: the topology's receive weights if it was set weighted, else the uniform
  * average over x and every buffer; else
@@ -487,6 +499,8 @@ typedef struct weft_win_update_options {
 } weft_win_update_options;
 #define WEFT_WIN_UPDATE_OPTIONS_INIT \
   { WEFT_WIN_UPDATE_OPTIONS_VERSION, 0, 1.0, 0, NULL, NULL, 0, 0 }
+WEFT_API weft_status weft_win_update_options_init(weft_win_update_options* options,
+                                                  unsigned int version);
 
 /* zero_init: buffers start as zeros instead of copies of x (the associated p: 1 for this
  * rank, 0 for every neighbor buffer, either way). transport: "mpi" (MPI RMA) or
@@ -498,6 +512,8 @@ typedef struct weft_win_create_options {
   const char* transport;
 } weft_win_create_options;
 #define WEFT_WIN_CREATE_OPTIONS_INIT { WEFT_WIN_CREATE_OPTIONS_VERSION, 0, NULL }
+WEFT_API weft_status weft_win_create_options_init(weft_win_create_options* options,
+                                                  unsigned int version);
 
 /* Collective. x must stay alive (and in place) until the window is freed: gets read it,
  * updates write it. NULL options: buffers start as copies of x, transport WEFT_TRANSPORT. */
@@ -617,6 +633,8 @@ typedef struct weft_pipe_freeze_options {
 } weft_pipe_freeze_options;
 #define WEFT_PIPE_FREEZE_OPTIONS_INIT \
   { WEFT_PIPE_FREEZE_OPTIONS_VERSION, 1.0 / 3.0, 0, 0 }
+WEFT_API weft_status weft_pipe_freeze_options_init(weft_pipe_freeze_options* options,
+                                                   unsigned int version);
 
 /* The frozen count after freeze point t, given the count before it. grad_norms (one per
  * layer, summed over the interval) only for the gradient-aware policy (else NULL, 0). */
@@ -658,6 +676,8 @@ typedef struct weft_pipe_plan_options {
 } weft_pipe_plan_options;
 #define WEFT_PIPE_PLAN_OPTIONS_INIT \
   { WEFT_PIPE_PLAN_OPTIONS_VERSION, 1, 8, 8, 1.0 / 6.0, WEFT_PIPE_STRATEGY_OPTIMAL, 0 }
+WEFT_API weft_status weft_pipe_plan_options_init(weft_pipe_plan_options* options,
+                                                 unsigned int version);
 
 /* previous NULL: the initial plan (K = k0). Otherwise K halves from previous's while the
  * balanced partition on K/2 stages fits under M0, and the ranks of new replicas are the

@@ -253,22 +253,26 @@ static DLTensor weftgo_tensor(void* data, int code, int bits, const int64_t* sha
 int weftgo_trainer_create(weft_pipe_trainer** out, const char* path,
                           const weftgo_pipe_trainer_numbers* numbers, const char* cache_dir,
                           const char* name) {
-  weft_pipe_trainer_options o = WEFT_PIPE_TRAINER_OPTIONS_INIT;
+  /* The library's defaults; Go's zero values for alpha, freeze_every_epochs, batch_size,
+   * seed and lr mean "the default". */
+  weft_pipe_trainer_options o;
+  weft_status status = weft_pipe_trainer_options_init(&o, WEFT_PIPE_TRAINER_OPTIONS_VERSION);
+  if (status != WEFT_OK) return (int)status;
   o.k0 = numbers->k0;
   o.freeze = numbers->freeze;
-  o.alpha = numbers->alpha;
+  if (numbers->alpha != 0) o.alpha = numbers->alpha;
   o.gradient_aware = numbers->gradient_aware;
-  o.freeze_every_epochs = numbers->freeze_every_epochs;
+  if (numbers->freeze_every_epochs != 0) o.freeze_every_epochs = numbers->freeze_every_epochs;
   o.autopipe = numbers->autopipe;
   o.autodp = numbers->autodp;
   o.cache = numbers->cache;
   o.cache_dir = cache_dir;
   o.schedule = (weft_pipe_schedule_kind)numbers->schedule;
   o.micro_batches = numbers->micro_batches;
-  o.batch_size = numbers->batch_size;
-  o.seed = numbers->seed;
+  if (numbers->batch_size != 0) o.batch_size = numbers->batch_size;
+  if (numbers->seed != 0) o.seed = numbers->seed;
   o.optimizer = (weft_pipe_optimizer_kind)numbers->optimizer;
-  o.lr = numbers->lr;
+  if (numbers->lr != 0) o.lr = numbers->lr;
   o.momentum = numbers->momentum;
   o.weight_decay = numbers->weight_decay;
   o.loss = (weft_pipe_loss_kind)numbers->loss;
@@ -330,7 +334,7 @@ int weftgo_trainer_loss(int which) {
 extern "C" {
 #endif
 
-void _wrap_Swig_free_cwefttrainer_bcc2f5ae0406260d(void *_swig_go_0) {
+void _wrap_Swig_free_cwefttrainer_b3643da17bbb1b86(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -340,7 +344,7 @@ void _wrap_Swig_free_cwefttrainer_bcc2f5ae0406260d(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_cwefttrainer_bcc2f5ae0406260d(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_cwefttrainer_b3643da17bbb1b86(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -353,7 +357,7 @@ void *_wrap_Swig_malloc_cwefttrainer_bcc2f5ae0406260d(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_weftgo_trainer_create_cwefttrainer_bcc2f5ae0406260d(weft_pipe_trainer **_swig_go_0, _gostring_ _swig_go_1, weftgo_pipe_trainer_numbers *_swig_go_2, _gostring_ _swig_go_3, _gostring_ _swig_go_4) {
+intgo _wrap_weftgo_trainer_create_cwefttrainer_b3643da17bbb1b86(weft_pipe_trainer **_swig_go_0, _gostring_ _swig_go_1, weftgo_pipe_trainer_numbers *_swig_go_2, _gostring_ _swig_go_3, _gostring_ _swig_go_4) {
   weft_pipe_trainer **arg1 = (weft_pipe_trainer **) 0 ;
   char *arg2 = (char *) 0 ;
   weftgo_pipe_trainer_numbers *arg3 = (weftgo_pipe_trainer_numbers *) 0 ;
@@ -389,7 +393,7 @@ intgo _wrap_weftgo_trainer_create_cwefttrainer_bcc2f5ae0406260d(weft_pipe_traine
 }
 
 
-intgo _wrap_weftgo_trainer_train_epoch_cwefttrainer_bcc2f5ae0406260d(struct weft_pipe_trainer *_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, void *_swig_go_5, intgo _swig_go_6, intgo _swig_go_7, _goslice_ _swig_go_8, weft_pipe_epoch_metrics *_swig_go_9) {
+intgo _wrap_weftgo_trainer_train_epoch_cwefttrainer_b3643da17bbb1b86(struct weft_pipe_trainer *_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, void *_swig_go_5, intgo _swig_go_6, intgo _swig_go_7, _goslice_ _swig_go_8, weft_pipe_epoch_metrics *_swig_go_9) {
   weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
   void *arg2 = (void *) 0 ;
   int arg3 ;
@@ -428,7 +432,7 @@ intgo _wrap_weftgo_trainer_train_epoch_cwefttrainer_bcc2f5ae0406260d(struct weft
 }
 
 
-intgo _wrap_weftgo_trainer_evaluate_cwefttrainer_bcc2f5ae0406260d(struct weft_pipe_trainer *_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, void *_swig_go_5, intgo _swig_go_6, intgo _swig_go_7, _goslice_ _swig_go_8, double *_swig_go_9) {
+intgo _wrap_weftgo_trainer_evaluate_cwefttrainer_b3643da17bbb1b86(struct weft_pipe_trainer *_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, void *_swig_go_5, intgo _swig_go_6, intgo _swig_go_7, _goslice_ _swig_go_8, double *_swig_go_9) {
   weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
   void *arg2 = (void *) 0 ;
   int arg3 ;
@@ -467,7 +471,7 @@ intgo _wrap_weftgo_trainer_evaluate_cwefttrainer_bcc2f5ae0406260d(struct weft_pi
 }
 
 
-intgo _wrap_weftgo_trainer_last_line_cwefttrainer_bcc2f5ae0406260d(struct weft_pipe_trainer *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_weftgo_trainer_last_line_cwefttrainer_b3643da17bbb1b86(struct weft_pipe_trainer *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
   weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
   char *arg2 = (char *) 0 ;
   size_t arg3 ;
@@ -488,7 +492,7 @@ intgo _wrap_weftgo_trainer_last_line_cwefttrainer_bcc2f5ae0406260d(struct weft_p
 }
 
 
-intgo _wrap_weftgo_trainer_role_cwefttrainer_bcc2f5ae0406260d(struct weft_pipe_trainer *_swig_go_0, int *_swig_go_1, int *_swig_go_2) {
+intgo _wrap_weftgo_trainer_role_cwefttrainer_b3643da17bbb1b86(struct weft_pipe_trainer *_swig_go_0, int *_swig_go_1, int *_swig_go_2) {
   weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
   int *arg2 = (int *) 0 ;
   int *arg3 = (int *) 0 ;
@@ -505,7 +509,7 @@ intgo _wrap_weftgo_trainer_role_cwefttrainer_bcc2f5ae0406260d(struct weft_pipe_t
 }
 
 
-intgo _wrap_weftgo_trainer_plan_info_cwefttrainer_bcc2f5ae0406260d(struct weft_pipe_trainer *_swig_go_0, weft_pipe_plan_info *_swig_go_1) {
+intgo _wrap_weftgo_trainer_plan_info_cwefttrainer_b3643da17bbb1b86(struct weft_pipe_trainer *_swig_go_0, weft_pipe_plan_info *_swig_go_1) {
   weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
   weft_pipe_plan_info *arg2 = (weft_pipe_plan_info *) 0 ;
   int result;
@@ -520,7 +524,7 @@ intgo _wrap_weftgo_trainer_plan_info_cwefttrainer_bcc2f5ae0406260d(struct weft_p
 }
 
 
-void _wrap_weftgo_trainer_destroy_cwefttrainer_bcc2f5ae0406260d(struct weft_pipe_trainer *_swig_go_0) {
+void _wrap_weftgo_trainer_destroy_cwefttrainer_b3643da17bbb1b86(struct weft_pipe_trainer *_swig_go_0) {
   weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
   
   arg1 = *(weft_pipe_trainer **)&_swig_go_0; 
@@ -530,7 +534,7 @@ void _wrap_weftgo_trainer_destroy_cwefttrainer_bcc2f5ae0406260d(struct weft_pipe
 }
 
 
-_gostring_ _wrap_weftgo_trainer_last_error_cwefttrainer_bcc2f5ae0406260d() {
+_gostring_ _wrap_weftgo_trainer_last_error_cwefttrainer_b3643da17bbb1b86() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -541,7 +545,7 @@ _gostring_ _wrap_weftgo_trainer_last_error_cwefttrainer_bcc2f5ae0406260d() {
 }
 
 
-intgo _wrap_weftgo_trainer_optimizer_cwefttrainer_bcc2f5ae0406260d(intgo _swig_go_0) {
+intgo _wrap_weftgo_trainer_optimizer_cwefttrainer_b3643da17bbb1b86(intgo _swig_go_0) {
   int arg1 ;
   int result;
   intgo _swig_go_result;
@@ -554,7 +558,7 @@ intgo _wrap_weftgo_trainer_optimizer_cwefttrainer_bcc2f5ae0406260d(intgo _swig_g
 }
 
 
-intgo _wrap_weftgo_trainer_loss_cwefttrainer_bcc2f5ae0406260d(intgo _swig_go_0) {
+intgo _wrap_weftgo_trainer_loss_cwefttrainer_b3643da17bbb1b86(intgo _swig_go_0) {
   int arg1 ;
   int result;
   intgo _swig_go_result;

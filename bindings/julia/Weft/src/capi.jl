@@ -616,6 +616,16 @@ function weft_neighbor_allreduce_options(;
         dst_weights, enable_topo_check)
 end
 
+# Writes the defaults (the _INIT macro's values) for a struct of `version`
+# (WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_VERSION); every option struct has such a function.
+# C: weft_status weft_neighbor_allreduce_options_init(weft_neighbor_allreduce_options*
+#        options, unsigned int version)
+function weft_neighbor_allreduce_options_init(options, version)
+    ccall((:weft_neighbor_allreduce_options_init, libweft()), Cint,
+          (Ptr{weft_neighbor_allreduce_options}, Cuint),
+          options, version)
+end
+
 # has_ranks = 1: receive from src_ranks (output in that order) and send to dst_ranks
 # instead of the topology's neighbors.
 const WEFT_NEIGHBOR_ALLGATHER_OPTIONS_VERSION = 1
@@ -639,6 +649,14 @@ function weft_neighbor_allgather_options(;
         dst_ranks = C_NULL)
     weft_neighbor_allgather_options(WEFT_NEIGHBOR_ALLGATHER_OPTIONS_VERSION, has_ranks,
         num_src, src_ranks, num_dst, dst_ranks)
+end
+
+# C: weft_status weft_neighbor_allgather_options_init(weft_neighbor_allgather_options*
+#        options, unsigned int version)
+function weft_neighbor_allgather_options_init(options, version)
+    ccall((:weft_neighbor_allgather_options_init, libweft()), Cint,
+          (Ptr{weft_neighbor_allgather_options}, Cuint),
+          options, version)
 end
 
 # Machine-level weights keyed by machine index; the same rules as neighbor allreduce.
@@ -672,6 +690,14 @@ function weft_hierarchical_options(;
     weft_hierarchical_options(WEFT_HIERARCHICAL_OPTIONS_VERSION, has_weights, self_weight,
         num_src, src_machines, src_machine_weights, has_dst, num_dst, dst_machines,
         dst_machine_weights)
+end
+
+# C: weft_status weft_hierarchical_options_init(weft_hierarchical_options* options, unsigned
+#        int version)
+function weft_hierarchical_options_init(options, version)
+    ccall((:weft_hierarchical_options_init, libweft()), Cint,
+          (Ptr{weft_hierarchical_options}, Cuint),
+          options, version)
 end
 
 # Sum (average = 0) or mean (average = 1) over all ranks.
@@ -975,6 +1001,14 @@ function weft_win_put_options(;
         dst_ranks, dst_weights, require_mutex)
 end
 
+# C: weft_status weft_win_put_options_init(weft_win_put_options* options, unsigned int
+#        version)
+function weft_win_put_options_init(options, version)
+    ccall((:weft_win_put_options_init, libweft()), Cint,
+          (Ptr{weft_win_put_options}, Cuint),
+          options, version)
+end
+
 # has_src = 0: every in-neighbor with weight 1.
 const WEFT_WIN_GET_OPTIONS_VERSION = 1
 
@@ -997,6 +1031,14 @@ function weft_win_get_options(;
         require_mutex = 0)
     weft_win_get_options(WEFT_WIN_GET_OPTIONS_VERSION, has_src, num_src, src_ranks,
         src_weights, require_mutex)
+end
+
+# C: weft_status weft_win_get_options_init(weft_win_get_options* options, unsigned int
+#        version)
+function weft_win_get_options_init(options, version)
+    ccall((:weft_win_get_options_init, libweft()), Cint,
+          (Ptr{weft_win_get_options}, Cuint),
+          options, version)
 end
 
 # has_weights = 0: the topology's receive weights if it was set weighted, else the uniform
@@ -1030,6 +1072,14 @@ function weft_win_update_options(;
         num_neighbors, neighbor_ranks, neighbor_weights, reset, require_mutex)
 end
 
+# C: weft_status weft_win_update_options_init(weft_win_update_options* options, unsigned int
+#        version)
+function weft_win_update_options_init(options, version)
+    ccall((:weft_win_update_options_init, libweft()), Cint,
+          (Ptr{weft_win_update_options}, Cuint),
+          options, version)
+end
+
 # zero_init: buffers start as zeros instead of copies of x (the associated p: 1 for this
 # rank, 0 for every neighbor buffer, either way). transport: "mpi" (MPI RMA) or
 # "ucx" (UCX RDMA); NULL or "": WEFT_TRANSPORT. Every rank must choose the same.
@@ -1047,6 +1097,14 @@ function weft_win_create_options(;
         zero_init = 0,
         transport = C_NULL)
     weft_win_create_options(WEFT_WIN_CREATE_OPTIONS_VERSION, zero_init, transport)
+end
+
+# C: weft_status weft_win_create_options_init(weft_win_create_options* options, unsigned int
+#        version)
+function weft_win_create_options_init(options, version)
+    ccall((:weft_win_create_options_init, libweft()), Cint,
+          (Ptr{weft_win_create_options}, Cuint),
+          options, version)
 end
 
 # Collective. x must stay alive (and in place) until the window is freed: gets read it,
@@ -1309,6 +1367,14 @@ function weft_pipe_freeze_options(;
         freeze_last)
 end
 
+# C: weft_status weft_pipe_freeze_options_init(weft_pipe_freeze_options* options, unsigned
+#        int version)
+function weft_pipe_freeze_options_init(options, version)
+    ccall((:weft_pipe_freeze_options_init, libweft()), Cint,
+          (Ptr{weft_pipe_freeze_options}, Cuint),
+          options, version)
+end
+
 # The frozen count after freeze point t, given the count before it. grad_norms (one per
 # layer, summed over the interval) only for the gradient-aware policy (else NULL, 0).
 # C: weft_status weft_pipe_next_frozen(int* frozen, int layers, int t, int previous, const
@@ -1375,6 +1441,14 @@ function weft_pipe_plan_options(;
         micro_batches = 0)
     weft_pipe_plan_options(WEFT_PIPE_PLAN_OPTIONS_VERSION, machines, devices_per_machine,
         k0, lambda, strategy, micro_batches)
+end
+
+# C: weft_status weft_pipe_plan_options_init(weft_pipe_plan_options* options, unsigned int
+#        version)
+function weft_pipe_plan_options_init(options, version)
+    ccall((:weft_pipe_plan_options_init, libweft()), Cint,
+          (Ptr{weft_pipe_plan_options}, Cuint),
+          options, version)
 end
 
 # previous NULL: the initial plan (K = k0). Otherwise K halves from previous's while the
@@ -1594,6 +1668,16 @@ function weft_pipe_trainer_options(;
         decentralized)
 end
 
+# Writes the defaults (the _INIT macro's; alpha, lambda and the rest as the C++ trainer's
+# TrainerOptions has them) for a struct of `version` (WEFT_PIPE_TRAINER_OPTIONS_VERSION).
+# C: weft_status weft_pipe_trainer_options_init(weft_pipe_trainer_options* options, unsigned
+#        int version)
+function weft_pipe_trainer_options_init(options, version)
+    ccall((:weft_pipe_trainer_options_init, libweft_trainer()), Cint,
+          (Ptr{weft_pipe_trainer_options}, Cuint),
+          options, version)
+end
+
 # One epoch's metrics (EpochMetrics): the configuration it trained with, its throughput,
 # and the transition at its end. The caller sets version (WEFT_PIPE_EPOCH_METRICS_INIT);
 # weft fills the fields that version has. The per-stage layers and costs and the newly
@@ -1751,12 +1835,13 @@ export libweft, libweft_trainer, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, D
     weft_comm_set_machine_topology, weft_comm_load_machine_topology, weft_request,
     weft_request_poll, weft_request_wait, weft_request_take_output, weft_request_keep_alive,
     weft_request_free, weft_tensor_empty_like, WEFT_NEIGHBOR_ALLREDUCE_OPTIONS_VERSION,
-    weft_neighbor_allreduce_options, WEFT_NEIGHBOR_ALLGATHER_OPTIONS_VERSION,
-    weft_neighbor_allgather_options, WEFT_HIERARCHICAL_OPTIONS_VERSION,
-    weft_hierarchical_options, weft_comm_allreduce, weft_comm_allreduce_nonblocking,
-    weft_comm_broadcast, weft_comm_broadcast_nonblocking, weft_comm_allreduce_ranks,
-    weft_comm_allreduce_ranks_nonblocking, weft_comm_broadcast_ranks,
-    weft_comm_broadcast_ranks_nonblocking, weft_comm_allgather,
+    weft_neighbor_allreduce_options, weft_neighbor_allreduce_options_init,
+    WEFT_NEIGHBOR_ALLGATHER_OPTIONS_VERSION, weft_neighbor_allgather_options,
+    weft_neighbor_allgather_options_init, WEFT_HIERARCHICAL_OPTIONS_VERSION,
+    weft_hierarchical_options, weft_hierarchical_options_init, weft_comm_allreduce,
+    weft_comm_allreduce_nonblocking, weft_comm_broadcast, weft_comm_broadcast_nonblocking,
+    weft_comm_allreduce_ranks, weft_comm_allreduce_ranks_nonblocking,
+    weft_comm_broadcast_ranks, weft_comm_broadcast_ranks_nonblocking, weft_comm_allgather,
     weft_comm_allgather_nonblocking, weft_comm_neighbor_allgather,
     weft_comm_neighbor_allgather_nonblocking, weft_comm_neighbor_allreduce,
     weft_comm_neighbor_allreduce_nonblocking, weft_comm_hierarchical_neighbor_allreduce,
@@ -1767,24 +1852,26 @@ export libweft, libweft_trainer, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, D
     WEFT_OP_ALLREDUCE, WEFT_OP_BROADCAST, WEFT_OP_ALLGATHER, WEFT_OP_NEIGHBOR_ALLGATHER,
     WEFT_OP_NEIGHBOR_ALLREDUCE, WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE,
     WEFT_OP_PAIR_GOSSIP, WEFT_OP_SEND, WEFT_OP_RECV, WEFT_OP_WIN_CREATE, weft_comm_refuse,
-    WEFT_WIN_PUT_OPTIONS_VERSION, weft_win_put_options, WEFT_WIN_GET_OPTIONS_VERSION,
-    weft_win_get_options, WEFT_WIN_UPDATE_OPTIONS_VERSION, weft_win_update_options,
-    WEFT_WIN_CREATE_OPTIONS_VERSION, weft_win_create_options, weft_win_create,
-    weft_win_free, weft_win_put, weft_win_put_nonblocking, weft_win_accumulate,
-    weft_win_accumulate_nonblocking, weft_win_get, weft_win_get_nonblocking,
-    weft_win_update, weft_win_update_then_collect, weft_win_version, weft_win_associated_p,
-    weft_win_set_associated_p_ops, weft_win_associated_p_ops, weft_win_mutex_acquire,
-    weft_win_mutex_release, weft_step_counter, WEFT_COUNT_FORWARD, WEFT_COUNT_BACKWARD,
-    WEFT_COMPUTATION_IGNORED, WEFT_COMPUTATION_COUNTED, WEFT_COMPUTATION_COMMUNICATE,
-    WEFT_COMPUTATION_MISUSE, weft_step_counter_create, weft_step_counter_destroy,
-    weft_step_counter_computation, weft_step_counter_step,
-    weft_step_counter_set_steps_per_communication,
+    WEFT_WIN_PUT_OPTIONS_VERSION, weft_win_put_options, weft_win_put_options_init,
+    WEFT_WIN_GET_OPTIONS_VERSION, weft_win_get_options, weft_win_get_options_init,
+    WEFT_WIN_UPDATE_OPTIONS_VERSION, weft_win_update_options, weft_win_update_options_init,
+    WEFT_WIN_CREATE_OPTIONS_VERSION, weft_win_create_options, weft_win_create_options_init,
+    weft_win_create, weft_win_free, weft_win_put, weft_win_put_nonblocking,
+    weft_win_accumulate, weft_win_accumulate_nonblocking, weft_win_get,
+    weft_win_get_nonblocking, weft_win_update, weft_win_update_then_collect,
+    weft_win_version, weft_win_associated_p, weft_win_set_associated_p_ops,
+    weft_win_associated_p_ops, weft_win_mutex_acquire, weft_win_mutex_release,
+    weft_step_counter, WEFT_COUNT_FORWARD, WEFT_COUNT_BACKWARD, WEFT_COMPUTATION_IGNORED,
+    WEFT_COMPUTATION_COUNTED, WEFT_COMPUTATION_COMMUNICATE, WEFT_COMPUTATION_MISUSE,
+    weft_step_counter_create, weft_step_counter_destroy, weft_step_counter_computation,
+    weft_step_counter_step, weft_step_counter_set_steps_per_communication,
     weft_step_counter_steps_per_communication, weft_step_counter_countdown,
     weft_step_counter_computations, weft_step_counter_misuse_warning,
     weft_pipe_freeze_bound, WEFT_PIPE_FREEZE_OPTIONS_VERSION, weft_pipe_freeze_options,
-    weft_pipe_next_frozen, WEFT_PIPE_STRATEGY_OPTIMAL, WEFT_PIPE_STRATEGY_GREEDY,
-    WEFT_PIPE_STRATEGY_EVEN, weft_pipe_parameter_costs, weft_pipe_partition, weft_pipe_plan,
-    WEFT_PIPE_PLAN_OPTIONS_VERSION, weft_pipe_plan_options, weft_pipe_plan_create,
+    weft_pipe_freeze_options_init, weft_pipe_next_frozen, WEFT_PIPE_STRATEGY_OPTIMAL,
+    WEFT_PIPE_STRATEGY_GREEDY, WEFT_PIPE_STRATEGY_EVEN, weft_pipe_parameter_costs,
+    weft_pipe_partition, weft_pipe_plan, WEFT_PIPE_PLAN_OPTIONS_VERSION,
+    weft_pipe_plan_options, weft_pipe_plan_options_init, weft_pipe_plan_create,
     weft_pipe_plan_destroy, weft_pipe_plan_info, weft_pipe_plan_get_info,
     weft_pipe_plan_boundaries, weft_pipe_plan_stage_costs, weft_pipe_plan_newly_active,
     weft_pipe_plan_role, WEFT_PIPE_SCHEDULE_GPIPE, WEFT_PIPE_SCHEDULE_1F1B,
@@ -1794,8 +1881,9 @@ export libweft, libweft_trainer, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, D
     weft_pipe_trainer, WEFT_PIPE_OPTIMIZER_SGD, WEFT_PIPE_OPTIMIZER_ADAM,
     WEFT_PIPE_OPTIMIZER_ADAMW, WEFT_PIPE_LOSS_CROSS_ENTROPY, WEFT_PIPE_LOSS_MSE,
     WEFT_PIPE_TRAINER_OPTIONS_VERSION, weft_pipe_trainer_options,
-    WEFT_PIPE_EPOCH_METRICS_VERSION, weft_pipe_epoch_metrics, weft_pipe_trainer_create,
-    weft_pipe_trainer_destroy, weft_pipe_trainer_train_epoch, weft_pipe_trainer_last_line,
-    weft_pipe_trainer_evaluate, weft_pipe_trainer_role, weft_pipe_trainer_plan_info
+    weft_pipe_trainer_options_init, WEFT_PIPE_EPOCH_METRICS_VERSION,
+    weft_pipe_epoch_metrics, weft_pipe_trainer_create, weft_pipe_trainer_destroy,
+    weft_pipe_trainer_train_epoch, weft_pipe_trainer_last_line, weft_pipe_trainer_evaluate,
+    weft_pipe_trainer_role, weft_pipe_trainer_plan_info
 
 end  # module CAPI
