@@ -5,6 +5,7 @@
 // report the max over ranks of the per-rank average. Then poison the output, run the op
 // once more and check a result element, so no number is ever reported for a wrong result.
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,12 +21,11 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include "comm/comm.h"
 #include "comm/reduce.h"
 #include "comm/topology.h"
 #include "core/tensor.h"
+#include "tools/cli/args.h"
 
 namespace {
 
@@ -126,7 +126,13 @@ Options ParseArgs(int argc, char** argv) {
       o.warmup = static_cast<int>(ParseInt(a, next()));
       o.warmup_given = true;
     } else if (a == "--target-seconds") {
-      o.target_seconds = std::atof(next());
+      auto seconds = weft::cli::Real(a, next(), 0);
+      if (!seconds.ok()) {
+        if (g_rank == 0)
+          std::fprintf(stderr, "comm_bench: %s\n", std::string(seconds.status().message()).c_str());
+        MPI_Abort(MPI_COMM_WORLD, 2);
+      }
+      o.target_seconds = *seconds;
     } else if (a == "--weft-version") {
       o.weft_version = next();
     } else if (a == "--ops") {

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -33,6 +34,7 @@
 #include "examples/pipe/vit.h"
 #include "pipe/planner/planner.h"
 #include "pipe/runtime/trainer.h"
+#include "tools/cli/args.h"
 
 namespace {
 
@@ -65,17 +67,40 @@ Flags Parse(int argc, char** argv) {
     const std::string name = argv[i];
     if (i + 1 >= argc) Die("missing value for " + name);
     const std::string v = argv[++i];
-    if (name == "--epochs") f.epochs = std::stoi(v);
-    else if (name == "--train-size") f.train_size = std::stoll(v);
-    else if (name == "--test-size") f.test_size = std::stoll(v);
-    else if (name == "--batch") f.batch = std::stoll(v);
-    else if (name == "--micro-batches") f.micro_batches = std::stoi(v);
-    else if (name == "--target") f.target = std::stod(v);
-    else if (name == "--lr") f.lr = std::stod(v);
-    else if (name == "--warmup") f.warmup = std::stoll(v);
-    else if (name == "--noise") f.noise = std::stod(v);
-    else if (name == "--alpha") f.alpha = std::stod(v);
-    else if (name == "--compute-devices") f.compute_devices = std::stod(v);
+    auto integer = [&](int64_t max) {
+      auto n = weft::cli::Int(name, v, std::numeric_limits<int64_t>::min(), max);
+      if (!n.ok()) Die(std::string(n.status().message()));
+      return *n;
+    };
+    auto real = [&]() {
+      auto x = weft::cli::Real(name, v);
+      if (!x.ok()) Die(std::string(x.status().message()));
+      return *x;
+    };
+    constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+    constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+    if (name == "--epochs")
+      f.epochs = static_cast<int>(integer(kIntMax));
+    else if (name == "--train-size")
+      f.train_size = integer(kInt64Max);
+    else if (name == "--test-size")
+      f.test_size = integer(kInt64Max);
+    else if (name == "--batch")
+      f.batch = integer(kInt64Max);
+    else if (name == "--micro-batches")
+      f.micro_batches = static_cast<int>(integer(kIntMax));
+    else if (name == "--target")
+      f.target = real();
+    else if (name == "--lr")
+      f.lr = real();
+    else if (name == "--warmup")
+      f.warmup = integer(kInt64Max);
+    else if (name == "--noise")
+      f.noise = real();
+    else if (name == "--alpha")
+      f.alpha = real();
+    else if (name == "--compute-devices")
+      f.compute_devices = real();
     else if (name == "--configs") f.configs = v;
     else Die("unknown option " + name);
   }

@@ -43,6 +43,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -53,6 +54,7 @@
 #include "comm/torch/torch_comm.h"
 #include "examples/terminal.h"
 #include "optim/optim.h"
+#include "tools/cli/args.h"
 
 namespace {
 
@@ -95,24 +97,47 @@ Flags Parse(int argc, char** argv) {
       if (i + 1 >= argc) Usage(("missing value after " + a).c_str());
       return argv[++i];
     };
+    // Whole numbers only: "abc" or "8x" is an error, not 0 or 8.
+    auto integer = [&](int64_t max = std::numeric_limits<int64_t>::max()) -> int64_t {
+      auto v = weft::cli::Int(a, value(), std::numeric_limits<int64_t>::min(), max);
+      if (!v.ok()) Usage(std::string(v.status().message()).c_str());
+      return *v;
+    };
+    auto real = [&]() -> double {
+      auto v = weft::cli::Real(a, value());
+      if (!v.ok()) Usage(std::string(v.status().message()).c_str());
+      return *v;
+    };
     if (a == "--optimizer") f.optimizer = value();
     else if (a == "--communication") f.communication = value();
     else if (a == "--topology") f.topology = value();
     else if (a == "--static") f.dynamic = false;
-    else if (a == "--J") f.j = std::atoll(value().c_str());
-    else if (a == "--epochs") f.epochs = std::atoi(value().c_str());
-    else if (a == "--batch") f.batch = std::atoll(value().c_str());
-    else if (a == "--samples") f.samples = std::atoll(value().c_str());
-    else if (a == "--lr") f.lr = std::atof(value().c_str());
-    else if (a == "--hidden") f.hidden = std::atoll(value().c_str());
-    else if (a == "--features") f.features = std::atoll(value().c_str());
-    else if (a == "--classes") f.classes = std::atoll(value().c_str());
-    else if (a == "--seed") f.seed = std::atoll(value().c_str());
-    else if (a == "--target") f.target = std::atof(value().c_str());
-    else if (a == "--steps") f.steps = std::atoll(value().c_str());
-    else if (a == "--test-samples") f.test_samples = std::atoll(value().c_str());
+    else if (a == "--J")
+      f.j = integer();
+    else if (a == "--epochs")
+      f.epochs = static_cast<int>(integer(INT32_MAX));
+    else if (a == "--batch")
+      f.batch = integer();
+    else if (a == "--samples")
+      f.samples = integer();
+    else if (a == "--lr")
+      f.lr = real();
+    else if (a == "--hidden")
+      f.hidden = integer();
+    else if (a == "--features")
+      f.features = integer();
+    else if (a == "--classes")
+      f.classes = integer();
+    else if (a == "--seed")
+      f.seed = integer();
+    else if (a == "--target")
+      f.target = real();
+    else if (a == "--steps")
+      f.steps = integer();
+    else if (a == "--test-samples")
+      f.test_samples = integer();
     else if (a == "--eval-every")
-      f.eval_every = std::atoll(value().c_str());
+      f.eval_every = integer();
     else if (a == "--eval-average") f.eval_average = true;
     else if (a == "--independent-init") f.independent_init = true;
     else if (a == "--quiet") f.quiet = true;
