@@ -22,6 +22,7 @@
 #ifdef WEFT_WITH_UCX
 #include "comm/ucx_context.h"
 #endif
+#include "core/codec.h"
 #include "core/config.h"
 #include "core/logging.h"
 #include "core/timeline.h"
@@ -328,7 +329,8 @@ Status CheckSettingsAgree() {
   std::vector<uint64_t> least(count), most(count);
   for (int i = 0; i < count; ++i) {
     texts[i] = same[i]->text();
-    least[i] = most[i] = std::hash<std::string>{}(texts[i]);
+    // Stable across processes and builds (std::hash need not be).
+    least[i] = most[i] = codec::Fingerprint().Str(texts[i]).value();
   }
   MPI_Allreduce(MPI_IN_PLACE, least.data(), count, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, most.data(), count, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
