@@ -223,6 +223,27 @@ struct ElasticTrainer::Impl {
                                     int frozen, int64_t* hits);
   Status Transition(const Plan& next, EpochMetrics* metrics);
   Status SetFrozen(int frozen);
+
+  // The pieces of TrainEpoch, in the order it runs them.
+  struct EpochState;  // what the steps of one epoch share
+  // The epoch's sample order, the same on every rank.
+  std::vector<int64_t> SampleOrder(int64_t n) const;
+  // The configuration part of the metrics: plan, replicas, micro-batches, bubble.
+  EpochMetrics PlanMetrics(const Plan& p, int replicas, int64_t replica_samples) const;
+  // One optimizer step of this rank's stage: its part of the pipeline, the replicas'
+  // gradient average (or, decentralized, the peer's parameter average), the update.
+  Status TrainStep(const Dataset& data, EpochState& e, int64_t step);
+  // Averages every parameter (or, with `gradients`, every gradient) of `held` over `ranks`,
+  // as ops named tag.l<layer>.<index>.
+  Status AverageLayers(const std::vector<int>& held, const std::string& tag,
+                       const std::vector<int>& ranks, bool gradients);
+  // The epoch's loss and cache hit rate over the replicas, and its rates.
+  Status FinishMetrics(const EpochState& e, int64_t steps, EpochMetrics* metrics);
+  // Which ranks still hold each trainable layer up to date after this epoch.
+  void MarkFresh(const Plan& p);
+  // A freeze point: the leader's decision (the transition message), the plan every rank
+  // derives from it, and the transition.
+  Status FreezePoint(EpochMetrics* metrics);
 };
 
 ElasticTrainer::ElasticTrainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -388,6 +409,218 @@ StatusOr<at::Tensor> ElasticTrainer::Impl::FrozenPrefix(const Dataset& data,
   return at::stack(rows);
 }
 
+struct ElasticTrainer::Impl::EpochState {
+  std::vector<int64_t> order;
+  Role role;
+  int replicas = 1;
+  std::vector<int64_t> shares;  // replica r's samples of a batch: [shares[r], shares[r + 1])
+  bool use_cache = false;
+  std::vector<int> trainable_held;
+  std::vector<int> sync_ranks;  // this rank's stage in every active replica
+  double loss_sum = 0;
+  int64_t hits = 0, lookups = 0;
+};
+
+std::vector<int64_t> ElasticTrainer::Impl::SampleOrder(int64_t n) const {
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(options.seed * 1000003ULL + static_cast<uint64_t>(epoch));
+  std::shuffle(order.begin(), order.end(), rng);
+  return order;
+}
+
+EpochMetrics ElasticTrainer::Impl::PlanMetrics(const Plan& p, int replicas,
+                                               int64_t replica_samples) const {
+  EpochMetrics metrics;
+  metrics.epoch = epoch;
+  metrics.frozen = p.frozen;
+  metrics.k = p.k;
+  metrics.replicas = replicas;
+  for (int s = 0; s < p.k; ++s) metrics.stage_layers.push_back(p.partition.layers(s));
+  metrics.stage_costs = p.partition.stage_costs;
+  metrics.micro_batches = MicroBatches(p, replica_samples);
+  metrics.bubble_fraction =
+      static_cast<double>(p.k - 1) / static_cast<double>(metrics.micro_batches + p.k - 1);
+  return metrics;
+}
+
+Status ElasticTrainer::Impl::AverageLayers(const std::vector<int>& held, const std::string& tag,
+                                           const std::vector<int>& ranks, bool gradients) {
+  std::vector<ta::TorchHandle> handles;
+  for (int l : held) {
+    int i = 0;
+    for (const at::Tensor& p : model.Parameters(l)) {
+      at::Tensor param = p;
+      if (gradients && !param.grad().defined()) param.mutable_grad() = at::zeros_like(param);
+      WEFT_ASSIGN_OR_RETURN(
+          auto h, ta::allreduce_nonblocking_(gradients ? param.grad() : param, true,
+                                             absl::StrCat(tag, ".l", l, ".", i++), ranks));
+      handles.push_back(std::move(h));
+    }
+  }
+  return WaitAll(handles);
+}
+
+Status ElasticTrainer::Impl::TrainStep(const Dataset& data, EpochState& e, int64_t step) {
+  const Role role = e.role;
+  const int64_t batch = options.batch_size;
+  const int64_t first = step * batch + e.shares[role.replica];
+  const int64_t count = e.shares[role.replica + 1] - e.shares[role.replica];
+  std::vector<int64_t> ids(e.order.begin() + first, e.order.begin() + first + count);
+  const std::string step_tag = absl::StrCat(options.name, ".e", epoch, ".s", step);
+  StageSpec spec = SpecFor(plan, role, count, absl::StrCat(step_tag, ".r", role.replica));
+  // With the cache, stage 0 hands on the frozen prefix's output: every stage skips the
+  // frozen layers the partition gave it.
+  spec.input_depth = e.use_cache ? plan.frozen : 0;
+  at::Tensor inputs, targets;
+  const bool first_stage = role.stage == 0, last_stage = role.stage == plan.k - 1;
+  if (first_stage && e.use_cache) {
+    WEFT_ASSIGN_OR_RETURN(inputs, FrozenPrefix(data, ids, plan.frozen, &e.hits));
+    e.lookups += count;
+  }
+  if ((first_stage && !inputs.defined()) || last_stage) {
+    WEFT_RETURN_IF_ERROR(data.Get(ids, first_stage && !inputs.defined() ? &inputs : nullptr,
+                                  last_stage ? &targets : nullptr));
+  }
+  WEFT_ASSIGN_OR_RETURN(StepResult result,
+                        RunPipelineStep(model, spec, inputs, targets, options.loss));
+  e.loss_sum += result.loss;
+  const bool gossip = options.sync == TrainerOptions::ReplicaSync::kGossip;
+  const bool several = e.replicas > 1 && !e.trainable_held.empty();
+  // Average the gradients of this stage over the replicas (frozen layers have none), under
+  // the same names in every replica.
+  if (several && !gossip) {
+    WEFT_RETURN_IF_ERROR(
+        AverageLayers(e.trainable_held, step_tag + ".sync", e.sync_ranks, /*gradients=*/true));
+  }
+  if (options.gradient_aware && role.replica == 0) {
+    std::vector<std::vector<at::Tensor>> groups;
+    for (int l : e.trainable_held) groups.push_back(model.Parameters(l));
+    if (!groups.empty()) {
+      WEFT_RETURN_IF_ERROR(AddGroupGradNorms(groups, &norms, e.trainable_held.front()));
+    }
+  }
+  for (int l : e.trainable_held) {
+    try {
+      optimizers[l]->step();
+    } catch (const std::exception& ex) {
+      return Internal("TrainEpoch: the optimizer of layer ", l, " failed: ", ex.what());
+    }
+    for (const at::Tensor& p : model.Parameters(l)) {
+      at::Tensor param = p;
+      param.mutable_grad() = at::Tensor();
+    }
+  }
+  // Decentralized: average the parameters with this step's peer replica.
+  if (several && gossip) {
+    int bits = 0;
+    while ((1 << bits) < e.replicas) ++bits;
+    const int peer_replica = role.replica ^ (1 << (step % bits));
+    if (peer_replica < e.replicas) {
+      std::vector<int> pair = {me, plan.ReplicaRanks(peer_replica)[role.stage]};
+      std::sort(pair.begin(), pair.end());
+      WEFT_RETURN_IF_ERROR(
+          AverageLayers(e.trainable_held, step_tag + ".gossip", pair, /*gradients=*/false));
+    }
+  }
+  return OkStatus();
+}
+
+Status ElasticTrainer::Impl::FinishMetrics(const EpochState& e, int64_t steps,
+                                           EpochMetrics* metrics) {
+  const int64_t batch = options.batch_size;
+  metrics->samples = steps * batch;
+  metrics->samples_per_second = metrics->train_seconds > 0
+                                    ? static_cast<double>(metrics->samples) / metrics->train_seconds
+                                    : 0;
+  metrics->syncs_per_second =
+      e.replicas > 1 && metrics->train_seconds > 0 ? steps / metrics->train_seconds : 0;
+  // Loss: one contribution per replica (its stage 0); cache: stage 0s' lookups.
+  at::Tensor totals = at::zeros({3}, at::kDouble);
+  if (e.role.active() && e.role.stage == 0) {
+    totals[0] = e.loss_sum;
+    totals[1] = static_cast<double>(e.hits);
+    totals[2] = static_cast<double>(e.lookups);
+  }
+  WEFT_RETURN_IF_ERROR(
+      ta::allreduce_(totals, false, absl::StrCat(options.name, ".e", epoch, ".totals")));
+  metrics->loss = totals[0].item<double>() / static_cast<double>(steps * e.replicas);
+  metrics->cache_hit_rate =
+      totals[2].item<double>() > 0 ? totals[1].item<double>() / totals[2].item<double>() : 0;
+  return OkStatus();
+}
+
+void ElasticTrainer::Impl::MarkFresh(const Plan& p) {
+  // Until the transition, only the stages that ran a trainable layer hold it up to date;
+  // with gossip, only replica 0's (the others differ a little: they take its copy at the
+  // transition, after the replicas averaged their parameters).
+  const bool gossip = options.sync == TrainerOptions::ReplicaSync::kGossip;
+  for (int r = 0; r < world; ++r) {
+    std::vector<char> holds(layers, 0);
+    const bool counts = !gossip || RoleOf(p, r).replica == 0;
+    for (int l : Needs(p, r)) holds[l] = counts;
+    for (int l = p.frozen; l < layers; ++l) fresh[r][l] = fresh[r][l] && holds[l];
+  }
+}
+
+Status ElasticTrainer::Impl::FreezePoint(EpochMetrics* metrics) {
+  const double transition_start = Now();
+  const Plan& current = plan;
+  ++freeze_points;
+  // The leader decides; gradient norms come from replica 0's stages.
+  std::vector<double> all_norms;
+  if (options.gradient_aware) {
+    const std::vector<double> mine = norms.Take();
+    at::Tensor all = at::from_blob(const_cast<double*>(mine.data()),
+                                   {static_cast<int64_t>(mine.size())}, at::kDouble)
+                         .clone();
+    WEFT_RETURN_IF_ERROR(
+        ta::allreduce_(all, false, absl::StrCat(options.name, ".x", freeze_points, ".norms")));
+    all_norms.assign(all.data_ptr<double>(), all.data_ptr<double>() + all.numel());
+  }
+  std::string message;
+  if (me == 0) {
+    FreezeOptions freeze_options;
+    freeze_options.alpha = options.alpha;
+    freeze_options.gradient_aware = options.gradient_aware;
+    WEFT_ASSIGN_OR_RETURN(
+        int frozen, NextFrozen(layers, freeze_points, current.frozen, all_norms, freeze_options));
+    WEFT_ASSIGN_OR_RETURN(
+        Plan next, MakePlan(sizes, frozen, plan_options, options.autopipe ? &current : nullptr));
+    TransitionMessage m;
+    m.freeze_point = freeze_points;
+    m.frozen = next.frozen;
+    m.k = next.k;
+    m.m0 = next.m0;
+    m.newly_active.assign(next.newly_active.begin(), next.newly_active.end());
+    m.grad_norms = all_norms;
+    message = EncodeTransition(m);
+  }
+  at::Tensor length = at::full({1}, static_cast<int64_t>(message.size()), at::kLong);
+  const std::string tag = absl::StrCat(options.name, ".x", freeze_points);
+  WEFT_RETURN_IF_ERROR(ta::broadcast_(length, 0, tag + ".size"));
+  at::Tensor bytes = at::empty({length[0].item<int64_t>()}, at::kByte);
+  if (me == 0) std::memcpy(bytes.data_ptr(), message.data(), message.size());
+  WEFT_RETURN_IF_ERROR(ta::broadcast_(bytes, 0, tag + ".message"));
+  WEFT_ASSIGN_OR_RETURN(TransitionMessage m,
+                        DecodeTransition(std::string(static_cast<const char*>(bytes.data_ptr()),
+                                                     static_cast<size_t>(bytes.numel()))));
+  // Every rank derives the plan from the message and checks it agrees with the leader's.
+  WEFT_ASSIGN_OR_RETURN(
+      Plan next, MakePlan(sizes, m.frozen, plan_options, options.autopipe ? &current : nullptr));
+  if (next.k != m.k ||
+      std::vector<int32_t>(next.newly_active.begin(), next.newly_active.end()) != m.newly_active) {
+    return Internal("transition ", m.freeze_point, ": rank ", me, " derived a plan (K = ", next.k,
+                    ") other than the leader's (K = ", m.k, ")");
+  }
+  WEFT_RETURN_IF_ERROR(Transition(next, metrics));
+  WEFT_RETURN_IF_ERROR(barrier());
+  metrics->transition_seconds = Now() - transition_start;
+  return OkStatus();
+}
+
+// One epoch: every replica's optimizer steps over its share of each batch, the metrics, and
+// at a freeze point the transition to the next plan.
 StatusOr<EpochMetrics> ElasticTrainer::TrainEpoch(const Dataset& data) {
   Impl& t = *impl_;
   WEFT_RETURN_IF_ERROR(t.CheckCache(data));
@@ -397,229 +630,41 @@ StatusOr<EpochMetrics> ElasticTrainer::TrainEpoch(const Dataset& data) {
   if (steps < 1) {
     return InvalidArgument("TrainEpoch: ", n, " samples do not make one batch of ", batch);
   }
-  // The epoch's sample order, the same on every rank.
-  std::vector<int64_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::mt19937_64 rng(t.options.seed * 1000003ULL + static_cast<uint64_t>(t.epoch));
-  std::shuffle(order.begin(), order.end(), rng);
-
   const Plan& plan = t.plan;
-  const Role role = t.RoleOf(plan, t.me);
-  const int replicas = t.Replicas(plan);
-  const std::vector<int64_t> shares = Shares(batch, replicas);
-  const bool use_cache = t.cache != nullptr && t.cache->enabled() && plan.frozen > 0;
-  EpochMetrics metrics;
-  metrics.epoch = t.epoch;
-  metrics.frozen = plan.frozen;
-  metrics.k = plan.k;
-  metrics.replicas = replicas;
-  for (int s = 0; s < plan.k; ++s) metrics.stage_layers.push_back(plan.partition.layers(s));
-  metrics.stage_costs = plan.partition.stage_costs;
-  metrics.micro_batches = t.MicroBatches(plan, shares[1] - shares[0]);
-  metrics.bubble_fraction = static_cast<double>(plan.k - 1) /
-                            static_cast<double>(metrics.micro_batches + plan.k - 1);
-
-  std::vector<int> trainable_held;
+  Impl::EpochState e;
+  e.order = t.SampleOrder(n);
+  e.role = t.RoleOf(plan, t.me);
+  e.replicas = t.Replicas(plan);
+  e.shares = Shares(batch, e.replicas);
+  e.use_cache = t.cache != nullptr && t.cache->enabled() && plan.frozen > 0;
   for (int l : t.Needs(plan, t.me)) {
-    if (l >= plan.frozen && t.optimizers[l] != nullptr) trainable_held.push_back(l);
+    if (l >= plan.frozen && t.optimizers[l] != nullptr) e.trainable_held.push_back(l);
   }
-  const std::vector<int> sync_ranks =
-      role.active() ? t.StageRanks(plan, role.stage) : std::vector<int>{};
+  if (e.role.active()) e.sync_ranks = t.StageRanks(plan, e.role.stage);
+  EpochMetrics metrics = t.PlanMetrics(plan, e.replicas, e.shares[1] - e.shares[0]);
 
   WEFT_RETURN_IF_ERROR(barrier());  // everyone starts timing together
   t.model.Train(true);
   const double start = Now();
-  double loss_sum = 0;
-  int64_t hits = 0, lookups = 0;
-  for (int64_t step = 0; step < steps && role.active(); ++step) {
-    const int64_t first = step * batch + shares[role.replica];
-    const int64_t count = shares[role.replica + 1] - shares[role.replica];
-    std::vector<int64_t> ids(order.begin() + first, order.begin() + first + count);
-    StageSpec spec = t.SpecFor(plan, role, count,
-                               absl::StrCat(t.options.name, ".e", t.epoch, ".s", step, ".r",
-                                            role.replica));
-    // With the cache, stage 0 hands on the frozen prefix's output: every stage skips the
-    // frozen layers the partition gave it.
-    spec.input_depth = use_cache ? plan.frozen : 0;
-    at::Tensor inputs, targets;
-    const bool first_stage = role.stage == 0, last_stage = role.stage == plan.k - 1;
-    if (first_stage && use_cache) {
-      WEFT_ASSIGN_OR_RETURN(inputs, t.FrozenPrefix(data, ids, plan.frozen, &hits));
-      lookups += count;
-    }
-    if ((first_stage && !inputs.defined()) || last_stage) {
-      WEFT_RETURN_IF_ERROR(data.Get(ids, first_stage && !inputs.defined() ? &inputs : nullptr,
-                                    last_stage ? &targets : nullptr));
-    }
-    WEFT_ASSIGN_OR_RETURN(StepResult result,
-                          RunPipelineStep(t.model, spec, inputs, targets, t.options.loss));
-    loss_sum += result.loss;
-    const bool gossip = t.options.sync == TrainerOptions::ReplicaSync::kGossip;
-    // Average the gradients of this stage over the replicas (frozen layers have none).
-    if (replicas > 1 && !trainable_held.empty() && !gossip) {
-      // The same names in every replica (the tag names the replica).
-      const std::string sync_tag = absl::StrCat(t.options.name, ".e", t.epoch, ".s", step, ".sync");
-      std::vector<ta::TorchHandle> handles;
-      for (int l : trainable_held) {
-        int i = 0;
-        for (const at::Tensor& p : t.model.Parameters(l)) {
-          at::Tensor param = p;
-          if (!param.grad().defined()) param.mutable_grad() = at::zeros_like(param);
-          WEFT_ASSIGN_OR_RETURN(
-              auto h, ta::allreduce_nonblocking_(param.grad(), true,
-                                                 absl::StrCat(sync_tag, ".l", l, ".", i++),
-                                                 sync_ranks));
-          handles.push_back(std::move(h));
-        }
-      }
-      WEFT_RETURN_IF_ERROR(WaitAll(handles));
-    }
-    if (t.options.gradient_aware && role.replica == 0) {
-      std::vector<std::vector<at::Tensor>> groups;
-      for (int l : trainable_held) groups.push_back(t.model.Parameters(l));
-      if (!groups.empty()) {
-        WEFT_RETURN_IF_ERROR(AddGroupGradNorms(groups, &t.norms, trainable_held.front()));
-      }
-    }
-    for (int l : trainable_held) {
-      try {
-        t.optimizers[l]->step();
-      } catch (const std::exception& e) {
-        return Internal("TrainEpoch: the optimizer of layer ", l, " failed: ", e.what());
-      }
-      for (const at::Tensor& p : t.model.Parameters(l)) {
-        at::Tensor param = p;
-        param.mutable_grad() = at::Tensor();
-      }
-    }
-    // Decentralized: average the parameters with this step's peer replica.
-    if (gossip && replicas > 1 && !trainable_held.empty()) {
-      int bits = 0;
-      while ((1 << bits) < replicas) ++bits;
-      const int peer_replica = role.replica ^ (1 << (step % bits));
-      if (peer_replica < replicas) {
-        std::vector<int> pair = {t.me, plan.ReplicaRanks(peer_replica)[role.stage]};
-        std::sort(pair.begin(), pair.end());
-        const std::string tag = absl::StrCat(t.options.name, ".e", t.epoch, ".s", step, ".gossip");
-        std::vector<ta::TorchHandle> handles;
-        for (int l : trainable_held) {
-          int i = 0;
-          for (const at::Tensor& p : t.model.Parameters(l)) {
-            WEFT_ASSIGN_OR_RETURN(auto h, ta::allreduce_nonblocking_(
-                                              p, true, absl::StrCat(tag, ".l", l, ".", i++), pair));
-            handles.push_back(std::move(h));
-          }
-        }
-        WEFT_RETURN_IF_ERROR(WaitAll(handles));
-      }
-    }
+  for (int64_t step = 0; step < steps && e.role.active(); ++step) {
+    WEFT_RETURN_IF_ERROR(t.TrainStep(data, e, step));
   }
   WEFT_RETURN_IF_ERROR(barrier());
   metrics.train_seconds = Now() - start;
-  metrics.samples = steps * batch;
-  metrics.samples_per_second =
-      metrics.train_seconds > 0 ? static_cast<double>(metrics.samples) / metrics.train_seconds
-                                : 0;
-  metrics.syncs_per_second =
-      replicas > 1 && metrics.train_seconds > 0 ? steps / metrics.train_seconds : 0;
-  // Loss: one contribution per replica (its stage 0); cache: stage 0s' lookups.
-  at::Tensor totals = at::zeros({3}, at::kDouble);
-  if (role.active() && role.stage == 0) {
-    totals[0] = loss_sum;
-    totals[1] = static_cast<double>(hits);
-    totals[2] = static_cast<double>(lookups);
-  }
-  WEFT_RETURN_IF_ERROR(ta::allreduce_(totals, false, absl::StrCat(t.options.name, ".e", t.epoch,
-                                                                  ".totals")));
-  metrics.loss = totals[0].item<double>() / static_cast<double>(steps * replicas);
-  metrics.cache_hit_rate = totals[2].item<double>() > 0
-                               ? totals[1].item<double>() / totals[2].item<double>()
-                               : 0;
-  // Until the transition, only the stages that ran a trainable layer hold it up to date;
-  // with gossip, only replica 0's (the others differ a little: they take its copy at the
-  // transition, after the replicas averaged their parameters below).
-  const bool gossip = t.options.sync == TrainerOptions::ReplicaSync::kGossip;
-  for (int r = 0; r < t.world; ++r) {
-    std::vector<char> holds(t.layers, 0);
-    const bool counts = !gossip || t.RoleOf(plan, r).replica == 0;
-    for (int l : t.Needs(plan, r)) holds[l] = counts;
-    for (int l = plan.frozen; l < t.layers; ++l) t.fresh[r][l] = t.fresh[r][l] && holds[l];
-  }
+  WEFT_RETURN_IF_ERROR(t.FinishMetrics(e, steps, &metrics));
+  t.MarkFresh(plan);
   ++t.epoch;
-  const bool freeze_point =
-      t.options.freeze && t.epoch % t.options.freeze_every_epochs == 0;
-  if (gossip && freeze_point && replicas > 1 && !trainable_held.empty()) {
-    // The consensus average, so that the copy the others take is everyone's.
-    std::vector<ta::TorchHandle> handles;
-    for (int l : trainable_held) {
-      int i = 0;
-      for (const at::Tensor& p : t.model.Parameters(l)) {
-        WEFT_ASSIGN_OR_RETURN(
-            auto h, ta::allreduce_nonblocking_(
-                        p, true, absl::StrCat(t.options.name, ".e", t.epoch, ".consensus.l", l,
-                                              ".", i++),
-                        sync_ranks));
-        handles.push_back(std::move(h));
-      }
-    }
-    WEFT_RETURN_IF_ERROR(WaitAll(handles));
+  const bool freeze_point = t.options.freeze && t.epoch % t.options.freeze_every_epochs == 0;
+  if (!freeze_point) return metrics;
+  // Decentralized replicas differ a little: their consensus average first, so that the copy
+  // the others take at the transition is everyone's.
+  if (t.options.sync == TrainerOptions::ReplicaSync::kGossip && e.replicas > 1 &&
+      !e.trainable_held.empty()) {
+    WEFT_RETURN_IF_ERROR(t.AverageLayers(e.trainable_held,
+                                         absl::StrCat(t.options.name, ".e", t.epoch, ".consensus"),
+                                         e.sync_ranks, /*gradients=*/false));
   }
-
-  if (freeze_point) {
-    const double transition_start = Now();
-    ++t.freeze_points;
-    // The leader decides; gradient norms come from replica 0's stages.
-    std::vector<double> norms;
-    if (t.options.gradient_aware) {
-      const std::vector<double> mine = t.norms.Take();
-      at::Tensor all = at::from_blob(const_cast<double*>(mine.data()),
-                                     {static_cast<int64_t>(mine.size())}, at::kDouble)
-                           .clone();
-      WEFT_RETURN_IF_ERROR(
-          ta::allreduce_(all, false, absl::StrCat(t.options.name, ".x", t.freeze_points, ".norms")));
-      norms.assign(all.data_ptr<double>(), all.data_ptr<double>() + all.numel());
-    }
-    std::string message;
-    if (t.me == 0) {
-      FreezeOptions freeze_options;
-      freeze_options.alpha = t.options.alpha;
-      freeze_options.gradient_aware = t.options.gradient_aware;
-      WEFT_ASSIGN_OR_RETURN(int frozen, NextFrozen(t.layers, t.freeze_points, plan.frozen,
-                                                   norms, freeze_options));
-      WEFT_ASSIGN_OR_RETURN(Plan next, MakePlan(t.sizes, frozen, t.plan_options,
-                                                t.options.autopipe ? &plan : nullptr));
-      TransitionMessage m;
-      m.freeze_point = t.freeze_points;
-      m.frozen = next.frozen;
-      m.k = next.k;
-      m.m0 = next.m0;
-      m.newly_active.assign(next.newly_active.begin(), next.newly_active.end());
-      m.grad_norms = norms;
-      message = EncodeTransition(m);
-    }
-    at::Tensor length = at::full({1}, static_cast<int64_t>(message.size()), at::kLong);
-    const std::string tag = absl::StrCat(t.options.name, ".x", t.freeze_points);
-    WEFT_RETURN_IF_ERROR(ta::broadcast_(length, 0, tag + ".size"));
-    at::Tensor bytes = at::empty({length[0].item<int64_t>()}, at::kByte);
-    if (t.me == 0) std::memcpy(bytes.data_ptr(), message.data(), message.size());
-    WEFT_RETURN_IF_ERROR(ta::broadcast_(bytes, 0, tag + ".message"));
-    WEFT_ASSIGN_OR_RETURN(
-        TransitionMessage m,
-        DecodeTransition(std::string(static_cast<const char*>(bytes.data_ptr()),
-                                     static_cast<size_t>(bytes.numel()))));
-    // Every rank derives the plan from the message and checks it agrees with the leader's.
-    WEFT_ASSIGN_OR_RETURN(Plan next, MakePlan(t.sizes, m.frozen, t.plan_options,
-                                              t.options.autopipe ? &plan : nullptr));
-    if (next.k != m.k || std::vector<int32_t>(next.newly_active.begin(), next.newly_active.end()) !=
-                             m.newly_active) {
-      return Internal("transition ", m.freeze_point, ": rank ", t.me,
-                      " derived a plan (K = ", next.k, ") other than the leader's (K = ", m.k,
-                      ")");
-    }
-    WEFT_RETURN_IF_ERROR(t.Transition(next, &metrics));
-    WEFT_RETURN_IF_ERROR(barrier());
-    metrics.transition_seconds = Now() - transition_start;
-  }
+  WEFT_RETURN_IF_ERROR(t.FreezePoint(&metrics));
   return metrics;
 }
 
