@@ -1,22 +1,15 @@
 #include "pipe/cache/cache.h"
 
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <functional>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "core/codec.h"
 #include "core/config.h"
 #include "core/logging.h"
+#include "pipe/cache/spill_file.h"
 
 namespace weft {
 namespace pipe {
@@ -28,32 +21,6 @@ const config::IntSetting kCacheBytes(
     "recently used evicted first (to the spill directory when one is set). 0 keeps nothing "
     "in memory.",
     /*min=*/0);
-
-// Spill file, version 1, little-endian:
-//   "WFTC" | u32 version | i64 sample | i32 depth | u8 dtype | 3 zero bytes | u32 ndim |
-//   i64 shape[ndim] | u64 nbytes | u32 CRC-32 of the payload | u32 CRC-32 of the header
-//   so far | payload (nbytes, row-major).
-// Two checksums, so that neither the writer nor the reader copies the payload to
-// checksum header and payload together.
-constexpr char kMagic[4] = {'W', 'F', 'T', 'C'};
-constexpr uint32_t kVersion = 1;
-constexpr uint32_t kMaxDims = 64;
-constexpr char kSuffix[] = ".wact";
-
-std::atomic<uint64_t> g_temp_counter{0};
-
-std::string ErrnoText(int err) { return absl::StrCat(std::strerror(err), " (errno ", err, ")"); }
-
-// Product of the dims times itemsize, or nullopt on a negative dim or overflow.
-std::optional<uint64_t> ByteCount(const std::vector<int64_t>& shape, size_t itemsize) {
-  uint64_t n = itemsize;
-  for (int64_t d : shape) {
-    if (d < 0) return std::nullopt;
-    if (d != 0 && n > UINT64_MAX / static_cast<uint64_t>(d)) return std::nullopt;
-    n *= static_cast<uint64_t>(d);
-  }
-  return n;
-}
 
 // Copies a (possibly strided) tensor element by element, row-major order; strides in
 // elements. The contiguous case is one memcpy.
@@ -92,66 +59,6 @@ Status CheckKey(const char* what, int64_t sample, int depth) {
                            "activation comes out of), found ", depth);
   }
   return OkStatus();
-}
-
-// mkdir -p; returns the errno of the first failure (0 on success).
-int MakeDirs(const std::string& path) {
-  if (path.empty()) return ENOENT;
-  std::string partial;
-  size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = path.find('/', pos + 1);
-    partial = path.substr(0, pos);
-    if (partial.empty() || partial == "/") continue;
-    if (mkdir(partial.c_str(), 0777) != 0 && errno != EEXIST) return errno;
-  }
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) return errno;
-  if (!S_ISDIR(st.st_mode)) return ENOTDIR;
-  return 0;
-}
-
-bool WriteAll(int fd, const uint8_t* data, size_t size, int* err) {
-  while (size > 0) {
-    ssize_t n = write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      *err = errno;
-      return false;
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-bool IsDigits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-// Names in `dir` (without "." and ".."); empty if it cannot be opened.
-std::vector<std::string> ListDir(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return names;
-  while (struct dirent* e = readdir(d)) {
-    std::string name = e->d_name;
-    if (name != "." && name != "..") names.push_back(std::move(name));
-  }
-  closedir(d);
-  return names;
-}
-
-// The depth of a spill file name "<depth>.wact", or -1.
-int DepthOfFileName(const std::string& name) {
-  const size_t suffix_len = sizeof(kSuffix) - 1;
-  if (name.size() <= suffix_len || name.compare(name.size() - suffix_len, suffix_len, kSuffix) != 0) {
-    return -1;
-  }
-  std::string digits = name.substr(0, name.size() - suffix_len);
-  int depth;
-  if (!IsDigits(digits) || !absl::SimpleAtoi(digits, &depth)) return -1;
-  return depth;
 }
 
 }  // namespace
@@ -224,25 +131,8 @@ StatusOr<std::unique_ptr<ActivationCache>> ActivationCache::Create(Options optio
     const std::string advice =
         ": set Options::spill_dir to a writable directory on local disk, or leave it empty "
         "to drop evicted entries instead of spilling them";
-    if (int err = MakeDirs(dir)) {
-      return FailedPrecondition("AutoCache spill directory \"", dir,
-                                "\" cannot be created: ", ErrnoText(err), advice);
-    }
-    std::string probe = absl::StrCat(dir, "/.weft-probe.", getpid(), ".",
-                                      g_temp_counter.fetch_add(1));
-    int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    int err = 0;
-    const uint8_t byte = 0;
-    if (fd < 0) {
-      err = errno;
-    } else {
-      WriteAll(fd, &byte, 1, &err);  // sets err on failure
-      if (close(fd) != 0 && err == 0) err = errno;
-      unlink(probe.c_str());
-    }
-    if (err != 0) {
-      return FailedPrecondition("AutoCache spill directory \"", dir, "\" is not writable: ",
-                                ErrnoText(err), advice);
+    if (Status prepared = spill::PrepareDir(dir); !prepared.ok()) {
+      return FailedPrecondition(prepared.message(), advice);
     }
   }
   return std::unique_ptr<ActivationCache>(
@@ -264,7 +154,7 @@ bool ActivationCache::enabled() const {
 
 std::string ActivationCache::SpillPath(int64_t sample, int depth) const {
   if (spill_dir_.empty()) return "";
-  return absl::StrCat(spill_dir_, "/", sample, "/", depth, kSuffix);
+  return absl::StrCat(spill_dir_, "/", sample, "/", spill::FileName(depth));
 }
 
 ActivationCache::Stats ActivationCache::stats() const {
@@ -294,7 +184,7 @@ Status ActivationCache::Put(int64_t sample, int depth, const TensorView& activat
     return InvalidArgument("ActivationCache::Put: the view has ", activation.ndim(),
                            " dims but ", activation.strides().size(), " strides");
   }
-  std::optional<uint64_t> nbytes = ByteCount(activation.shape(), activation.itemsize());
+  std::optional<uint64_t> nbytes = spill::ByteCount(activation.shape(), activation.itemsize());
   if (!nbytes.has_value() || *nbytes == 0) {
     return InvalidArgument("ActivationCache::Put(sample ", sample, ", depth ", depth,
                            "): expected a non-empty activation, found ",
@@ -365,8 +255,8 @@ std::optional<ActivationCache::Entry> ActivationCache::Lookup(const Key& key, bo
     if (exact) {
       candidates.push_back(key.second);
     } else {
-      for (const std::string& name : ListDir(absl::StrCat(spill_dir_, "/", key.first))) {
-        int d = DepthOfFileName(name);
+      for (const std::string& name : spill::ListDir(absl::StrCat(spill_dir_, "/", key.first))) {
+        int d = spill::DepthOfFileName(name);
         if (d > memory_depth && d <= key.second) candidates.push_back(d);
       }
       std::sort(candidates.rbegin(), candidates.rend());
@@ -441,50 +331,10 @@ void ActivationCache::EraseFromMemory(std::map<Key, Slot>::iterator it) {
 // Spill files
 
 Status ActivationCache::WriteSpill(const Key& key, const Entry& entry) {
-  const std::string sample_dir = absl::StrCat(spill_dir_, "/", key.first);
-  if (mkdir(sample_dir.c_str(), 0777) != 0 && errno != EEXIST) {
-    return Internal("cannot create spill directory \"", sample_dir, "\": ", ErrnoText(errno),
-                    "; entry (sample ", key.first, ", depth ", key.second, ") dropped");
-  }
-  std::string header;
-  codec::Writer w(&header);
-  w.Bytes(kMagic, 4);
-  w.Put(kVersion);
-  w.Put(static_cast<uint64_t>(key.first));
-  w.Put(static_cast<uint32_t>(key.second));
-  w.Put(static_cast<uint8_t>(entry.dtype));
-  w.Bytes("\0\0\0", 3);
-  w.Put(static_cast<uint32_t>(entry.shape.size()));
-  for (int64_t d : entry.shape) w.Put(static_cast<uint64_t>(d));
-  w.Put(static_cast<uint64_t>(entry.nbytes()));
-  w.Put(codec::Crc32(entry.data(), entry.nbytes()));
-  w.Put(codec::Crc32(header.data(), header.size()));
-
   const std::string path = SpillPath(key.first, key.second);
-  const std::string temp = absl::StrCat(sample_dir, "/.", key.second, kSuffix, ".tmp.",
-                                        getpid(), ".", g_temp_counter.fetch_add(1));
-  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return Internal("cannot create spill file \"", temp, "\": ", ErrnoText(errno),
-                    "; entry dropped");
-  }
-  int err = 0;
-  bool ok = WriteAll(fd, reinterpret_cast<const uint8_t*>(header.data()), header.size(), &err) &&
-            WriteAll(fd, static_cast<const uint8_t*>(entry.data()), entry.nbytes(), &err);
-  if (close(fd) != 0 && ok) {
-    ok = false;
-    err = errno;
-  }
-  // rename() is atomic: a reader sees the old file, no file, or the whole new one.
-  if (ok && rename(temp.c_str(), path.c_str()) != 0) {
-    ok = false;
-    err = errno;
-  }
-  if (!ok) {
-    unlink(temp.c_str());
-    return Internal("cannot write spill file \"", path, "\": ", ErrnoText(err),
-                    "; entry dropped");
-  }
+  WEFT_RETURN_IF_ERROR(spill::Write(absl::StrCat(spill_dir_, "/", key.first), path, key.first,
+                                    key.second, entry.dtype, entry.shape, entry.data(),
+                                    entry.nbytes()));
   ++stats_.spills;
   reported_corrupt_.erase(path);
   return OkStatus();
@@ -492,92 +342,23 @@ Status ActivationCache::WriteSpill(const Key& key, const Entry& entry) {
 
 std::optional<ActivationCache::Entry> ActivationCache::ReadSpill(const Key& key) {
   const std::string path = SpillPath(key.first, key.second);
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;  // absent: an ordinary miss
-  std::vector<uint8_t> file;
-  struct stat st;
-  bool read_ok = fstat(fd, &st) == 0 && st.st_size >= 0;
-  if (read_ok) {
-    file.resize(static_cast<size_t>(st.st_size));
-    size_t got = 0;
-    while (got < file.size()) {
-      ssize_t n = read(fd, file.data() + got, file.size() - got);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      got += static_cast<size_t>(n);
-    }
-    file.resize(got);
-  }
-  close(fd);
-
-  auto corrupt = [&](const std::string& why) -> std::optional<Entry> {
+  StatusOr<spill::Contents> contents = spill::Read(path, key.first, key.second);
+  if (contents.status().code() == absl::StatusCode::kNotFound) return std::nullopt;  // a miss
+  if (!contents.ok()) {
     ++stats_.corrupt_files;
     if (reported_corrupt_.insert(path).second) {
-      WEFT_LOG(Warning) << "AutoCache: ignoring spill file \"" << path << "\" (" << why
+      WEFT_LOG(Warning) << "AutoCache: ignoring spill file \"" << path << "\" ("
+                        << contents.status().message()
                         << "); treated as a miss, it is rewritten when the entry is next "
                            "spilled";
     }
     return std::nullopt;
-  };
-  if (!read_ok) return corrupt("cannot stat it");
-  codec::Reader in(absl::string_view(reinterpret_cast<const char*>(file.data()), file.size()),
-                   "spill file");
-  char magic[4];
-  uint32_t version = 0, depth = 0, ndim = 0, payload_crc = 0, header_crc = 0;
-  uint64_t sample = 0, nbytes = 0;
-  uint8_t dtype = 0;
-  char pad[3];
-  Status read = in.Bytes("the magic", magic, 4);
-  if (read.ok() && std::memcmp(magic, kMagic, 4) != 0) {
-    return corrupt("not a weft cache file: bad magic");
   }
-  if (read.ok()) read = in.Get("the version", &version);
-  if (read.ok() && version != kVersion) {
-    return corrupt(absl::StrCat("version ", version, ", expected ", kVersion));
-  }
-  if (read.ok()) read = in.Get("the sample", &sample);
-  if (read.ok()) read = in.Get("the depth", &depth);
-  if (read.ok()) read = in.Get("the dtype", &dtype);
-  if (read.ok()) read = in.Bytes("the padding", pad, 3);
-  if (read.ok()) read = in.Count("ndim", 8, 8 + 4 + 4, &ndim);
-  if (!read.ok()) return corrupt(std::string(read.message()));
-  if (static_cast<int64_t>(sample) != key.first || static_cast<int>(depth) != key.second) {
-    return corrupt(absl::StrCat("holds sample ", static_cast<int64_t>(sample), " depth ",
-                                static_cast<int>(depth)));
-  }
-  if (dtype >= kNumDTypes || pad[0] != 0 || pad[1] != 0 || pad[2] != 0) {
-    return corrupt("bad dtype");
-  }
-  if (ndim > kMaxDims) return corrupt(absl::StrCat(ndim, " dims"));
   Entry entry;
-  entry.depth = static_cast<int>(depth);
-  entry.dtype = static_cast<DType>(dtype);
-  entry.shape.resize(ndim);
-  for (int64_t& d : entry.shape) {
-    if (read.ok()) read = in.Get("a dim", &d);
-  }
-  if (read.ok()) read = in.Get("the byte count", &nbytes);
-  if (read.ok()) read = in.Get("the payload checksum", &payload_crc);
-  const size_t header_size = in.pos();
-  if (read.ok()) read = in.Get("the header checksum", &header_crc);
-  if (!read.ok()) return corrupt(std::string(read.message()));
-  if (codec::Crc32(file.data(), header_size) != header_crc) {
-    return corrupt("header checksum mismatch");
-  }
-  std::optional<uint64_t> expected = ByteCount(entry.shape, DTypeSize(entry.dtype));
-  if (!expected.has_value() || *expected != nbytes || nbytes == 0) {
-    return corrupt("shape, dtype and byte count disagree");
-  }
-  if (in.remaining() != nbytes) {
-    return corrupt(
-        absl::StrCat("truncated or padded: ", file.size(), " bytes, expected ", in.pos() + nbytes));
-  }
-  if (codec::Crc32(file.data() + in.pos(), nbytes) != payload_crc) {
-    return corrupt("payload checksum mismatch");
-  }
-  // Reuse the buffer read from the file (no second copy of the payload).
-  file.erase(file.begin(), file.begin() + static_cast<std::ptrdiff_t>(in.pos()));
-  entry.bytes = std::make_shared<const std::vector<uint8_t>>(std::move(file));
+  entry.depth = key.second;
+  entry.dtype = contents->dtype;
+  entry.shape = std::move(contents->shape);
+  entry.bytes = std::move(contents->bytes);
   return entry;
 }
 
@@ -595,8 +376,8 @@ void ActivationCache::Invalidate(int64_t sample) {
   while (it != memory_.end() && it->first.first == sample) EraseFromMemory(it++);
   if (spill_dir_.empty() || sample < 0) return;
   const std::string sample_dir = absl::StrCat(spill_dir_, "/", sample);
-  for (const std::string& name : ListDir(sample_dir)) {
-    if (DepthOfFileName(name) >= 0) unlink(absl::StrCat(sample_dir, "/", name).c_str());
+  for (const std::string& name : spill::ListDir(sample_dir)) {
+    if (spill::DepthOfFileName(name) >= 0) unlink(absl::StrCat(sample_dir, "/", name).c_str());
   }
   rmdir(sample_dir.c_str());  // fails harmlessly if another cache is writing into it
 }
@@ -614,11 +395,11 @@ void ActivationCache::Clear() {
   lru_.clear();
   bytes_in_memory_ = 0;
   if (spill_dir_.empty()) return;
-  for (const std::string& sample : ListDir(spill_dir_)) {
-    if (!IsDigits(sample)) continue;
+  for (const std::string& sample : spill::ListDir(spill_dir_)) {
+    if (!spill::IsSampleName(sample)) continue;
     const std::string sample_dir = absl::StrCat(spill_dir_, "/", sample);
-    for (const std::string& name : ListDir(sample_dir)) {
-      if (DepthOfFileName(name) >= 0) unlink(absl::StrCat(sample_dir, "/", name).c_str());
+    for (const std::string& name : spill::ListDir(sample_dir)) {
+      if (spill::DepthOfFileName(name) >= 0) unlink(absl::StrCat(sample_dir, "/", name).c_str());
     }
     rmdir(sample_dir.c_str());
   }
