@@ -124,25 +124,33 @@ Status ReadResponse(codec::Reader& r, Response* resp) {
   return r.Vec("ranks", &resp->ranks);
 }
 
-}  // namespace
-
-StatusOr<std::vector<Descriptor>> ParseDescriptors(const std::string& bytes) {
-  codec::Reader r(bytes, "descriptor batch");
+// A batch: a u32 count of items of at least `min_bytes` each, every item read by `read`, and
+// nothing after them. Any fault is Internal (both ends are weft): "malformed <what>: ...".
+template <typename T>
+StatusOr<std::vector<T>> ParseBatch(const std::string& bytes, const char* what, size_t min_bytes,
+                                    Status (*read)(codec::Reader&, T*)) {
+  codec::Reader r(bytes, what);
   uint32_t n;
-  // The smallest encoding of one descriptor: every fixed field, empty strings and vectors.
-  constexpr size_t kMinDescriptorBytes = 77;
-  Status st = r.Count("descriptor count", kMinDescriptorBytes, 0, &n);
-  std::vector<Descriptor> ds;
+  Status st = r.Count("the count", min_bytes, 0, &n);
+  std::vector<T> items;
   if (st.ok()) {
-    ds.resize(n);
-    for (Descriptor& d : ds) {
-      st = ReadDescriptor(r, &d);
+    items.resize(n);
+    for (T& item : items) {
+      st = read(r, &item);
       if (!st.ok()) break;
     }
   }
   if (st.ok()) st = r.Done();
-  if (!st.ok()) return Internal("malformed descriptor batch: ", st.message());
-  return ds;
+  if (!st.ok()) return Internal("malformed ", what, ": ", st.message());
+  return items;
+}
+
+}  // namespace
+
+StatusOr<std::vector<Descriptor>> ParseDescriptors(const std::string& bytes) {
+  // The smallest encoding of one descriptor: every fixed field, empty strings and vectors.
+  constexpr size_t kMinDescriptorBytes = 77;
+  return ParseBatch<Descriptor>(bytes, "descriptor batch", kMinDescriptorBytes, ReadDescriptor);
 }
 
 std::string SerializeResponses(const std::vector<Response>& rs) {
@@ -163,23 +171,10 @@ std::string SerializeResponses(const std::vector<Response>& rs) {
 }
 
 StatusOr<std::vector<Response>> ParseResponses(const std::string& bytes) {
-  codec::Reader r(bytes, "response batch");
-  uint32_t n;
   // The smallest encoding of one response: op, key count, code, empty message, first_dims
   // count, empty ranks.
   constexpr size_t kMinResponseBytes = 21;
-  Status st = r.Count("response count", kMinResponseBytes, 0, &n);
-  std::vector<Response> rs;
-  if (st.ok()) {
-    rs.resize(n);
-    for (Response& resp : rs) {
-      st = ReadResponse(r, &resp);
-      if (!st.ok()) break;
-    }
-  }
-  if (st.ok()) st = r.Done();
-  if (!st.ok()) return Internal("malformed response batch: ", st.message());
-  return rs;
+  return ParseBatch<Response>(bytes, "response batch", kMinResponseBytes, ReadResponse);
 }
 
 }  // namespace comm
