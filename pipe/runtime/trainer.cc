@@ -35,6 +35,7 @@
 #include "pipe/cache/cache.h"
 #include "pipe/freeze/freeze.h"
 #include "pipe/freeze/torch_grad_norms.h"
+#include "pipe/runtime/placement.h"
 
 namespace weft {
 namespace pipe {
@@ -55,15 +56,6 @@ Status WaitAll(std::vector<ta::TorchHandle>& handles) {
   }
   handles.clear();
   return first;
-}
-
-// The [begin, end) slices of n items split into parts (the first n % parts one larger).
-std::vector<int64_t> Shares(int64_t n, int parts) {
-  std::vector<int64_t> offsets(parts + 1, 0);
-  for (int p = 0; p < parts; ++p) {
-    offsets[p + 1] = offsets[p] + n / parts + (p < n % parts ? 1 : 0);
-  }
-  return offsets;
 }
 
 // The machines the ranks run on, as the planner sees them: every machine's ranks (from
@@ -170,39 +162,18 @@ struct ElasticTrainer::Impl {
   bool cache_checked = false;
   GradNormAccumulator norms{1};
 
-  int Replicas(const Plan& p) const {
-    return options.autodp ? p.replicas : std::min(p.replicas, initial_replicas);
+  // The plan helpers (placement.h) with this trainer's choices.
+  Placement placement() const {
+    return Placement{options.autodp, initial_replicas, options.cache, options.micro_batches};
   }
-  Role RoleOf(const Plan& p, int r) const {
-    Role role = p.roles[r];
-    if (role.replica >= Replicas(p)) return Role{};
-    return role;
-  }
-  // The layers rank r needs under plan p: its stage's, and with the cache on stage 0 the
-  // frozen prefix (stage 0 computes it for the cache, wherever the partition put it).
-  std::vector<int> Needs(const Plan& p, int r) const {
-    std::vector<int> out;
-    const Role role = RoleOf(p, r);
-    if (!role.active()) return out;
-    const auto& b = p.partition.boundaries;
-    int begin = b[role.stage];
-    const int end = b[role.stage + 1];
-    if (options.cache && role.stage == 0) begin = 0;
-    for (int l = begin; l < std::max(end, options.cache && role.stage == 0 ? p.frozen : 0); ++l) {
-      out.push_back(l);
-    }
-    return out;
-  }
-  // The ranks running `stage` in the active replicas of p.
+  int Replicas(const Plan& p) const { return ActiveReplicas(p, placement()); }
+  Role RoleOf(const Plan& p, int r) const { return ActiveRole(p, placement(), r); }
+  std::vector<int> Needs(const Plan& p, int r) const { return NeededLayers(p, placement(), r); }
   std::vector<int> StageRanks(const Plan& p, int stage) const {
-    std::vector<int> out;
-    for (int r = 0; r < Replicas(p); ++r) out.push_back(p.ReplicaRanks(r)[stage]);
-    std::sort(out.begin(), out.end());
-    return out;
+    return pipe::StageRanks(p, placement(), stage);
   }
   int MicroBatches(const Plan& p, int64_t samples) const {
-    const int wanted = options.micro_batches > 0 ? options.micro_batches : 2 * p.k;
-    return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(wanted, samples)));
+    return MicroBatchCount(p, placement(), samples);
   }
 
   // This rank's part of its replica's pipeline for `samples` samples.

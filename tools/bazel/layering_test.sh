@@ -32,6 +32,8 @@ check comm_torch '^//(optim|pipe|capi|bindings)[/:]' "optim/, pipe/, capi/ or bi
 check optim '^//(pipe|capi|bindings)[/:]' "pipe/, capi/ or bindings/"
 check pipe_algorithms '^//(comm|optim|capi|bindings|pipe/runtime)[/:]|^@(mpi|torch|ucx|cuda)//' \
   "comm/, optim/, capi/, bindings/, pipe/runtime, MPI, LibTorch, UCX or CUDA (they are pure)"
+check pipe_placement '^//(comm|optim|capi|bindings)[/:]|^@(mpi|torch|ucx|cuda)//' \
+  "comm/, optim/, capi/, bindings/, MPI, LibTorch, UCX or CUDA (the runtime's pure plan helpers)"
 check pipe_runtime '^//(capi|bindings)[/:]' "capi/ or bindings/"
 check capi '^//optim:optim$|^//(pipe/runtime|pipe/cache|bindings)[/:]|^@torch//' \
   "the optimizers (their step counter aside), pipe/ internals (runtime, cache), bindings/ or LibTorch (libweft.so has no LibTorch)"
