@@ -29,13 +29,12 @@ Status Reader::Str(const char* field, std::string* s) {
   return OkStatus();
 }
 
-Status Reader::Count(const char* field, size_t element_size, size_t reserve, uint32_t* n) {
-  WEFT_RETURN_IF_ERROR(Get(field, n));
+Status Reader::Fits(const char* field, uint64_t n, size_t element_size, size_t reserve) const {
   const size_t room = remaining() >= reserve ? (remaining() - reserve) / element_size : 0;
-  if (*n > room) {
-    return InvalidArgument("truncated or corrupt ", what_, ": ", field, " says ", *n,
-                           " entries of ", element_size, " bytes at offset ", pos_, ", but only ",
-                           remaining(), " bytes remain");
+  if (n > room) {
+    return InvalidArgument("truncated or corrupt ", what_, ": ", field, " is ", n, " but only ",
+                           remaining(), " bytes remain at offset ", pos_, " (room for ", room,
+                           " entries of ", element_size, " bytes and what follows)");
   }
   return OkStatus();
 }

@@ -112,15 +112,29 @@ class Reader {
     for (T& x : *v) WEFT_RETURN_IF_ERROR(Get(field, &x));
     return OkStatus();
   }
-  // A u32 count of elements of at least `element_size` bytes each, which must fit in what
+  // A count (uint32_t, or int32_t where the format writes it signed: a negative one is an
+  // error) of elements of at least `element_size` bytes each, which must fit in what
   // remains after keeping `reserve` bytes for what follows: garbage cannot turn into a huge
   // allocation.
-  Status Count(const char* field, size_t element_size, size_t reserve, uint32_t* n);
+  template <typename T>
+  Status Count(const char* field, size_t element_size, size_t reserve, T* n) {
+    static_assert(std::is_same<T, uint32_t>::value || std::is_same<T, int32_t>::value,
+                  "codec: counts are uint32_t or int32_t");
+    WEFT_RETURN_IF_ERROR(Get(field, n));
+    if constexpr (std::is_signed<T>::value) {
+      if (*n < 0) {
+        return InvalidArgument("corrupt ", what_, ": ", field, " is ", *n,
+                               ", expected a count >= 0");
+      }
+    }
+    return Fits(field, static_cast<uint64_t>(*n), element_size, reserve);
+  }
   // OK when every byte was read.
   Status Done() const;
 
  private:
   Status Need(const char* field, size_t n) const;
+  Status Fits(const char* field, uint64_t n, size_t element_size, size_t reserve) const;
 
   absl::string_view bytes_;
   const char* what_;

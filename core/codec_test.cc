@@ -103,10 +103,10 @@ TEST(Codec, RefusesShortInputCountsThatCannotFitAndTrailingBytes) {
   Writer(&lying).Put<uint32_t>(0xFFFFFFFFu);
   std::string s;
   st = Reader(lying, "frame").Str("the name", &s);
-  EXPECT_TRUE(Says(st, "the name says 4294967295 entries of 1 bytes")) << st;
+  EXPECT_TRUE(Says(st, "the name is 4294967295 but only 0 bytes remain")) << st;
   std::vector<int64_t> v;
   st = Reader(lying, "frame").Vec("the shape", &v);
-  EXPECT_TRUE(Says(st, "the shape says 4294967295 entries of 8 bytes")) << st;
+  EXPECT_TRUE(Says(st, "the shape is 4294967295 but only 0 bytes remain")) << st;
   EXPECT_TRUE(v.empty());
 
   // Room kept for what follows.
@@ -117,6 +117,12 @@ TEST(Codec, RefusesShortInputCountsThatCannotFitAndTrailingBytes) {
   uint32_t n;
   EXPECT_TRUE(Reader(counted, "frame").Count("count", 4, 0, &n).ok());
   EXPECT_FALSE(Reader(counted, "frame").Count("count", 4, 4, &n).ok());
+  // A count the format writes signed: a negative one is named as such.
+  std::string negative;
+  Writer(&negative).Put<int32_t>(-1);
+  int32_t signed_n;
+  st = Reader(negative, "frame").Count("the rows", 4, 0, &signed_n);
+  EXPECT_TRUE(Says(st, "corrupt frame: the rows is -1, expected a count >= 0")) << st;
 
   Reader rest(counted, "frame");
   ASSERT_TRUE(rest.Get("count", &n).ok());

@@ -218,24 +218,6 @@ constexpr char kMagic[4] = {'W', 'F', 'T', 'X'};
 // magic + version + freeze_point + frozen + k + m0 + two counts + crc.
 constexpr size_t kFixedSize = 4 + 4 + 8 + 4 + 4 + 8 + 4 + 4 + 4;
 
-// A count, read as the int32 it was written as (a negative one is named as such), of
-// elements of `element_size` bytes each read later, then the CRC (`reserve` bytes).
-Status ReadCount(codec::Reader& in, const char* field, size_t element_size, size_t reserve,
-                 int32_t* count) {
-  WEFT_RETURN_IF_ERROR(in.Get(field, count));
-  if (*count < 0) {
-    return InvalidArgument("corrupt transition message: ", field, " is ", *count,
-                           ", expected a count >= 0");
-  }
-  const size_t room = in.remaining() >= reserve ? (in.remaining() - reserve) / element_size : 0;
-  if (static_cast<size_t>(*count) > room) {
-    return InvalidArgument("truncated or corrupt transition message: ", field, " is ", *count,
-                           " but only ", in.remaining(), " bytes remain (room for ", room,
-                           " entries of ", element_size, " bytes and the checksum)");
-  }
-  return OkStatus();
-}
-
 }  // namespace
 
 std::string EncodeTransition(const TransitionMessage& message) {
@@ -283,10 +265,10 @@ StatusOr<TransitionMessage> DecodeTransition(const std::string& bytes) {
   WEFT_RETURN_IF_ERROR(in.Get("m0", &m.m0));
   int32_t count;
   // The reserve keeps room for what must follow: the other count (4) and the CRC (4).
-  WEFT_RETURN_IF_ERROR(ReadCount(in, "the newly_active count", 4, 8, &count));
+  WEFT_RETURN_IF_ERROR(in.Count("the newly_active count", 4, 8, &count));
   m.newly_active.resize(count);
   for (int32_t& rank : m.newly_active) WEFT_RETURN_IF_ERROR(in.Get("a newly active rank", &rank));
-  WEFT_RETURN_IF_ERROR(ReadCount(in, "the grad_norms count", 8, 4, &count));
+  WEFT_RETURN_IF_ERROR(in.Count("the grad_norms count", 8, 4, &count));
   m.grad_norms.resize(count);
   for (double& norm : m.grad_norms) WEFT_RETURN_IF_ERROR(in.Get("a gradient norm", &norm));
   const size_t body = in.pos();
