@@ -491,6 +491,46 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 f"{self.optimizer!r})")
 
 
+# The Parameters, Attributes and Raises sections of the two combining optimizers, whose
+# constructors take the same arguments and fail alike.
+_COMBINING_SECTIONS = """\
+    Parameters
+    ----------
+    optimizer : torch.optim.Optimizer
+        The wrapped optimizer, built from model.parameters(): it makes the local updates,
+        and its param_groups, state and defaults are the wrapper's.
+    model : torch.nn.Module or list of torch.nn.Module
+        The model whose computations are counted and whose trainable parameters are
+        communicated; as in Bluefog, a list of models trained together (each model's
+        forward computations count for its own parameters).
+    communication_type : CommunicationType or str, optional
+        How the parameters are combined: neighbor_allreduce (the default),
+        hierarchical_neighbor_allreduce, allreduce, or empty (no communication: local
+        training); a member's name or value is accepted too.
+    num_steps_per_communication : int, optional
+        J, the counted computations per communication (default 1).
+
+    Attributes
+    ----------
+    self_weight, src_weights, dst_weights : optional
+        The weights of neighbor_allreduce for the next round; None (the default): the
+        topology's. Set them before the round's counted computations.
+    src_machine_weights, dst_machine_weights : optional
+        The same for hierarchical_neighbor_allreduce.
+
+    Raises
+    ------
+    TypeError
+        `optimizer` is not a torch.optim.Optimizer (or is already a distributed one), or
+        `model` is not a torch.nn.Module or a non-empty list of them.
+    ValueError
+        num_steps_per_communication is below 1 (weft.InvalidArgumentError), the model has
+        no parameter that requires grad, the wrapped optimizer does not hold one of them,
+        the trainable parameters (names, shapes, dtypes) differ across ranks (raised on
+        every rank), or `communication_type` is unknown.
+"""
+
+
 class _CombiningOptimizer(_DistributedOptimizer):
     """Adapt-with-combine and adapt-then-combine: one communication type."""
 
@@ -523,48 +563,14 @@ class _CombiningOptimizer(_DistributedOptimizer):
 
 
 class DistributedAdaptWithCombineOptimizer(_CombiningOptimizer):
-    """Adapt-with-combine: x <- W x - lr * g(x), over any torch.optim optimizer.
+    __doc__ = """Adapt-with-combine: x <- W x - lr * g(x), over any torch.optim optimizer.
 
     Counts forward computations: the J-th launches the combination of (a snapshot of) the
     parameters, overlapping the backward pass; the next step() waits, installs W x, then
     applies the local update computed from the pre-combine gradient. Construction is
     collective: every rank constructs its distributed optimizers in the same order.
 
-    Parameters
-    ----------
-    optimizer : torch.optim.Optimizer
-        The wrapped optimizer, built from model.parameters(): it makes the local updates,
-        and its param_groups, state and defaults are the wrapper's.
-    model : torch.nn.Module or list of torch.nn.Module
-        The model whose computations are counted and whose trainable parameters are
-        communicated; as in Bluefog, a list of models trained together (each model's
-        forward computations count for its own parameters).
-    communication_type : CommunicationType or str, optional
-        How the parameters are combined: neighbor_allreduce (the default),
-        hierarchical_neighbor_allreduce, allreduce, or empty (no communication: local
-        training); a member's name or value is accepted too.
-    num_steps_per_communication : int, optional
-        J, the counted computations per communication (default 1).
-
-    Attributes
-    ----------
-    self_weight, src_weights, dst_weights : optional
-        The weights of neighbor_allreduce for the next round; None (the default): the
-        topology's. Set them before the round's counted computations.
-    src_machine_weights, dst_machine_weights : optional
-        The same for hierarchical_neighbor_allreduce.
-
-    Raises
-    ------
-    TypeError
-        `optimizer` is not a torch.optim.Optimizer (or is already a distributed one), or
-        `model` is not a torch.nn.Module or a non-empty list of them.
-    ValueError
-        num_steps_per_communication is below 1 (weft.InvalidArgumentError), the model has
-        no parameter that requires grad, the wrapped optimizer does not hold one of them,
-        the trainable parameters (names, shapes, dtypes) differ across ranks (raised on
-        every rank), or `communication_type` is unknown.
-
+""" + _COMBINING_SECTIONS + """
     Examples
     --------
     >>> import weft.torch as wt
@@ -595,7 +601,7 @@ class DistributedAdaptWithCombineOptimizer(_CombiningOptimizer):
 
 
 class DistributedAdaptThenCombineOptimizer(_CombiningOptimizer):
-    """Adapt-then-combine: x <- W (x - lr * g(x)), over any torch.optim optimizer.
+    __doc__ = """Adapt-then-combine: x <- W (x - lr * g(x)), over any torch.optim optimizer.
 
     Counts backward computations per parameter: in the J-th, as soon as a parameter's
     gradient is accumulated, its local update is applied (the wrapped optimizer's step()
@@ -603,41 +609,7 @@ class DistributedAdaptThenCombineOptimizer(_CombiningOptimizer):
     of the backward pass; the next step() waits and installs W x. Construction is
     collective.
 
-    Parameters
-    ----------
-    optimizer : torch.optim.Optimizer
-        The wrapped optimizer, built from model.parameters(): it makes the local updates,
-        and its param_groups, state and defaults are the wrapper's.
-    model : torch.nn.Module or list of torch.nn.Module
-        The model whose computations are counted and whose trainable parameters are
-        communicated; as in Bluefog, a list of models trained together (each model's
-        forward computations count for its own parameters).
-    communication_type : CommunicationType or str, optional
-        How the parameters are combined: neighbor_allreduce (the default),
-        hierarchical_neighbor_allreduce, allreduce, or empty (no communication: local
-        training); a member's name or value is accepted too.
-    num_steps_per_communication : int, optional
-        J, the counted computations per communication (default 1).
-
-    Attributes
-    ----------
-    self_weight, src_weights, dst_weights : optional
-        The weights of neighbor_allreduce for the next round; None (the default): the
-        topology's. Set them before the round's counted computations.
-    src_machine_weights, dst_machine_weights : optional
-        The same for hierarchical_neighbor_allreduce.
-
-    Raises
-    ------
-    TypeError
-        `optimizer` is not a torch.optim.Optimizer (or is already a distributed one), or
-        `model` is not a torch.nn.Module or a non-empty list of them.
-    ValueError
-        num_steps_per_communication is below 1 (weft.InvalidArgumentError), the model has
-        no parameter that requires grad, the wrapped optimizer does not hold one of them,
-        the trainable parameters (names, shapes, dtypes) differ across ranks (raised on
-        every rank), or `communication_type` is unknown.
-
+""" + _COMBINING_SECTIONS + """
     Examples
     --------
     >>> opt = wt.DistributedAdaptThenCombineOptimizer(
