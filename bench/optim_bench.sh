@@ -48,6 +48,7 @@ run() {  # ranks, args... -> the RESULT line's fields
     grep '^RESULT' | sed 's/^RESULT //'
 }
 field() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+ratio() { awk -v e="$1" -v g="$2" 'BEGIN { if (g <= 0) print "n/a"; else printf "%.2fx", e / g }'; }
 
 configs=(
   "local|--optimizer local"
@@ -95,7 +96,6 @@ for n in "${ranks[@]}"; do
       ga_exposed=$exposed
       ga_comm=$comm
     fi
-    ratio() { awk -v e="$1" -v g="$2" 'BEGIN { if (g <= 0) print "n/a"; else printf "%.2fx", e / g }'; }
     printf '%-20s %8s %8s %9s %8.2f %10s %11s %8s %8s\n' "$label" "$e2e" "$comm" \
       "$(ratio "$comm" "$ga_comm")" "$ms" "$exposed" "$isolated" "$hidden_frac" \
       "$(ratio "$exposed" "$ga_exposed")"
