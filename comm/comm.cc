@@ -193,6 +193,10 @@ Status init() {
   MPI_Bcast(machine, 2, MPI_INT, 0, ctx.local);
   ctx.machine_rank = machine[0];
   ctx.machine_size = machine[1];
+  int cross_size = 0;
+  MPI_Comm_size(ctx.cross, &cross_size);
+  ctx.cross_ranks.resize(cross_size);
+  MPI_Allgather(&ctx.rank, 1, MPI_INT, ctx.cross_ranks.data(), 1, MPI_INT, ctx.cross);
   // Every rank fails init() when one cannot write its timeline file (a directory missing on
   // one host): a job that runs on without the timeline it asked for, or with some ranks
   // gone, is worse than one that stops at once and says why. The setting may differ across
@@ -235,20 +239,23 @@ Status init() {
   state->engine = std::make_shared<comm::Engine>(ctx, &state->timeline);
   auto transport = comm::DefaultTransport();
   if (!transport.ok()) return transport.status();
-  const bool ucx_exchange = comm::ExchangeTransport() == comm::Transport::kUcx;
-  if (*transport == comm::Transport::kUcx || ucx_exchange) {
+  if (*transport == comm::Transport::kUcx) {
 #ifdef WEFT_WITH_UCX
-    // Collective, so made here where every rank is (a pair gossip's first exchange involves
-    // two ranks only).
+    // Collective, so made here where every rank is (the first UCX window may involve some
+    // ranks only).
     auto ucx = comm::UcxContext::Get(ctx.data);
     if (!ucx.ok()) return Annotate(ucx.status(), "init: UCX transport");
-    state->engine->ucx_exchange = ucx_exchange;
 #else
-    return Unimplemented("init: WEFT_TRANSPORT or WEFT_EXCHANGE_TRANSPORT is ucx, but this "
-                         "build has no UCX (UCX was not found when weft was built; "
-                         "WEFT_UCX_HOME)");
+    return Unimplemented(
+        "init: WEFT_TRANSPORT is ucx, but this build has no UCX (UCX was "
+        "not found when weft was built; WEFT_UCX_HOME)");
 #endif
   }
+  // Collective: the TCP and UCX transports connect the ranks here.
+  auto peers = comm::MakePeerTransport(comm::ExchangeTransport(ctx.machine_size), ctx.data,
+                                       &comm::Engine::stall_timeout_s);
+  if (!peers.ok()) return Annotate(peers.status(), "init: WEFT_EXCHANGE_TRANSPORT");
+  state->engine->peers = std::move(*peers);
   State* raw = state.get();
   state->engine->on_set_topology = [raw](const Request& r) {
     std::lock_guard<std::mutex> lock(raw->topo_mu);

@@ -11,10 +11,10 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
-#include <optional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -22,6 +22,7 @@
 
 #include "comm/comm.h"
 #include "comm/coordinator.h"
+#include "comm/peer_transport.h"
 #include "comm/protocol.h"
 #include "comm/topology.h"
 #include "core/timeline.h"
@@ -85,6 +86,7 @@ struct Context {
   MPI_Comm data = MPI_COMM_NULL;     // the ops themselves
   MPI_Comm local = MPI_COMM_NULL;    // ranks of this machine
   MPI_Comm cross = MPI_COMM_NULL;    // local rank 0 of every machine (others: NULL)
+  std::vector<int> cross_ranks;      // the data rank of each rank of `cross`
 };
 
 // Progress (draining the queue, negotiating, running ops) is made by whichever thread holds
@@ -124,9 +126,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Windows alive: while there are some, the idle engine thread keeps polling MPI so that
   // one-sided operations from other ranks progress on transports that need it.
   std::atomic<int> windows{0};
-  // WEFT_EXCHANGE_TRANSPORT=ucx: point-to-point exchanges over the data communicator
-  // (neighbor allreduce, pair gossip) go through UCX tagged messages instead of MPI.
-  bool ucx_exchange = false;
+  // How the engine's own algorithms (neighbor exchanges, pair gossip, the hierarchical op's
+  // exchange between machines, the ring allreduce) move data between ranks of the data
+  // communicator (WEFT_EXCHANGE_TRANSPORT). Set by init() before Start().
+  std::unique_ptr<PeerTransport> peers;
 
   // Synchronous copies between host memory and `device` (a CUDA device), ordered after
   // the device work the engine queued: windows on CUDA tensors stage through host memory
@@ -203,13 +206,15 @@ class Engine : public std::enable_shared_from_this<Engine> {
   StatusOr<MPI_Comm> CommOf(const std::vector<int32_t>& group);
   // This rank's index in a process set.
   static int IndexIn(const std::vector<int32_t>& group, int rank);
-  // Point-to-point exchange of `bytes` per peer; sends are scaled copies when needed.
-  Status Exchange(MPI_Comm comm, const void* send_buf, size_t count, DType dtype,
-                  const std::vector<std::pair<int, double>>& send,
+  // Point-to-point exchange of `count` elements per peer over `peers` into recv_scratch_;
+  // sends are scaled copies when needed. The peers are data ranks, or indices into
+  // `to_data` (the data ranks).
+  Status Exchange(const std::vector<int>* to_data, const void* send_buf, size_t count,
+                  DType dtype, const std::vector<std::pair<int, double>>& send,
                   const std::vector<std::pair<int, double>>& recv);
   // Combines the received buffers into `out`: self_weight * in + sum_k w_k * recv_k, then
   // unpacks a fused group.
-  Status ExchangeAndCombine(std::vector<std::shared_ptr<Request>>& group, MPI_Comm comm,
+  Status ExchangeAndCombine(std::vector<std::shared_ptr<Request>>& group,
                             const std::vector<std::pair<int, double>>& recv);
   // Packs the inputs of a fused group into one buffer (or returns the lone input).
   void* Pack(std::vector<std::shared_ptr<Request>>& group, size_t* count);

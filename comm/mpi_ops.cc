@@ -10,10 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "comm/engine.h"
 #include "comm/reduce.h"
+#include "comm/ring_allreduce.h"
 #include "core/config.h"
-#ifdef WEFT_WITH_UCX
-#include "comm/ucx_context.h"
-#endif
 #ifdef WEFT_WITH_NCCL
 #include "comm/nccl/nccl_ops.h"
 #endif
@@ -88,121 +86,24 @@ Status AllreduceSum(const void* in, void* out, size_t count, DType dtype, MPI_Co
 }
 
 const config::IntSetting kRingAllreduceBytes(
-    "WEFT_RING_ALLREDUCE_BYTES", 8 << 20,
-    "Allreduces (CPU, through MPI) of at least this many bytes run weft's ring when the job "
-    "spans several machines; smaller ones, and all on one machine, run MPI_Allreduce "
-    "(0: always MPI_Allreduce). Every rank must see the same value.",
-    /*min=*/0, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
+    "WEFT_RING_ALLREDUCE_BYTES", -1,
+    "CPU allreduces of at least this many bytes run weft's ring over the peer transport "
+    "(WEFT_EXCHANGE_TRANSPORT) when the job spans several machines; smaller ones, and all on "
+    "one machine, run MPI_Allreduce. -1: 256 KiB over tcp, 8 MiB over mpi or ucx; 0: always "
+    "MPI_Allreduce. Every rank must see the same value.",
+    /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
-constexpr int kRingTag = 5;
+// WEFT_RING_ALLREDUCE_BYTES's -1. Over weft's TCP transport the ring reached 0.90 of a
+// 1 Gbit/s link from 256 KiB up (MPI_Allreduce: 0.09); over MPI it gained only from 8 MiB.
+int64_t RingAllreduceBytes(PeerTransportKind kind) {
+  const int64_t value = kRingAllreduceBytes.Get();
+  if (value >= 0) return value;
+  return kind == PeerTransportKind::kTcp ? int64_t{256} << 10 : int64_t{8} << 20;
+}
+
 // The ring moves segments in chunks of this size: a chunk goes on to the next rank as soon
 // as it has arrived (and been summed), so every link stays busy.
 constexpr size_t kRingChunkBytes = size_t{256} << 10;
-
-// Sums `buf` over `comm` in place along a ring: a reduce-scatter, then an allgather. There
-// are 2 (n - 1) steps; in step t every rank receives one segment (1/n of the buffer) from
-// the previous rank, and what it received in step t it sends on to the next rank in step
-// t + 1: summed with its own part during the reduce-scatter, as it is during the
-// allgather. Each link carries 2 (n - 1) / n of the buffer, the least any allreduce sends.
-// The segments travel in chunks, each forwarded as soon as it is ready, so the steps
-// overlap. Open MPI 4.1's default algorithms for large buffers reached about half of a
-// shaped TCP link between machines (bench/README.md).
-Status RingAllreduceSum(void* buf, size_t count, DType dtype, MPI_Comm comm,
-                        std::vector<char>* scratch) {
-  int n = 1, me = 0;
-  MPI_Comm_size(comm, &n);
-  MPI_Comm_rank(comm, &me);
-  if (n == 1 || count == 0) return OkStatus();
-  const size_t item = DTypeSize(dtype);
-  const int next = (me + 1) % n, prev = (me + n - 1) % n;
-  const int steps = 2 * (n - 1);
-  auto seg_begin = [&](int seg) { return count * static_cast<size_t>(seg) / n; };
-  // The segment received in step t; the one sent in step t is recv_seg(t - 1), and
-  // this rank's own in step 0.
-  auto recv_seg = [&](int t) {
-    return ((t < n - 1 ? me - t - 1 : me - (t - (n - 1))) + 2 * n) % n;
-  };
-  size_t largest = 0;
-  for (int seg = 0; seg < n; ++seg) {
-    largest = std::max(largest, seg_begin(seg + 1) - seg_begin(seg));
-  }
-  // Reduce-scatter steps receive into one of two scratch halves (step parity), so that
-  // the next step's receives can be posted while this step's chunks are summed.
-  if (scratch->size() < 2 * largest * item) scratch->resize(2 * largest * item);
-  const size_t chunk = std::max<size_t>(1, kRingChunkBytes / item);
-  char* data = static_cast<char*>(buf);
-  std::vector<std::vector<MPI_Request>> sends(steps), recvs(steps);
-  std::vector<char> recvs_posted(steps, 0);
-
-  auto for_chunks = [&](int seg, auto&& fn) -> Status {
-    const size_t begin = seg_begin(seg), end = seg_begin(seg + 1);
-    size_t c = 0;
-    for (size_t at = begin; at < end; at += chunk, ++c) {
-      WEFT_RETURN_IF_ERROR(fn(c, at, std::min(chunk, end - at)));
-    }
-    return OkStatus();
-  };
-  auto wait_all = [&](std::vector<MPI_Request>& reqs) -> Status {
-    const int code = MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
-    reqs.clear();
-    return MpiError(code, "MPI_Waitall");
-  };
-  auto send_chunk = [&](int t, size_t at, size_t len) -> Status {
-    MPI_Request req;
-    WEFT_RETURN_IF_ERROR(MpiError(MPI_Isend(data + at * item, static_cast<int>(len * item),
-                                            MPI_BYTE, next, kRingTag, comm, &req),
-                                  "MPI_Isend"));
-    sends[t].push_back(req);
-    return OkStatus();
-  };
-  auto post_recvs = [&](int t) -> Status {
-    if (t >= steps || recvs_posted[t]) return OkStatus();
-    const int seg = recv_seg(t);
-    if (t >= n - 1) {
-      // The allgather receives in place, over the segment this rank sent in step
-      // t - (n - 1): that send must be complete first.
-      WEFT_RETURN_IF_ERROR(wait_all(sends[t - (n - 1)]));
-    }
-    char* into =
-        t < n - 1 ? scratch->data() + (t % 2) * largest * item : data + seg_begin(seg) * item;
-    const size_t begin = seg_begin(seg);
-    WEFT_RETURN_IF_ERROR(for_chunks(seg, [&](size_t, size_t at, size_t len) -> Status {
-      MPI_Request req;
-      WEFT_RETURN_IF_ERROR(
-          MpiError(MPI_Irecv(into + (at - begin) * item, static_cast<int>(len * item), MPI_BYTE,
-                             prev, kRingTag, comm, &req),
-                   "MPI_Irecv"));
-      recvs[t].push_back(req);
-      return OkStatus();
-    }));
-    recvs_posted[t] = 1;
-    return OkStatus();
-  };
-
-  WEFT_RETURN_IF_ERROR(post_recvs(0));
-  WEFT_RETURN_IF_ERROR(
-      for_chunks(me, [&](size_t, size_t at, size_t len) { return send_chunk(0, at, len); }));
-  for (int t = 0; t < steps; ++t) {
-    // Post the next step's receives ahead, unless (two ranks) they land on the segment this
-    // step is still sending; then after this step's sends.
-    if (!(t + 1 >= n - 1 && t + 1 - (n - 1) == t)) WEFT_RETURN_IF_ERROR(post_recvs(t + 1));
-    const int seg = recv_seg(t);
-    const size_t begin = seg_begin(seg);
-    const char* part = scratch->data() + (t % 2) * largest * item;
-    WEFT_RETURN_IF_ERROR(for_chunks(seg, [&](size_t c, size_t at, size_t len) -> Status {
-      WEFT_RETURN_IF_ERROR(MpiError(MPI_Wait(&recvs[t][c], MPI_STATUS_IGNORE), "MPI_Wait"));
-      if (t < n - 1) AddInPlace(data + at * item, part + (at - begin) * item, dtype, len);
-      return t + 1 < steps ? send_chunk(t + 1, at, len) : OkStatus();
-    }));
-    recvs[t].clear();
-    if (t + 1 < steps && !recvs_posted[t + 1]) {
-      WEFT_RETURN_IF_ERROR(wait_all(sends[t]));
-      WEFT_RETURN_IF_ERROR(post_recvs(t + 1));
-    }
-  }
-  for (auto& reqs : sends) WEFT_RETURN_IF_ERROR(wait_all(reqs));
-  return OkStatus();
-}
 
 Status Bcast(void* buf, size_t bytes, int root, MPI_Comm comm) {
   for (size_t done = 0; done < bytes; done += kMaxChunk) {
@@ -348,11 +249,18 @@ Status Engine::RunAllreduce(std::vector<std::shared_ptr<Request>>& group) {
   void* buf = group[0]->out.data();
   if (group.size() > 1) send = buf = Pack(group, &count);
   int64_t start = Timeline::NowMicros();
-  const int64_t ring_bytes = kRingAllreduceBytes.Get();
+  const int64_t ring_bytes = RingAllreduceBytes(peers->kind());
   if (ctx_.machine_size > 1 && members > 1 && ring_bytes > 0 &&
       count * DTypeSize(dtype) >= static_cast<size_t>(ring_bytes)) {
     if (send != buf) std::memcpy(buf, send, count * DTypeSize(dtype));
-    WEFT_RETURN_IF_ERROR(RingAllreduceSum(buf, count, dtype, comm, &ring_scratch_));
+    std::vector<int> ring(ranks.begin(), ranks.end());
+    if (ranks.empty()) {
+      for (int r = 0; r < ctx_.size; ++r) ring.push_back(r);
+    }
+    const int me = ranks.empty() ? ctx_.rank : IndexIn(ranks, ctx_.rank);
+    WEFT_RETURN_IF_ERROR(
+        RingAllreduceSum(*peers, ring, me, buf, count, dtype, kRingChunkBytes, &ring_scratch_));
+    for (auto& member : group) member->backend = peers->name();
   } else {
     WEFT_RETURN_IF_ERROR(AllreduceSum(send, buf, count, dtype, comm));
   }
@@ -465,23 +373,20 @@ Status Engine::RunNeighborAllgather(std::shared_ptr<Request>& rp,
   return OkStatus();
 }
 
-Status Engine::Exchange(MPI_Comm comm, const void* send_buf, size_t count, DType dtype,
-                        const std::vector<std::pair<int, double>>& send,
+Status Engine::Exchange(const std::vector<int>* to_data, const void* send_buf, size_t count,
+                        DType dtype, const std::vector<std::pair<int, double>>& send,
                         const std::vector<std::pair<int, double>>& recv) {
   const size_t bytes = count * DTypeSize(dtype);
-  if (bytes > static_cast<size_t>(INT_MAX)) {
-    return Unimplemented("neighbor exchange of ", bytes, " bytes: over 2 GiB is not supported");
-  }
-  std::vector<MPI_Request> reqs;
-  reqs.reserve(send.size() + recv.size());
+  auto data_rank = [&](int peer) { return to_data == nullptr ? peer : (*to_data)[peer]; };
   if (recv_scratch_.size() < recv.size()) recv_scratch_.resize(recv.size());
-  for (size_t k = 0; k < recv.size(); ++k) {
+  Status status;
+  for (size_t k = 0; k < recv.size() && status.ok(); ++k) {
     if (recv_scratch_[k].size() < bytes) recv_scratch_[k].resize(bytes);
-    reqs.emplace_back();  // posted below, once the transport is known
+    status = peers->Recv(data_rank(recv[k].first), recv_scratch_[k].data(), bytes).status();
   }
   size_t scaled = 0;  // one copy per destination whose scale is not 1
-  std::vector<std::pair<int, const void*>> sends;
   for (const auto& [dst, scale] : send) {
+    if (!status.ok()) break;
     const void* data = send_buf;
     if (scale != 1.0) {
       if (send_scratch_.size() <= scaled) send_scratch_.resize(scaled + 1);
@@ -490,35 +395,14 @@ Status Engine::Exchange(MPI_Comm comm, const void* send_buf, size_t count, DType
       WeightedSum(copy.data(), dtype, count, {{send_buf, scale}});
       data = copy.data();
     }
-    sends.emplace_back(dst, data);
+    status = peers->Send(data_rank(dst), data, bytes).status();
   }
-#ifdef WEFT_WITH_UCX
-  // Ranks of the data communicator are the UCX endpoints' ranks; the cross-machine
-  // communicator of the hierarchical op keeps MPI.
-  if (ucx_exchange && comm == ctx_.data) {
-    UcxContext* ucx = UcxContext::IfExists();
-    if (ucx == nullptr) return Internal("the UCX context is missing");
-    std::vector<std::pair<int, void*>> recvs;
-    for (size_t k = 0; k < recv.size(); ++k) {
-      recvs.emplace_back(recv[k].first, recv_scratch_[k].data());
-    }
-    reqs.clear();  // nothing was posted on MPI
-    return ucx->Exchange(sends, recvs, bytes);
-  }
-#endif
-  for (size_t k = 0; k < recv.size(); ++k) {
-    MPI_Irecv(recv_scratch_[k].data(), static_cast<int>(bytes), MPI_BYTE, recv[k].first,
-              kDataTag, comm, &reqs[k]);
-  }
-  for (const auto& [dst, data] : sends) {
-    reqs.emplace_back();
-    MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, dst, kDataTag, comm, &reqs.back());
-  }
-  return MpiError(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE),
-                  "neighbor exchange");
+  // Even after an error, every posted transfer completes before the buffers are reused.
+  Status rest = peers->WaitAll();
+  return status.ok() ? Annotate(rest, "neighbor exchange") : status;
 }
 
-Status Engine::ExchangeAndCombine(std::vector<std::shared_ptr<Request>>& group, MPI_Comm comm,
+Status Engine::ExchangeAndCombine(std::vector<std::shared_ptr<Request>>& group,
                                   const std::vector<std::pair<int, double>>& recv) {
   Request& r = *group[0];
   const DType dtype = r.in.dtype();
@@ -532,10 +416,8 @@ Status Engine::ExchangeAndCombine(std::vector<std::shared_ptr<Request>>& group, 
     send_buf = out;
   }
   int64_t start = Timeline::NowMicros();
-  WEFT_RETURN_IF_ERROR(Exchange(comm, send_buf, count, dtype, r.send, recv));
-  if (ucx_exchange && comm == ctx_.data) {
-    for (auto& member : group) member->backend = "UCX";
-  }
+  WEFT_RETURN_IF_ERROR(Exchange(/*to_data=*/nullptr, send_buf, count, dtype, r.send, recv));
+  for (auto& member : group) member->backend = peers->name();
   Trace(group, "communicate", start);
   start = Timeline::NowMicros();
   std::vector<WeightedTerm> terms = {{send_buf, r.self_weight}};
@@ -549,7 +431,7 @@ Status Engine::ExchangeAndCombine(std::vector<std::shared_ptr<Request>>& group, 
 }
 
 Status Engine::RunNeighborAllreduce(std::vector<std::shared_ptr<Request>>& group) {
-  return ExchangeAndCombine(group, ctx_.data, group[0]->recv);
+  return ExchangeAndCombine(group, group[0]->recv);
 }
 
 Status Engine::RunHierarchical(std::vector<std::shared_ptr<Request>>& group) {
@@ -561,7 +443,7 @@ Status Engine::RunHierarchical(std::vector<std::shared_ptr<Request>>& group) {
   int64_t start = Timeline::NowMicros();
   WEFT_RETURN_IF_ERROR(AllreduceSum(buf, buf, count, dtype, ctx_.local));
   if (ctx_.local_rank == 0) {
-    WEFT_RETURN_IF_ERROR(Exchange(ctx_.cross, buf, count, dtype, r.send, r.recv));
+    WEFT_RETURN_IF_ERROR(Exchange(&ctx_.cross_ranks, buf, count, dtype, r.send, r.recv));
     std::vector<WeightedTerm> terms = {{buf, r.self_weight}};
     for (size_t k = 0; k < r.recv.size(); ++k) {
       terms.push_back({recv_scratch_[k].data(), r.recv[k].second});
@@ -578,7 +460,7 @@ Status Engine::RunHierarchical(std::vector<std::shared_ptr<Request>>& group) {
 }
 
 Status Engine::RunPairGossip(std::vector<std::shared_ptr<Request>>& group) {
-  return ExchangeAndCombine(group, ctx_.data, group[0]->recv);  // recv = {peer: pair_weight}
+  return ExchangeAndCombine(group, group[0]->recv);  // recv = {peer: pair_weight}
 }
 
 // --- CUDA tensors ------------------------------------------------------------------------

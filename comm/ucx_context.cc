@@ -24,33 +24,6 @@ Status UcsError(ucs_status_t status, const std::string& what) {
   return Internal(what, " failed: ", ucs_status_string(status));
 }
 
-Status MpiCheck(int code, const char* what) {
-  if (code == MPI_SUCCESS) return OkStatus();
-  return Internal(what, " failed (MPI error ", code, ")");
-}
-
-StatusOr<std::vector<std::string>> AllgatherBytes(MPI_Comm comm, const void* data,
-                                                  size_t length) {
-  int size = 0;
-  MPI_Comm_size(comm, &size);
-  int len = static_cast<int>(length);
-  std::vector<int> lens(size), displs(size);
-  WEFT_RETURN_IF_ERROR(
-      MpiCheck(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm), "MPI_Allgather"));
-  int total = 0;
-  for (int r = 0; r < size; ++r) {
-    displs[r] = total;
-    total += lens[r];
-  }
-  std::vector<char> all(static_cast<size_t>(std::max(total, 1)));
-  WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Allgatherv(data, len, MPI_BYTE, all.data(), lens.data(),
-                                               displs.data(), MPI_BYTE, comm),
-                                "MPI_Allgatherv"));
-  std::vector<std::string> out(size);
-  for (int r = 0; r < size; ++r) out[r].assign(all.data() + displs[r], lens[r]);
-  return out;
-}
-
 Status UcxContext::Wait(ucs_status_ptr_t request, const char* what) {
   if (request == nullptr) return OkStatus();
   if (UCS_PTR_IS_ERR(request)) return UcsError(UCS_PTR_STATUS(request), what);
@@ -83,39 +56,18 @@ Status UcxContext::Atomic(int rank, ucp_atomic_op_t op, uint64_t value, uint64_t
   return Wait(ucp_atomic_op_nbx(eps_[rank], op, &value, 1, address, rkey, &param), what);
 }
 
-Status UcxContext::Exchange(const std::vector<std::pair<int, const void*>>& sends,
-                            const std::vector<std::pair<int, void*>>& recvs, size_t bytes) {
-  std::vector<ucs_status_ptr_t> requests;
-  requests.reserve(sends.size() + recvs.size());
+ucs_status_ptr_t UcxContext::TagSend(int peer, const void* data, size_t bytes) {
   ucp_request_param_t param;
   param.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
   param.datatype = ucp_dt_make_contig(1);
-  Status status;
-  for (const auto& [src, buffer] : recvs) {
-    const uint64_t tag = Tag(received_[src]++, src);
-    ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, buffer, bytes, tag, ~uint64_t{0}, &param);
-    if (UCS_PTR_IS_ERR(r)) {
-      status = UcsError(UCS_PTR_STATUS(r), absl::StrCat("ucp_tag_recv_nbx from rank ", src));
-      break;
-    }
-    requests.push_back(r);
-  }
-  for (const auto& [dst, buffer] : sends) {
-    if (!status.ok()) break;
-    const uint64_t tag = Tag(sent_[dst]++, rank_);
-    ucs_status_ptr_t r = ucp_tag_send_nbx(eps_[dst], buffer, bytes, tag, &param);
-    if (UCS_PTR_IS_ERR(r)) {
-      status = UcsError(UCS_PTR_STATUS(r), absl::StrCat("ucp_tag_send_nbx to rank ", dst));
-      break;
-    }
-    requests.push_back(r);
-  }
-  // Even after an error, wait for what was posted: the buffers must outlive the requests.
-  for (ucs_status_ptr_t r : requests) {
-    Status s = Wait(r, "neighbor exchange");
-    if (status.ok()) status = s;
-  }
-  return status;
+  return ucp_tag_send_nbx(eps_[peer], data, bytes, Tag(sent_[peer]++, rank_), &param);
+}
+
+ucs_status_ptr_t UcxContext::TagRecv(int peer, void* data, size_t bytes) {
+  ucp_request_param_t param;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+  param.datatype = ucp_dt_make_contig(1);
+  return ucp_tag_recv_nbx(worker_, data, bytes, Tag(received_[peer]++, peer), ~uint64_t{0}, &param);
 }
 
 void UcxContext::ProgressLoop() {

@@ -1,5 +1,5 @@
 // The process's UCX (UCP) context, worker and endpoints, shared by the UCX window transport
-// and the UCX neighbor exchange. Built only when the build found UCX (WEFT_WITH_UCX).
+// and the UCX peer transport. Built only when the build found UCX (WEFT_WITH_UCX).
 // Internal to comm/.
 //
 // Made collectively once (init() with a UCX setting, or the first UCX window) and kept for
@@ -20,17 +20,13 @@
 #include <utility>
 #include <vector>
 
+#include "comm/mpi_util.h"
 #include "core/status.h"
 
 namespace weft {
 namespace comm {
 
 Status UcsError(ucs_status_t status, const std::string& what);
-Status MpiCheck(int code, const char* what);
-// Every rank's `length` bytes at `data` (the lengths may differ), indexed by rank.
-// Collective over `comm`: how worker addresses and remote keys travel.
-StatusOr<std::vector<std::string>> AllgatherBytes(MPI_Comm comm, const void* data,
-                                                  size_t length);
 
 class UcxContext {
  public:
@@ -51,12 +47,11 @@ class UcxContext {
   Status Atomic(int rank, ucp_atomic_op_t op, uint64_t value, uint64_t* reply,
                 uint64_t address, ucp_rkey_h rkey, const char* what);
 
-  // Point-to-point exchange of `bytes` per peer with tagged messages: sends[k] goes to its
-  // rank, recvs[k] is filled from its rank. Messages between two ranks are matched by a
-  // per-pair sequence number, so every pair must exchange in the same order on both sides
-  // (the engine's ops run in the same order everywhere).
-  Status Exchange(const std::vector<std::pair<int, const void*>>& sends,
-                  const std::vector<std::pair<int, void*>>& recvs, size_t bytes);
+  // Tagged messages to or from `peer` (a request for Wait, or an error pointer). Messages
+  // between two ranks are matched by a per-pair sequence number, so both sides post them
+  // in the same order.
+  ucs_status_ptr_t TagSend(int peer, const void* data, size_t bytes);
+  ucs_status_ptr_t TagRecv(int peer, void* data, size_t bytes);
 
  private:
   void ProgressLoop();

@@ -39,13 +39,6 @@ MPI_Datatype AccumulateType(DType dtype) {
 
 constexpr size_t kMaxBytes = static_cast<size_t>(INT_MAX);
 
-const config::StringSetting kExchangeTransport(
-    "WEFT_EXCHANGE_TRANSPORT", "mpi",
-    "How neighbor_allreduce and pair_gossip exchange data between ranks: mpi (MPI "
-    "point-to-point) or ucx (UCX tagged messages; needs a build with UCX). The same on "
-    "every rank.",
-    {"mpi", "ucx"}, config::Agreement::kSameOnEveryRank);
-
 const config::StringSetting kTransport(
     "WEFT_TRANSPORT", "mpi",
     "How windows move data: mpi (MPI RMA) or ucx (UCX RDMA puts, gets and atomics; needs a "
@@ -91,10 +84,6 @@ const char* TransportName(Transport t) { return t == Transport::kUcx ? "ucx" : "
 
 StatusOr<Transport> DefaultTransport() {
   return kTransport.Get() == "ucx" ? Transport::kUcx : Transport::kMpi;
-}
-
-Transport ExchangeTransport() {
-  return kExchangeTransport.Get() == "ucx" ? Transport::kUcx : Transport::kMpi;
 }
 
 Status Window::Init(MPI_Comm comm, const std::string& name, const TensorView& x,

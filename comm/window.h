@@ -40,8 +40,6 @@ enum class Transport : int32_t { kMpi = 0, kUcx = 1 };
 const char* TransportName(Transport t);
 // WEFT_TRANSPORT (mpi or ucx): windows.
 StatusOr<Transport> DefaultTransport();
-// WEFT_EXCHANGE_TRANSPORT (mpi or ucx): neighbor exchanges.
-Transport ExchangeTransport();
 
 class Window {
  public:

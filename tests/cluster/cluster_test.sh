@@ -89,6 +89,12 @@ weftrun_opts=()
 single_host_only=--gtest_filter=-ProcessModel.QueriesAreConsistent:HierarchicalNeighborAllreduce.OneMachineIsTheLocalAverage
 suite "collectives and neighbor ops" h1:2,h2:2 tests/comm_ops_test_bin -- "$single_host_only"
 suite "collectives and neighbor ops" h1,h2,h3,h4 tests/comm_ops_test_bin -- "$single_host_only"
+# Across hosts the neighbor exchanges and the ring allreduce take weft's TCP transport by
+# default; the same on MPI's own point-to-point, and every allreduce on the ring.
+suite "collectives and neighbor ops, exchanges on MPI" h1:2,h2:2 tests/comm_ops_test_bin \
+  WEFT_EXCHANGE_TRANSPORT=mpi -- "$single_host_only"
+suite "collectives and neighbor ops, every allreduce on the TCP ring" h1,h2,h3 \
+  tests/comm_ops_test_bin WEFT_RING_ALLREDUCE_BYTES=1 -- "$single_host_only"
 suite "neighbor exchanges over UCX" h1:2,h2:2 tests/comm_ops_test_bin \
   WEFT_EXCHANGE_TRANSPORT=ucx -- "$single_host_only"
 suite "send/recv and process sets" h1:2,h2:2 tests/comm_p2p_test_bin
@@ -151,6 +157,18 @@ else
   cat "$LOG"
 fi
 "$CLUSTER" sshd "$DIR" h3 start
+
+# No interface left for weft's TCP transport: init fails on every rank at once, naming the
+# setting, instead of a later op failing on some ranks only.
+start=$(now)
+if ! on_h1 60 env WEFT_SOCKET_IFNAME=nosuchif "$WEFTRUN" -H h1,h2 "$CHECK" model 1,1 &&
+  [[ $(grep -c "WEFT_SOCKET_IFNAME" "$LOG") -ge 2 ]]; then
+  pass "no interface for the TCP transport: init fails on both ranks in $(since "$start") s:" \
+    "$(grep -m1 -o 'TCP transport: .*' "$LOG" | cut -c1-120)"
+else
+  fail "no interface for the TCP transport"
+  cat "$LOG"
+fi
 
 # steps_job HOSTS SECONDS [ENV=VALUE...]: the steps job in the background, from h1.
 steps_job() {
@@ -244,10 +262,11 @@ if steps_job h1,h2,h3,h4 60 WEFT_STALL_TIMEOUT_SECONDS=5; then
   wait "$JOB"
   status=$?
   took=$(since "$start")
-  # Stopped inside an op (the others then sit in MPI: the watchdog) or before submitting
-  # it (the coordinator's timeout): either way the job ends.
+  # Stopped inside an op (the others then wait for its data: weft's TCP transport fails
+  # the transfers, or on MPI the watchdog ends the job) or before submitting it (the
+  # coordinator's timeout): either way the job ends.
   if ((status != 0 && status != 124 && status != 137)) &&
-    grep -qE "timed out after 5 s \(WEFT_STALL_TIMEOUT_SECONDS\) waiting for rank 1|watchdog: " "$LOG"; then
+    grep -qE "timed out after 5 s \(WEFT_STALL_TIMEOUT_SECONDS\) waiting for rank 1|no data moved for 5 s|watchdog: " "$LOG"; then
     pass "a stuck rank on h2, then h2's link down: job ended (status $status) in $took s"
   else
     fail "a stuck rank on h2, then h2's link down: status $status after $took s"

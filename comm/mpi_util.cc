@@ -1,0 +1,35 @@
+#include "comm/mpi_util.h"
+
+#include <algorithm>
+
+namespace weft {
+namespace comm {
+
+Status MpiCheck(int code, const char* what) {
+  if (code == MPI_SUCCESS) return OkStatus();
+  return Internal(what, " failed (MPI error ", code, ")");
+}
+
+StatusOr<std::vector<std::string>> AllgatherBytes(MPI_Comm comm, const void* data, size_t length) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  int len = static_cast<int>(length);
+  std::vector<int> lens(size), displs(size);
+  WEFT_RETURN_IF_ERROR(
+      MpiCheck(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm), "MPI_Allgather"));
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    displs[r] = total;
+    total += lens[r];
+  }
+  std::vector<char> all(static_cast<size_t>(std::max(total, 1)));
+  WEFT_RETURN_IF_ERROR(MpiCheck(
+      MPI_Allgatherv(data, len, MPI_BYTE, all.data(), lens.data(), displs.data(), MPI_BYTE, comm),
+      "MPI_Allgatherv"));
+  std::vector<std::string> out(size);
+  for (int r = 0; r < size; ++r) out[r].assign(all.data() + displs[r], lens[r]);
+  return out;
+}
+
+}  // namespace comm
+}  // namespace weft

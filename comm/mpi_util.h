@@ -1,0 +1,24 @@
+// Small MPI helpers shared by comm/'s transports. Internal to comm/.
+#ifndef WEFT_COMM_MPI_UTIL_H_
+#define WEFT_COMM_MPI_UTIL_H_
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace weft {
+namespace comm {
+
+// OK for MPI_SUCCESS; otherwise an internal error naming `what` and the code.
+Status MpiCheck(int code, const char* what);
+// Every rank's `length` bytes at `data` (the lengths may differ), indexed by rank.
+// Collective over `comm`: how transports publish their addresses.
+StatusOr<std::vector<std::string>> AllgatherBytes(MPI_Comm comm, const void* data, size_t length);
+
+}  // namespace comm
+}  // namespace weft
+
+#endif  // WEFT_COMM_MPI_UTIL_H_

@@ -1,0 +1,112 @@
+#include "comm/ring_allreduce.h"
+
+#include <algorithm>
+
+#include "comm/reduce.h"
+
+namespace weft {
+namespace comm {
+namespace {
+
+Status Ring(PeerTransport& transport, const std::vector<int>& members, int me, char* data,
+            size_t count, DType dtype, size_t chunk_bytes, std::vector<char>* scratch) {
+  using Ticket = PeerTransport::Ticket;
+  const int n = static_cast<int>(members.size());
+  const size_t item = DTypeSize(dtype);
+  const int next = members[(me + 1) % n], prev = members[(me + n - 1) % n];
+  const int steps = 2 * (n - 1);
+  auto seg_begin = [&](int seg) { return count * static_cast<size_t>(seg) / n; };
+  // The segment received in step t; the one sent in step t is recv_seg(t - 1), and
+  // this rank's own in step 0.
+  auto recv_seg = [&](int t) {
+    return ((t < n - 1 ? me - t - 1 : me - (t - (n - 1))) + 2 * n) % n;
+  };
+  size_t largest = 0;
+  for (int seg = 0; seg < n; ++seg) {
+    largest = std::max(largest, seg_begin(seg + 1) - seg_begin(seg));
+  }
+  // Reduce-scatter steps receive into one of two scratch halves (step parity), so that
+  // the next step's receives can be posted while this step's chunks are summed.
+  if (scratch->size() < 2 * largest * item) scratch->resize(2 * largest * item);
+  const size_t chunk = std::max<size_t>(1, chunk_bytes / item);
+  std::vector<std::vector<Ticket>> sends(steps), recvs(steps);
+  std::vector<char> recvs_posted(steps, 0);
+
+  auto for_chunks = [&](int seg, auto&& fn) -> Status {
+    const size_t begin = seg_begin(seg), end = seg_begin(seg + 1);
+    size_t c = 0;
+    for (size_t at = begin; at < end; at += chunk, ++c) {
+      WEFT_RETURN_IF_ERROR(fn(c, at, std::min(chunk, end - at)));
+    }
+    return OkStatus();
+  };
+  auto wait_all = [&](std::vector<Ticket>& tickets) -> Status {
+    for (Ticket t : tickets) WEFT_RETURN_IF_ERROR(transport.Wait(t));
+    tickets.clear();
+    return OkStatus();
+  };
+  auto send_chunk = [&](int t, size_t at, size_t len) -> Status {
+    WEFT_ASSIGN_OR_RETURN(Ticket ticket, transport.Send(next, data + at * item, len * item));
+    sends[t].push_back(ticket);
+    return OkStatus();
+  };
+  auto post_recvs = [&](int t) -> Status {
+    if (t >= steps || recvs_posted[t]) return OkStatus();
+    const int seg = recv_seg(t);
+    if (t >= n - 1) {
+      // The allgather receives in place, over the segment this rank sent in step
+      // t - (n - 1): that send must be complete first.
+      WEFT_RETURN_IF_ERROR(wait_all(sends[t - (n - 1)]));
+    }
+    char* into =
+        t < n - 1 ? scratch->data() + (t % 2) * largest * item : data + seg_begin(seg) * item;
+    const size_t begin = seg_begin(seg);
+    WEFT_RETURN_IF_ERROR(for_chunks(seg, [&](size_t, size_t at, size_t len) -> Status {
+      WEFT_ASSIGN_OR_RETURN(Ticket ticket,
+                            transport.Recv(prev, into + (at - begin) * item, len * item));
+      recvs[t].push_back(ticket);
+      return OkStatus();
+    }));
+    recvs_posted[t] = 1;
+    return OkStatus();
+  };
+
+  WEFT_RETURN_IF_ERROR(post_recvs(0));
+  WEFT_RETURN_IF_ERROR(
+      for_chunks(me, [&](size_t, size_t at, size_t len) { return send_chunk(0, at, len); }));
+  for (int t = 0; t < steps; ++t) {
+    // Post the next step's receives ahead, unless (two ranks) they land on the segment this
+    // step is still sending; then after this step's sends.
+    if (!(t + 1 >= n - 1 && t + 1 - (n - 1) == t)) WEFT_RETURN_IF_ERROR(post_recvs(t + 1));
+    const int seg = recv_seg(t);
+    const size_t begin = seg_begin(seg);
+    const char* part = scratch->data() + (t % 2) * largest * item;
+    WEFT_RETURN_IF_ERROR(for_chunks(seg, [&](size_t c, size_t at, size_t len) -> Status {
+      WEFT_RETURN_IF_ERROR(transport.Wait(recvs[t][c]));
+      if (t < n - 1) AddInPlace(data + at * item, part + (at - begin) * item, dtype, len);
+      return t + 1 < steps ? send_chunk(t + 1, at, len) : OkStatus();
+    }));
+    recvs[t].clear();
+    if (t + 1 < steps && !recvs_posted[t + 1]) {
+      WEFT_RETURN_IF_ERROR(wait_all(sends[t]));
+      WEFT_RETURN_IF_ERROR(post_recvs(t + 1));
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Status RingAllreduceSum(PeerTransport& transport, const std::vector<int>& members, int me,
+                        void* buf, size_t count, DType dtype, size_t chunk_bytes,
+                        std::vector<char>* scratch) {
+  if (members.size() <= 1 || count == 0) return OkStatus();
+  Status status =
+      Ring(transport, members, me, static_cast<char*>(buf), count, dtype, chunk_bytes, scratch);
+  // Whatever happened, nothing may still refer to buf or scratch.
+  Status rest = transport.WaitAll();
+  return status.ok() ? rest : status;
+}
+
+}  // namespace comm
+}  // namespace weft
