@@ -208,10 +208,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
   static int IndexIn(const std::vector<int32_t>& group, int rank);
   // Point-to-point exchange of `count` elements per peer over `peers` into recv_scratch_;
   // sends are scaled copies when needed. The peers are data ranks, or indices into
-  // `to_data` (the data ranks).
-  Status Exchange(const std::vector<int>* to_data, const void* send_buf, size_t count,
-                  DType dtype, const std::vector<std::pair<int, double>>& send,
-                  const std::vector<std::pair<int, double>>& recv);
+  // `to_data` (the data ranks). With `arrived`, the messages travel in chunks, and
+  // arrived(begin, end) runs for each element range once it has come from every peer and
+  // left for every peer.
+  Status Exchange(const std::vector<int>* to_data, const void* send_buf, size_t count, DType dtype,
+                  const std::vector<std::pair<int, double>>& send,
+                  const std::vector<std::pair<int, double>>& recv,
+                  const std::function<void(size_t, size_t)>& arrived);
   // Combines the received buffers into `out`: self_weight * in + sum_k w_k * recv_k, then
   // unpacks a fused group.
   Status ExchangeAndCombine(std::vector<std::shared_ptr<Request>>& group,

@@ -104,6 +104,9 @@ int64_t RingAllreduceBytes(PeerTransportKind kind) {
 // The ring moves segments in chunks of this size: a chunk goes on to the next rank as soon
 // as it has arrived (and been summed), so every link stays busy.
 constexpr size_t kRingChunkBytes = size_t{256} << 10;
+// Neighbor exchanges move their messages in chunks of this size, and the receiver combines
+// each chunk as soon as it has arrived from every in-neighbor, while the rest travels.
+constexpr size_t kExchangeChunkBytes = size_t{1} << 20;
 
 Status Bcast(void* buf, size_t bytes, int root, MPI_Comm comm) {
   for (size_t done = 0; done < bytes; done += kMaxChunk) {
@@ -375,19 +378,33 @@ Status Engine::RunNeighborAllgather(std::shared_ptr<Request>& rp,
 
 Status Engine::Exchange(const std::vector<int>* to_data, const void* send_buf, size_t count,
                         DType dtype, const std::vector<std::pair<int, double>>& send,
-                        const std::vector<std::pair<int, double>>& recv) {
-  const size_t bytes = count * DTypeSize(dtype);
+                        const std::vector<std::pair<int, double>>& recv,
+                        const std::function<void(size_t, size_t)>& arrived) {
+  using Ticket = PeerTransport::Ticket;
+  const size_t item = DTypeSize(dtype), bytes = count * item;
   auto data_rank = [&](int peer) { return to_data == nullptr ? peer : (*to_data)[peer]; };
+  // Elements per chunk: every message is cut the same way on both sides.
+  const size_t chunk =
+      arrived ? std::max<size_t>(1, kExchangeChunkBytes / item) : std::max<size_t>(count, 1);
+  const size_t chunks = (count + chunk - 1) / chunk;
+  auto chunk_end = [&](size_t c) { return std::min(count, (c + 1) * chunk); };
+  std::vector<std::vector<Ticket>> recv_tickets(recv.size()), send_tickets(send.size());
   if (recv_scratch_.size() < recv.size()) recv_scratch_.resize(recv.size());
   Status status;
   for (size_t k = 0; k < recv.size() && status.ok(); ++k) {
     if (recv_scratch_[k].size() < bytes) recv_scratch_[k].resize(bytes);
-    status = peers->Recv(data_rank(recv[k].first), recv_scratch_[k].data(), bytes).status();
+    for (size_t c = 0; c < chunks && status.ok(); ++c) {
+      auto ticket =
+          peers->Recv(data_rank(recv[k].first), recv_scratch_[k].data() + c * chunk * item,
+                      (chunk_end(c) - c * chunk) * item);
+      status = ticket.status();
+      if (status.ok()) recv_tickets[k].push_back(*ticket);
+    }
   }
   size_t scaled = 0;  // one copy per destination whose scale is not 1
-  for (const auto& [dst, scale] : send) {
-    if (!status.ok()) break;
-    const void* data = send_buf;
+  for (size_t d = 0; d < send.size() && status.ok(); ++d) {
+    const auto& [dst, scale] = send[d];
+    const char* data = static_cast<const char*>(send_buf);
     if (scale != 1.0) {
       if (send_scratch_.size() <= scaled) send_scratch_.resize(scaled + 1);
       std::vector<char>& copy = send_scratch_[scaled++];
@@ -395,7 +412,23 @@ Status Engine::Exchange(const std::vector<int>* to_data, const void* send_buf, s
       WeightedSum(copy.data(), dtype, count, {{send_buf, scale}});
       data = copy.data();
     }
-    status = peers->Send(data_rank(dst), data, bytes).status();
+    for (size_t c = 0; c < chunks && status.ok(); ++c) {
+      auto ticket =
+          peers->Send(data_rank(dst), data + c * chunk * item, (chunk_end(c) - c * chunk) * item);
+      status = ticket.status();
+      if (status.ok()) send_tickets[d].push_back(*ticket);
+    }
+  }
+  // Chunk by chunk, once it has arrived from every peer and left for every peer (the
+  // caller may write over what it sent): the caller combines it while the rest travels.
+  for (size_t c = 0; c < chunks && status.ok() && arrived; ++c) {
+    for (auto& tickets : recv_tickets) {
+      if (status.ok()) status = peers->Wait(tickets[c]);
+    }
+    for (auto& tickets : send_tickets) {
+      if (status.ok()) status = peers->Wait(tickets[c]);
+    }
+    if (status.ok()) arrived(c * chunk, chunk_end(c));
   }
   // Even after an error, every posted transfer completes before the buffers are reused.
   Status rest = peers->WaitAll();
@@ -406,25 +439,31 @@ Status Engine::ExchangeAndCombine(std::vector<std::shared_ptr<Request>>& group,
                                   const std::vector<std::pair<int, double>>& recv) {
   Request& r = *group[0];
   const DType dtype = r.in.dtype();
+  const size_t item = DTypeSize(dtype);
   // A lone op sends straight from its input and combines into its output; a fused group
   // goes through the fusion buffer.
   size_t count = static_cast<size_t>(r.in.numel());
-  const void* send_buf = r.in.data();
-  void* out = r.out.data();
+  const char* send_buf = static_cast<const char*>(r.in.data());
+  char* out = static_cast<char*>(r.out.data());
   if (group.size() > 1) {
-    out = Pack(group, &count);
+    out = static_cast<char*>(Pack(group, &count));
     send_buf = out;
   }
   int64_t start = Timeline::NowMicros();
-  WEFT_RETURN_IF_ERROR(Exchange(/*to_data=*/nullptr, send_buf, count, dtype, r.send, recv));
+  // out = self_weight * in + sum_k w_k * recv_k, a chunk at a time as the chunks arrive.
+  std::vector<WeightedTerm> terms;
+  WEFT_RETURN_IF_ERROR(Exchange(
+      /*to_data=*/nullptr, send_buf, count, dtype, r.send, recv, [&](size_t begin, size_t end) {
+        terms.assign(1, {send_buf + begin * item, r.self_weight});
+        for (size_t k = 0; k < recv.size(); ++k) {
+          if (recv[k].second == 0.0) continue;
+          terms.push_back({recv_scratch_[k].data() + begin * item, recv[k].second});
+        }
+        WeightedSum(out + begin * item, dtype, end - begin, terms);
+      }));
   for (auto& member : group) member->backend = peers->name();
   Trace(group, "communicate", start);
   start = Timeline::NowMicros();
-  std::vector<WeightedTerm> terms = {{send_buf, r.self_weight}};
-  for (size_t k = 0; k < recv.size(); ++k) {
-    if (recv[k].second != 0.0) terms.push_back({recv_scratch_[k].data(), recv[k].second});
-  }
-  WeightedSum(out, dtype, count, terms);
   Unpack(group, out);
   Trace(group, "combine", start);
   return OkStatus();
@@ -443,7 +482,8 @@ Status Engine::RunHierarchical(std::vector<std::shared_ptr<Request>>& group) {
   int64_t start = Timeline::NowMicros();
   WEFT_RETURN_IF_ERROR(AllreduceSum(buf, buf, count, dtype, ctx_.local));
   if (ctx_.local_rank == 0) {
-    WEFT_RETURN_IF_ERROR(Exchange(&ctx_.cross_ranks, buf, count, dtype, r.send, r.recv));
+    WEFT_RETURN_IF_ERROR(
+        Exchange(&ctx_.cross_ranks, buf, count, dtype, r.send, r.recv, /*arrived=*/nullptr));
     std::vector<WeightedTerm> terms = {{buf, r.self_weight}};
     for (size_t k = 0; k < r.recv.size(); ++k) {
       terms.push_back({recv_scratch_[k].data(), r.recv[k].second});
