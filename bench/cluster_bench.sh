@@ -7,8 +7,9 @@
 #   bench/cluster_bench.sh --hosts "4" --links "1gbit" --mpi-args "--mca ..."
 #   bench/cluster_bench.sh --ranks-per-host 2 --ops hierarchical_neighbor_allreduce
 #
-# --mpi-args goes to weftrun (e.g. Open MPI's collective algorithm choice); --ops, --min-bytes
-# and --max-bytes to comm_bench. The fraction is busbw over the link rate in one direction:
+# --mpi-args goes to weftrun (e.g. Open MPI's collective algorithm choice); --ops, --min-bytes,
+# --max-bytes and --target-seconds (how long each size is timed, default 2: at least 5
+# calls, so that the skew of the barrier before the loop weighs little) to comm_bench. The fraction is busbw over the link rate in one direction:
 # for allreduce busbw = algbw * 2(n-1)/n; for the neighbor ops, algbw * in-degree, which is
 # what each host sends on its link per second.
 set -euo pipefail
@@ -22,6 +23,7 @@ ops=allreduce,neighbor_allreduce,neighbor_allreduce_onepeer
 min_bytes=1048576
 max_bytes=16777216
 per_host=1
+target_seconds=2
 while (($# > 0)); do
   case $1 in
     --hosts) hosts_list=$2; shift ;;
@@ -31,7 +33,8 @@ while (($# > 0)); do
     --min-bytes) min_bytes=$2; shift ;;
     --max-bytes) max_bytes=$2; shift ;;
     --ranks-per-host) per_host=$2; shift ;;
-    *) echo "usage: $0 [--hosts \"4 8\"] [--links \"1gbit 10gbit\"] [--mpi-args ARGS] [--ops LIST] [--min-bytes N] [--max-bytes N] [--ranks-per-host N]" >&2; exit 2 ;;
+    --target-seconds) target_seconds=$2; shift ;;
+    *) echo "usage: $0 [--hosts \"4 8\"] [--links \"1gbit 10gbit\"] [--mpi-args ARGS] [--ops LIST] [--min-bytes N] [--max-bytes N] [--ranks-per-host N] [--target-seconds S]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -52,7 +55,8 @@ for n in $hosts_list; do
     rate_gbps=$(awk -v l="$link" 'BEGIN { sub(/gbit/, "", l); print l / 8 }') # GB/s
     TMPDIR=/tmp tools/cluster exec "$dir" h1 -- tools/weftrun -H "$spec" \
       ${mpi_args:+--mpi-args "$mpi_args"} "$work/comm_bench" --ops "$ops" \
-      --min-bytes "$min_bytes" --max-bytes "$max_bytes" --weft-version "git $version" \
+      --min-bytes "$min_bytes" --max-bytes "$max_bytes" --target-seconds "$target_seconds" \
+      --weft-version "git $version" \
       >"$work/out" 2>&1 || { cat "$work/out"; exit 1; }
     python3 - "$work/out" "$n" "$link" "$rate_gbps" <<'EOF'
 import json, sys
