@@ -20,31 +20,49 @@
   $1 = weft_py_tensor($input, "targets");
   if ($1 == NULL) SWIG_fail;
 }
-/* (k0, freeze, alpha, gradient_aware, freeze_every_epochs, autopipe, autodp, cache,
- *  cache_dir or None, schedule, micro_batches, batch_size, seed, optimizer, lr, momentum,
- *  weight_decay, loss, name or None, decentralized[, version]); None: the defaults. */
-%typemap(in) const weft_pipe_trainer_options* options
-    (weft_pipe_trainer_options opts = WEFT_PIPE_TRAINER_OPTIONS_INIT) {
-  int schedule = 0, optimizer = 0, loss = 0;
-  long long batch_size = 0;
-  unsigned long long seed = 0;
-  if ($input == Py_None) {
-    $1 = NULL;
-  } else {
-    if (!PyArg_ParseTuple($input, "iidiiiiiziiLKidddizi|I", &opts.k0, &opts.freeze, &opts.alpha,
-                          &opts.gradient_aware, &opts.freeze_every_epochs, &opts.autopipe,
-                          &opts.autodp, &opts.cache, &opts.cache_dir, &schedule,
-                          &opts.micro_batches, &batch_size, &seed, &optimizer, &opts.lr,
-                          &opts.momentum, &opts.weight_decay, &loss, &opts.name,
-                          &opts.decentralized, &opts.version)) SWIG_fail;
-    opts.schedule = (weft_pipe_schedule_kind)schedule;
-    opts.batch_size = (int64_t)batch_size;
-    opts.seed = (uint64_t)seed;
-    opts.optimizer = (weft_pipe_optimizer_kind)optimizer;
-    opts.loss = (weft_pipe_loss_kind)loss;
-    $1 = &opts;
+%{
+#define WEFT_PY_FIELD(name, kind) {#name, kind, offsetof(weft_pipe_trainer_options, name)}
+static const weft_py_option weft_py_trainer_fields[] = {
+    WEFT_PY_FIELD(version, 'I'),        WEFT_PY_FIELD(k0, 'i'),
+    WEFT_PY_FIELD(freeze, 'b'),         WEFT_PY_FIELD(alpha, 'd'),
+    WEFT_PY_FIELD(gradient_aware, 'b'), WEFT_PY_FIELD(freeze_every_epochs, 'i'),
+    WEFT_PY_FIELD(autopipe, 'b'),       WEFT_PY_FIELD(autodp, 'b'),
+    WEFT_PY_FIELD(cache, 'b'),          WEFT_PY_FIELD(cache_dir, 'z'),
+    WEFT_PY_FIELD(schedule, 'e'),       WEFT_PY_FIELD(micro_batches, 'i'),
+    WEFT_PY_FIELD(batch_size, 'L'),     WEFT_PY_FIELD(seed, 'K'),
+    WEFT_PY_FIELD(optimizer, 'e'),      WEFT_PY_FIELD(lr, 'd'),
+    WEFT_PY_FIELD(momentum, 'd'),       WEFT_PY_FIELD(weight_decay, 'd'),
+    WEFT_PY_FIELD(loss, 'e'),           WEFT_PY_FIELD(name, 'z'),
+    WEFT_PY_FIELD(decentralized, 'b'),
+};
+#undef WEFT_PY_FIELD
+#define WEFT_PY_TRAINER_FIELDS (sizeof(weft_py_trainer_fields) / sizeof(weft_py_trainer_fields[0]))
+%}
+/* A dict of the options to set by name ({"alpha": 0.5}); the others keep the library's
+ * defaults (weft_pipe_trainer_options_init). None: all defaults. */
+%typemap(in) const weft_pipe_trainer_options* options (weft_pipe_trainer_options opts) {
+  weft_status init = weft_pipe_trainer_options_init(&opts, WEFT_PIPE_TRAINER_OPTIONS_VERSION);
+  if (init != WEFT_OK) {
+    weft_py_raise(init);
+    SWIG_fail;
   }
+  if (weft_py_set_options($input, &opts, weft_py_trainer_fields, WEFT_PY_TRAINER_FIELDS,
+                          "Trainer") != 0) SWIG_fail;
+  $1 = &opts;
 }
+%nothread weft_py_trainer_defaults; /* it builds Python objects: it keeps the GIL */
+%inline %{
+/* The library's default trainer options, as a dict (enums as their ints). */
+PyObject* weft_py_trainer_defaults(void) {
+  weft_pipe_trainer_options opts;
+  weft_status status = weft_pipe_trainer_options_init(&opts, WEFT_PIPE_TRAINER_OPTIONS_VERSION);
+  if (status != WEFT_OK) {
+    weft_py_raise(status);
+    return NULL;
+  }
+  return weft_py_get_options(&opts, weft_py_trainer_fields, WEFT_PY_TRAINER_FIELDS);
+}
+%}
 /* The epoch's metrics as a tuple in the struct's field order (epoch .. transition_bytes). */
 %typemap(in, numinputs=0) weft_pipe_epoch_metrics* metrics (weft_pipe_epoch_metrics temp) {
   memset(&temp, 0, sizeof(temp));

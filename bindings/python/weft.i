@@ -575,35 +575,71 @@ WEFT_OUT_HANDLE(weft_pipe_plan, plan)
                   (const double* grad_norms, size_t num_norms) {
   PyMem_Free((void*)$1);
 }
-/* (alpha, gradient_aware, freeze_last[, version]); None: the defaults. The version is only
- * there so that the tests can check that a wrong one is refused. */
-%typemap(in) const weft_pipe_freeze_options* options
-    (weft_pipe_freeze_options opts = WEFT_PIPE_FREEZE_OPTIONS_INIT) {
-  int gradient_aware = 0, freeze_last = 0;
-  if ($input == Py_None) {
-    $1 = NULL;
-  } else {
-    if (!PyArg_ParseTuple($input, "dpp|I", &opts.alpha, &gradient_aware, &freeze_last,
-                          &opts.version)) SWIG_fail;
-    opts.gradient_aware = gradient_aware;
-    opts.freeze_last = freeze_last;
-    $1 = &opts;
+%{
+static const weft_py_option weft_py_freeze_fields[] = {
+    {"version", 'I', offsetof(weft_pipe_freeze_options, version)},
+    {"alpha", 'd', offsetof(weft_pipe_freeze_options, alpha)},
+    {"gradient_aware", 'b', offsetof(weft_pipe_freeze_options, gradient_aware)},
+    {"freeze_last", 'b', offsetof(weft_pipe_freeze_options, freeze_last)},
+};
+static const weft_py_option weft_py_plan_fields[] = {
+    {"version", 'I', offsetof(weft_pipe_plan_options, version)},
+    {"machines", 'i', offsetof(weft_pipe_plan_options, machines)},
+    {"devices_per_machine", 'i', offsetof(weft_pipe_plan_options, devices_per_machine)},
+    {"k0", 'i', offsetof(weft_pipe_plan_options, k0)},
+    {"lambda", 'd', offsetof(weft_pipe_plan_options, lambda)},
+    {"strategy", 'e', offsetof(weft_pipe_plan_options, strategy)},
+    {"micro_batches", 'i', offsetof(weft_pipe_plan_options, micro_batches)},
+};
+#define WEFT_PY_COUNT(table) (sizeof(table) / sizeof((table)[0]))
+%}
+/* Dicts of the options to set by name; the others keep the library's defaults
+ * (weft_pipe_*_options_init). None: all defaults. A "version" entry is there only so that
+ * the tests can check that a wrong one is refused. */
+%typemap(in) const weft_pipe_freeze_options* options (weft_pipe_freeze_options opts) {
+  weft_status init = weft_pipe_freeze_options_init(&opts, WEFT_PIPE_FREEZE_OPTIONS_VERSION);
+  if (init != WEFT_OK) {
+    weft_py_raise(init);
+    SWIG_fail;
   }
+  if (weft_py_set_options($input, &opts, weft_py_freeze_fields,
+                          WEFT_PY_COUNT(weft_py_freeze_fields), "next_frozen") != 0) SWIG_fail;
+  $1 = &opts;
 }
-/* (machines, devices_per_machine, k0, lambda, strategy, micro_batches[, version]) */
-%typemap(in) const weft_pipe_plan_options* options
-    (weft_pipe_plan_options opts = WEFT_PIPE_PLAN_OPTIONS_INIT) {
-  int strategy = 0;
-  if ($input == Py_None) {
-    $1 = NULL;
-  } else {
-    if (!PyArg_ParseTuple($input, "iiidii|I", &opts.machines, &opts.devices_per_machine,
-                          &opts.k0, &opts.lambda, &strategy, &opts.micro_batches,
-                          &opts.version)) SWIG_fail;
-    opts.strategy = (weft_pipe_strategy)strategy;
-    $1 = &opts;
+%typemap(in) const weft_pipe_plan_options* options (weft_pipe_plan_options opts) {
+  weft_status init = weft_pipe_plan_options_init(&opts, WEFT_PIPE_PLAN_OPTIONS_VERSION);
+  if (init != WEFT_OK) {
+    weft_py_raise(init);
+    SWIG_fail;
   }
+  if (weft_py_set_options($input, &opts, weft_py_plan_fields,
+                          WEFT_PY_COUNT(weft_py_plan_fields), "make_plan") != 0) SWIG_fail;
+  $1 = &opts;
 }
+/* They build Python objects: they keep the GIL. */
+%nothread weft_py_freeze_defaults;
+%nothread weft_py_plan_defaults;
+%inline %{
+/* The library's default freeze and plan options, as dicts (enums as their ints). */
+PyObject* weft_py_freeze_defaults(void) {
+  weft_pipe_freeze_options opts;
+  weft_status status = weft_pipe_freeze_options_init(&opts, WEFT_PIPE_FREEZE_OPTIONS_VERSION);
+  if (status != WEFT_OK) {
+    weft_py_raise(status);
+    return NULL;
+  }
+  return weft_py_get_options(&opts, weft_py_freeze_fields, WEFT_PY_COUNT(weft_py_freeze_fields));
+}
+PyObject* weft_py_plan_defaults(void) {
+  weft_pipe_plan_options opts;
+  weft_status status = weft_pipe_plan_options_init(&opts, WEFT_PIPE_PLAN_OPTIONS_VERSION);
+  if (status != WEFT_OK) {
+    weft_py_raise(status);
+    return NULL;
+  }
+  return weft_py_get_options(&opts, weft_py_plan_fields, WEFT_PY_COUNT(weft_py_plan_fields));
+}
+%}
 /* Function pointers do not cross into Python: weft_py_keep_alive below replaces it. */
 %ignore weft_request_keep_alive;
 /* The option structs themselves are built by the typemaps above. */

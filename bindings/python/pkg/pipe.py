@@ -35,14 +35,39 @@ def _trainer_module():
     return trainer_lowlevel
 
 __all__ = [
-    "freeze_bound", "next_frozen", "parameter_costs", "Partition", "partition", "Plan",
-    "make_plan", "schedule_bubble", "GradNormAccumulator", "STRATEGIES", "SCHEDULES",
-    "Trainer", "EpochMetrics", "PlanInfo", "OPTIMIZERS", "LOSSES",
+    "default_options", "freeze_bound", "next_frozen", "parameter_costs", "Partition",
+    "partition", "Plan", "make_plan", "schedule_bubble", "GradNormAccumulator", "STRATEGIES",
+    "SCHEDULES", "Trainer", "EpochMetrics", "PlanInfo", "OPTIMIZERS", "LOSSES",
 ]
 
-# The paper's defaults (PipeTransformer): alpha = 1/3, a frozen layer costs 1/6.
-_ALPHA = 1.0 / 3.0
-_LAMBDA = 1.0 / 6.0
+
+
+def _set(**converters_and_values):
+    """The options a caller set, converted: name -> (converter, value); None values are
+    left out, so that the library's own defaults (weft_pipe_*_options_init) apply."""
+    return {name: convert(value) for name, (convert, value) in converters_and_values.items()
+            if value is not None}
+
+
+def default_options(kind):
+    """The library's defaults for the options of "plan" (make_plan), "freeze"
+    (next_frozen) or "trainer" (Trainer), as a dict; enums are their C values (see
+    STRATEGIES, SCHEDULES, OPTIMIZERS, LOSSES). An option passed as None, or not at all,
+    takes these.
+
+    >>> weft.pipe.default_options("plan")["k0"]
+    8
+    """
+    if kind == "plan":
+        return _c.weft_py_plan_defaults()
+    if kind == "freeze":
+        return _c.weft_py_freeze_defaults()
+    if kind == "trainer":
+        global _t
+        if _t is None:
+            _t = _trainer_module()
+        return _t.weft_py_trainer_defaults()
+    raise ValueError(f"default_options: kind must be 'plan', 'freeze' or 'trainer', got {kind!r}")
 
 STRATEGIES = {
     "optimal": _c.WEFT_PIPE_STRATEGY_OPTIMAL,  # minimize the largest stage; no empty stage
@@ -118,8 +143,8 @@ def freeze_bound(layers, alpha, t):
                                      _int(t, "freeze_bound", "t"))
 
 
-def next_frozen(layers, t, previous, grad_norms=None, alpha=_ALPHA, gradient_aware=False,
-                freeze_last=False):
+def next_frozen(layers, t, previous, grad_norms=None, alpha=None, gradient_aware=None,
+                freeze_last=None):
     """The frozen count after freeze point t, given the count before it (`previous`).
 
     The schedule: the bound of freeze_bound(layers, alpha, t). gradient_aware: at most 1 +
@@ -162,7 +187,8 @@ def next_frozen(layers, t, previous, grad_norms=None, alpha=_ALPHA, gradient_awa
     """
     fn = "next_frozen"
     norms = None if grad_norms is None else _floats(grad_norms, fn, "grad_norms")
-    options = (float(alpha), bool(gradient_aware), bool(freeze_last))
+    options = _set(alpha=(float, alpha), gradient_aware=(bool, gradient_aware),
+                   freeze_last=(bool, freeze_last))
     return _c.weft_pipe_next_frozen(_int(layers, fn, "layers"), _int(t, fn, "t"),
                                     _int(previous, fn, "previous"), norms, options)
 
@@ -278,7 +304,7 @@ class GradNormAccumulator:
 # ---- load balancing ------------------------------------------------------------------------
 
 
-def parameter_costs(sizes, frozen=0, lam=_LAMBDA):
+def parameter_costs(sizes, frozen=0, lam=None):
     """Per-layer costs from parameter counts, frozen layers discounted.
 
     A trainable layer costs its count, each of the first `frozen` layers lam times it
@@ -305,7 +331,9 @@ def parameter_costs(sizes, frozen=0, lam=_LAMBDA):
     """
     sizes = _floats(sizes, "parameter_costs", "sizes")
     return _c.weft_pipe_parameter_costs(len(sizes), sizes,
-                                        _int(frozen, "parameter_costs", "frozen"), float(lam))
+                                        _int(frozen, "parameter_costs", "frozen"),
+                                        float(_c.weft_py_plan_defaults()["lambda"]
+                                              if lam is None else lam))
 
 
 class Partition:
@@ -508,8 +536,8 @@ class Plan:
                 f"boundaries={self._boundaries}, newly_active={self._newly_active}>")
 
 
-def make_plan(sizes, frozen=0, machines=1, devices_per_machine=8, k0=8, lam=_LAMBDA,
-              strategy="optimal", micro_batches=0, previous=None):
+def make_plan(sizes, frozen=0, machines=None, devices_per_machine=None, k0=None, lam=None,
+              strategy=None, micro_batches=None, previous=None):
     """Make the AutoPipe/AutoDP plan for `frozen` leading layers frozen.
 
     The model's layers have `sizes` parameters; the cluster has machines *
@@ -563,10 +591,12 @@ def make_plan(sizes, frozen=0, machines=1, devices_per_machine=8, k0=8, lam=_LAM
         raise TypeError(f"{fn}: previous must be a weft.pipe.Plan or None, got "
                         f"{type(previous).__name__}")
     sizes = _floats(sizes, fn, "sizes")
-    options = (_int(machines, fn, "machines"),
-               _int(devices_per_machine, fn, "devices_per_machine"), _int(k0, fn, "k0"),
-               float(lam), _choice(strategy, STRATEGIES, fn, "strategy"),
-               _int(micro_batches, fn, "micro_batches"))
+    options = _set(machines=(lambda v: _int(v, fn, "machines"), machines),
+                   devices_per_machine=(lambda v: _int(v, fn, "devices_per_machine"),
+                                        devices_per_machine),
+                   k0=(lambda v: _int(v, fn, "k0"), k0), **{"lambda": (float, lam)},
+                   strategy=(lambda v: _choice(v, STRATEGIES, fn, "strategy"), strategy),
+                   micro_batches=(lambda v: _int(v, fn, "micro_batches"), micro_batches))
     ptr = _c.weft_pipe_plan_create(sizes, _int(frozen, fn, "frozen"), options,
                                    None if previous is None else previous._ptr)
     return Plan(ptr)
@@ -677,7 +707,8 @@ class Trainer:
     Collective: every rank makes the trainer and calls each method, after weft.init(),
     passing the whole data set (NumPy arrays or CPU torch tensors, dim 0 = samples; not
     copied unless they need another dtype). The model's parameters start from rank 0's
-    (the trained ones are in weft's copy, not in the file). Options (the C defaults):
+    (the trained ones are in weft's copy, not in the file). Options left out, or None,
+    take the library's defaults (default_options("trainer")):
     k0 (0: min(world, layers)), freeze, alpha, gradient_aware, freeze_every_epochs,
     autopipe, autodp, cache, cache_dir, schedule ("gpipe" or "1f1b"), micro_batches (0: 2
     K), batch_size (over all replicas), seed, optimizer ("sgd", "adam", "adamw"), lr,
@@ -687,28 +718,39 @@ class Trainer:
     close() frees it (also
     `with` and garbage collection)."""
 
-    def __init__(self, path, *, k0=0, freeze=True, alpha=_ALPHA, gradient_aware=False,
-                 freeze_every_epochs=1, autopipe=True, autodp=True, cache=False,
-                 cache_dir=None, schedule="gpipe", micro_batches=0, batch_size=64, seed=1,
-                 optimizer="adam", lr=1e-3, momentum=0.0, weight_decay=0.0,
-                 loss="cross_entropy", name="pipe", decentralized=False):
+    def __init__(self, path, *, k0=None, freeze=None, alpha=None, gradient_aware=None,
+                 freeze_every_epochs=None, autopipe=None, autodp=None, cache=None,
+                 cache_dir=None, schedule=None, micro_batches=None, batch_size=None, seed=None,
+                 optimizer=None, lr=None, momentum=None, weight_decay=None, loss=None,
+                 name=None, decentralized=None):
         fn = "Trainer"
         self._ptr = None
         path = os.fspath(path)
-        options = (
-            _int(k0, fn, "k0"), int(bool(freeze)), float(alpha), int(bool(gradient_aware)),
-            _int(freeze_every_epochs, fn, "freeze_every_epochs"), int(bool(autopipe)),
-            int(bool(autodp)), int(bool(cache)),
-            None if cache_dir is None else os.fspath(cache_dir),
-            _choice(schedule, SCHEDULES, fn, "schedule"),
-            _int(micro_batches, fn, "micro_batches"), operator.index(batch_size),
-            operator.index(seed), _choice(optimizer, OPTIMIZERS, fn, "optimizer"), float(lr),
-            float(momentum), float(weight_decay), _choice(loss, LOSSES, fn, "loss"), str(name),
-            int(bool(decentralized)))
-        if not 0 <= options[12] < 2 ** 64:
-            raise _invalid(f"{fn}: seed = {seed} does not fit a uint64")
-        if not -(2 ** 63) <= options[11] < 2 ** 63:
-            raise _invalid(f"{fn}: batch_size = {batch_size} does not fit an int64")
+        def integer(name, bits, signed=True):
+            def convert(value):
+                value = operator.index(value)
+                low, high = (-(2 ** (bits - 1)), 2 ** (bits - 1)) if signed else (0, 2 ** bits)
+                if not low <= value < high:
+                    raise _invalid(f"{fn}: {name} = {value} does not fit "
+                                   f"{'an int' if signed else 'a uint'}{bits}")
+                return value
+            return convert
+
+        options = _set(
+            k0=(lambda v: _int(v, fn, "k0"), k0), freeze=(bool, freeze),
+            alpha=(float, alpha), gradient_aware=(bool, gradient_aware),
+            freeze_every_epochs=(lambda v: _int(v, fn, "freeze_every_epochs"),
+                                 freeze_every_epochs),
+            autopipe=(bool, autopipe), autodp=(bool, autodp), cache=(bool, cache),
+            cache_dir=(os.fspath, cache_dir),
+            schedule=(lambda v: _choice(v, SCHEDULES, fn, "schedule"), schedule),
+            micro_batches=(lambda v: _int(v, fn, "micro_batches"), micro_batches),
+            batch_size=(integer("batch_size", 64), batch_size),
+            seed=(integer("seed", 64, signed=False), seed),
+            optimizer=(lambda v: _choice(v, OPTIMIZERS, fn, "optimizer"), optimizer),
+            lr=(float, lr), momentum=(float, momentum), weight_decay=(float, weight_decay),
+            loss=(lambda v: _choice(v, LOSSES, fn, "loss"), loss), name=(str, name),
+            decentralized=(bool, decentralized))
         global _t
         if _t is None:
             _t = _trainer_module()

@@ -95,12 +95,38 @@ def test_next_frozen_errors():
 
 
 def test_option_struct_versions_are_checked():
-    # The low-level tuples may carry a version, only so that this can be tested.
-    assert _c.weft_pipe_next_frozen(12, 2, 4, None, (1 / 3, False, False, 1)) == 7
+    # The low-level dicts may carry a version, only so that this can be tested.
+    assert _c.weft_pipe_next_frozen(12, 2, 4, None, {"version": 1}) == 7
     with pytest.raises(weft.InvalidArgumentError, match="WEFT_PIPE_FREEZE_OPTIONS_INIT"):
-        _c.weft_pipe_next_frozen(12, 2, 4, None, (1 / 3, False, False, 0))
+        _c.weft_pipe_next_frozen(12, 2, 4, None, {"version": 0})
     with pytest.raises(weft.InvalidArgumentError, match="WEFT_PIPE_PLAN_OPTIONS_INIT"):
-        _c.weft_pipe_plan_create([1.0] * 12, 0, (1, 8, 8, 1 / 6, 0, 0, 2), None)
+        _c.weft_pipe_plan_create([1.0] * 12, 0, {"version": 2}, None)
+
+
+def test_options_default_to_the_library_s():
+    # Options not passed (or passed as None) take the C library's defaults, which Python
+    # reads from weft_pipe_*_options_init instead of repeating them.
+    plan = wp.default_options("plan")
+    assert plan == {"version": 1, "machines": 1, "devices_per_machine": 8, "k0": 8,
+                    "lambda": 1 / 6, "strategy": wp.STRATEGIES["optimal"],
+                    "micro_batches": 0}
+    assert wp.default_options("freeze") == {"version": 1, "alpha": 1 / 3,
+                                             "gradient_aware": False, "freeze_last": False}
+    sizes = [1e6] * 16
+    a = wp.make_plan(sizes, frozen=0)
+    b = wp.make_plan(sizes, frozen=0, machines=plan["machines"],
+                     devices_per_machine=plan["devices_per_machine"], k0=plan["k0"],
+                     lam=plan["lambda"], strategy="optimal",
+                     micro_batches=plan["micro_batches"])
+    assert repr(a) == repr(b)
+    assert wp.next_frozen(12, 2, 4) == wp.next_frozen(12, 2, 4, alpha=1 / 3)
+    assert wp.parameter_costs([6, 12], frozen=1) == wp.parameter_costs([6, 12], 1, 1 / 6)
+    with pytest.raises(TypeError, match="unknown option 'alpah'"):
+        _c.weft_pipe_next_frozen(12, 2, 4, None, {"alpah": 0.5})
+    with pytest.raises(TypeError, match="must be a dict"):
+        _c.weft_pipe_next_frozen(12, 2, 4, None, (1 / 3, False, False))
+    with pytest.raises(ValueError, match="kind"):
+        wp.default_options("planner")
 
 
 # ---- costs and partitions ----------------------------------------------------------------

@@ -102,6 +102,13 @@ def test_trainer_mse_sgd_1f1b(model_path):
     trainer.close()
 
 
+def test_trainer_defaults_come_from_the_library():
+    d = wp.default_options("trainer")
+    assert d["alpha"] == 1 / 3 and d["batch_size"] == 64 and d["lr"] == 1e-3
+    assert d["optimizer"] == wp.OPTIMIZERS["adam"] and d["schedule"] == wp.SCHEDULES["gpipe"]
+    assert d["freeze"] is True and d["cache"] is False and d["name"] is None
+
+
 def test_trainer_errors(model_path, tmp_path):
     missing = tmp_path / "missing.pt"
     with pytest.raises(weft.NotFoundError, match="missing.pt") as info:

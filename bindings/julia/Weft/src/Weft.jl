@@ -1762,9 +1762,23 @@ function freeze_bound(layers::Integer, alpha::Real, t::Integer)
     return Int(frozen[])
 end
 
+# An option struct of type T as the library makes it (its weft_*_options_init: the
+# defaults live in C alone), with each field that `given` names and is not `nothing`
+# replaced. Keywords left out, or passed as `nothing`, so keep the library's defaults.
+function _options(::Type{T}, init, version, given::NamedTuple) where {T}
+    defaults = Ref{T}()
+    _check(init(defaults, version))
+    return T(map(f -> _option_field(T, defaults[], given, f), fieldnames(T))...)
+end
+
+function _option_field(::Type{T}, defaults, given::NamedTuple, field::Symbol) where {T}
+    value = get(given, field, nothing)
+    return value === nothing ? getfield(defaults, field) : convert(fieldtype(T, field), value)
+end
+
 """
-    next_frozen(layers, t, previous; grad_norms=nothing, alpha=1/3, gradient_aware=false,
-                freeze_last=false) -> Int
+    next_frozen(layers, t, previous; grad_norms=nothing, alpha=nothing,
+                gradient_aware=nothing, freeze_last=nothing) -> Int
 
 The frozen count after freeze point `t`, given the count before it (`previous`): the
 schedule bound, or with `gradient_aware` at most the trainable layer (`l > previous`) whose
@@ -1777,8 +1791,10 @@ function next_frozen(layers::Integer, t::Integer, previous::Integer;
                      alpha::Real=1 / 3, gradient_aware::Bool=false, freeze_last::Bool=false)
     # No norms: an empty vector (weft takes NULL, 0 and a pointer with 0 alike).
     norms = grad_norms === nothing ? Cdouble[] : convert(Vector{Cdouble}, grad_norms)
-    options = Ref(weft_pipe_freeze_options(; alpha=alpha, gradient_aware=gradient_aware,
-                                           freeze_last=freeze_last))
+    options = Ref(_options(weft_pipe_freeze_options, weft_pipe_freeze_options_init,
+                           WEFT_PIPE_FREEZE_OPTIONS_VERSION,
+                           (alpha=alpha, gradient_aware=gradient_aware,
+                            freeze_last=freeze_last)))
     frozen = Ref{Cint}(0)
     _check(weft_pipe_next_frozen(frozen, layers, t, previous, norms, length(norms),
                                  options))
@@ -1786,13 +1802,18 @@ function next_frozen(layers::Integer, t::Integer, previous::Integer;
 end
 
 """
-    parameter_costs(sizes; frozen=0, lambda=1/6) -> Vector{Float64}
+    parameter_costs(sizes; frozen=0, lambda=nothing) -> Vector{Float64}
 
 Per-layer costs from parameter counts: a trainable layer costs its count, each of the first
-`frozen` layers `lambda` times it (frozen layers run forward only).
+`frozen` layers `lambda` times it (frozen layers run forward only; `nothing`: the plan
+options' default, 1/6).
 """
 function parameter_costs(sizes::AbstractVector{<:Real}; frozen::Integer=0,
-                         lambda::Real=1 / 6)
+                         lambda::Union{Nothing,Real}=nothing)
+    if lambda === nothing
+        lambda = _options(weft_pipe_plan_options, weft_pipe_plan_options_init,
+                          WEFT_PIPE_PLAN_OPTIONS_VERSION, NamedTuple()).lambda
+    end
     values = convert(Vector{Cdouble}, sizes)
     return first(_read_arrays(Cdouble) do buffer, capacity, count
         weft_pipe_parameter_costs(buffer, capacity, count, values, length(values), frozen,
@@ -1842,8 +1863,8 @@ function partition_layers(costs::AbstractVector{<:Real}, num_stages::Integer;
 end
 
 """
-    PipePlan(sizes, frozen=0; machines=1, devices_per_machine=8, k0=8, lambda=1/6,
-             strategy=:optimal, micro_batches=0, previous=nothing)
+    PipePlan(sizes, frozen=0; machines=nothing, devices_per_machine=nothing, k0=nothing,
+             lambda=nothing, strategy=nothing, micro_batches=nothing, previous=nothing)
 
 The AutoPipe/AutoDP plan for the first `frozen` layers frozen, of a model whose layers have
 `sizes` parameters, on `machines * devices_per_machine` devices. `previous === nothing`:
@@ -1851,7 +1872,9 @@ the initial plan, K = `k0` (M0, the largest stage of the partition of all layers
 stages, stands for what a device holds). Otherwise K starts from `previous`'s and halves
 while the balanced partition on K/2 stages fits under M0; the ranks of the replicas this
 adds are [`newly_active`](@ref). Use the same sizes and options for every plan of a run.
-`micro_batches = 0` means 4 K.
+`micro_batches = 0` means 4 K. Options left out, or `nothing`, keep the library's defaults
+(`weft_pipe_plan_options_init`: 1 machine of 8 devices, `k0 = 8`, `lambda = 1/6`,
+`:optimal`, `micro_batches = 0`).
 
 Read it with [`plan_info`](@ref), [`boundaries`](@ref), [`stage_costs`](@ref),
 [`stages`](@ref), [`newly_active`](@ref) and [`role`](@ref). Plain data, freed by a
@@ -1883,15 +1906,19 @@ end
 Base.cconvert(::Type{Ptr{weft_pipe_plan}}, p::PipePlan) = p
 Base.unsafe_convert(::Type{Ptr{weft_pipe_plan}}, p::PipePlan) = p.ptr
 
-function PipePlan(sizes::AbstractVector{<:Real}, frozen::Integer=0; machines::Integer=1,
-                  devices_per_machine::Integer=8, k0::Integer=8, lambda::Real=1 / 6,
-                  strategy=:optimal, micro_batches::Integer=0,
+function PipePlan(sizes::AbstractVector{<:Real}, frozen::Integer=0;
+                  machines::Union{Nothing,Integer}=nothing,
+                  devices_per_machine::Union{Nothing,Integer}=nothing,
+                  k0::Union{Nothing,Integer}=nothing, lambda::Union{Nothing,Real}=nothing,
+                  strategy=nothing, micro_batches::Union{Nothing,Integer}=nothing,
                   previous::Union{Nothing,PipePlan}=nothing)
     values = convert(Vector{Cdouble}, sizes)
-    options = Ref(weft_pipe_plan_options(; machines=machines,
-                                         devices_per_machine=devices_per_machine, k0=k0,
-                                         lambda=lambda, strategy=_strategy(strategy),
-                                         micro_batches=micro_batches))
+    options = Ref(_options(weft_pipe_plan_options, weft_pipe_plan_options_init,
+                           WEFT_PIPE_PLAN_OPTIONS_VERSION,
+                           (machines=machines, devices_per_machine=devices_per_machine,
+                            k0=k0, lambda=lambda,
+                            strategy=strategy === nothing ? nothing : _strategy(strategy),
+                            micro_batches=micro_batches)))
     # A freed previous plan would pass NULL: an initial plan, silently.
     previous !== nothing && previous.ptr == C_NULL &&
         throw(ArgumentError("the previous PipePlan was freed"))
@@ -2014,7 +2041,9 @@ and calls [`train_epoch!`](@ref) and [`evaluate`](@ref), in the same order, afte
 `Weft.init()`. `optimizer` is `:sgd`, `:adam` or `:adamw`; `loss` `:cross_entropy` or
 `:mse`; `schedule` `:gpipe` or `"1f1b"`. Two trainers alive at once need different names.
 With `decentralized`, the replicas of a stage average parameters with one peer replica per
-step instead of allreducing gradients. `close(trainer)` frees it (a finalizer does otherwise).
+step instead of allreducing gradients. The values above are the library's defaults
+(`weft_pipe_trainer_options_init`), which keywords left out, or `nothing`, keep.
+`close(trainer)` frees it (a finalizer does otherwise).
 
     trainer = PipeTrainer("model.pt"; alpha=0.5, batch_size=32, lr=1e-2)
     m = train_epoch!(trainer, x, y)   # x: features × N Float32, y: N labels in 1:C
@@ -2026,31 +2055,40 @@ mutable struct PipeTrainer
     loss::Cint
 end
 
-function PipeTrainer(path::AbstractString; k0::Integer=0, freeze::Bool=true,
-                     alpha::Real=1 / 3, gradient_aware::Bool=false,
-                     freeze_every_epochs::Integer=1, autopipe::Bool=true,
-                     autodp::Bool=true, cache::Bool=false, cache_dir::AbstractString="",
-                     schedule=:gpipe, micro_batches::Integer=0, batch_size::Integer=64,
-                     seed::Integer=1, optimizer=:adam, lr::Real=1e-3, momentum::Real=0.0,
-                     weight_decay::Real=0.0, loss=:cross_entropy,
-                     name::AbstractString="pipe", decentralized::Bool=false)
-    sched = _pick(_SCHEDULES, schedule, "schedule")
-    opt = _pick(_OPTIMIZERS, optimizer, "optimizer")
-    loss_code = _pick(_LOSSES, loss, "loss")
-    dir = String(cache_dir)
-    prefix = String(name)
+function PipeTrainer(path::AbstractString; k0::Union{Nothing,Integer}=nothing,
+                     freeze::Union{Nothing,Bool}=nothing, alpha::Union{Nothing,Real}=nothing,
+                     gradient_aware::Union{Nothing,Bool}=nothing,
+                     freeze_every_epochs::Union{Nothing,Integer}=nothing,
+                     autopipe::Union{Nothing,Bool}=nothing, autodp::Union{Nothing,Bool}=nothing,
+                     cache::Union{Nothing,Bool}=nothing,
+                     cache_dir::Union{Nothing,AbstractString}=nothing, schedule=nothing,
+                     micro_batches::Union{Nothing,Integer}=nothing,
+                     batch_size::Union{Nothing,Integer}=nothing,
+                     seed::Union{Nothing,Integer}=nothing, optimizer=nothing,
+                     lr::Union{Nothing,Real}=nothing, momentum::Union{Nothing,Real}=nothing,
+                     weight_decay::Union{Nothing,Real}=nothing, loss=nothing,
+                     name::Union{Nothing,AbstractString}=nothing,
+                     decentralized::Union{Nothing,Bool}=nothing)
+    sched = schedule === nothing ? nothing : _pick(_SCHEDULES, schedule, "schedule")
+    opt = optimizer === nothing ? nothing : _pick(_OPTIMIZERS, optimizer, "optimizer")
+    loss_given = loss === nothing ? nothing : _pick(_LOSSES, loss, "loss")
+    dir = cache_dir === nothing ? nothing : String(cache_dir)
+    prefix = name === nothing ? nothing : String(name)
     out = Ref{Ptr{weft_pipe_trainer}}(C_NULL)
+    local options
     GC.@preserve dir prefix begin
-        options = Ref(weft_pipe_trainer_options(; k0=k0, freeze=Cint(freeze), alpha=alpha,
-            gradient_aware=Cint(gradient_aware), freeze_every_epochs=freeze_every_epochs,
-            autopipe=Cint(autopipe), autodp=Cint(autodp), cache=Cint(cache),
-            cache_dir=pointer(dir), schedule=sched, micro_batches=micro_batches,
-            batch_size=batch_size, seed=seed, optimizer=opt, lr=lr, momentum=momentum,
-            weight_decay=weight_decay, loss=loss_code, name=pointer(prefix),
-            decentralized=Cint(decentralized)))
+        options = Ref(_options(weft_pipe_trainer_options, weft_pipe_trainer_options_init,
+            WEFT_PIPE_TRAINER_OPTIONS_VERSION,
+            (k0=k0, freeze=freeze, alpha=alpha, gradient_aware=gradient_aware,
+             freeze_every_epochs=freeze_every_epochs, autopipe=autopipe, autodp=autodp,
+             cache=cache, cache_dir=dir === nothing ? nothing : pointer(dir),
+             schedule=sched, micro_batches=micro_batches, batch_size=batch_size, seed=seed,
+             optimizer=opt, lr=lr, momentum=momentum, weight_decay=weight_decay,
+             loss=loss_given, name=prefix === nothing ? nothing : pointer(prefix),
+             decentralized=decentralized)))
         _check(weft_pipe_trainer_create(out, path, options))
     end
-    return finalizer(_destroy!, PipeTrainer(out[], loss_code))
+    return finalizer(_destroy!, PipeTrainer(out[], options[].loss))
 end
 
 # weft_pipe_trainer_destroy frees memory only (no communication): safe from a finalizer.
