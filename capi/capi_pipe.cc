@@ -174,6 +174,8 @@ weft_status weft_pipe_plan_get_info(weft_pipe_plan_info* info, const weft_pipe_p
   static const char* fn = "weft_pipe_plan_get_info";
   return Guard(fn, [&]() -> weft::Status {
     WEFT_RETURN_IF_ERROR(Required(info, fn, "info"));
+    WEFT_RETURN_IF_ERROR(CheckVersion(info->version, WEFT_PIPE_PLAN_INFO_VERSION, fn,
+                                      "weft_pipe_plan_info", "WEFT_PIPE_PLAN_INFO_INIT"));
     WEFT_RETURN_IF_ERROR(Required(plan, fn, "plan"));
     FillPlanInfo(plan->plan, info);
     return weft::OkStatus();

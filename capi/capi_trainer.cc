@@ -366,9 +366,9 @@ void weft_pipe_trainer_destroy(weft_pipe_trainer* trainer) {
   }
 }
 
-weft_status weft_pipe_trainer_train_epoch(weft_pipe_trainer* trainer, const DLTensor* inputs,
-                                          const DLTensor* targets,
-                                          weft_pipe_epoch_metrics* metrics) {
+weft_status weft_pipe_trainer_train_epoch(weft_pipe_epoch_metrics* metrics,
+                                          weft_pipe_trainer* trainer, const DLTensor* inputs,
+                                          const DLTensor* targets) {
   static const char* fn = "weft_pipe_trainer_train_epoch";
   return Guard(fn, [&]() -> weft::Status {
     WEFT_RETURN_IF_ERROR(NeedTrainer(trainer, fn));
@@ -409,8 +409,8 @@ weft_status weft_pipe_trainer_train_epoch(weft_pipe_trainer* trainer, const DLTe
   });
 }
 
-weft_status weft_pipe_trainer_last_line(const weft_pipe_trainer* trainer, char* buf, size_t cap,
-                                        size_t* needed) {
+weft_status weft_pipe_trainer_last_line(char* buf, size_t cap, size_t* needed,
+                                        const weft_pipe_trainer* trainer) {
   static const char* fn = "weft_pipe_trainer_last_line";
   return Guard(fn, [&]() -> weft::Status {
     WEFT_RETURN_IF_ERROR(Required(needed, fn, "needed"));
@@ -430,8 +430,8 @@ weft_status weft_pipe_trainer_last_line(const weft_pipe_trainer* trainer, char* 
   });
 }
 
-weft_status weft_pipe_trainer_evaluate(weft_pipe_trainer* trainer, const DLTensor* inputs,
-                                       const DLTensor* targets, double* accuracy) {
+weft_status weft_pipe_trainer_evaluate(double* accuracy, weft_pipe_trainer* trainer,
+                                       const DLTensor* inputs, const DLTensor* targets) {
   static const char* fn = "weft_pipe_trainer_evaluate";
   return Guard(fn, [&]() -> weft::Status {
     WEFT_RETURN_IF_ERROR(Required(accuracy, fn, "accuracy"));
@@ -450,7 +450,7 @@ weft_status weft_pipe_trainer_evaluate(weft_pipe_trainer* trainer, const DLTenso
   });
 }
 
-weft_status weft_pipe_trainer_role(const weft_pipe_trainer* trainer, int* replica, int* stage) {
+weft_status weft_pipe_trainer_role(int* replica, int* stage, const weft_pipe_trainer* trainer) {
   static const char* fn = "weft_pipe_trainer_role";
   return Guard(fn, [&]() -> weft::Status {
     WEFT_RETURN_IF_ERROR(Required(replica, fn, "replica"));
@@ -463,11 +463,13 @@ weft_status weft_pipe_trainer_role(const weft_pipe_trainer* trainer, int* replic
   });
 }
 
-weft_status weft_pipe_trainer_plan_info(const weft_pipe_trainer* trainer,
-                                        weft_pipe_plan_info* info) {
-  static const char* fn = "weft_pipe_trainer_plan_info";
+weft_status weft_pipe_trainer_get_plan_info(weft_pipe_plan_info* info,
+                                            const weft_pipe_trainer* trainer) {
+  static const char* fn = "weft_pipe_trainer_get_plan_info";
   return Guard(fn, [&]() -> weft::Status {
     WEFT_RETURN_IF_ERROR(Required(info, fn, "info"));
+    WEFT_RETURN_IF_ERROR(CheckVersion(info->version, WEFT_PIPE_PLAN_INFO_VERSION, fn,
+                                      "weft_pipe_plan_info", "WEFT_PIPE_PLAN_INFO_INIT"));
     WEFT_RETURN_IF_ERROR(NeedTrainer(trainer, fn));
     FillPlanInfo(trainer->trainer->plan(), info);
     return weft::OkStatus();

@@ -45,7 +45,7 @@ func TestPipeStructLayouts(t *testing.T) {
 			unsafe.Sizeof(o), unsafe.Offsetof(o.Lambda))
 	}
 	var i cweft.PipePlanInfo
-	if unsafe.Sizeof(i) != 40 || unsafe.Offsetof(i.World) != 16 || unsafe.Offsetof(i.M0) != 24 ||
+	if unsafe.Sizeof(i) != 40 || unsafe.Offsetof(i.World) != 20 || unsafe.Offsetof(i.M0) != 24 ||
 		unsafe.Offsetof(i.MaxCost) != 32 {
 		t.Fatalf("PipePlanInfo: size %d, M0 at %d; weft.i expects 40 and 24",
 			unsafe.Sizeof(i), unsafe.Offsetof(i.M0))

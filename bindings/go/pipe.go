@@ -303,7 +303,7 @@ func (p *Plan) Info() (PlanInfo, error) {
 	if err != nil {
 		return PlanInfo{}, err
 	}
-	var info cweft.PipePlanInfo
+	info := cweft.PipePlanInfo{Version: uint32(cweft.WEFT_PIPE_PLAN_INFO_VERSION)}
 	if err := call(func() cstatus { return cweft.Weft_pipe_plan_get_info(&info, h) }); err != nil {
 		return PlanInfo{}, err
 	}

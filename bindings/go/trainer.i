@@ -51,8 +51,8 @@ _Static_assert(sizeof(weft_pipe_epoch_metrics) == 112 &&
                offsetof(weft_pipe_epoch_metrics, transition_seconds) == 96 &&
                offsetof(weft_pipe_epoch_metrics, transition_bytes) == 104,
                "weft_pipe_epoch_metrics must match cwefttrainer.EpochMetrics");
-_Static_assert(sizeof(weft_pipe_plan_info) == 40 && offsetof(weft_pipe_plan_info, k) == 4 &&
-               offsetof(weft_pipe_plan_info, world) == 16 &&
+_Static_assert(sizeof(weft_pipe_plan_info) == 40 && offsetof(weft_pipe_plan_info, k) == 8 &&
+               offsetof(weft_pipe_plan_info, world) == 20 &&
                offsetof(weft_pipe_plan_info, m0) == 24 &&
                offsetof(weft_pipe_plan_info, max_cost) == 32,
                "weft_pipe_plan_info must match cwefttrainer.PlanInfo");
@@ -115,12 +115,12 @@ type EpochMetrics struct {
 
 // PlanInfo is laid out like the C struct weft_pipe_plan_info.
 type PlanInfo struct {
+	Version      uint32
 	Frozen       int32
 	K            int32
 	Replicas     int32
 	MicroBatches int32
 	World        int32
-	_            int32
 	M0           float64
 	MaxCost      float64
 }
@@ -188,7 +188,7 @@ int weftgo_trainer_train_epoch(weft_pipe_trainer* trainer, void* in, int code, i
                                size_t target_ndim, weft_pipe_epoch_metrics* metrics) {
   DLTensor x = weftgo_tensor(in, code, bits, shape, ndim);
   DLTensor y = weftgo_tensor(targets, target_code, target_bits, target_shape, target_ndim);
-  return (int)weft_pipe_trainer_train_epoch(trainer, &x, &y, metrics);
+  return (int)weft_pipe_trainer_train_epoch(metrics, trainer, &x, &y);
 }
 
 int weftgo_trainer_evaluate(weft_pipe_trainer* trainer, void* in, int code, int bits,
@@ -197,20 +197,20 @@ int weftgo_trainer_evaluate(weft_pipe_trainer* trainer, void* in, int code, int 
                             double* accuracy) {
   DLTensor x = weftgo_tensor(in, code, bits, shape, ndim);
   DLTensor y = weftgo_tensor(targets, target_code, target_bits, target_shape, target_ndim);
-  return (int)weft_pipe_trainer_evaluate(trainer, &x, &y, accuracy);
+  return (int)weft_pipe_trainer_evaluate(accuracy, trainer, &x, &y);
 }
 
 int weftgo_trainer_last_line(weft_pipe_trainer* trainer, char* buf, size_t cap,
                              size_t* needed) {
-  return (int)weft_pipe_trainer_last_line(trainer, buf, cap, needed);
+  return (int)weft_pipe_trainer_last_line(buf, cap, needed, trainer);
 }
 
 int weftgo_trainer_role(weft_pipe_trainer* trainer, int* replica, int* stage) {
-  return (int)weft_pipe_trainer_role(trainer, replica, stage);
+  return (int)weft_pipe_trainer_role(replica, stage, trainer);
 }
 
 int weftgo_trainer_plan_info(weft_pipe_trainer* trainer, weft_pipe_plan_info* info) {
-  return (int)weft_pipe_trainer_plan_info(trainer, info);
+  return (int)weft_pipe_trainer_get_plan_info(info, trainer);
 }
 
 void weftgo_trainer_destroy(weft_pipe_trainer* trainer) { weft_pipe_trainer_destroy(trainer); }

@@ -194,10 +194,10 @@ _Static_assert(sizeof(weft_pipe_plan_options) == 32 &&
                offsetof(weft_pipe_plan_options, strategy) == 24 &&
                offsetof(weft_pipe_plan_options, micro_batches) == 28,
                "weft_pipe_plan_options must match cweft.PipePlanOptions");
-_Static_assert(sizeof(weft_pipe_plan_info) == 40 && offsetof(weft_pipe_plan_info, k) == 4 &&
-               offsetof(weft_pipe_plan_info, replicas) == 8 &&
-               offsetof(weft_pipe_plan_info, micro_batches) == 12 &&
-               offsetof(weft_pipe_plan_info, world) == 16 &&
+_Static_assert(sizeof(weft_pipe_plan_info) == 40 && offsetof(weft_pipe_plan_info, k) == 8 &&
+               offsetof(weft_pipe_plan_info, replicas) == 12 &&
+               offsetof(weft_pipe_plan_info, micro_batches) == 16 &&
+               offsetof(weft_pipe_plan_info, world) == 20 &&
                offsetof(weft_pipe_plan_info, m0) == 24 &&
                offsetof(weft_pipe_plan_info, max_cost) == 32,
                "weft_pipe_plan_info must match cweft.PipePlanInfo");
@@ -224,6 +224,7 @@ type PipePlanOptions struct {
 
 // PipePlanInfo is laid out like the C struct weft_pipe_plan_info.
 type PipePlanInfo struct {
+	Version      uint32
 	Frozen       int32
 	K            int32
 	Replicas     int32

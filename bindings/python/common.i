@@ -232,6 +232,7 @@ static PyObject* weft_py_get_options(const void* options, const weft_py_option* 
 /* The plan's info as a tuple (frozen, k, replicas, micro_batches, world, m0, max_cost). */
 %typemap(in, numinputs=0) weft_pipe_plan_info* info (weft_pipe_plan_info temp) {
   memset(&temp, 0, sizeof(temp));
+  temp.version = WEFT_PIPE_PLAN_INFO_VERSION;
   $1 = &temp;
 }
 %typemap(argout) weft_pipe_plan_info* info {

@@ -501,12 +501,11 @@ static void CheckPlan(const weft_pipe_plan* plan, int frozen, int k, int replica
                       int micro_batches, int world, double max_cost, const int* boundaries,
                       const double* stage_costs, const int* newly_active, size_t n_new,
                       const int* replica_of, const int* stage_of) {
-  weft_pipe_plan_info info;
+  weft_pipe_plan_info info = WEFT_PIPE_PLAN_INFO_INIT;
   int ints[64];
   double costs[64];
   size_t count = 99, i;
   int r;
-  memset(&info, 0, sizeof(info));
   OK(weft_pipe_plan_get_info(&info, plan));
   CHECK(info.frozen == frozen && info.k == k && info.replicas == replicas);
   CHECK(info.micro_batches == micro_batches && info.world == world);
@@ -774,7 +773,7 @@ static void TestPipe(void) {
     static const int replica[6] = {0, 0, 0, 0, -1, -1};
     static const int stage[6] = {0, 1, 2, 3, -1, -1};
     weft_pipe_plan_options six = WEFT_PIPE_PLAN_OPTIONS_INIT;
-    weft_pipe_plan_info info;
+    weft_pipe_plan_info info = WEFT_PIPE_PLAN_INFO_INIT;
     six.devices_per_machine = 6;
     six.k0 = 4;
     six.micro_batches = 6;
@@ -798,7 +797,7 @@ static void TestPipe(void) {
   /* Plan errors. */
   {
     weft_pipe_plan_options o = WEFT_PIPE_PLAN_OPTIONS_INIT;
-    weft_pipe_plan_info info;
+    weft_pipe_plan_info info = WEFT_PIPE_PLAN_INFO_INIT;
     int replica = -7, stage = -7;
     double with_negative[12];
     memcpy(with_negative, sizes, sizeof(sizes));
@@ -843,6 +842,12 @@ static void TestPipe(void) {
     CHECK(bad == NULL);
     FAILS(weft_pipe_plan_get_info(NULL, plan), WEFT_ERR_INVALID_ARGUMENT, "info is NULL");
     FAILS(weft_pipe_plan_get_info(&info, NULL), WEFT_ERR_INVALID_ARGUMENT, "plan is NULL");
+    {
+      weft_pipe_plan_info unversioned;
+      memset(&unversioned, 0, sizeof(unversioned));
+      FAILS(weft_pipe_plan_get_info(&unversioned, plan), WEFT_ERR_INVALID_ARGUMENT,
+            "WEFT_PIPE_PLAN_INFO_INIT");
+    }
     FAILS(weft_pipe_plan_boundaries(ints, 16, &count, NULL), WEFT_ERR_INVALID_ARGUMENT,
           "plan is NULL");
     FAILS(weft_pipe_plan_stage_costs(costs, 16, NULL, plan), WEFT_ERR_INVALID_ARGUMENT,

@@ -110,15 +110,15 @@ static void TestCreateErrors(const char* path) {
     int replica = 0, stage = 0;
     size_t needed = 0;
     double accuracy = 0;
-    weft_pipe_plan_info info;
-    FAILS(weft_pipe_trainer_role(NULL, &replica, &stage), WEFT_ERR_INVALID_ARGUMENT,
+    weft_pipe_plan_info info = WEFT_PIPE_PLAN_INFO_INIT;
+    FAILS(weft_pipe_trainer_role(&replica, &stage, NULL), WEFT_ERR_INVALID_ARGUMENT,
           "weft_pipe_trainer_role: trainer");
-    FAILS(weft_pipe_trainer_plan_info(NULL, &info), WEFT_ERR_INVALID_ARGUMENT, "trainer");
-    FAILS(weft_pipe_trainer_last_line(NULL, NULL, 0, &needed), WEFT_ERR_INVALID_ARGUMENT,
+    FAILS(weft_pipe_trainer_get_plan_info(&info, NULL), WEFT_ERR_INVALID_ARGUMENT, "trainer");
+    FAILS(weft_pipe_trainer_last_line(NULL, 0, &needed, NULL), WEFT_ERR_INVALID_ARGUMENT,
           "trainer");
     FAILS(weft_pipe_trainer_train_epoch(NULL, NULL, NULL, NULL), WEFT_ERR_INVALID_ARGUMENT,
           "trainer");
-    FAILS(weft_pipe_trainer_evaluate(NULL, NULL, NULL, &accuracy), WEFT_ERR_INVALID_ARGUMENT,
+    FAILS(weft_pipe_trainer_evaluate(&accuracy, NULL, NULL, NULL), WEFT_ERR_INVALID_ARGUMENT,
           "trainer");
   }
 }
@@ -129,7 +129,7 @@ static void TestTrain(const char* path) {
   weft_pipe_trainer* t = NULL;
   weft_pipe_trainer_options o = WEFT_PIPE_TRAINER_OPTIONS_INIT;
   weft_pipe_epoch_metrics m[2] = {WEFT_PIPE_EPOCH_METRICS_INIT, WEFT_PIPE_EPOCH_METRICS_INIT};
-  weft_pipe_plan_info info;
+  weft_pipe_plan_info info = WEFT_PIPE_PLAN_INFO_INIT;
   int64_t xshape[2] = {kSamples, kFeatures}, yshape[1] = {kSamples};
   int64_t bad_shape[2] = {kSamples, kFeatures - 1};
   DLTensor x = Tensor(g_x, kDLFloat, 32, 2, xshape);
@@ -149,29 +149,29 @@ static void TestTrain(const char* path) {
   o.name = "ctrain";
   OK(weft_pipe_trainer_create(&t, path, &o));
   CHECK(t != NULL);
-  OK(weft_pipe_trainer_plan_info(t, &info));
+  OK(weft_pipe_trainer_get_plan_info(&info, t));
   CHECK(info.frozen == 0 && info.k == k0 && info.world == world);
   CHECK(info.k * info.replicas <= world);
-  OK(weft_pipe_trainer_last_line(t, NULL, 0, &needed));
+  OK(weft_pipe_trainer_last_line(NULL, 0, &needed, t));
   CHECK(needed == 1); /* "" before the first epoch */
 
   /* Data errors, the same on every rank (no communication happens). */
-  FAILS(weft_pipe_trainer_train_epoch(t, &x, &yf, NULL), WEFT_ERR_INVALID_ARGUMENT,
+  FAILS(weft_pipe_trainer_train_epoch(NULL, t, &x, &yf), WEFT_ERR_INVALID_ARGUMENT,
         "class indices");
-  FAILS(weft_pipe_trainer_train_epoch(t, &narrow, &y, NULL), WEFT_ERR_INVALID_ARGUMENT,
+  FAILS(weft_pipe_trainer_train_epoch(NULL, t, &narrow, &y), WEFT_ERR_INVALID_ARGUMENT,
         "does not fit");
   yshape[0] = kSamples - 1;
-  FAILS(weft_pipe_trainer_train_epoch(t, &x, &y, NULL), WEFT_ERR_INVALID_ARGUMENT, "targets");
+  FAILS(weft_pipe_trainer_train_epoch(NULL, t, &x, &y), WEFT_ERR_INVALID_ARGUMENT, "targets");
   yshape[0] = kSamples;
-  FAILS(weft_pipe_trainer_train_epoch(t, NULL, &y, NULL), WEFT_ERR_INVALID_ARGUMENT, "inputs");
+  FAILS(weft_pipe_trainer_train_epoch(NULL, t, NULL, &y), WEFT_ERR_INVALID_ARGUMENT, "inputs");
   m[0].version = 0;
-  FAILS(weft_pipe_trainer_train_epoch(t, &x, &y, &m[0]), WEFT_ERR_INVALID_ARGUMENT,
+  FAILS(weft_pipe_trainer_train_epoch(&m[0], t, &x, &y), WEFT_ERR_INVALID_ARGUMENT,
         "WEFT_PIPE_EPOCH_METRICS_INIT");
   m[0].version = WEFT_PIPE_EPOCH_METRICS_VERSION;
 
   for (e = 0; e < 2; ++e) {
     /* float64 inputs the second time: converted to the model's float32. */
-    OK(weft_pipe_trainer_train_epoch(t, e == 0 ? &x : &x64, &y, &m[e]));
+    OK(weft_pipe_trainer_train_epoch(&m[e], t, e == 0 ? &x : &x64, &y));
     CHECK(m[e].epoch == e);
     CHECK(m[e].samples == kSamples);
     CHECK(m[e].train_seconds > 0 && m[e].samples_per_second > 0);
@@ -196,28 +196,28 @@ static void TestTrain(const char* path) {
   CHECK(m[1].loss < m[0].loss);
   if (world == 1) CHECK(m[1].syncs_per_second == 0);
 
-  OK(weft_pipe_trainer_plan_info(t, &info));
+  OK(weft_pipe_trainer_get_plan_info(&info, t));
   CHECK(info.frozen == m[1].next_frozen && info.k == m[1].next_k &&
         info.replicas == m[1].next_replicas);
-  OK(weft_pipe_trainer_role(t, &replica, &stage));
+  OK(weft_pipe_trainer_role(&replica, &stage, t));
   CHECK(replica >= -1 && replica < info.replicas && stage >= -1 && stage < info.k);
   CHECK((replica == -1) == (stage == -1));
   if (world == 1) CHECK(replica == 0 && stage == 0);
 
-  OK(weft_pipe_trainer_last_line(t, NULL, 0, &needed));
+  OK(weft_pipe_trainer_last_line(NULL, 0, &needed, t));
   CHECK(needed > 20 && needed <= sizeof(line));
-  FAILS(weft_pipe_trainer_last_line(t, tiny, sizeof(tiny), &needed), WEFT_ERR_OUT_OF_RANGE,
+  FAILS(weft_pipe_trainer_last_line(tiny, sizeof(tiny), &needed, t), WEFT_ERR_OUT_OF_RANGE,
         "weft_pipe_trainer_last_line");
-  OK(weft_pipe_trainer_last_line(t, line, sizeof(line), &needed));
+  OK(weft_pipe_trainer_last_line(line, sizeof(line), &needed, t));
   CHECK(strlen(line) + 1 == needed);
   CHECK(strncmp(line, "PIPE epoch=1 frozen=4 ", 22) == 0);
   CHECK(strstr(line, "stage_layers=") != NULL && strstr(line, "newly_active=") != NULL);
   if (g_rank == 0) printf("%s\n", line);
 
-  OK(weft_pipe_trainer_evaluate(t, &x, &y, &accuracy));
+  OK(weft_pipe_trainer_evaluate(&accuracy, t, &x, &y));
   CHECK(accuracy > 0.6); /* chance is 0.25 */
   if (g_rank == 0) printf("accuracy %.3f on %d ranks\n", accuracy, world);
-  FAILS(weft_pipe_trainer_evaluate(t, &x, &y, NULL), WEFT_ERR_INVALID_ARGUMENT, "accuracy");
+  FAILS(weft_pipe_trainer_evaluate(NULL, t, &x, &y), WEFT_ERR_INVALID_ARGUMENT, "accuracy");
   weft_pipe_trainer_destroy(t);
 }
 
@@ -240,11 +240,11 @@ static void TestMse(const char* path) {
   o.batch_size = 16;
   o.name = "cmse";
   OK(weft_pipe_trainer_create(&t, path, &o));
-  FAILS(weft_pipe_trainer_train_epoch(t, &x, &yi, &m), WEFT_ERR_INVALID_ARGUMENT, "MSE");
-  OK(weft_pipe_trainer_train_epoch(t, &x, &y, &m));
+  FAILS(weft_pipe_trainer_train_epoch(&m, t, &x, &yi), WEFT_ERR_INVALID_ARGUMENT, "MSE");
+  OK(weft_pipe_trainer_train_epoch(&m, t, &x, &y));
   CHECK(m.epoch == 0 && m.samples == 64 && m.loss > 0 && isfinite(m.loss));
   CHECK(m.transitioned == 0 && m.next_k == 0 && m.frozen == 0);
-  FAILS(weft_pipe_trainer_evaluate(t, &x, &yi, &accuracy), WEFT_ERR_FAILED_PRECONDITION, "MSE");
+  FAILS(weft_pipe_trainer_evaluate(&accuracy, t, &x, &yi), WEFT_ERR_FAILED_PRECONDITION, "MSE");
   weft_pipe_trainer_destroy(t);
 }
 

@@ -25,7 +25,7 @@ func TestStructLayoutsAndEnums(t *testing.T) {
 			unsafe.Sizeof(m), unsafe.Offsetof(m.Samples))
 	}
 	var p cwefttrainer.PlanInfo
-	if unsafe.Sizeof(p) != 40 || unsafe.Offsetof(p.World) != 16 || unsafe.Offsetof(p.M0) != 24 ||
+	if unsafe.Sizeof(p) != 40 || unsafe.Offsetof(p.World) != 20 || unsafe.Offsetof(p.M0) != 24 ||
 		unsafe.Offsetof(p.MaxCost) != 32 {
 		t.Fatalf("PlanInfo: size %d, M0 at %d; trainer.i expects 40 and 24", unsafe.Sizeof(p),
 			unsafe.Offsetof(p.M0))

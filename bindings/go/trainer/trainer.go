@@ -19,6 +19,9 @@ import (
 // weft_pipe_epoch_metrics' version (WEFT_PIPE_EPOCH_METRICS_VERSION) this package fills.
 const metricsVersion = 1
 
+// weft_pipe_plan_info's version (WEFT_PIPE_PLAN_INFO_VERSION) this package fills.
+const planInfoVersion = 1
+
 // call runs one C call and turns a failure into a *weft.Error. weft_last_error() is
 // thread-local, so the goroutine stays on its thread until the message has been read.
 func call(f func() int) error {
@@ -346,7 +349,7 @@ func (t *Trainer) Plan() (weft.PlanInfo, error) {
 	if err != nil {
 		return weft.PlanInfo{}, err
 	}
-	var info cwefttrainer.PlanInfo
+	info := cwefttrainer.PlanInfo{Version: planInfoVersion}
 	if err := call(func() int { return cwefttrainer.Weftgo_trainer_plan_info(h, &info) }); err != nil {
 		return weft.PlanInfo{}, err
 	}

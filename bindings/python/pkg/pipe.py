@@ -792,7 +792,7 @@ class Trainer:
         values = _t.weft_pipe_trainer_train_epoch(ptr, x_capsule, y_capsule)
         del x, y  # kept alive until weft returned
         self._line = _t.weft_pipe_trainer_last_line(
-            ptr, _t.weft_pipe_trainer_last_line(ptr, 0))
+            _t.weft_pipe_trainer_last_line(0, ptr), ptr)
         values = list(values)
         values[12] = bool(values[12])
         return EpochMetrics(*values, line=self._line)
@@ -840,7 +840,7 @@ class Trainer:
     @property
     def plan(self):
         """The current plan's PlanInfo (what the next epoch trains with)."""
-        return PlanInfo(*_t.weft_pipe_trainer_plan_info(self._handle("plan")))
+        return PlanInfo(*_t.weft_pipe_trainer_get_plan_info(self._handle("plan")))
 
     def close(self):
         """Frees the trainer (not collective); later calls raise. Twice is fine."""

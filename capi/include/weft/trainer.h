@@ -110,28 +110,27 @@ WEFT_API void weft_pipe_trainer_destroy(weft_pipe_trainer* trainer);
  * another floating type than the model's parameters, or targets are int32). inputs
  * float32 or float64; targets int64 or int32 class indices for cross-entropy, floating for
  * MSE. metrics may be NULL. */
-WEFT_API weft_status weft_pipe_trainer_train_epoch(weft_pipe_trainer* trainer,
-                                                   const DLTensor* inputs,
-                                                   const DLTensor* targets,
-                                                   weft_pipe_epoch_metrics* metrics);
+WEFT_API weft_status weft_pipe_trainer_train_epoch(weft_pipe_epoch_metrics* metrics,
+                                                   weft_pipe_trainer* trainer,
+                                                   const DLTensor* inputs, const DLTensor* targets);
 /* EpochMetrics::ToLine() of the last epoch ("PIPE epoch=0 frozen=0 k=2 ...", with the
  * per-stage layers and costs and the newly active ranks); "" before the first epoch.
  * *needed is always set to its length plus the terminating NUL; (NULL, 0) only asks for
  * it; a buffer of fewer than *needed bytes is WEFT_ERR_OUT_OF_RANGE, nothing written. */
-WEFT_API weft_status weft_pipe_trainer_last_line(const weft_pipe_trainer* trainer, char* buf,
-                                                 size_t cap, size_t* needed);
+WEFT_API weft_status weft_pipe_trainer_last_line(char* buf, size_t cap, size_t* needed,
+                                                 const weft_pipe_trainer* trainer);
 /* Collective: the fraction of the samples whose argmax output equals the target (int64 or
  * int32 class indices; a cross-entropy trainer), forward only through the current
  * pipelines, the replicas splitting the samples. */
-WEFT_API weft_status weft_pipe_trainer_evaluate(weft_pipe_trainer* trainer,
-                                                const DLTensor* inputs,
-                                                const DLTensor* targets, double* accuracy);
+WEFT_API weft_status weft_pipe_trainer_evaluate(double* accuracy, weft_pipe_trainer* trainer,
+                                                const DLTensor* inputs, const DLTensor* targets);
 /* This rank's role in the current plan: replica and stage, both -1 for an idle rank. */
-WEFT_API weft_status weft_pipe_trainer_role(const weft_pipe_trainer* trainer, int* replica,
-                                            int* stage);
-/* The current plan's summary (what the next epoch trains with). */
-WEFT_API weft_status weft_pipe_trainer_plan_info(const weft_pipe_trainer* trainer,
-                                                 weft_pipe_plan_info* info);
+WEFT_API weft_status weft_pipe_trainer_role(int* replica, int* stage,
+                                            const weft_pipe_trainer* trainer);
+/* The current plan's summary (what the next epoch trains with); the caller sets
+ * info->version (WEFT_PIPE_PLAN_INFO_INIT). */
+WEFT_API weft_status weft_pipe_trainer_get_plan_info(weft_pipe_plan_info* info,
+                                                     const weft_pipe_trainer* trainer);
 
 #ifdef __cplusplus
 } /* extern "C" */

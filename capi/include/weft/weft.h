@@ -688,7 +688,11 @@ WEFT_API weft_status weft_pipe_plan_create(weft_pipe_plan** plan, const double* 
                                            const weft_pipe_plan* previous);
 WEFT_API void weft_pipe_plan_destroy(weft_pipe_plan* plan);
 
+/* A plan's summary. The caller sets version (WEFT_PIPE_PLAN_INFO_INIT); weft fills the
+ * fields that version has. */
+#define WEFT_PIPE_PLAN_INFO_VERSION 1
 typedef struct weft_pipe_plan_info {
+  unsigned int version;
   int frozen;
   int k;
   int replicas;
@@ -697,6 +701,7 @@ typedef struct weft_pipe_plan_info {
   double m0;       /* the largest stage of the initial partition */
   double max_cost; /* the largest stage of this plan's partition */
 } weft_pipe_plan_info;
+#define WEFT_PIPE_PLAN_INFO_INIT { WEFT_PIPE_PLAN_INFO_VERSION, 0, 0, 0, 0, 0, 0, 0 }
 WEFT_API weft_status weft_pipe_plan_get_info(weft_pipe_plan_info* info,
                                              const weft_pipe_plan* plan);
 /* Array convention: k + 1 boundaries; k stage costs; the newly active ranks (sorted). */

@@ -120,188 +120,188 @@ typedef long long swig_type_87;
 typedef long long swig_type_88;
 typedef long long swig_type_89;
 typedef long long swig_type_90;
-extern void _wrap_Swig_free_cweft_b9469eb795fc86df(uintptr_t arg1);
-extern uintptr_t _wrap_Swig_malloc_cweft_b9469eb795fc86df(swig_intgo arg1);
-extern swig_intgo _wrap_WEFT_VERSION_NUMBER_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_OK_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_ERR_INVALID_ARGUMENT_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_ERR_FAILED_PRECONDITION_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_ERR_NOT_FOUND_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_ERR_OUT_OF_RANGE_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_ERR_UNIMPLEMENTED_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_ERR_DEADLINE_EXCEEDED_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_ERR_ABORTED_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_ERR_UNAVAILABLE_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_ERR_RESOURCE_EXHAUSTED_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_ERR_INTERNAL_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_ERR_UNKNOWN_cweft_b9469eb795fc86df(void);
-extern swig_type_1 _wrap_weft_status_string_cweft_b9469eb795fc86df(swig_intgo arg1);
-extern swig_type_2 _wrap_weft_last_error_cweft_b9469eb795fc86df(void);
-extern swig_type_3 _wrap_weft_version_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_version_number_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_init_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_shutdown_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_is_initialized_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_finalize_cweft_b9469eb795fc86df(void);
-extern void _wrap_weft_abort_cweft_b9469eb795fc86df(swig_intgo arg1);
-extern void _wrap_weft_comm_claim_call_order_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_rank_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_size_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_local_rank_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_local_size_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_machine_rank_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_machine_size_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_is_homogeneous_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_unified_mpi_window_model_cweft_b9469eb795fc86df(swig_voidp arg1);
-extern swig_intgo _wrap_weft_nccl_built_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_topology_create_cweft_b9469eb795fc86df(swig_voidp arg1, swig_intgo arg2);
-extern swig_intgo _wrap_weft_topology_from_weight_matrix_cweft_b9469eb795fc86df(swig_voidp arg1, swig_intgo arg2, swig_type_4 arg3);
-extern swig_intgo _wrap_weft_topology_exponential_cweft_b9469eb795fc86df(swig_voidp arg1, swig_intgo arg2, swig_intgo arg3);
-extern swig_intgo _wrap_weft_topology_exponential_two_cweft_b9469eb795fc86df(swig_voidp arg1, swig_intgo arg2);
-extern swig_intgo _wrap_weft_topology_symmetric_exponential_cweft_b9469eb795fc86df(swig_voidp arg1, swig_intgo arg2, swig_intgo arg3);
-extern swig_intgo _wrap_weft_topology_mesh_grid_2d_cweft_b9469eb795fc86df(swig_voidp arg1, swig_intgo arg2, swig_intgo arg3, swig_intgo arg4);
-extern swig_intgo _wrap_weft_topology_star_cweft_b9469eb795fc86df(swig_voidp arg1, swig_intgo arg2, swig_intgo arg3);
-extern swig_intgo _wrap_weft_topology_ring_cweft_b9469eb795fc86df(swig_voidp arg1, swig_intgo arg2, swig_intgo arg3);
-extern swig_intgo _wrap_weft_topology_fully_connected_cweft_b9469eb795fc86df(swig_voidp arg1, swig_intgo arg2);
-extern swig_intgo _wrap_weft_topology_clone_cweft_b9469eb795fc86df(swig_voidp arg1, uintptr_t arg2);
-extern void _wrap_weft_topology_destroy_cweft_b9469eb795fc86df(uintptr_t arg1);
-extern swig_intgo _wrap_weft_topology_add_edge_cweft_b9469eb795fc86df(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3, double arg4);
-extern swig_intgo _wrap_weft_topology_set_self_weight_cweft_b9469eb795fc86df(uintptr_t arg1, swig_intgo arg2, double arg3);
-extern swig_intgo _wrap_weft_topology_size_cweft_b9469eb795fc86df(uintptr_t arg1);
-extern swig_intgo _wrap_weft_topology_weight_cweft_b9469eb795fc86df(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3, swig_intgo arg4);
-extern swig_intgo _wrap_weft_topology_in_neighbors_cweft_b9469eb795fc86df(swig_type_5 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4);
-extern swig_intgo _wrap_weft_topology_out_neighbors_cweft_b9469eb795fc86df(swig_type_6 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4);
-extern swig_intgo _wrap_weft_topology_weight_matrix_cweft_b9469eb795fc86df(swig_type_7 arg1, swig_voidp arg2, uintptr_t arg3);
-extern swig_intgo _wrap_weft_topology_recv_weights_cweft_b9469eb795fc86df(swig_voidp arg1, swig_type_8 arg2, swig_voidp arg3, uintptr_t arg4, swig_intgo arg5);
-extern swig_intgo _wrap_weft_topology_send_weights_cweft_b9469eb795fc86df(swig_voidp arg1, swig_type_9 arg2, swig_voidp arg3, uintptr_t arg4, swig_intgo arg5);
-extern swig_intgo _wrap_weft_topology_is_regular_cweft_b9469eb795fc86df(swig_voidp arg1, uintptr_t arg2);
-extern swig_intgo _wrap_weft_topology_is_equivalent_cweft_b9469eb795fc86df(swig_voidp arg1, uintptr_t arg2, uintptr_t arg3);
-extern swig_intgo _wrap_weft_schedule_one_peer_cweft_b9469eb795fc86df(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
-extern swig_intgo _wrap_weft_schedule_machine_exponential_two_cweft_b9469eb795fc86df(swig_voidp arg1, swig_intgo arg2, swig_intgo arg3);
-extern swig_intgo _wrap_weft_schedule_inner_outer_ring_cweft_b9469eb795fc86df(swig_voidp arg1, swig_intgo arg2, swig_intgo arg3, swig_intgo arg4);
-extern swig_intgo _wrap_weft_schedule_inner_outer_exponential_two_cweft_b9469eb795fc86df(swig_voidp arg1, swig_intgo arg2, swig_intgo arg3, swig_intgo arg4);
-extern void _wrap_weft_schedule_destroy_cweft_b9469eb795fc86df(uintptr_t arg1);
-extern swig_intgo _wrap_weft_schedule_next_cweft_b9469eb795fc86df(uintptr_t arg1);
-extern swig_intgo _wrap_weft_schedule_send_ranks_cweft_b9469eb795fc86df(swig_type_10 arg1, swig_voidp arg2, uintptr_t arg3);
-extern swig_intgo _wrap_weft_schedule_recv_ranks_cweft_b9469eb795fc86df(swig_type_11 arg1, swig_voidp arg2, uintptr_t arg3);
-extern swig_intgo _wrap_weft_comm_set_topology_cweft_b9469eb795fc86df(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_weft_comm_load_topology_cweft_b9469eb795fc86df(swig_voidp arg1);
-extern swig_intgo _wrap_weft_comm_is_topo_weighted_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_comm_in_neighbor_ranks_cweft_b9469eb795fc86df(swig_type_12 arg1, swig_voidp arg2);
-extern swig_intgo _wrap_weft_comm_out_neighbor_ranks_cweft_b9469eb795fc86df(swig_type_13 arg1, swig_voidp arg2);
-extern swig_intgo _wrap_weft_comm_set_machine_topology_cweft_b9469eb795fc86df(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_weft_comm_load_machine_topology_cweft_b9469eb795fc86df(swig_voidp arg1);
-extern swig_intgo _wrap_weft_request_poll_cweft_b9469eb795fc86df(swig_voidp arg1, uintptr_t arg2);
-extern swig_intgo _wrap_weft_request_wait_cweft_b9469eb795fc86df(uintptr_t arg1);
-extern swig_intgo _wrap_weft_request_take_output_cweft_b9469eb795fc86df(swig_voidp arg1, uintptr_t arg2);
-extern void _wrap_weft_request_free_cweft_b9469eb795fc86df(uintptr_t arg1);
-extern swig_intgo _wrap_weft_tensor_empty_like_cweft_b9469eb795fc86df(swig_voidp arg1, uintptr_t arg2);
-extern swig_intgo _wrap_weft_neighbor_allreduce_options_init_cweft_b9469eb795fc86df(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_weft_neighbor_allgather_options_init_cweft_b9469eb795fc86df(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_weft_hierarchical_options_init_cweft_b9469eb795fc86df(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_weft_comm_recv_any_cweft_b9469eb795fc86df(swig_voidp arg1, swig_intgo arg2, swig_type_14 arg3);
-extern swig_intgo _wrap_weft_comm_recv_any_nonblocking_cweft_b9469eb795fc86df(swig_voidp arg1, swig_intgo arg2, swig_type_15 arg3);
-extern swig_intgo _wrap_weft_comm_barrier_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_comm_barrier_nonblocking_cweft_b9469eb795fc86df(swig_voidp arg1);
-extern swig_intgo _wrap_WEFT_OP_ALLREDUCE_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_OP_BROADCAST_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_OP_ALLGATHER_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_OP_NEIGHBOR_ALLGATHER_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_OP_NEIGHBOR_ALLREDUCE_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_OP_PAIR_GOSSIP_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_OP_SEND_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_OP_RECV_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_OP_WIN_CREATE_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_comm_refuse_cweft_b9469eb795fc86df(swig_intgo arg1, swig_type_16 arg2, swig_type_17 arg3, swig_intgo arg4, swig_intgo arg5, swig_type_18 arg6);
-extern swig_intgo _wrap_weft_win_put_options_init_cweft_b9469eb795fc86df(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_weft_win_get_options_init_cweft_b9469eb795fc86df(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_weft_win_update_options_init_cweft_b9469eb795fc86df(uintptr_t arg1, swig_intgo arg2);
-extern void _wrap_weft_win_create_options_version_set_cweft_b9469eb795fc86df(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_weft_win_create_options_version_get_cweft_b9469eb795fc86df(uintptr_t arg1);
-extern void _wrap_weft_win_create_options_zero_init_set_cweft_b9469eb795fc86df(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_weft_win_create_options_zero_init_get_cweft_b9469eb795fc86df(uintptr_t arg1);
-extern void _wrap_weft_win_create_options_transport_set_cweft_b9469eb795fc86df(uintptr_t arg1, swig_type_19 arg2);
-extern swig_type_20 _wrap_weft_win_create_options_transport_get_cweft_b9469eb795fc86df(uintptr_t arg1);
-extern uintptr_t _wrap_new_weft_win_create_options_cweft_b9469eb795fc86df(void);
-extern void _wrap_delete_weft_win_create_options_cweft_b9469eb795fc86df(uintptr_t arg1);
-extern swig_intgo _wrap_weft_win_create_options_init_cweft_b9469eb795fc86df(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_weft_win_free_cweft_b9469eb795fc86df(swig_type_21 arg1);
-extern swig_intgo _wrap_weft_win_update_then_collect_cweft_b9469eb795fc86df(swig_type_22 arg1, swig_intgo arg2);
-extern swig_intgo _wrap_weft_win_version_cweft_b9469eb795fc86df(swig_type_23 arg1, swig_voidp arg2, swig_type_24 arg3);
-extern swig_intgo _wrap_weft_win_associated_p_cweft_b9469eb795fc86df(swig_voidp arg1, swig_type_25 arg2);
-extern void _wrap_weft_win_set_associated_p_ops_cweft_b9469eb795fc86df(swig_intgo arg1);
-extern swig_intgo _wrap_weft_win_associated_p_ops_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_win_mutex_acquire_cweft_b9469eb795fc86df(swig_type_26 arg1, swig_type_27 arg2);
-extern swig_intgo _wrap_weft_win_mutex_release_cweft_b9469eb795fc86df(swig_type_28 arg1, swig_type_29 arg2);
-extern swig_intgo _wrap_WEFT_COUNT_FORWARD_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_COUNT_BACKWARD_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_COMPUTATION_IGNORED_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_COMPUTATION_COUNTED_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_COMPUTATION_COMMUNICATE_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_COMPUTATION_MISUSE_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_step_counter_create_cweft_b9469eb795fc86df(swig_voidp arg1, swig_type_30 arg2, swig_intgo arg3, swig_intgo arg4);
-extern void _wrap_weft_step_counter_destroy_cweft_b9469eb795fc86df(uintptr_t arg1);
-extern swig_intgo _wrap_weft_step_counter_computation_cweft_b9469eb795fc86df(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3, swig_intgo arg4);
-extern swig_intgo _wrap_weft_step_counter_step_cweft_b9469eb795fc86df(swig_voidp arg1, uintptr_t arg2);
-extern swig_intgo _wrap_weft_step_counter_set_steps_per_communication_cweft_b9469eb795fc86df(uintptr_t arg1, swig_type_31 arg2);
-extern swig_intgo _wrap_weft_step_counter_steps_per_communication_cweft_b9469eb795fc86df(swig_voidp arg1, uintptr_t arg2);
-extern swig_intgo _wrap_weft_step_counter_countdown_cweft_b9469eb795fc86df(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
-extern swig_intgo _wrap_weft_step_counter_computations_cweft_b9469eb795fc86df(swig_voidp arg1, swig_voidp arg2, uintptr_t arg3);
-extern swig_type_32 _wrap_weft_step_counter_misuse_warning_cweft_b9469eb795fc86df(uintptr_t arg1);
-extern swig_intgo _wrap_weft_pipe_freeze_bound_cweft_b9469eb795fc86df(swig_voidp arg1, swig_intgo arg2, double arg3, swig_intgo arg4);
-extern swig_intgo _wrap_weft_pipe_freeze_options_init_cweft_b9469eb795fc86df(swig_voidp arg1, swig_intgo arg2);
-extern swig_intgo _wrap_weft_pipe_next_frozen_cweft_b9469eb795fc86df(swig_voidp arg1, swig_intgo arg2, swig_intgo arg3, swig_intgo arg4, swig_type_33 arg5, swig_voidp arg6);
-extern swig_intgo _wrap_WEFT_PIPE_STRATEGY_OPTIMAL_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_PIPE_STRATEGY_GREEDY_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_PIPE_STRATEGY_EVEN_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_pipe_parameter_costs_cweft_b9469eb795fc86df(swig_type_34 arg1, swig_voidp arg2, swig_type_35 arg3, swig_intgo arg4, double arg5);
-extern swig_intgo _wrap_weft_pipe_partition_cweft_b9469eb795fc86df(swig_type_36 arg1, swig_voidp arg2, swig_voidp arg3, swig_type_37 arg4, swig_intgo arg5, swig_intgo arg6);
-extern swig_intgo _wrap_weft_pipe_plan_options_init_cweft_b9469eb795fc86df(swig_voidp arg1, swig_intgo arg2);
-extern swig_intgo _wrap_weft_pipe_plan_create_cweft_b9469eb795fc86df(swig_voidp arg1, swig_type_38 arg2, swig_intgo arg3, swig_voidp arg4, uintptr_t arg5);
-extern void _wrap_weft_pipe_plan_destroy_cweft_b9469eb795fc86df(uintptr_t arg1);
-extern swig_intgo _wrap_weft_pipe_plan_get_info_cweft_b9469eb795fc86df(swig_voidp arg1, uintptr_t arg2);
-extern swig_intgo _wrap_weft_pipe_plan_boundaries_cweft_b9469eb795fc86df(swig_type_39 arg1, swig_voidp arg2, uintptr_t arg3);
-extern swig_intgo _wrap_weft_pipe_plan_stage_costs_cweft_b9469eb795fc86df(swig_type_40 arg1, swig_voidp arg2, uintptr_t arg3);
-extern swig_intgo _wrap_weft_pipe_plan_newly_active_cweft_b9469eb795fc86df(swig_type_41 arg1, swig_voidp arg2, uintptr_t arg3);
-extern swig_intgo _wrap_weft_pipe_plan_role_cweft_b9469eb795fc86df(swig_voidp arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4);
-extern swig_intgo _wrap_WEFT_PIPE_SCHEDULE_GPIPE_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_WEFT_PIPE_SCHEDULE_1F1B_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_pipe_schedule_bubble_cweft_b9469eb795fc86df(swig_voidp arg1, swig_voidp arg2, swig_intgo arg3, swig_intgo arg4, swig_intgo arg5);
-extern swig_intgo _wrap_weft_config_set_cweft_b9469eb795fc86df(swig_type_42 arg1, swig_type_43 arg2);
-extern swig_intgo _wrap_weft_config_unset_cweft_b9469eb795fc86df(swig_type_44 arg1);
-extern swig_intgo _wrap_weft_config_get_cweft_b9469eb795fc86df(swig_voidp arg1, swig_type_45 arg2);
-extern swig_type_46 _wrap_weft_config_describe_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_timeline_start_cweft_b9469eb795fc86df(swig_type_47 arg1);
-extern swig_intgo _wrap_weft_timeline_stop_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weft_timeline_start_activity_cweft_b9469eb795fc86df(swig_type_48 arg1, swig_type_49 arg2);
-extern swig_intgo _wrap_weft_timeline_end_activity_cweft_b9469eb795fc86df(swig_type_50 arg1);
-extern swig_intgo _wrap_weft_timeline_active_cweft_b9469eb795fc86df(void);
-extern swig_intgo _wrap_weftgo_allreduce_cweft_b9469eb795fc86df(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_intgo arg4, swig_intgo arg5, swig_type_51 arg6, swig_intgo arg7, swig_type_52 arg8, swig_type_53 arg9);
-extern swig_intgo _wrap_weftgo_broadcast_cweft_b9469eb795fc86df(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_intgo arg4, swig_intgo arg5, swig_type_54 arg6, swig_intgo arg7, swig_type_55 arg8, swig_type_56 arg9);
-extern swig_intgo _wrap_weftgo_send_cweft_b9469eb795fc86df(swig_voidp arg1, swig_voidp arg2, swig_intgo arg3, swig_intgo arg4, swig_type_57 arg5, swig_intgo arg6, swig_type_58 arg7);
-extern swig_intgo _wrap_weftgo_recv_cweft_b9469eb795fc86df(swig_voidp arg1, swig_voidp arg2, swig_intgo arg3, swig_intgo arg4, swig_type_59 arg5, swig_intgo arg6, swig_type_60 arg7);
-extern swig_intgo _wrap_weftgo_allgather_cweft_b9469eb795fc86df(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_intgo arg4, swig_intgo arg5, swig_type_61 arg6, swig_type_62 arg7);
-extern swig_intgo _wrap_weftgo_neighbor_allgather_cweft_b9469eb795fc86df(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_intgo arg4, swig_intgo arg5, swig_type_63 arg6, swig_intgo arg7, swig_type_64 arg8, swig_type_65 arg9, swig_type_66 arg10);
-extern swig_intgo _wrap_weftgo_neighbor_allreduce_cweft_b9469eb795fc86df(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_intgo arg4, swig_intgo arg5, swig_type_67 arg6, swig_intgo arg7, double arg8, swig_type_68 arg9, swig_intgo arg10, swig_type_69 arg11, swig_type_70 arg12);
-extern swig_intgo _wrap_weftgo_hierarchical_neighbor_allreduce_cweft_b9469eb795fc86df(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_intgo arg4, swig_intgo arg5, swig_type_71 arg6, swig_intgo arg7, double arg8, swig_type_72 arg9, swig_intgo arg10, swig_type_73 arg11, swig_type_74 arg12);
-extern swig_intgo _wrap_weftgo_pair_gossip_cweft_b9469eb795fc86df(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_intgo arg4, swig_intgo arg5, swig_type_75 arg6, swig_intgo arg7, double arg8, double arg9, swig_type_76 arg10);
-extern swig_intgo _wrap_weftgo_win_create_cweft_b9469eb795fc86df(swig_voidp arg1, swig_intgo arg2, swig_intgo arg3, swig_type_77 arg4, swig_type_78 arg5, swig_intgo arg6, swig_type_79 arg7);
-extern swig_intgo _wrap_weftgo_win_put_cweft_b9469eb795fc86df(swig_voidp arg1, swig_intgo arg2, swig_voidp arg3, swig_intgo arg4, swig_intgo arg5, swig_type_80 arg6, swig_type_81 arg7, double arg8, swig_intgo arg9, swig_type_82 arg10, swig_intgo arg11);
-extern swig_intgo _wrap_weftgo_win_get_cweft_b9469eb795fc86df(swig_voidp arg1, swig_type_83 arg2, swig_intgo arg3, swig_type_84 arg4, swig_intgo arg5);
-extern swig_intgo _wrap_weftgo_win_update_cweft_b9469eb795fc86df(swig_type_85 arg1, swig_intgo arg2, double arg3, swig_type_86 arg4, swig_intgo arg5, swig_intgo arg6);
-extern swig_voidp _wrap_weftgo_shared_alloc_cweft_b9469eb795fc86df(swig_type_87 arg1);
-extern void _wrap_weftgo_shared_ref_cweft_b9469eb795fc86df(swig_voidp arg1);
-extern void _wrap_weftgo_shared_unref_cweft_b9469eb795fc86df(swig_voidp arg1);
-extern swig_voidp _wrap_weftgo_alloc_cweft_b9469eb795fc86df(swig_type_88 arg1);
-extern void _wrap_weftgo_free_cweft_b9469eb795fc86df(swig_voidp arg1);
-extern swig_intgo _wrap_weftgo_request_free_after_completion_cweft_b9469eb795fc86df(uintptr_t arg1, swig_voidp arg2);
-extern swig_voidp _wrap_weftgo_managed_data_cweft_b9469eb795fc86df(uintptr_t arg1);
-extern swig_type_89 _wrap_weftgo_managed_numel_cweft_b9469eb795fc86df(uintptr_t arg1);
-extern swig_intgo _wrap_weftgo_managed_ndim_cweft_b9469eb795fc86df(uintptr_t arg1);
-extern swig_type_90 _wrap_weftgo_managed_dim_cweft_b9469eb795fc86df(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_weftgo_managed_dtype_cweft_b9469eb795fc86df(uintptr_t arg1);
-extern void _wrap_weftgo_managed_delete_cweft_b9469eb795fc86df(uintptr_t arg1);
+extern void _wrap_Swig_free_cweft_6cb5596b1560e098(uintptr_t arg1);
+extern uintptr_t _wrap_Swig_malloc_cweft_6cb5596b1560e098(swig_intgo arg1);
+extern swig_intgo _wrap_WEFT_VERSION_NUMBER_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_OK_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_ERR_INVALID_ARGUMENT_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_ERR_FAILED_PRECONDITION_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_ERR_NOT_FOUND_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_ERR_OUT_OF_RANGE_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_ERR_UNIMPLEMENTED_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_ERR_DEADLINE_EXCEEDED_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_ERR_ABORTED_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_ERR_UNAVAILABLE_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_ERR_RESOURCE_EXHAUSTED_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_ERR_INTERNAL_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_ERR_UNKNOWN_cweft_6cb5596b1560e098(void);
+extern swig_type_1 _wrap_weft_status_string_cweft_6cb5596b1560e098(swig_intgo arg1);
+extern swig_type_2 _wrap_weft_last_error_cweft_6cb5596b1560e098(void);
+extern swig_type_3 _wrap_weft_version_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_version_number_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_init_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_shutdown_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_is_initialized_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_finalize_cweft_6cb5596b1560e098(void);
+extern void _wrap_weft_abort_cweft_6cb5596b1560e098(swig_intgo arg1);
+extern void _wrap_weft_comm_claim_call_order_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_rank_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_size_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_local_rank_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_local_size_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_machine_rank_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_machine_size_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_is_homogeneous_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_unified_mpi_window_model_cweft_6cb5596b1560e098(swig_voidp arg1);
+extern swig_intgo _wrap_weft_nccl_built_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_topology_create_cweft_6cb5596b1560e098(swig_voidp arg1, swig_intgo arg2);
+extern swig_intgo _wrap_weft_topology_from_weight_matrix_cweft_6cb5596b1560e098(swig_voidp arg1, swig_intgo arg2, swig_type_4 arg3);
+extern swig_intgo _wrap_weft_topology_exponential_cweft_6cb5596b1560e098(swig_voidp arg1, swig_intgo arg2, swig_intgo arg3);
+extern swig_intgo _wrap_weft_topology_exponential_two_cweft_6cb5596b1560e098(swig_voidp arg1, swig_intgo arg2);
+extern swig_intgo _wrap_weft_topology_symmetric_exponential_cweft_6cb5596b1560e098(swig_voidp arg1, swig_intgo arg2, swig_intgo arg3);
+extern swig_intgo _wrap_weft_topology_mesh_grid_2d_cweft_6cb5596b1560e098(swig_voidp arg1, swig_intgo arg2, swig_intgo arg3, swig_intgo arg4);
+extern swig_intgo _wrap_weft_topology_star_cweft_6cb5596b1560e098(swig_voidp arg1, swig_intgo arg2, swig_intgo arg3);
+extern swig_intgo _wrap_weft_topology_ring_cweft_6cb5596b1560e098(swig_voidp arg1, swig_intgo arg2, swig_intgo arg3);
+extern swig_intgo _wrap_weft_topology_fully_connected_cweft_6cb5596b1560e098(swig_voidp arg1, swig_intgo arg2);
+extern swig_intgo _wrap_weft_topology_clone_cweft_6cb5596b1560e098(swig_voidp arg1, uintptr_t arg2);
+extern void _wrap_weft_topology_destroy_cweft_6cb5596b1560e098(uintptr_t arg1);
+extern swig_intgo _wrap_weft_topology_add_edge_cweft_6cb5596b1560e098(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3, double arg4);
+extern swig_intgo _wrap_weft_topology_set_self_weight_cweft_6cb5596b1560e098(uintptr_t arg1, swig_intgo arg2, double arg3);
+extern swig_intgo _wrap_weft_topology_size_cweft_6cb5596b1560e098(uintptr_t arg1);
+extern swig_intgo _wrap_weft_topology_weight_cweft_6cb5596b1560e098(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3, swig_intgo arg4);
+extern swig_intgo _wrap_weft_topology_in_neighbors_cweft_6cb5596b1560e098(swig_type_5 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4);
+extern swig_intgo _wrap_weft_topology_out_neighbors_cweft_6cb5596b1560e098(swig_type_6 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4);
+extern swig_intgo _wrap_weft_topology_weight_matrix_cweft_6cb5596b1560e098(swig_type_7 arg1, swig_voidp arg2, uintptr_t arg3);
+extern swig_intgo _wrap_weft_topology_recv_weights_cweft_6cb5596b1560e098(swig_voidp arg1, swig_type_8 arg2, swig_voidp arg3, uintptr_t arg4, swig_intgo arg5);
+extern swig_intgo _wrap_weft_topology_send_weights_cweft_6cb5596b1560e098(swig_voidp arg1, swig_type_9 arg2, swig_voidp arg3, uintptr_t arg4, swig_intgo arg5);
+extern swig_intgo _wrap_weft_topology_is_regular_cweft_6cb5596b1560e098(swig_voidp arg1, uintptr_t arg2);
+extern swig_intgo _wrap_weft_topology_is_equivalent_cweft_6cb5596b1560e098(swig_voidp arg1, uintptr_t arg2, uintptr_t arg3);
+extern swig_intgo _wrap_weft_schedule_one_peer_cweft_6cb5596b1560e098(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
+extern swig_intgo _wrap_weft_schedule_machine_exponential_two_cweft_6cb5596b1560e098(swig_voidp arg1, swig_intgo arg2, swig_intgo arg3);
+extern swig_intgo _wrap_weft_schedule_inner_outer_ring_cweft_6cb5596b1560e098(swig_voidp arg1, swig_intgo arg2, swig_intgo arg3, swig_intgo arg4);
+extern swig_intgo _wrap_weft_schedule_inner_outer_exponential_two_cweft_6cb5596b1560e098(swig_voidp arg1, swig_intgo arg2, swig_intgo arg3, swig_intgo arg4);
+extern void _wrap_weft_schedule_destroy_cweft_6cb5596b1560e098(uintptr_t arg1);
+extern swig_intgo _wrap_weft_schedule_next_cweft_6cb5596b1560e098(uintptr_t arg1);
+extern swig_intgo _wrap_weft_schedule_send_ranks_cweft_6cb5596b1560e098(swig_type_10 arg1, swig_voidp arg2, uintptr_t arg3);
+extern swig_intgo _wrap_weft_schedule_recv_ranks_cweft_6cb5596b1560e098(swig_type_11 arg1, swig_voidp arg2, uintptr_t arg3);
+extern swig_intgo _wrap_weft_comm_set_topology_cweft_6cb5596b1560e098(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_weft_comm_load_topology_cweft_6cb5596b1560e098(swig_voidp arg1);
+extern swig_intgo _wrap_weft_comm_is_topo_weighted_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_comm_in_neighbor_ranks_cweft_6cb5596b1560e098(swig_type_12 arg1, swig_voidp arg2);
+extern swig_intgo _wrap_weft_comm_out_neighbor_ranks_cweft_6cb5596b1560e098(swig_type_13 arg1, swig_voidp arg2);
+extern swig_intgo _wrap_weft_comm_set_machine_topology_cweft_6cb5596b1560e098(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_weft_comm_load_machine_topology_cweft_6cb5596b1560e098(swig_voidp arg1);
+extern swig_intgo _wrap_weft_request_poll_cweft_6cb5596b1560e098(swig_voidp arg1, uintptr_t arg2);
+extern swig_intgo _wrap_weft_request_wait_cweft_6cb5596b1560e098(uintptr_t arg1);
+extern swig_intgo _wrap_weft_request_take_output_cweft_6cb5596b1560e098(swig_voidp arg1, uintptr_t arg2);
+extern void _wrap_weft_request_free_cweft_6cb5596b1560e098(uintptr_t arg1);
+extern swig_intgo _wrap_weft_tensor_empty_like_cweft_6cb5596b1560e098(swig_voidp arg1, uintptr_t arg2);
+extern swig_intgo _wrap_weft_neighbor_allreduce_options_init_cweft_6cb5596b1560e098(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_weft_neighbor_allgather_options_init_cweft_6cb5596b1560e098(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_weft_hierarchical_options_init_cweft_6cb5596b1560e098(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_weft_comm_recv_any_cweft_6cb5596b1560e098(swig_voidp arg1, swig_intgo arg2, swig_type_14 arg3);
+extern swig_intgo _wrap_weft_comm_recv_any_nonblocking_cweft_6cb5596b1560e098(swig_voidp arg1, swig_intgo arg2, swig_type_15 arg3);
+extern swig_intgo _wrap_weft_comm_barrier_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_comm_barrier_nonblocking_cweft_6cb5596b1560e098(swig_voidp arg1);
+extern swig_intgo _wrap_WEFT_OP_ALLREDUCE_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_OP_BROADCAST_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_OP_ALLGATHER_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_OP_NEIGHBOR_ALLGATHER_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_OP_NEIGHBOR_ALLREDUCE_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_OP_PAIR_GOSSIP_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_OP_SEND_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_OP_RECV_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_OP_WIN_CREATE_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_comm_refuse_cweft_6cb5596b1560e098(swig_intgo arg1, swig_type_16 arg2, swig_type_17 arg3, swig_intgo arg4, swig_intgo arg5, swig_type_18 arg6);
+extern swig_intgo _wrap_weft_win_put_options_init_cweft_6cb5596b1560e098(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_weft_win_get_options_init_cweft_6cb5596b1560e098(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_weft_win_update_options_init_cweft_6cb5596b1560e098(uintptr_t arg1, swig_intgo arg2);
+extern void _wrap_weft_win_create_options_version_set_cweft_6cb5596b1560e098(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_weft_win_create_options_version_get_cweft_6cb5596b1560e098(uintptr_t arg1);
+extern void _wrap_weft_win_create_options_zero_init_set_cweft_6cb5596b1560e098(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_weft_win_create_options_zero_init_get_cweft_6cb5596b1560e098(uintptr_t arg1);
+extern void _wrap_weft_win_create_options_transport_set_cweft_6cb5596b1560e098(uintptr_t arg1, swig_type_19 arg2);
+extern swig_type_20 _wrap_weft_win_create_options_transport_get_cweft_6cb5596b1560e098(uintptr_t arg1);
+extern uintptr_t _wrap_new_weft_win_create_options_cweft_6cb5596b1560e098(void);
+extern void _wrap_delete_weft_win_create_options_cweft_6cb5596b1560e098(uintptr_t arg1);
+extern swig_intgo _wrap_weft_win_create_options_init_cweft_6cb5596b1560e098(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_weft_win_free_cweft_6cb5596b1560e098(swig_type_21 arg1);
+extern swig_intgo _wrap_weft_win_update_then_collect_cweft_6cb5596b1560e098(swig_type_22 arg1, swig_intgo arg2);
+extern swig_intgo _wrap_weft_win_version_cweft_6cb5596b1560e098(swig_type_23 arg1, swig_voidp arg2, swig_type_24 arg3);
+extern swig_intgo _wrap_weft_win_associated_p_cweft_6cb5596b1560e098(swig_voidp arg1, swig_type_25 arg2);
+extern void _wrap_weft_win_set_associated_p_ops_cweft_6cb5596b1560e098(swig_intgo arg1);
+extern swig_intgo _wrap_weft_win_associated_p_ops_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_win_mutex_acquire_cweft_6cb5596b1560e098(swig_type_26 arg1, swig_type_27 arg2);
+extern swig_intgo _wrap_weft_win_mutex_release_cweft_6cb5596b1560e098(swig_type_28 arg1, swig_type_29 arg2);
+extern swig_intgo _wrap_WEFT_COUNT_FORWARD_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_COUNT_BACKWARD_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_COMPUTATION_IGNORED_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_COMPUTATION_COUNTED_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_COMPUTATION_COMMUNICATE_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_COMPUTATION_MISUSE_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_step_counter_create_cweft_6cb5596b1560e098(swig_voidp arg1, swig_type_30 arg2, swig_intgo arg3, swig_intgo arg4);
+extern void _wrap_weft_step_counter_destroy_cweft_6cb5596b1560e098(uintptr_t arg1);
+extern swig_intgo _wrap_weft_step_counter_computation_cweft_6cb5596b1560e098(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3, swig_intgo arg4);
+extern swig_intgo _wrap_weft_step_counter_step_cweft_6cb5596b1560e098(swig_voidp arg1, uintptr_t arg2);
+extern swig_intgo _wrap_weft_step_counter_set_steps_per_communication_cweft_6cb5596b1560e098(uintptr_t arg1, swig_type_31 arg2);
+extern swig_intgo _wrap_weft_step_counter_steps_per_communication_cweft_6cb5596b1560e098(swig_voidp arg1, uintptr_t arg2);
+extern swig_intgo _wrap_weft_step_counter_countdown_cweft_6cb5596b1560e098(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
+extern swig_intgo _wrap_weft_step_counter_computations_cweft_6cb5596b1560e098(swig_voidp arg1, swig_voidp arg2, uintptr_t arg3);
+extern swig_type_32 _wrap_weft_step_counter_misuse_warning_cweft_6cb5596b1560e098(uintptr_t arg1);
+extern swig_intgo _wrap_weft_pipe_freeze_bound_cweft_6cb5596b1560e098(swig_voidp arg1, swig_intgo arg2, double arg3, swig_intgo arg4);
+extern swig_intgo _wrap_weft_pipe_freeze_options_init_cweft_6cb5596b1560e098(swig_voidp arg1, swig_intgo arg2);
+extern swig_intgo _wrap_weft_pipe_next_frozen_cweft_6cb5596b1560e098(swig_voidp arg1, swig_intgo arg2, swig_intgo arg3, swig_intgo arg4, swig_type_33 arg5, swig_voidp arg6);
+extern swig_intgo _wrap_WEFT_PIPE_STRATEGY_OPTIMAL_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_PIPE_STRATEGY_GREEDY_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_PIPE_STRATEGY_EVEN_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_pipe_parameter_costs_cweft_6cb5596b1560e098(swig_type_34 arg1, swig_voidp arg2, swig_type_35 arg3, swig_intgo arg4, double arg5);
+extern swig_intgo _wrap_weft_pipe_partition_cweft_6cb5596b1560e098(swig_type_36 arg1, swig_voidp arg2, swig_voidp arg3, swig_type_37 arg4, swig_intgo arg5, swig_intgo arg6);
+extern swig_intgo _wrap_weft_pipe_plan_options_init_cweft_6cb5596b1560e098(swig_voidp arg1, swig_intgo arg2);
+extern swig_intgo _wrap_weft_pipe_plan_create_cweft_6cb5596b1560e098(swig_voidp arg1, swig_type_38 arg2, swig_intgo arg3, swig_voidp arg4, uintptr_t arg5);
+extern void _wrap_weft_pipe_plan_destroy_cweft_6cb5596b1560e098(uintptr_t arg1);
+extern swig_intgo _wrap_weft_pipe_plan_get_info_cweft_6cb5596b1560e098(swig_voidp arg1, uintptr_t arg2);
+extern swig_intgo _wrap_weft_pipe_plan_boundaries_cweft_6cb5596b1560e098(swig_type_39 arg1, swig_voidp arg2, uintptr_t arg3);
+extern swig_intgo _wrap_weft_pipe_plan_stage_costs_cweft_6cb5596b1560e098(swig_type_40 arg1, swig_voidp arg2, uintptr_t arg3);
+extern swig_intgo _wrap_weft_pipe_plan_newly_active_cweft_6cb5596b1560e098(swig_type_41 arg1, swig_voidp arg2, uintptr_t arg3);
+extern swig_intgo _wrap_weft_pipe_plan_role_cweft_6cb5596b1560e098(swig_voidp arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4);
+extern swig_intgo _wrap_WEFT_PIPE_SCHEDULE_GPIPE_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_WEFT_PIPE_SCHEDULE_1F1B_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_pipe_schedule_bubble_cweft_6cb5596b1560e098(swig_voidp arg1, swig_voidp arg2, swig_intgo arg3, swig_intgo arg4, swig_intgo arg5);
+extern swig_intgo _wrap_weft_config_set_cweft_6cb5596b1560e098(swig_type_42 arg1, swig_type_43 arg2);
+extern swig_intgo _wrap_weft_config_unset_cweft_6cb5596b1560e098(swig_type_44 arg1);
+extern swig_intgo _wrap_weft_config_get_cweft_6cb5596b1560e098(swig_voidp arg1, swig_type_45 arg2);
+extern swig_type_46 _wrap_weft_config_describe_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_timeline_start_cweft_6cb5596b1560e098(swig_type_47 arg1);
+extern swig_intgo _wrap_weft_timeline_stop_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_timeline_start_activity_cweft_6cb5596b1560e098(swig_type_48 arg1, swig_type_49 arg2);
+extern swig_intgo _wrap_weft_timeline_end_activity_cweft_6cb5596b1560e098(swig_type_50 arg1);
+extern swig_intgo _wrap_weft_timeline_active_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weftgo_allreduce_cweft_6cb5596b1560e098(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_intgo arg4, swig_intgo arg5, swig_type_51 arg6, swig_intgo arg7, swig_type_52 arg8, swig_type_53 arg9);
+extern swig_intgo _wrap_weftgo_broadcast_cweft_6cb5596b1560e098(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_intgo arg4, swig_intgo arg5, swig_type_54 arg6, swig_intgo arg7, swig_type_55 arg8, swig_type_56 arg9);
+extern swig_intgo _wrap_weftgo_send_cweft_6cb5596b1560e098(swig_voidp arg1, swig_voidp arg2, swig_intgo arg3, swig_intgo arg4, swig_type_57 arg5, swig_intgo arg6, swig_type_58 arg7);
+extern swig_intgo _wrap_weftgo_recv_cweft_6cb5596b1560e098(swig_voidp arg1, swig_voidp arg2, swig_intgo arg3, swig_intgo arg4, swig_type_59 arg5, swig_intgo arg6, swig_type_60 arg7);
+extern swig_intgo _wrap_weftgo_allgather_cweft_6cb5596b1560e098(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_intgo arg4, swig_intgo arg5, swig_type_61 arg6, swig_type_62 arg7);
+extern swig_intgo _wrap_weftgo_neighbor_allgather_cweft_6cb5596b1560e098(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_intgo arg4, swig_intgo arg5, swig_type_63 arg6, swig_intgo arg7, swig_type_64 arg8, swig_type_65 arg9, swig_type_66 arg10);
+extern swig_intgo _wrap_weftgo_neighbor_allreduce_cweft_6cb5596b1560e098(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_intgo arg4, swig_intgo arg5, swig_type_67 arg6, swig_intgo arg7, double arg8, swig_type_68 arg9, swig_intgo arg10, swig_type_69 arg11, swig_type_70 arg12);
+extern swig_intgo _wrap_weftgo_hierarchical_neighbor_allreduce_cweft_6cb5596b1560e098(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_intgo arg4, swig_intgo arg5, swig_type_71 arg6, swig_intgo arg7, double arg8, swig_type_72 arg9, swig_intgo arg10, swig_type_73 arg11, swig_type_74 arg12);
+extern swig_intgo _wrap_weftgo_pair_gossip_cweft_6cb5596b1560e098(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_intgo arg4, swig_intgo arg5, swig_type_75 arg6, swig_intgo arg7, double arg8, double arg9, swig_type_76 arg10);
+extern swig_intgo _wrap_weftgo_win_create_cweft_6cb5596b1560e098(swig_voidp arg1, swig_intgo arg2, swig_intgo arg3, swig_type_77 arg4, swig_type_78 arg5, swig_intgo arg6, swig_type_79 arg7);
+extern swig_intgo _wrap_weftgo_win_put_cweft_6cb5596b1560e098(swig_voidp arg1, swig_intgo arg2, swig_voidp arg3, swig_intgo arg4, swig_intgo arg5, swig_type_80 arg6, swig_type_81 arg7, double arg8, swig_intgo arg9, swig_type_82 arg10, swig_intgo arg11);
+extern swig_intgo _wrap_weftgo_win_get_cweft_6cb5596b1560e098(swig_voidp arg1, swig_type_83 arg2, swig_intgo arg3, swig_type_84 arg4, swig_intgo arg5);
+extern swig_intgo _wrap_weftgo_win_update_cweft_6cb5596b1560e098(swig_type_85 arg1, swig_intgo arg2, double arg3, swig_type_86 arg4, swig_intgo arg5, swig_intgo arg6);
+extern swig_voidp _wrap_weftgo_shared_alloc_cweft_6cb5596b1560e098(swig_type_87 arg1);
+extern void _wrap_weftgo_shared_ref_cweft_6cb5596b1560e098(swig_voidp arg1);
+extern void _wrap_weftgo_shared_unref_cweft_6cb5596b1560e098(swig_voidp arg1);
+extern swig_voidp _wrap_weftgo_alloc_cweft_6cb5596b1560e098(swig_type_88 arg1);
+extern void _wrap_weftgo_free_cweft_6cb5596b1560e098(swig_voidp arg1);
+extern swig_intgo _wrap_weftgo_request_free_after_completion_cweft_6cb5596b1560e098(uintptr_t arg1, swig_voidp arg2);
+extern swig_voidp _wrap_weftgo_managed_data_cweft_6cb5596b1560e098(uintptr_t arg1);
+extern swig_type_89 _wrap_weftgo_managed_numel_cweft_6cb5596b1560e098(uintptr_t arg1);
+extern swig_intgo _wrap_weftgo_managed_ndim_cweft_6cb5596b1560e098(uintptr_t arg1);
+extern swig_type_90 _wrap_weftgo_managed_dim_cweft_6cb5596b1560e098(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_weftgo_managed_dtype_cweft_6cb5596b1560e098(uintptr_t arg1);
+extern void _wrap_weftgo_managed_delete_cweft_6cb5596b1560e098(uintptr_t arg1);
 #undef intgo
 */
 import "C"
@@ -327,8 +327,8 @@ func getSwigcptr(v interface{ Swigcptr() uintptr }) uintptr {
 
 type _ sync.Mutex
 
-//export cgo_panic__cweft_b9469eb795fc86df
-func cgo_panic__cweft_b9469eb795fc86df(p *byte) {
+//export cgo_panic__cweft_6cb5596b1560e098
+func cgo_panic__cweft_6cb5596b1560e098(p *byte) {
 	s := (*[1024]byte)(unsafe.Pointer(p))[:]
 	for i, b := range s {
 		if b == 0 {
@@ -352,13 +352,13 @@ func swigCopyString(s string) string {
 
 func Swig_free(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_Swig_free_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0))
+	C._wrap_Swig_free_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0))
 }
 
 func Swig_malloc(arg1 int) (_swig_ret uintptr) {
 	var swig_r uintptr
 	_swig_i_0 := arg1
-	swig_r = (uintptr)(C._wrap_Swig_malloc_cweft_b9469eb795fc86df(C.swig_intgo(_swig_i_0)))
+	swig_r = (uintptr)(C._wrap_Swig_malloc_cweft_6cb5596b1560e098(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -383,6 +383,7 @@ type PipePlanOptions struct {
 
 // PipePlanInfo is laid out like the C struct weft_pipe_plan_info.
 type PipePlanInfo struct {
+	Version      uint32
 	Frozen       int32
 	K            int32
 	Replicas     int32
@@ -411,7 +412,7 @@ const WEFT_VERSION_PATCH int = 0
 
 func _swig_getWEFT_VERSION_NUMBER() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_WEFT_VERSION_NUMBER_cweft_b9469eb795fc86df())
+	swig_r = (int)(C._wrap_WEFT_VERSION_NUMBER_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -421,7 +422,7 @@ type Enum_SS_weft_status int
 
 func _swig_getWEFT_OK() (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
-	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_OK_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_OK_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -429,7 +430,7 @@ var WEFT_OK Enum_SS_weft_status = _swig_getWEFT_OK()
 
 func _swig_getWEFT_ERR_INVALID_ARGUMENT() (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
-	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_INVALID_ARGUMENT_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_INVALID_ARGUMENT_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -437,7 +438,7 @@ var WEFT_ERR_INVALID_ARGUMENT Enum_SS_weft_status = _swig_getWEFT_ERR_INVALID_AR
 
 func _swig_getWEFT_ERR_FAILED_PRECONDITION() (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
-	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_FAILED_PRECONDITION_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_FAILED_PRECONDITION_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -445,7 +446,7 @@ var WEFT_ERR_FAILED_PRECONDITION Enum_SS_weft_status = _swig_getWEFT_ERR_FAILED_
 
 func _swig_getWEFT_ERR_NOT_FOUND() (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
-	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_NOT_FOUND_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_NOT_FOUND_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -453,7 +454,7 @@ var WEFT_ERR_NOT_FOUND Enum_SS_weft_status = _swig_getWEFT_ERR_NOT_FOUND()
 
 func _swig_getWEFT_ERR_OUT_OF_RANGE() (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
-	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_OUT_OF_RANGE_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_OUT_OF_RANGE_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -461,7 +462,7 @@ var WEFT_ERR_OUT_OF_RANGE Enum_SS_weft_status = _swig_getWEFT_ERR_OUT_OF_RANGE()
 
 func _swig_getWEFT_ERR_UNIMPLEMENTED() (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
-	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_UNIMPLEMENTED_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_UNIMPLEMENTED_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -469,7 +470,7 @@ var WEFT_ERR_UNIMPLEMENTED Enum_SS_weft_status = _swig_getWEFT_ERR_UNIMPLEMENTED
 
 func _swig_getWEFT_ERR_DEADLINE_EXCEEDED() (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
-	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_DEADLINE_EXCEEDED_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_DEADLINE_EXCEEDED_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -477,7 +478,7 @@ var WEFT_ERR_DEADLINE_EXCEEDED Enum_SS_weft_status = _swig_getWEFT_ERR_DEADLINE_
 
 func _swig_getWEFT_ERR_ABORTED() (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
-	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_ABORTED_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_ABORTED_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -485,7 +486,7 @@ var WEFT_ERR_ABORTED Enum_SS_weft_status = _swig_getWEFT_ERR_ABORTED()
 
 func _swig_getWEFT_ERR_UNAVAILABLE() (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
-	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_UNAVAILABLE_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_UNAVAILABLE_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -493,7 +494,7 @@ var WEFT_ERR_UNAVAILABLE Enum_SS_weft_status = _swig_getWEFT_ERR_UNAVAILABLE()
 
 func _swig_getWEFT_ERR_RESOURCE_EXHAUSTED() (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
-	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_RESOURCE_EXHAUSTED_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_RESOURCE_EXHAUSTED_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -501,7 +502,7 @@ var WEFT_ERR_RESOURCE_EXHAUSTED Enum_SS_weft_status = _swig_getWEFT_ERR_RESOURCE
 
 func _swig_getWEFT_ERR_INTERNAL() (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
-	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_INTERNAL_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_INTERNAL_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -509,7 +510,7 @@ var WEFT_ERR_INTERNAL Enum_SS_weft_status = _swig_getWEFT_ERR_INTERNAL()
 
 func _swig_getWEFT_ERR_UNKNOWN() (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
-	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_UNKNOWN_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_status)(C._wrap_WEFT_ERR_UNKNOWN_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -518,7 +519,7 @@ var WEFT_ERR_UNKNOWN Enum_SS_weft_status = _swig_getWEFT_ERR_UNKNOWN()
 func Weft_status_string(arg1 Enum_SS_weft_status) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_weft_status_string_cweft_b9469eb795fc86df(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_weft_status_string_cweft_6cb5596b1560e098(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -527,7 +528,7 @@ func Weft_status_string(arg1 Enum_SS_weft_status) (_swig_ret string) {
 
 func Weft_last_error() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_weft_last_error_cweft_b9469eb795fc86df()
+	swig_r_p := C._wrap_weft_last_error_cweft_6cb5596b1560e098()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -536,7 +537,7 @@ func Weft_last_error() (_swig_ret string) {
 
 func Weft_version() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_weft_version_cweft_b9469eb795fc86df()
+	swig_r_p := C._wrap_weft_version_cweft_6cb5596b1560e098()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -545,95 +546,95 @@ func Weft_version() (_swig_ret string) {
 
 func Weft_version_number() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_weft_version_number_cweft_b9469eb795fc86df())
+	swig_r = (int)(C._wrap_weft_version_number_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
 func Weft_init() (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_init_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_init_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
 func Weft_shutdown() (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_shutdown_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_shutdown_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
 func Weft_is_initialized() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_weft_is_initialized_cweft_b9469eb795fc86df())
+	swig_r = (int)(C._wrap_weft_is_initialized_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
 func Weft_finalize() (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_finalize_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_finalize_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
 func Weft_abort(arg1 int) {
 	_swig_i_0 := arg1
-	C._wrap_weft_abort_cweft_b9469eb795fc86df(C.swig_intgo(_swig_i_0))
+	C._wrap_weft_abort_cweft_6cb5596b1560e098(C.swig_intgo(_swig_i_0))
 }
 
 func Weft_comm_claim_call_order() {
-	C._wrap_weft_comm_claim_call_order_cweft_b9469eb795fc86df()
+	C._wrap_weft_comm_claim_call_order_cweft_6cb5596b1560e098()
 }
 
 func Weft_rank() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_weft_rank_cweft_b9469eb795fc86df())
+	swig_r = (int)(C._wrap_weft_rank_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
 func Weft_size() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_weft_size_cweft_b9469eb795fc86df())
+	swig_r = (int)(C._wrap_weft_size_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
 func Weft_local_rank() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_weft_local_rank_cweft_b9469eb795fc86df())
+	swig_r = (int)(C._wrap_weft_local_rank_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
 func Weft_local_size() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_weft_local_size_cweft_b9469eb795fc86df())
+	swig_r = (int)(C._wrap_weft_local_size_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
 func Weft_machine_rank() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_weft_machine_rank_cweft_b9469eb795fc86df())
+	swig_r = (int)(C._wrap_weft_machine_rank_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
 func Weft_machine_size() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_weft_machine_size_cweft_b9469eb795fc86df())
+	swig_r = (int)(C._wrap_weft_machine_size_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
 func Weft_is_homogeneous() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_weft_is_homogeneous_cweft_b9469eb795fc86df())
+	swig_r = (int)(C._wrap_weft_is_homogeneous_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
 func Weft_unified_mpi_window_model(arg1 *int32) (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_unified_mpi_window_model_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_unified_mpi_window_model_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0)))
 	return swig_r
 }
 
 func Weft_nccl_built() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_weft_nccl_built_cweft_b9469eb795fc86df())
+	swig_r = (int)(C._wrap_weft_nccl_built_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -641,7 +642,7 @@ func Weft_topology_create(arg1 *SwigcptrStruct_SS_weft_topology, arg2 int) (_swi
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_create_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_create_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1)))
 	return swig_r
 }
 
@@ -650,7 +651,7 @@ func Weft_topology_from_weight_matrix(arg1 *SwigcptrStruct_SS_weft_topology, arg
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_from_weight_matrix_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), *(*C.swig_type_4)(unsafe.Pointer(&_swig_i_2))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_from_weight_matrix_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), *(*C.swig_type_4)(unsafe.Pointer(&_swig_i_2))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg3
 	}
@@ -662,7 +663,7 @@ func Weft_topology_exponential(arg1 *SwigcptrStruct_SS_weft_topology, arg2 int, 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_exponential_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_exponential_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2)))
 	return swig_r
 }
 
@@ -670,7 +671,7 @@ func Weft_topology_exponential_two(arg1 *SwigcptrStruct_SS_weft_topology, arg2 i
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_exponential_two_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_exponential_two_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1)))
 	return swig_r
 }
 
@@ -679,7 +680,7 @@ func Weft_topology_symmetric_exponential(arg1 *SwigcptrStruct_SS_weft_topology, 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_symmetric_exponential_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_symmetric_exponential_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2)))
 	return swig_r
 }
 
@@ -689,7 +690,7 @@ func Weft_topology_mesh_grid_2d(arg1 *SwigcptrStruct_SS_weft_topology, arg2 int,
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_mesh_grid_2d_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_mesh_grid_2d_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3)))
 	return swig_r
 }
 
@@ -698,7 +699,7 @@ func Weft_topology_star(arg1 *SwigcptrStruct_SS_weft_topology, arg2 int, arg3 in
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_star_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_star_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2)))
 	return swig_r
 }
 
@@ -707,7 +708,7 @@ func Weft_topology_ring(arg1 *SwigcptrStruct_SS_weft_topology, arg2 int, arg3 in
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_ring_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_ring_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2)))
 	return swig_r
 }
 
@@ -715,7 +716,7 @@ func Weft_topology_fully_connected(arg1 *SwigcptrStruct_SS_weft_topology, arg2 i
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_fully_connected_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_fully_connected_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1)))
 	return swig_r
 }
 
@@ -723,13 +724,13 @@ func Weft_topology_clone(arg1 *SwigcptrStruct_SS_weft_topology, arg2 Struct_SS_w
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_clone_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_clone_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	return swig_r
 }
 
 func Weft_topology_destroy(arg1 Struct_SS_weft_topology) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_weft_topology_destroy_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0))
+	C._wrap_weft_topology_destroy_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0))
 }
 
 func Weft_topology_add_edge(arg1 Struct_SS_weft_topology, arg2 int, arg3 int, arg4 float64) (_swig_ret Enum_SS_weft_status) {
@@ -738,7 +739,7 @@ func Weft_topology_add_edge(arg1 Struct_SS_weft_topology, arg2 int, arg3 int, ar
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_add_edge_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2), C.double(_swig_i_3)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_add_edge_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2), C.double(_swig_i_3)))
 	return swig_r
 }
 
@@ -747,14 +748,14 @@ func Weft_topology_set_self_weight(arg1 Struct_SS_weft_topology, arg2 int, arg3 
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_set_self_weight_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.double(_swig_i_2)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_set_self_weight_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.double(_swig_i_2)))
 	return swig_r
 }
 
 func Weft_topology_size(arg1 Struct_SS_weft_topology) (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := getSwigcptr(arg1)
-	swig_r = (int)(C._wrap_weft_topology_size_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_weft_topology_size_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
@@ -764,7 +765,7 @@ func Weft_topology_weight(arg1 *float64, arg2 Struct_SS_weft_topology, arg3 int,
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_weight_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_weight_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3)))
 	return swig_r
 }
 
@@ -774,7 +775,7 @@ func Weft_topology_in_neighbors(arg1 []int32, arg2 *uint64, arg3 Struct_SS_weft_
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := arg4
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_in_neighbors_cweft_b9469eb795fc86df(*(*C.swig_type_5)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_in_neighbors_cweft_6cb5596b1560e098(*(*C.swig_type_5)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -787,7 +788,7 @@ func Weft_topology_out_neighbors(arg1 []int32, arg2 *uint64, arg3 Struct_SS_weft
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := arg4
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_out_neighbors_cweft_b9469eb795fc86df(*(*C.swig_type_6)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_out_neighbors_cweft_6cb5596b1560e098(*(*C.swig_type_6)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -799,7 +800,7 @@ func Weft_topology_weight_matrix(arg1 []float64, arg2 *uint64, arg3 Struct_SS_we
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_weight_matrix_cweft_b9469eb795fc86df(*(*C.swig_type_7)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_weight_matrix_cweft_6cb5596b1560e098(*(*C.swig_type_7)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -813,7 +814,7 @@ func Weft_topology_recv_weights(arg1 *float64, arg2 []RankWeight, arg3 *uint64, 
 	_swig_i_2 := arg3
 	_swig_i_3 := getSwigcptr(arg4)
 	_swig_i_4 := arg5
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_recv_weights_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), *(*C.swig_type_8)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2), C.uintptr_t(_swig_i_3), C.swig_intgo(_swig_i_4)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_recv_weights_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), *(*C.swig_type_8)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2), C.uintptr_t(_swig_i_3), C.swig_intgo(_swig_i_4)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -827,7 +828,7 @@ func Weft_topology_send_weights(arg1 *float64, arg2 []RankWeight, arg3 *uint64, 
 	_swig_i_2 := arg3
 	_swig_i_3 := getSwigcptr(arg4)
 	_swig_i_4 := arg5
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_send_weights_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), *(*C.swig_type_9)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2), C.uintptr_t(_swig_i_3), C.swig_intgo(_swig_i_4)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_send_weights_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), *(*C.swig_type_9)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2), C.uintptr_t(_swig_i_3), C.swig_intgo(_swig_i_4)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -838,7 +839,7 @@ func Weft_topology_is_regular(arg1 *int32, arg2 Struct_SS_weft_topology) (_swig_
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_is_regular_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_is_regular_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	return swig_r
 }
 
@@ -847,7 +848,7 @@ func Weft_topology_is_equivalent(arg1 *int32, arg2 Struct_SS_weft_topology, arg3
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_is_equivalent_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_topology_is_equivalent_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	return swig_r
 }
 
@@ -856,7 +857,7 @@ func Weft_schedule_one_peer(arg1 *SwigcptrStruct_SS_weft_schedule, arg2 Struct_S
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := arg3
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_schedule_one_peer_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_schedule_one_peer_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2)))
 	return swig_r
 }
 
@@ -865,7 +866,7 @@ func Weft_schedule_machine_exponential_two(arg1 *SwigcptrStruct_SS_weft_schedule
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_schedule_machine_exponential_two_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_schedule_machine_exponential_two_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2)))
 	return swig_r
 }
 
@@ -875,7 +876,7 @@ func Weft_schedule_inner_outer_ring(arg1 *SwigcptrStruct_SS_weft_schedule, arg2 
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_schedule_inner_outer_ring_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_schedule_inner_outer_ring_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3)))
 	return swig_r
 }
 
@@ -885,19 +886,19 @@ func Weft_schedule_inner_outer_exponential_two(arg1 *SwigcptrStruct_SS_weft_sche
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_schedule_inner_outer_exponential_two_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_schedule_inner_outer_exponential_two_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3)))
 	return swig_r
 }
 
 func Weft_schedule_destroy(arg1 Struct_SS_weft_schedule) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_weft_schedule_destroy_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0))
+	C._wrap_weft_schedule_destroy_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0))
 }
 
 func Weft_schedule_next(arg1 Struct_SS_weft_schedule) (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := getSwigcptr(arg1)
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_schedule_next_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_schedule_next_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
@@ -906,7 +907,7 @@ func Weft_schedule_send_ranks(arg1 []int32, arg2 *uint64, arg3 Struct_SS_weft_sc
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_schedule_send_ranks_cweft_b9469eb795fc86df(*(*C.swig_type_10)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_schedule_send_ranks_cweft_6cb5596b1560e098(*(*C.swig_type_10)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -918,7 +919,7 @@ func Weft_schedule_recv_ranks(arg1 []int32, arg2 *uint64, arg3 Struct_SS_weft_sc
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_schedule_recv_ranks_cweft_b9469eb795fc86df(*(*C.swig_type_11)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_schedule_recv_ranks_cweft_6cb5596b1560e098(*(*C.swig_type_11)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -929,20 +930,20 @@ func Weft_comm_set_topology(arg1 Struct_SS_weft_topology, arg2 int) (_swig_ret E
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_set_topology_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_set_topology_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
 	return swig_r
 }
 
 func Weft_comm_load_topology(arg1 *SwigcptrStruct_SS_weft_topology) (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_load_topology_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_load_topology_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0)))
 	return swig_r
 }
 
 func Weft_comm_is_topo_weighted() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_weft_comm_is_topo_weighted_cweft_b9469eb795fc86df())
+	swig_r = (int)(C._wrap_weft_comm_is_topo_weighted_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -950,7 +951,7 @@ func Weft_comm_in_neighbor_ranks(arg1 []int32, arg2 *uint64) (_swig_ret Enum_SS_
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_in_neighbor_ranks_cweft_b9469eb795fc86df(*(*C.swig_type_12)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_in_neighbor_ranks_cweft_6cb5596b1560e098(*(*C.swig_type_12)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -961,7 +962,7 @@ func Weft_comm_out_neighbor_ranks(arg1 []int32, arg2 *uint64) (_swig_ret Enum_SS
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_out_neighbor_ranks_cweft_b9469eb795fc86df(*(*C.swig_type_13)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_out_neighbor_ranks_cweft_6cb5596b1560e098(*(*C.swig_type_13)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -972,14 +973,14 @@ func Weft_comm_set_machine_topology(arg1 Struct_SS_weft_topology, arg2 int) (_sw
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_set_machine_topology_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_set_machine_topology_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
 	return swig_r
 }
 
 func Weft_comm_load_machine_topology(arg1 *SwigcptrStruct_SS_weft_topology) (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_load_machine_topology_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_load_machine_topology_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0)))
 	return swig_r
 }
 
@@ -987,14 +988,14 @@ func Weft_request_poll(arg1 *int32, arg2 Struct_SS_weft_request) (_swig_ret Enum
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_request_poll_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_request_poll_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	return swig_r
 }
 
 func Weft_request_wait(arg1 Struct_SS_weft_request) (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := getSwigcptr(arg1)
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_request_wait_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_request_wait_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
@@ -1002,20 +1003,20 @@ func Weft_request_take_output(arg1 *SwigcptrStruct_SS_DLManagedTensor, arg2 Stru
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_request_take_output_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_request_take_output_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	return swig_r
 }
 
 func Weft_request_free(arg1 Struct_SS_weft_request) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_weft_request_free_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0))
+	C._wrap_weft_request_free_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0))
 }
 
 func Weft_tensor_empty_like(arg1 *SwigcptrStruct_SS_DLManagedTensor, arg2 DLTensor) (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_tensor_empty_like_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_tensor_empty_like_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	return swig_r
 }
 
@@ -1025,7 +1026,7 @@ func Weft_neighbor_allreduce_options_init(arg1 Struct_SS_weft_neighbor_allreduce
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_neighbor_allreduce_options_init_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_neighbor_allreduce_options_init_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
 	return swig_r
 }
 
@@ -1035,7 +1036,7 @@ func Weft_neighbor_allgather_options_init(arg1 Struct_SS_weft_neighbor_allgather
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_neighbor_allgather_options_init_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_neighbor_allgather_options_init_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
 	return swig_r
 }
 
@@ -1045,7 +1046,7 @@ func Weft_hierarchical_options_init(arg1 Struct_SS_weft_hierarchical_options, ar
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_hierarchical_options_init_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_hierarchical_options_init_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
 	return swig_r
 }
 
@@ -1054,7 +1055,7 @@ func Weft_comm_recv_any(arg1 *SwigcptrStruct_SS_DLManagedTensor, arg2 int, arg3 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_recv_any_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), *(*C.swig_type_14)(unsafe.Pointer(&_swig_i_2))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_recv_any_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), *(*C.swig_type_14)(unsafe.Pointer(&_swig_i_2))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg3
 	}
@@ -1066,7 +1067,7 @@ func Weft_comm_recv_any_nonblocking(arg1 *SwigcptrStruct_SS_weft_request, arg2 i
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_recv_any_nonblocking_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), *(*C.swig_type_15)(unsafe.Pointer(&_swig_i_2))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_recv_any_nonblocking_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), *(*C.swig_type_15)(unsafe.Pointer(&_swig_i_2))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg3
 	}
@@ -1075,14 +1076,14 @@ func Weft_comm_recv_any_nonblocking(arg1 *SwigcptrStruct_SS_weft_request, arg2 i
 
 func Weft_comm_barrier() (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_barrier_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_barrier_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
 func Weft_comm_barrier_nonblocking(arg1 *SwigcptrStruct_SS_weft_request) (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_barrier_nonblocking_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_barrier_nonblocking_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0)))
 	return swig_r
 }
 
@@ -1090,7 +1091,7 @@ type Enum_SS_weft_op int
 
 func _swig_getWEFT_OP_ALLREDUCE() (_swig_ret Enum_SS_weft_op) {
 	var swig_r Enum_SS_weft_op
-	swig_r = (Enum_SS_weft_op)(C._wrap_WEFT_OP_ALLREDUCE_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_op)(C._wrap_WEFT_OP_ALLREDUCE_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1098,7 +1099,7 @@ var WEFT_OP_ALLREDUCE Enum_SS_weft_op = _swig_getWEFT_OP_ALLREDUCE()
 
 func _swig_getWEFT_OP_BROADCAST() (_swig_ret Enum_SS_weft_op) {
 	var swig_r Enum_SS_weft_op
-	swig_r = (Enum_SS_weft_op)(C._wrap_WEFT_OP_BROADCAST_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_op)(C._wrap_WEFT_OP_BROADCAST_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1106,7 +1107,7 @@ var WEFT_OP_BROADCAST Enum_SS_weft_op = _swig_getWEFT_OP_BROADCAST()
 
 func _swig_getWEFT_OP_ALLGATHER() (_swig_ret Enum_SS_weft_op) {
 	var swig_r Enum_SS_weft_op
-	swig_r = (Enum_SS_weft_op)(C._wrap_WEFT_OP_ALLGATHER_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_op)(C._wrap_WEFT_OP_ALLGATHER_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1114,7 +1115,7 @@ var WEFT_OP_ALLGATHER Enum_SS_weft_op = _swig_getWEFT_OP_ALLGATHER()
 
 func _swig_getWEFT_OP_NEIGHBOR_ALLGATHER() (_swig_ret Enum_SS_weft_op) {
 	var swig_r Enum_SS_weft_op
-	swig_r = (Enum_SS_weft_op)(C._wrap_WEFT_OP_NEIGHBOR_ALLGATHER_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_op)(C._wrap_WEFT_OP_NEIGHBOR_ALLGATHER_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1122,7 +1123,7 @@ var WEFT_OP_NEIGHBOR_ALLGATHER Enum_SS_weft_op = _swig_getWEFT_OP_NEIGHBOR_ALLGA
 
 func _swig_getWEFT_OP_NEIGHBOR_ALLREDUCE() (_swig_ret Enum_SS_weft_op) {
 	var swig_r Enum_SS_weft_op
-	swig_r = (Enum_SS_weft_op)(C._wrap_WEFT_OP_NEIGHBOR_ALLREDUCE_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_op)(C._wrap_WEFT_OP_NEIGHBOR_ALLREDUCE_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1130,7 +1131,7 @@ var WEFT_OP_NEIGHBOR_ALLREDUCE Enum_SS_weft_op = _swig_getWEFT_OP_NEIGHBOR_ALLRE
 
 func _swig_getWEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE() (_swig_ret Enum_SS_weft_op) {
 	var swig_r Enum_SS_weft_op
-	swig_r = (Enum_SS_weft_op)(C._wrap_WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_op)(C._wrap_WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1138,7 +1139,7 @@ var WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE Enum_SS_weft_op = _swig_getWEFT_OP_H
 
 func _swig_getWEFT_OP_PAIR_GOSSIP() (_swig_ret Enum_SS_weft_op) {
 	var swig_r Enum_SS_weft_op
-	swig_r = (Enum_SS_weft_op)(C._wrap_WEFT_OP_PAIR_GOSSIP_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_op)(C._wrap_WEFT_OP_PAIR_GOSSIP_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1146,7 +1147,7 @@ var WEFT_OP_PAIR_GOSSIP Enum_SS_weft_op = _swig_getWEFT_OP_PAIR_GOSSIP()
 
 func _swig_getWEFT_OP_SEND() (_swig_ret Enum_SS_weft_op) {
 	var swig_r Enum_SS_weft_op
-	swig_r = (Enum_SS_weft_op)(C._wrap_WEFT_OP_SEND_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_op)(C._wrap_WEFT_OP_SEND_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1154,7 +1155,7 @@ var WEFT_OP_SEND Enum_SS_weft_op = _swig_getWEFT_OP_SEND()
 
 func _swig_getWEFT_OP_RECV() (_swig_ret Enum_SS_weft_op) {
 	var swig_r Enum_SS_weft_op
-	swig_r = (Enum_SS_weft_op)(C._wrap_WEFT_OP_RECV_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_op)(C._wrap_WEFT_OP_RECV_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1162,7 +1163,7 @@ var WEFT_OP_RECV Enum_SS_weft_op = _swig_getWEFT_OP_RECV()
 
 func _swig_getWEFT_OP_WIN_CREATE() (_swig_ret Enum_SS_weft_op) {
 	var swig_r Enum_SS_weft_op
-	swig_r = (Enum_SS_weft_op)(C._wrap_WEFT_OP_WIN_CREATE_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_op)(C._wrap_WEFT_OP_WIN_CREATE_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1176,7 +1177,7 @@ func Weft_comm_refuse(arg1 Enum_SS_weft_op, arg2 string, arg3 []int32, arg4 int,
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_refuse_cweft_b9469eb795fc86df(C.swig_intgo(_swig_i_0), *(*C.swig_type_16)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_17)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_18)(unsafe.Pointer(&_swig_i_5))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_refuse_cweft_6cb5596b1560e098(C.swig_intgo(_swig_i_0), *(*C.swig_type_16)(unsafe.Pointer(&_swig_i_1)), *(*C.swig_type_17)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_18)(unsafe.Pointer(&_swig_i_5))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1195,7 +1196,7 @@ func Weft_win_put_options_init(arg1 Struct_SS_weft_win_put_options, arg2 uint) (
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_win_put_options_init_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_win_put_options_init_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
 	return swig_r
 }
 
@@ -1205,7 +1206,7 @@ func Weft_win_get_options_init(arg1 Struct_SS_weft_win_get_options, arg2 uint) (
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_win_get_options_init_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_win_get_options_init_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
 	return swig_r
 }
 
@@ -1215,7 +1216,7 @@ func Weft_win_update_options_init(arg1 Struct_SS_weft_win_update_options, arg2 u
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_win_update_options_init_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_win_update_options_init_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
 	return swig_r
 }
 
@@ -1233,33 +1234,33 @@ func (p SwigcptrWeft_win_create_options) SwigIsWeft_win_create_options() {
 func (arg1 SwigcptrWeft_win_create_options) SetVersion(arg2 uint) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_weft_win_create_options_version_set_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_weft_win_create_options_version_set_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrWeft_win_create_options) GetVersion() (_swig_ret uint) {
 	var swig_r uint
 	_swig_i_0 := arg1
-	swig_r = (uint)(C._wrap_weft_win_create_options_version_get_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0)))
+	swig_r = (uint)(C._wrap_weft_win_create_options_version_get_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrWeft_win_create_options) SetZero_init(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_weft_win_create_options_zero_init_set_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_weft_win_create_options_zero_init_set_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrWeft_win_create_options) GetZero_init() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_weft_win_create_options_zero_init_get_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_weft_win_create_options_zero_init_get_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrWeft_win_create_options) SetTransport(arg2 string) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_weft_win_create_options_transport_set_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0), *(*C.swig_type_19)(unsafe.Pointer(&_swig_i_1)))
+	C._wrap_weft_win_create_options_transport_set_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0), *(*C.swig_type_19)(unsafe.Pointer(&_swig_i_1)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1268,7 +1269,7 @@ func (arg1 SwigcptrWeft_win_create_options) SetTransport(arg2 string) {
 func (arg1 SwigcptrWeft_win_create_options) GetTransport() (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_weft_win_create_options_transport_get_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_weft_win_create_options_transport_get_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -1277,13 +1278,13 @@ func (arg1 SwigcptrWeft_win_create_options) GetTransport() (_swig_ret string) {
 
 func NewWeft_win_create_options() (_swig_ret Weft_win_create_options) {
 	var swig_r Weft_win_create_options
-	swig_r = (Weft_win_create_options)(SwigcptrWeft_win_create_options(C._wrap_new_weft_win_create_options_cweft_b9469eb795fc86df()))
+	swig_r = (Weft_win_create_options)(SwigcptrWeft_win_create_options(C._wrap_new_weft_win_create_options_cweft_6cb5596b1560e098()))
 	return swig_r
 }
 
 func DeleteWeft_win_create_options(arg1 Weft_win_create_options) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_delete_weft_win_create_options_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0))
+	C._wrap_delete_weft_win_create_options_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0))
 }
 
 type Weft_win_create_options interface {
@@ -1301,14 +1302,14 @@ func Weft_win_create_options_init(arg1 Weft_win_create_options, arg2 uint) (_swi
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_win_create_options_init_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_win_create_options_init_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
 	return swig_r
 }
 
 func Weft_win_free(arg1 string) (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_win_free_cweft_b9469eb795fc86df(*(*C.swig_type_21)(unsafe.Pointer(&_swig_i_0))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_win_free_cweft_6cb5596b1560e098(*(*C.swig_type_21)(unsafe.Pointer(&_swig_i_0))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1319,7 +1320,7 @@ func Weft_win_update_then_collect(arg1 string, arg2 int) (_swig_ret Enum_SS_weft
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_win_update_then_collect_cweft_b9469eb795fc86df(*(*C.swig_type_22)(unsafe.Pointer(&_swig_i_0)), C.swig_intgo(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_win_update_then_collect_cweft_6cb5596b1560e098(*(*C.swig_type_22)(unsafe.Pointer(&_swig_i_0)), C.swig_intgo(_swig_i_1)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1331,7 +1332,7 @@ func Weft_win_version(arg1 []RankVersion, arg2 *uint64, arg3 string) (_swig_ret 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_win_version_cweft_b9469eb795fc86df(*(*C.swig_type_23)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), *(*C.swig_type_24)(unsafe.Pointer(&_swig_i_2))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_win_version_cweft_6cb5596b1560e098(*(*C.swig_type_23)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), *(*C.swig_type_24)(unsafe.Pointer(&_swig_i_2))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1345,7 +1346,7 @@ func Weft_win_associated_p(arg1 *float64, arg2 string) (_swig_ret Enum_SS_weft_s
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_win_associated_p_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), *(*C.swig_type_25)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_win_associated_p_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), *(*C.swig_type_25)(unsafe.Pointer(&_swig_i_1))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1354,12 +1355,12 @@ func Weft_win_associated_p(arg1 *float64, arg2 string) (_swig_ret Enum_SS_weft_s
 
 func Weft_win_set_associated_p_ops(arg1 int) {
 	_swig_i_0 := arg1
-	C._wrap_weft_win_set_associated_p_ops_cweft_b9469eb795fc86df(C.swig_intgo(_swig_i_0))
+	C._wrap_weft_win_set_associated_p_ops_cweft_6cb5596b1560e098(C.swig_intgo(_swig_i_0))
 }
 
 func Weft_win_associated_p_ops() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_weft_win_associated_p_ops_cweft_b9469eb795fc86df())
+	swig_r = (int)(C._wrap_weft_win_associated_p_ops_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1367,7 +1368,7 @@ func Weft_win_mutex_acquire(arg1 string, arg2 []int32) (_swig_ret Enum_SS_weft_s
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_win_mutex_acquire_cweft_b9469eb795fc86df(*(*C.swig_type_26)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_27)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_win_mutex_acquire_cweft_6cb5596b1560e098(*(*C.swig_type_26)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_27)(unsafe.Pointer(&_swig_i_1))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1381,7 +1382,7 @@ func Weft_win_mutex_release(arg1 string, arg2 []int32) (_swig_ret Enum_SS_weft_s
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_win_mutex_release_cweft_b9469eb795fc86df(*(*C.swig_type_28)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_29)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_win_mutex_release_cweft_6cb5596b1560e098(*(*C.swig_type_28)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_29)(unsafe.Pointer(&_swig_i_1))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1395,7 +1396,7 @@ type Enum_SS_weft_count_kind int
 
 func _swig_getWEFT_COUNT_FORWARD() (_swig_ret Enum_SS_weft_count_kind) {
 	var swig_r Enum_SS_weft_count_kind
-	swig_r = (Enum_SS_weft_count_kind)(C._wrap_WEFT_COUNT_FORWARD_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_count_kind)(C._wrap_WEFT_COUNT_FORWARD_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1403,7 +1404,7 @@ var WEFT_COUNT_FORWARD Enum_SS_weft_count_kind = _swig_getWEFT_COUNT_FORWARD()
 
 func _swig_getWEFT_COUNT_BACKWARD() (_swig_ret Enum_SS_weft_count_kind) {
 	var swig_r Enum_SS_weft_count_kind
-	swig_r = (Enum_SS_weft_count_kind)(C._wrap_WEFT_COUNT_BACKWARD_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_count_kind)(C._wrap_WEFT_COUNT_BACKWARD_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1413,7 +1414,7 @@ type Enum_SS_weft_computation_event int
 
 func _swig_getWEFT_COMPUTATION_IGNORED() (_swig_ret Enum_SS_weft_computation_event) {
 	var swig_r Enum_SS_weft_computation_event
-	swig_r = (Enum_SS_weft_computation_event)(C._wrap_WEFT_COMPUTATION_IGNORED_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_computation_event)(C._wrap_WEFT_COMPUTATION_IGNORED_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1421,7 +1422,7 @@ var WEFT_COMPUTATION_IGNORED Enum_SS_weft_computation_event = _swig_getWEFT_COMP
 
 func _swig_getWEFT_COMPUTATION_COUNTED() (_swig_ret Enum_SS_weft_computation_event) {
 	var swig_r Enum_SS_weft_computation_event
-	swig_r = (Enum_SS_weft_computation_event)(C._wrap_WEFT_COMPUTATION_COUNTED_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_computation_event)(C._wrap_WEFT_COMPUTATION_COUNTED_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1429,7 +1430,7 @@ var WEFT_COMPUTATION_COUNTED Enum_SS_weft_computation_event = _swig_getWEFT_COMP
 
 func _swig_getWEFT_COMPUTATION_COMMUNICATE() (_swig_ret Enum_SS_weft_computation_event) {
 	var swig_r Enum_SS_weft_computation_event
-	swig_r = (Enum_SS_weft_computation_event)(C._wrap_WEFT_COMPUTATION_COMMUNICATE_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_computation_event)(C._wrap_WEFT_COMPUTATION_COMMUNICATE_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1437,7 +1438,7 @@ var WEFT_COMPUTATION_COMMUNICATE Enum_SS_weft_computation_event = _swig_getWEFT_
 
 func _swig_getWEFT_COMPUTATION_MISUSE() (_swig_ret Enum_SS_weft_computation_event) {
 	var swig_r Enum_SS_weft_computation_event
-	swig_r = (Enum_SS_weft_computation_event)(C._wrap_WEFT_COMPUTATION_MISUSE_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_computation_event)(C._wrap_WEFT_COMPUTATION_MISUSE_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1449,13 +1450,13 @@ func Weft_step_counter_create(arg1 *SwigcptrStruct_SS_weft_step_counter, arg2 in
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_step_counter_create_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_type_30(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_step_counter_create_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_type_30(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3)))
 	return swig_r
 }
 
 func Weft_step_counter_destroy(arg1 Struct_SS_weft_step_counter) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_weft_step_counter_destroy_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0))
+	C._wrap_weft_step_counter_destroy_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0))
 }
 
 func Weft_step_counter_computation(arg1 *int32, arg2 Struct_SS_weft_step_counter, arg3 int, arg4 int) (_swig_ret Enum_SS_weft_status) {
@@ -1464,7 +1465,7 @@ func Weft_step_counter_computation(arg1 *int32, arg2 Struct_SS_weft_step_counter
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_step_counter_computation_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_step_counter_computation_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3)))
 	return swig_r
 }
 
@@ -1472,7 +1473,7 @@ func Weft_step_counter_step(arg1 *int32, arg2 Struct_SS_weft_step_counter) (_swi
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_step_counter_step_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_step_counter_step_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	return swig_r
 }
 
@@ -1480,7 +1481,7 @@ func Weft_step_counter_set_steps_per_communication(arg1 Struct_SS_weft_step_coun
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_step_counter_set_steps_per_communication_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0), C.swig_type_31(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_step_counter_set_steps_per_communication_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0), C.swig_type_31(_swig_i_1)))
 	return swig_r
 }
 
@@ -1488,7 +1489,7 @@ func Weft_step_counter_steps_per_communication(arg1 *int64, arg2 Struct_SS_weft_
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_step_counter_steps_per_communication_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_step_counter_steps_per_communication_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	return swig_r
 }
 
@@ -1497,7 +1498,7 @@ func Weft_step_counter_countdown(arg1 *int64, arg2 Struct_SS_weft_step_counter, 
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := arg3
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_step_counter_countdown_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_step_counter_countdown_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2)))
 	return swig_r
 }
 
@@ -1506,14 +1507,14 @@ func Weft_step_counter_computations(arg1 *int64, arg2 *int64, arg3 Struct_SS_wef
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_step_counter_computations_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_step_counter_computations_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	return swig_r
 }
 
 func Weft_step_counter_misuse_warning(arg1 Struct_SS_weft_step_counter) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := getSwigcptr(arg1)
-	swig_r_p := C._wrap_weft_step_counter_misuse_warning_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_weft_step_counter_misuse_warning_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -1526,7 +1527,7 @@ func Weft_pipe_freeze_bound(arg1 *int32, arg2 int, arg3 float64, arg4 int) (_swi
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_freeze_bound_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.double(_swig_i_2), C.swig_intgo(_swig_i_3)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_freeze_bound_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.double(_swig_i_2), C.swig_intgo(_swig_i_3)))
 	return swig_r
 }
 
@@ -1536,7 +1537,7 @@ func Weft_pipe_freeze_options_init(arg1 *PipeFreezeOptions, arg2 uint) (_swig_re
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_freeze_options_init_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_freeze_options_init_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1)))
 	return swig_r
 }
 
@@ -1548,7 +1549,7 @@ func Weft_pipe_next_frozen(arg1 *int32, arg2 int, arg3 int, arg4 int, arg5 []flo
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_next_frozen_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3), *(*C.swig_type_33)(unsafe.Pointer(&_swig_i_4)), C.swig_voidp(_swig_i_5)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_next_frozen_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3), *(*C.swig_type_33)(unsafe.Pointer(&_swig_i_4)), C.swig_voidp(_swig_i_5)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg5
 	}
@@ -1559,7 +1560,7 @@ type Enum_SS_weft_pipe_strategy int
 
 func _swig_getWEFT_PIPE_STRATEGY_OPTIMAL() (_swig_ret Enum_SS_weft_pipe_strategy) {
 	var swig_r Enum_SS_weft_pipe_strategy
-	swig_r = (Enum_SS_weft_pipe_strategy)(C._wrap_WEFT_PIPE_STRATEGY_OPTIMAL_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_pipe_strategy)(C._wrap_WEFT_PIPE_STRATEGY_OPTIMAL_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1567,7 +1568,7 @@ var WEFT_PIPE_STRATEGY_OPTIMAL Enum_SS_weft_pipe_strategy = _swig_getWEFT_PIPE_S
 
 func _swig_getWEFT_PIPE_STRATEGY_GREEDY() (_swig_ret Enum_SS_weft_pipe_strategy) {
 	var swig_r Enum_SS_weft_pipe_strategy
-	swig_r = (Enum_SS_weft_pipe_strategy)(C._wrap_WEFT_PIPE_STRATEGY_GREEDY_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_pipe_strategy)(C._wrap_WEFT_PIPE_STRATEGY_GREEDY_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1575,7 +1576,7 @@ var WEFT_PIPE_STRATEGY_GREEDY Enum_SS_weft_pipe_strategy = _swig_getWEFT_PIPE_ST
 
 func _swig_getWEFT_PIPE_STRATEGY_EVEN() (_swig_ret Enum_SS_weft_pipe_strategy) {
 	var swig_r Enum_SS_weft_pipe_strategy
-	swig_r = (Enum_SS_weft_pipe_strategy)(C._wrap_WEFT_PIPE_STRATEGY_EVEN_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_pipe_strategy)(C._wrap_WEFT_PIPE_STRATEGY_EVEN_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1588,7 +1589,7 @@ func Weft_pipe_parameter_costs(arg1 []float64, arg2 *uint64, arg3 []float64, arg
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_parameter_costs_cweft_b9469eb795fc86df(*(*C.swig_type_34)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), *(*C.swig_type_35)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), C.double(_swig_i_4)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_parameter_costs_cweft_6cb5596b1560e098(*(*C.swig_type_34)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), *(*C.swig_type_35)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3), C.double(_swig_i_4)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1606,7 +1607,7 @@ func Weft_pipe_partition(arg1 []int32, arg2 *uint64, arg3 *float64, arg4 []float
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_partition_cweft_b9469eb795fc86df(*(*C.swig_type_36)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_partition_cweft_6cb5596b1560e098(*(*C.swig_type_36)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1622,7 +1623,7 @@ func Weft_pipe_plan_options_init(arg1 *PipePlanOptions, arg2 uint) (_swig_ret En
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_plan_options_init_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_plan_options_init_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1)))
 	return swig_r
 }
 
@@ -1633,7 +1634,7 @@ func Weft_pipe_plan_create(arg1 *SwigcptrStruct_SS_weft_pipe_plan, arg2 []float6
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := getSwigcptr(arg5)
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_plan_create_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), *(*C.swig_type_38)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3), C.uintptr_t(_swig_i_4)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_plan_create_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), *(*C.swig_type_38)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), C.swig_voidp(_swig_i_3), C.uintptr_t(_swig_i_4)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1642,14 +1643,16 @@ func Weft_pipe_plan_create(arg1 *SwigcptrStruct_SS_weft_pipe_plan, arg2 []float6
 
 func Weft_pipe_plan_destroy(arg1 Struct_SS_weft_pipe_plan) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_weft_pipe_plan_destroy_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0))
+	C._wrap_weft_pipe_plan_destroy_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0))
 }
+
+const WEFT_PIPE_PLAN_INFO_VERSION int = 1
 
 func Weft_pipe_plan_get_info(arg1 *PipePlanInfo, arg2 Struct_SS_weft_pipe_plan) (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_plan_get_info_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_plan_get_info_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	return swig_r
 }
 
@@ -1658,7 +1661,7 @@ func Weft_pipe_plan_boundaries(arg1 []int32, arg2 *uint64, arg3 Struct_SS_weft_p
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_plan_boundaries_cweft_b9469eb795fc86df(*(*C.swig_type_39)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_plan_boundaries_cweft_6cb5596b1560e098(*(*C.swig_type_39)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1670,7 +1673,7 @@ func Weft_pipe_plan_stage_costs(arg1 []float64, arg2 *uint64, arg3 Struct_SS_wef
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_plan_stage_costs_cweft_b9469eb795fc86df(*(*C.swig_type_40)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_plan_stage_costs_cweft_6cb5596b1560e098(*(*C.swig_type_40)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1682,7 +1685,7 @@ func Weft_pipe_plan_newly_active(arg1 []int32, arg2 *uint64, arg3 Struct_SS_weft
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_plan_newly_active_cweft_b9469eb795fc86df(*(*C.swig_type_41)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_plan_newly_active_cweft_6cb5596b1560e098(*(*C.swig_type_41)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1695,7 +1698,7 @@ func Weft_pipe_plan_role(arg1 *int32, arg2 *int32, arg3 Struct_SS_weft_pipe_plan
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := arg4
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_plan_role_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_plan_role_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3)))
 	return swig_r
 }
 
@@ -1703,7 +1706,7 @@ type Enum_SS_weft_pipe_schedule_kind int
 
 func _swig_getWEFT_PIPE_SCHEDULE_GPIPE() (_swig_ret Enum_SS_weft_pipe_schedule_kind) {
 	var swig_r Enum_SS_weft_pipe_schedule_kind
-	swig_r = (Enum_SS_weft_pipe_schedule_kind)(C._wrap_WEFT_PIPE_SCHEDULE_GPIPE_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_pipe_schedule_kind)(C._wrap_WEFT_PIPE_SCHEDULE_GPIPE_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1711,7 +1714,7 @@ var WEFT_PIPE_SCHEDULE_GPIPE Enum_SS_weft_pipe_schedule_kind = _swig_getWEFT_PIP
 
 func _swig_getWEFT_PIPE_SCHEDULE_1F1B() (_swig_ret Enum_SS_weft_pipe_schedule_kind) {
 	var swig_r Enum_SS_weft_pipe_schedule_kind
-	swig_r = (Enum_SS_weft_pipe_schedule_kind)(C._wrap_WEFT_PIPE_SCHEDULE_1F1B_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_pipe_schedule_kind)(C._wrap_WEFT_PIPE_SCHEDULE_1F1B_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1724,7 +1727,7 @@ func Weft_pipe_schedule_bubble(arg1 *float64, arg2 *int32, arg3 Enum_SS_weft_pip
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_schedule_bubble_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_pipe_schedule_bubble_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4)))
 	return swig_r
 }
 
@@ -1732,7 +1735,7 @@ func Weft_config_set(arg1 string, arg2 string) (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_config_set_cweft_b9469eb795fc86df(*(*C.swig_type_42)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_43)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_config_set_cweft_6cb5596b1560e098(*(*C.swig_type_42)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_43)(unsafe.Pointer(&_swig_i_1))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1745,7 +1748,7 @@ func Weft_config_set(arg1 string, arg2 string) (_swig_ret Enum_SS_weft_status) {
 func Weft_config_unset(arg1 string) (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_config_unset_cweft_b9469eb795fc86df(*(*C.swig_type_44)(unsafe.Pointer(&_swig_i_0))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_config_unset_cweft_6cb5596b1560e098(*(*C.swig_type_44)(unsafe.Pointer(&_swig_i_0))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1757,7 +1760,7 @@ func Weft_config_get(arg1 *string, arg2 string) (_swig_ret Enum_SS_weft_status) 
 	var _swig_i_0 *unsafe.Pointer
 	_swig_i_0 = new(unsafe.Pointer)
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_config_get_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), *(*C.swig_type_45)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_config_get_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), *(*C.swig_type_45)(unsafe.Pointer(&_swig_i_1))))
 
 	if *_swig_i_0 != nil {
 		*arg1 = C.GoString((*C.char)(*_swig_i_0))
@@ -1771,7 +1774,7 @@ func Weft_config_get(arg1 *string, arg2 string) (_swig_ret Enum_SS_weft_status) 
 
 func Weft_config_describe() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_weft_config_describe_cweft_b9469eb795fc86df()
+	swig_r_p := C._wrap_weft_config_describe_cweft_6cb5596b1560e098()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -1781,7 +1784,7 @@ func Weft_config_describe() (_swig_ret string) {
 func Weft_timeline_start(arg1 string) (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_timeline_start_cweft_b9469eb795fc86df(*(*C.swig_type_47)(unsafe.Pointer(&_swig_i_0))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_timeline_start_cweft_6cb5596b1560e098(*(*C.swig_type_47)(unsafe.Pointer(&_swig_i_0))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1790,7 +1793,7 @@ func Weft_timeline_start(arg1 string) (_swig_ret Enum_SS_weft_status) {
 
 func Weft_timeline_stop() (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_timeline_stop_cweft_b9469eb795fc86df())
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_timeline_stop_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1798,7 +1801,7 @@ func Weft_timeline_start_activity(arg1 string, arg2 string) (_swig_ret Enum_SS_w
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_timeline_start_activity_cweft_b9469eb795fc86df(*(*C.swig_type_48)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_timeline_start_activity_cweft_6cb5596b1560e098(*(*C.swig_type_48)(unsafe.Pointer(&_swig_i_0)), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_1))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1811,7 +1814,7 @@ func Weft_timeline_start_activity(arg1 string, arg2 string) (_swig_ret Enum_SS_w
 func Weft_timeline_end_activity(arg1 string) (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
-	swig_r = (Enum_SS_weft_status)(C._wrap_weft_timeline_end_activity_cweft_b9469eb795fc86df(*(*C.swig_type_50)(unsafe.Pointer(&_swig_i_0))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_timeline_end_activity_cweft_6cb5596b1560e098(*(*C.swig_type_50)(unsafe.Pointer(&_swig_i_0))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1820,7 +1823,7 @@ func Weft_timeline_end_activity(arg1 string) (_swig_ret Enum_SS_weft_status) {
 
 func Weft_timeline_active() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_weft_timeline_active_cweft_b9469eb795fc86df())
+	swig_r = (int)(C._wrap_weft_timeline_active_cweft_6cb5596b1560e098())
 	return swig_r
 }
 
@@ -1835,7 +1838,7 @@ func Weftgo_allreduce(arg1 *SwigcptrStruct_SS_weft_request, arg2 unsafe.Pointer,
 	_swig_i_6 := arg7
 	_swig_i_7 := arg8
 	_swig_i_8 := arg9
-	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_allreduce_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_51)(unsafe.Pointer(&_swig_i_5)), C.swig_intgo(_swig_i_6), *(*C.swig_type_52)(unsafe.Pointer(&_swig_i_7)), *(*C.swig_type_53)(unsafe.Pointer(&_swig_i_8))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_allreduce_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_51)(unsafe.Pointer(&_swig_i_5)), C.swig_intgo(_swig_i_6), *(*C.swig_type_52)(unsafe.Pointer(&_swig_i_7)), *(*C.swig_type_53)(unsafe.Pointer(&_swig_i_8))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg6
 	}
@@ -1859,7 +1862,7 @@ func Weftgo_broadcast(arg1 *SwigcptrStruct_SS_weft_request, arg2 unsafe.Pointer,
 	_swig_i_6 := arg7
 	_swig_i_7 := arg8
 	_swig_i_8 := arg9
-	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_broadcast_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_54)(unsafe.Pointer(&_swig_i_5)), C.swig_intgo(_swig_i_6), *(*C.swig_type_55)(unsafe.Pointer(&_swig_i_7)), *(*C.swig_type_56)(unsafe.Pointer(&_swig_i_8))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_broadcast_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_54)(unsafe.Pointer(&_swig_i_5)), C.swig_intgo(_swig_i_6), *(*C.swig_type_55)(unsafe.Pointer(&_swig_i_7)), *(*C.swig_type_56)(unsafe.Pointer(&_swig_i_8))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg6
 	}
@@ -1881,7 +1884,7 @@ func Weftgo_send(arg1 *SwigcptrStruct_SS_weft_request, arg2 unsafe.Pointer, arg3
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_send_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3), *(*C.swig_type_57)(unsafe.Pointer(&_swig_i_4)), C.swig_intgo(_swig_i_5), *(*C.swig_type_58)(unsafe.Pointer(&_swig_i_6))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_send_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3), *(*C.swig_type_57)(unsafe.Pointer(&_swig_i_4)), C.swig_intgo(_swig_i_5), *(*C.swig_type_58)(unsafe.Pointer(&_swig_i_6))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg5
 	}
@@ -1900,7 +1903,7 @@ func Weftgo_recv(arg1 *SwigcptrStruct_SS_weft_request, arg2 unsafe.Pointer, arg3
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_recv_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3), *(*C.swig_type_59)(unsafe.Pointer(&_swig_i_4)), C.swig_intgo(_swig_i_5), *(*C.swig_type_60)(unsafe.Pointer(&_swig_i_6))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_recv_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3), *(*C.swig_type_59)(unsafe.Pointer(&_swig_i_4)), C.swig_intgo(_swig_i_5), *(*C.swig_type_60)(unsafe.Pointer(&_swig_i_6))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg5
 	}
@@ -1919,7 +1922,7 @@ func Weftgo_allgather(arg1 *SwigcptrStruct_SS_weft_request, arg2 *SwigcptrStruct
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_allgather_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_61)(unsafe.Pointer(&_swig_i_5)), *(*C.swig_type_62)(unsafe.Pointer(&_swig_i_6))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_allgather_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_61)(unsafe.Pointer(&_swig_i_5)), *(*C.swig_type_62)(unsafe.Pointer(&_swig_i_6))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg6
 	}
@@ -1941,7 +1944,7 @@ func Weftgo_neighbor_allgather(arg1 *SwigcptrStruct_SS_weft_request, arg2 *Swigc
 	_swig_i_7 := arg8
 	_swig_i_8 := arg9
 	_swig_i_9 := arg10
-	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_neighbor_allgather_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_63)(unsafe.Pointer(&_swig_i_5)), C.swig_intgo(_swig_i_6), *(*C.swig_type_64)(unsafe.Pointer(&_swig_i_7)), *(*C.swig_type_65)(unsafe.Pointer(&_swig_i_8)), *(*C.swig_type_66)(unsafe.Pointer(&_swig_i_9))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_neighbor_allgather_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_63)(unsafe.Pointer(&_swig_i_5)), C.swig_intgo(_swig_i_6), *(*C.swig_type_64)(unsafe.Pointer(&_swig_i_7)), *(*C.swig_type_65)(unsafe.Pointer(&_swig_i_8)), *(*C.swig_type_66)(unsafe.Pointer(&_swig_i_9))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg6
 	}
@@ -1971,7 +1974,7 @@ func Weftgo_neighbor_allreduce(arg1 *SwigcptrStruct_SS_weft_request, arg2 unsafe
 	_swig_i_9 := arg10
 	_swig_i_10 := arg11
 	_swig_i_11 := arg12
-	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_neighbor_allreduce_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_67)(unsafe.Pointer(&_swig_i_5)), C.swig_intgo(_swig_i_6), C.double(_swig_i_7), *(*C.swig_type_68)(unsafe.Pointer(&_swig_i_8)), C.swig_intgo(_swig_i_9), *(*C.swig_type_69)(unsafe.Pointer(&_swig_i_10)), *(*C.swig_type_70)(unsafe.Pointer(&_swig_i_11))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_neighbor_allreduce_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_67)(unsafe.Pointer(&_swig_i_5)), C.swig_intgo(_swig_i_6), C.double(_swig_i_7), *(*C.swig_type_68)(unsafe.Pointer(&_swig_i_8)), C.swig_intgo(_swig_i_9), *(*C.swig_type_69)(unsafe.Pointer(&_swig_i_10)), *(*C.swig_type_70)(unsafe.Pointer(&_swig_i_11))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg6
 	}
@@ -2001,7 +2004,7 @@ func Weftgo_hierarchical_neighbor_allreduce(arg1 *SwigcptrStruct_SS_weft_request
 	_swig_i_9 := arg10
 	_swig_i_10 := arg11
 	_swig_i_11 := arg12
-	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_hierarchical_neighbor_allreduce_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_71)(unsafe.Pointer(&_swig_i_5)), C.swig_intgo(_swig_i_6), C.double(_swig_i_7), *(*C.swig_type_72)(unsafe.Pointer(&_swig_i_8)), C.swig_intgo(_swig_i_9), *(*C.swig_type_73)(unsafe.Pointer(&_swig_i_10)), *(*C.swig_type_74)(unsafe.Pointer(&_swig_i_11))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_hierarchical_neighbor_allreduce_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_71)(unsafe.Pointer(&_swig_i_5)), C.swig_intgo(_swig_i_6), C.double(_swig_i_7), *(*C.swig_type_72)(unsafe.Pointer(&_swig_i_8)), C.swig_intgo(_swig_i_9), *(*C.swig_type_73)(unsafe.Pointer(&_swig_i_10)), *(*C.swig_type_74)(unsafe.Pointer(&_swig_i_11))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg6
 	}
@@ -2029,7 +2032,7 @@ func Weftgo_pair_gossip(arg1 *SwigcptrStruct_SS_weft_request, arg2 unsafe.Pointe
 	_swig_i_7 := arg8
 	_swig_i_8 := arg9
 	_swig_i_9 := arg10
-	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_pair_gossip_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_75)(unsafe.Pointer(&_swig_i_5)), C.swig_intgo(_swig_i_6), C.double(_swig_i_7), C.double(_swig_i_8), *(*C.swig_type_76)(unsafe.Pointer(&_swig_i_9))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_pair_gossip_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_75)(unsafe.Pointer(&_swig_i_5)), C.swig_intgo(_swig_i_6), C.double(_swig_i_7), C.double(_swig_i_8), *(*C.swig_type_76)(unsafe.Pointer(&_swig_i_9))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg6
 	}
@@ -2048,7 +2051,7 @@ func Weftgo_win_create(arg1 unsafe.Pointer, arg2 int, arg3 int, arg4 []int64, ar
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_win_create_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2), *(*C.swig_type_77)(unsafe.Pointer(&_swig_i_3)), *(*C.swig_type_78)(unsafe.Pointer(&_swig_i_4)), C.swig_intgo(_swig_i_5), *(*C.swig_type_79)(unsafe.Pointer(&_swig_i_6))))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_win_create_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2), *(*C.swig_type_77)(unsafe.Pointer(&_swig_i_3)), *(*C.swig_type_78)(unsafe.Pointer(&_swig_i_4)), C.swig_intgo(_swig_i_5), *(*C.swig_type_79)(unsafe.Pointer(&_swig_i_6))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
 	}
@@ -2074,7 +2077,7 @@ func Weftgo_win_put(arg1 *SwigcptrStruct_SS_weft_request, arg2 int, arg3 unsafe.
 	_swig_i_8 := arg9
 	_swig_i_9 := arg10
 	_swig_i_10 := arg11
-	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_win_put_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_80)(unsafe.Pointer(&_swig_i_5)), *(*C.swig_type_81)(unsafe.Pointer(&_swig_i_6)), C.double(_swig_i_7), C.swig_intgo(_swig_i_8), *(*C.swig_type_82)(unsafe.Pointer(&_swig_i_9)), C.swig_intgo(_swig_i_10)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_win_put_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), *(*C.swig_type_80)(unsafe.Pointer(&_swig_i_5)), *(*C.swig_type_81)(unsafe.Pointer(&_swig_i_6)), C.double(_swig_i_7), C.swig_intgo(_swig_i_8), *(*C.swig_type_82)(unsafe.Pointer(&_swig_i_9)), C.swig_intgo(_swig_i_10)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg6
 	}
@@ -2094,7 +2097,7 @@ func Weftgo_win_get(arg1 *SwigcptrStruct_SS_weft_request, arg2 string, arg3 int,
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_win_get_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0), *(*C.swig_type_83)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_84)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_win_get_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0), *(*C.swig_type_83)(unsafe.Pointer(&_swig_i_1)), C.swig_intgo(_swig_i_2), *(*C.swig_type_84)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -2112,7 +2115,7 @@ func Weftgo_win_update(arg1 string, arg2 int, arg3 float64, arg4 []RankWeight, a
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
-	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_win_update_cweft_b9469eb795fc86df(*(*C.swig_type_85)(unsafe.Pointer(&_swig_i_0)), C.swig_intgo(_swig_i_1), C.double(_swig_i_2), *(*C.swig_type_86)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_win_update_cweft_6cb5596b1560e098(*(*C.swig_type_85)(unsafe.Pointer(&_swig_i_0)), C.swig_intgo(_swig_i_1), C.double(_swig_i_2), *(*C.swig_type_86)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4), C.swig_intgo(_swig_i_5)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -2125,58 +2128,58 @@ func Weftgo_win_update(arg1 string, arg2 int, arg3 float64, arg4 []RankWeight, a
 func Weftgo_shared_alloc(arg1 int64) (_swig_ret unsafe.Pointer) {
 	var swig_r unsafe.Pointer
 	_swig_i_0 := arg1
-	swig_r = (unsafe.Pointer)(C._wrap_weftgo_shared_alloc_cweft_b9469eb795fc86df(C.swig_type_87(_swig_i_0)))
+	swig_r = (unsafe.Pointer)(C._wrap_weftgo_shared_alloc_cweft_6cb5596b1560e098(C.swig_type_87(_swig_i_0)))
 	return swig_r
 }
 
 func Weftgo_shared_ref(arg1 unsafe.Pointer) {
 	_swig_i_0 := arg1
-	C._wrap_weftgo_shared_ref_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0))
+	C._wrap_weftgo_shared_ref_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0))
 }
 
 func Weftgo_shared_unref(arg1 unsafe.Pointer) {
 	_swig_i_0 := arg1
-	C._wrap_weftgo_shared_unref_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0))
+	C._wrap_weftgo_shared_unref_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0))
 }
 
 func Weftgo_alloc(arg1 int64) (_swig_ret unsafe.Pointer) {
 	var swig_r unsafe.Pointer
 	_swig_i_0 := arg1
-	swig_r = (unsafe.Pointer)(C._wrap_weftgo_alloc_cweft_b9469eb795fc86df(C.swig_type_88(_swig_i_0)))
+	swig_r = (unsafe.Pointer)(C._wrap_weftgo_alloc_cweft_6cb5596b1560e098(C.swig_type_88(_swig_i_0)))
 	return swig_r
 }
 
 func Weftgo_free(arg1 unsafe.Pointer) {
 	_swig_i_0 := arg1
-	C._wrap_weftgo_free_cweft_b9469eb795fc86df(C.swig_voidp(_swig_i_0))
+	C._wrap_weftgo_free_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0))
 }
 
 func Weftgo_request_free_after_completion(arg1 Struct_SS_weft_request, arg2 unsafe.Pointer) (_swig_ret Enum_SS_weft_status) {
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_request_free_after_completion_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1)))
+	swig_r = (Enum_SS_weft_status)(C._wrap_weftgo_request_free_after_completion_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1)))
 	return swig_r
 }
 
 func Weftgo_managed_data(arg1 Struct_SS_DLManagedTensor) (_swig_ret unsafe.Pointer) {
 	var swig_r unsafe.Pointer
 	_swig_i_0 := getSwigcptr(arg1)
-	swig_r = (unsafe.Pointer)(C._wrap_weftgo_managed_data_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0)))
+	swig_r = (unsafe.Pointer)(C._wrap_weftgo_managed_data_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func Weftgo_managed_numel(arg1 Struct_SS_DLManagedTensor) (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := getSwigcptr(arg1)
-	swig_r = (int64)(C._wrap_weftgo_managed_numel_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_weftgo_managed_numel_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func Weftgo_managed_ndim(arg1 Struct_SS_DLManagedTensor) (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := getSwigcptr(arg1)
-	swig_r = (int)(C._wrap_weftgo_managed_ndim_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_weftgo_managed_ndim_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
@@ -2184,20 +2187,20 @@ func Weftgo_managed_dim(arg1 Struct_SS_DLManagedTensor, arg2 int) (_swig_ret int
 	var swig_r int64
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (int64)(C._wrap_weftgo_managed_dim_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
+	swig_r = (int64)(C._wrap_weftgo_managed_dim_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
 	return swig_r
 }
 
 func Weftgo_managed_dtype(arg1 Struct_SS_DLManagedTensor) (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := getSwigcptr(arg1)
-	swig_r = (int)(C._wrap_weftgo_managed_dtype_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_weftgo_managed_dtype_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func Weftgo_managed_delete(arg1 Struct_SS_DLManagedTensor) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_weftgo_managed_delete_cweft_b9469eb795fc86df(C.uintptr_t(_swig_i_0))
+	C._wrap_weftgo_managed_delete_cweft_6cb5596b1560e098(C.uintptr_t(_swig_i_0))
 }
 
 type SwigcptrStruct_SS_weft_neighbor_allreduce_options uintptr

@@ -13,9 +13,9 @@ extern
 #ifdef __cplusplus
   "C"
 #endif
-  void cgo_panic__cweft_b9469eb795fc86df(const char*);
+  void cgo_panic__cweft_6cb5596b1560e098(const char*);
 static void _swig_gopanic(const char *p) {
-  cgo_panic__cweft_b9469eb795fc86df(p);
+  cgo_panic__cweft_6cb5596b1560e098(p);
 }
 
 
@@ -236,10 +236,10 @@ _Static_assert(sizeof(weft_pipe_plan_options) == 32 &&
                offsetof(weft_pipe_plan_options, strategy) == 24 &&
                offsetof(weft_pipe_plan_options, micro_batches) == 28,
                "weft_pipe_plan_options must match cweft.PipePlanOptions");
-_Static_assert(sizeof(weft_pipe_plan_info) == 40 && offsetof(weft_pipe_plan_info, k) == 4 &&
-               offsetof(weft_pipe_plan_info, replicas) == 8 &&
-               offsetof(weft_pipe_plan_info, micro_batches) == 12 &&
-               offsetof(weft_pipe_plan_info, world) == 16 &&
+_Static_assert(sizeof(weft_pipe_plan_info) == 40 && offsetof(weft_pipe_plan_info, k) == 8 &&
+               offsetof(weft_pipe_plan_info, replicas) == 12 &&
+               offsetof(weft_pipe_plan_info, micro_batches) == 16 &&
+               offsetof(weft_pipe_plan_info, world) == 20 &&
                offsetof(weft_pipe_plan_info, m0) == 24 &&
                offsetof(weft_pipe_plan_info, max_cost) == 32,
                "weft_pipe_plan_info must match cweft.PipePlanInfo");
@@ -607,7 +607,7 @@ void weftgo_managed_delete(DLManagedTensor* t) {
 extern "C" {
 #endif
 
-void _wrap_Swig_free_cweft_b9469eb795fc86df(void *_swig_go_0) {
+void _wrap_Swig_free_cweft_6cb5596b1560e098(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -617,7 +617,7 @@ void _wrap_Swig_free_cweft_b9469eb795fc86df(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_cweft_b9469eb795fc86df(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_cweft_6cb5596b1560e098(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -630,7 +630,7 @@ void *_wrap_Swig_malloc_cweft_b9469eb795fc86df(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_WEFT_VERSION_NUMBER_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_VERSION_NUMBER_cweft_6cb5596b1560e098() {
   int result;
   intgo _swig_go_result;
   
@@ -641,7 +641,7 @@ intgo _wrap_WEFT_VERSION_NUMBER_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_OK_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_OK_cweft_6cb5596b1560e098() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -653,7 +653,7 @@ intgo _wrap_WEFT_OK_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_ERR_INVALID_ARGUMENT_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_ERR_INVALID_ARGUMENT_cweft_6cb5596b1560e098() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -665,7 +665,7 @@ intgo _wrap_WEFT_ERR_INVALID_ARGUMENT_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_ERR_FAILED_PRECONDITION_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_ERR_FAILED_PRECONDITION_cweft_6cb5596b1560e098() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -677,7 +677,7 @@ intgo _wrap_WEFT_ERR_FAILED_PRECONDITION_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_ERR_NOT_FOUND_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_ERR_NOT_FOUND_cweft_6cb5596b1560e098() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -689,7 +689,7 @@ intgo _wrap_WEFT_ERR_NOT_FOUND_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_ERR_OUT_OF_RANGE_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_ERR_OUT_OF_RANGE_cweft_6cb5596b1560e098() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -701,7 +701,7 @@ intgo _wrap_WEFT_ERR_OUT_OF_RANGE_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_ERR_UNIMPLEMENTED_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_ERR_UNIMPLEMENTED_cweft_6cb5596b1560e098() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -713,7 +713,7 @@ intgo _wrap_WEFT_ERR_UNIMPLEMENTED_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_ERR_DEADLINE_EXCEEDED_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_ERR_DEADLINE_EXCEEDED_cweft_6cb5596b1560e098() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -725,7 +725,7 @@ intgo _wrap_WEFT_ERR_DEADLINE_EXCEEDED_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_ERR_ABORTED_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_ERR_ABORTED_cweft_6cb5596b1560e098() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -737,7 +737,7 @@ intgo _wrap_WEFT_ERR_ABORTED_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_ERR_UNAVAILABLE_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_ERR_UNAVAILABLE_cweft_6cb5596b1560e098() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -749,7 +749,7 @@ intgo _wrap_WEFT_ERR_UNAVAILABLE_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_ERR_RESOURCE_EXHAUSTED_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_ERR_RESOURCE_EXHAUSTED_cweft_6cb5596b1560e098() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -761,7 +761,7 @@ intgo _wrap_WEFT_ERR_RESOURCE_EXHAUSTED_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_ERR_INTERNAL_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_ERR_INTERNAL_cweft_6cb5596b1560e098() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -773,7 +773,7 @@ intgo _wrap_WEFT_ERR_INTERNAL_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_ERR_UNKNOWN_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_ERR_UNKNOWN_cweft_6cb5596b1560e098() {
   enum weft_status result;
   intgo _swig_go_result;
   
@@ -785,7 +785,7 @@ intgo _wrap_WEFT_ERR_UNKNOWN_cweft_b9469eb795fc86df() {
 }
 
 
-_gostring_ _wrap_weft_status_string_cweft_b9469eb795fc86df(intgo _swig_go_0) {
+_gostring_ _wrap_weft_status_string_cweft_6cb5596b1560e098(intgo _swig_go_0) {
   weft_status arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -798,7 +798,7 @@ _gostring_ _wrap_weft_status_string_cweft_b9469eb795fc86df(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_weft_last_error_cweft_b9469eb795fc86df() {
+_gostring_ _wrap_weft_last_error_cweft_6cb5596b1560e098() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -809,7 +809,7 @@ _gostring_ _wrap_weft_last_error_cweft_b9469eb795fc86df() {
 }
 
 
-_gostring_ _wrap_weft_version_cweft_b9469eb795fc86df() {
+_gostring_ _wrap_weft_version_cweft_6cb5596b1560e098() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -820,7 +820,7 @@ _gostring_ _wrap_weft_version_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_version_number_cweft_b9469eb795fc86df() {
+intgo _wrap_weft_version_number_cweft_6cb5596b1560e098() {
   int result;
   intgo _swig_go_result;
   
@@ -831,7 +831,7 @@ intgo _wrap_weft_version_number_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_init_cweft_b9469eb795fc86df() {
+intgo _wrap_weft_init_cweft_6cb5596b1560e098() {
   weft_status result;
   intgo _swig_go_result;
   
@@ -842,7 +842,7 @@ intgo _wrap_weft_init_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_shutdown_cweft_b9469eb795fc86df() {
+intgo _wrap_weft_shutdown_cweft_6cb5596b1560e098() {
   weft_status result;
   intgo _swig_go_result;
   
@@ -853,7 +853,7 @@ intgo _wrap_weft_shutdown_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_is_initialized_cweft_b9469eb795fc86df() {
+intgo _wrap_weft_is_initialized_cweft_6cb5596b1560e098() {
   int result;
   intgo _swig_go_result;
   
@@ -864,7 +864,7 @@ intgo _wrap_weft_is_initialized_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_finalize_cweft_b9469eb795fc86df() {
+intgo _wrap_weft_finalize_cweft_6cb5596b1560e098() {
   weft_status result;
   intgo _swig_go_result;
   
@@ -875,7 +875,7 @@ intgo _wrap_weft_finalize_cweft_b9469eb795fc86df() {
 }
 
 
-void _wrap_weft_abort_cweft_b9469eb795fc86df(intgo _swig_go_0) {
+void _wrap_weft_abort_cweft_6cb5596b1560e098(intgo _swig_go_0) {
   int arg1 ;
   
   arg1 = (int)_swig_go_0; 
@@ -885,13 +885,13 @@ void _wrap_weft_abort_cweft_b9469eb795fc86df(intgo _swig_go_0) {
 }
 
 
-void _wrap_weft_comm_claim_call_order_cweft_b9469eb795fc86df() {
+void _wrap_weft_comm_claim_call_order_cweft_6cb5596b1560e098() {
   weft_comm_claim_call_order();
   
 }
 
 
-intgo _wrap_weft_rank_cweft_b9469eb795fc86df() {
+intgo _wrap_weft_rank_cweft_6cb5596b1560e098() {
   int result;
   intgo _swig_go_result;
   
@@ -902,7 +902,7 @@ intgo _wrap_weft_rank_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_size_cweft_b9469eb795fc86df() {
+intgo _wrap_weft_size_cweft_6cb5596b1560e098() {
   int result;
   intgo _swig_go_result;
   
@@ -913,7 +913,7 @@ intgo _wrap_weft_size_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_local_rank_cweft_b9469eb795fc86df() {
+intgo _wrap_weft_local_rank_cweft_6cb5596b1560e098() {
   int result;
   intgo _swig_go_result;
   
@@ -924,7 +924,7 @@ intgo _wrap_weft_local_rank_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_local_size_cweft_b9469eb795fc86df() {
+intgo _wrap_weft_local_size_cweft_6cb5596b1560e098() {
   int result;
   intgo _swig_go_result;
   
@@ -935,7 +935,7 @@ intgo _wrap_weft_local_size_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_machine_rank_cweft_b9469eb795fc86df() {
+intgo _wrap_weft_machine_rank_cweft_6cb5596b1560e098() {
   int result;
   intgo _swig_go_result;
   
@@ -946,7 +946,7 @@ intgo _wrap_weft_machine_rank_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_machine_size_cweft_b9469eb795fc86df() {
+intgo _wrap_weft_machine_size_cweft_6cb5596b1560e098() {
   int result;
   intgo _swig_go_result;
   
@@ -957,7 +957,7 @@ intgo _wrap_weft_machine_size_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_is_homogeneous_cweft_b9469eb795fc86df() {
+intgo _wrap_weft_is_homogeneous_cweft_6cb5596b1560e098() {
   int result;
   intgo _swig_go_result;
   
@@ -968,7 +968,7 @@ intgo _wrap_weft_is_homogeneous_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_unified_mpi_window_model_cweft_b9469eb795fc86df(int *_swig_go_0) {
+intgo _wrap_weft_unified_mpi_window_model_cweft_6cb5596b1560e098(int *_swig_go_0) {
   int *arg1 = (int *) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -981,7 +981,7 @@ intgo _wrap_weft_unified_mpi_window_model_cweft_b9469eb795fc86df(int *_swig_go_0
 }
 
 
-intgo _wrap_weft_nccl_built_cweft_b9469eb795fc86df() {
+intgo _wrap_weft_nccl_built_cweft_6cb5596b1560e098() {
   int result;
   intgo _swig_go_result;
   
@@ -992,7 +992,7 @@ intgo _wrap_weft_nccl_built_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_topology_create_cweft_b9469eb795fc86df(weft_topology **_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_topology_create_cweft_6cb5596b1560e098(weft_topology **_swig_go_0, intgo _swig_go_1) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   weft_status result;
@@ -1007,7 +1007,7 @@ intgo _wrap_weft_topology_create_cweft_b9469eb795fc86df(weft_topology **_swig_go
 }
 
 
-intgo _wrap_weft_topology_from_weight_matrix_cweft_b9469eb795fc86df(weft_topology **_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2) {
+intgo _wrap_weft_topology_from_weight_matrix_cweft_6cb5596b1560e098(weft_topology **_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   double *arg3 = (double *) 0 ;
@@ -1024,7 +1024,7 @@ intgo _wrap_weft_topology_from_weight_matrix_cweft_b9469eb795fc86df(weft_topolog
 }
 
 
-intgo _wrap_weft_topology_exponential_cweft_b9469eb795fc86df(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_weft_topology_exponential_cweft_6cb5596b1560e098(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1041,7 +1041,7 @@ intgo _wrap_weft_topology_exponential_cweft_b9469eb795fc86df(weft_topology **_sw
 }
 
 
-intgo _wrap_weft_topology_exponential_two_cweft_b9469eb795fc86df(weft_topology **_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_topology_exponential_two_cweft_6cb5596b1560e098(weft_topology **_swig_go_0, intgo _swig_go_1) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   weft_status result;
@@ -1056,7 +1056,7 @@ intgo _wrap_weft_topology_exponential_two_cweft_b9469eb795fc86df(weft_topology *
 }
 
 
-intgo _wrap_weft_topology_symmetric_exponential_cweft_b9469eb795fc86df(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_weft_topology_symmetric_exponential_cweft_6cb5596b1560e098(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1073,7 +1073,7 @@ intgo _wrap_weft_topology_symmetric_exponential_cweft_b9469eb795fc86df(weft_topo
 }
 
 
-intgo _wrap_weft_topology_mesh_grid_2d_cweft_b9469eb795fc86df(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_topology_mesh_grid_2d_cweft_6cb5596b1560e098(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1092,7 +1092,7 @@ intgo _wrap_weft_topology_mesh_grid_2d_cweft_b9469eb795fc86df(weft_topology **_s
 }
 
 
-intgo _wrap_weft_topology_star_cweft_b9469eb795fc86df(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_weft_topology_star_cweft_6cb5596b1560e098(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1109,7 +1109,7 @@ intgo _wrap_weft_topology_star_cweft_b9469eb795fc86df(weft_topology **_swig_go_0
 }
 
 
-intgo _wrap_weft_topology_ring_cweft_b9469eb795fc86df(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_weft_topology_ring_cweft_6cb5596b1560e098(weft_topology **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1126,7 +1126,7 @@ intgo _wrap_weft_topology_ring_cweft_b9469eb795fc86df(weft_topology **_swig_go_0
 }
 
 
-intgo _wrap_weft_topology_fully_connected_cweft_b9469eb795fc86df(weft_topology **_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_topology_fully_connected_cweft_6cb5596b1560e098(weft_topology **_swig_go_0, intgo _swig_go_1) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   int arg2 ;
   weft_status result;
@@ -1141,7 +1141,7 @@ intgo _wrap_weft_topology_fully_connected_cweft_b9469eb795fc86df(weft_topology *
 }
 
 
-intgo _wrap_weft_topology_clone_cweft_b9469eb795fc86df(weft_topology **_swig_go_0, struct weft_topology *_swig_go_1) {
+intgo _wrap_weft_topology_clone_cweft_6cb5596b1560e098(weft_topology **_swig_go_0, struct weft_topology *_swig_go_1) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   weft_topology *arg2 = (weft_topology *) 0 ;
   weft_status result;
@@ -1156,7 +1156,7 @@ intgo _wrap_weft_topology_clone_cweft_b9469eb795fc86df(weft_topology **_swig_go_
 }
 
 
-void _wrap_weft_topology_destroy_cweft_b9469eb795fc86df(struct weft_topology *_swig_go_0) {
+void _wrap_weft_topology_destroy_cweft_6cb5596b1560e098(struct weft_topology *_swig_go_0) {
   weft_topology *arg1 = (weft_topology *) 0 ;
   
   arg1 = *(weft_topology **)&_swig_go_0; 
@@ -1166,7 +1166,7 @@ void _wrap_weft_topology_destroy_cweft_b9469eb795fc86df(struct weft_topology *_s
 }
 
 
-intgo _wrap_weft_topology_add_edge_cweft_b9469eb795fc86df(struct weft_topology *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, double _swig_go_3) {
+intgo _wrap_weft_topology_add_edge_cweft_6cb5596b1560e098(struct weft_topology *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, double _swig_go_3) {
   weft_topology *arg1 = (weft_topology *) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1185,7 +1185,7 @@ intgo _wrap_weft_topology_add_edge_cweft_b9469eb795fc86df(struct weft_topology *
 }
 
 
-intgo _wrap_weft_topology_set_self_weight_cweft_b9469eb795fc86df(struct weft_topology *_swig_go_0, intgo _swig_go_1, double _swig_go_2) {
+intgo _wrap_weft_topology_set_self_weight_cweft_6cb5596b1560e098(struct weft_topology *_swig_go_0, intgo _swig_go_1, double _swig_go_2) {
   weft_topology *arg1 = (weft_topology *) 0 ;
   int arg2 ;
   double arg3 ;
@@ -1202,7 +1202,7 @@ intgo _wrap_weft_topology_set_self_weight_cweft_b9469eb795fc86df(struct weft_top
 }
 
 
-intgo _wrap_weft_topology_size_cweft_b9469eb795fc86df(struct weft_topology *_swig_go_0) {
+intgo _wrap_weft_topology_size_cweft_6cb5596b1560e098(struct weft_topology *_swig_go_0) {
   weft_topology *arg1 = (weft_topology *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -1215,7 +1215,7 @@ intgo _wrap_weft_topology_size_cweft_b9469eb795fc86df(struct weft_topology *_swi
 }
 
 
-intgo _wrap_weft_topology_weight_cweft_b9469eb795fc86df(double *_swig_go_0, struct weft_topology *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_topology_weight_cweft_6cb5596b1560e098(double *_swig_go_0, struct weft_topology *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   double *arg1 = (double *) 0 ;
   weft_topology *arg2 = (weft_topology *) 0 ;
   int arg3 ;
@@ -1234,7 +1234,7 @@ intgo _wrap_weft_topology_weight_cweft_b9469eb795fc86df(double *_swig_go_0, stru
 }
 
 
-intgo _wrap_weft_topology_in_neighbors_cweft_b9469eb795fc86df(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_topology *_swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_topology_in_neighbors_cweft_6cb5596b1560e098(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_topology *_swig_go_2, intgo _swig_go_3) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1257,7 +1257,7 @@ intgo _wrap_weft_topology_in_neighbors_cweft_b9469eb795fc86df(_goslice_ _swig_go
 }
 
 
-intgo _wrap_weft_topology_out_neighbors_cweft_b9469eb795fc86df(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_topology *_swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_topology_out_neighbors_cweft_6cb5596b1560e098(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_topology *_swig_go_2, intgo _swig_go_3) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1280,7 +1280,7 @@ intgo _wrap_weft_topology_out_neighbors_cweft_b9469eb795fc86df(_goslice_ _swig_g
 }
 
 
-intgo _wrap_weft_topology_weight_matrix_cweft_b9469eb795fc86df(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_topology *_swig_go_2) {
+intgo _wrap_weft_topology_weight_matrix_cweft_6cb5596b1560e098(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_topology *_swig_go_2) {
   double *arg1 = (double *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1301,7 +1301,7 @@ intgo _wrap_weft_topology_weight_matrix_cweft_b9469eb795fc86df(_goslice_ _swig_g
 }
 
 
-intgo _wrap_weft_topology_recv_weights_cweft_b9469eb795fc86df(double *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2, struct weft_topology *_swig_go_3, intgo _swig_go_4) {
+intgo _wrap_weft_topology_recv_weights_cweft_6cb5596b1560e098(double *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2, struct weft_topology *_swig_go_3, intgo _swig_go_4) {
   double *arg1 = (double *) 0 ;
   int *arg2 = (int *) 0 ;
   double *arg3 = (double *) 0 ;
@@ -1344,7 +1344,7 @@ intgo _wrap_weft_topology_recv_weights_cweft_b9469eb795fc86df(double *_swig_go_0
 }
 
 
-intgo _wrap_weft_topology_send_weights_cweft_b9469eb795fc86df(double *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2, struct weft_topology *_swig_go_3, intgo _swig_go_4) {
+intgo _wrap_weft_topology_send_weights_cweft_6cb5596b1560e098(double *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2, struct weft_topology *_swig_go_3, intgo _swig_go_4) {
   double *arg1 = (double *) 0 ;
   int *arg2 = (int *) 0 ;
   double *arg3 = (double *) 0 ;
@@ -1387,7 +1387,7 @@ intgo _wrap_weft_topology_send_weights_cweft_b9469eb795fc86df(double *_swig_go_0
 }
 
 
-intgo _wrap_weft_topology_is_regular_cweft_b9469eb795fc86df(int *_swig_go_0, struct weft_topology *_swig_go_1) {
+intgo _wrap_weft_topology_is_regular_cweft_6cb5596b1560e098(int *_swig_go_0, struct weft_topology *_swig_go_1) {
   int *arg1 = (int *) 0 ;
   weft_topology *arg2 = (weft_topology *) 0 ;
   weft_status result;
@@ -1402,7 +1402,7 @@ intgo _wrap_weft_topology_is_regular_cweft_b9469eb795fc86df(int *_swig_go_0, str
 }
 
 
-intgo _wrap_weft_topology_is_equivalent_cweft_b9469eb795fc86df(int *_swig_go_0, struct weft_topology *_swig_go_1, struct weft_topology *_swig_go_2) {
+intgo _wrap_weft_topology_is_equivalent_cweft_6cb5596b1560e098(int *_swig_go_0, struct weft_topology *_swig_go_1, struct weft_topology *_swig_go_2) {
   int *arg1 = (int *) 0 ;
   weft_topology *arg2 = (weft_topology *) 0 ;
   weft_topology *arg3 = (weft_topology *) 0 ;
@@ -1419,7 +1419,7 @@ intgo _wrap_weft_topology_is_equivalent_cweft_b9469eb795fc86df(int *_swig_go_0, 
 }
 
 
-intgo _wrap_weft_schedule_one_peer_cweft_b9469eb795fc86df(weft_schedule **_swig_go_0, struct weft_topology *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_weft_schedule_one_peer_cweft_6cb5596b1560e098(weft_schedule **_swig_go_0, struct weft_topology *_swig_go_1, intgo _swig_go_2) {
   weft_schedule **arg1 = (weft_schedule **) 0 ;
   weft_topology *arg2 = (weft_topology *) 0 ;
   int arg3 ;
@@ -1436,7 +1436,7 @@ intgo _wrap_weft_schedule_one_peer_cweft_b9469eb795fc86df(weft_schedule **_swig_
 }
 
 
-intgo _wrap_weft_schedule_machine_exponential_two_cweft_b9469eb795fc86df(weft_schedule **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_weft_schedule_machine_exponential_two_cweft_6cb5596b1560e098(weft_schedule **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   weft_schedule **arg1 = (weft_schedule **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1453,7 +1453,7 @@ intgo _wrap_weft_schedule_machine_exponential_two_cweft_b9469eb795fc86df(weft_sc
 }
 
 
-intgo _wrap_weft_schedule_inner_outer_ring_cweft_b9469eb795fc86df(weft_schedule **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_schedule_inner_outer_ring_cweft_6cb5596b1560e098(weft_schedule **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   weft_schedule **arg1 = (weft_schedule **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1472,7 +1472,7 @@ intgo _wrap_weft_schedule_inner_outer_ring_cweft_b9469eb795fc86df(weft_schedule 
 }
 
 
-intgo _wrap_weft_schedule_inner_outer_exponential_two_cweft_b9469eb795fc86df(weft_schedule **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_schedule_inner_outer_exponential_two_cweft_6cb5596b1560e098(weft_schedule **_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   weft_schedule **arg1 = (weft_schedule **) 0 ;
   int arg2 ;
   int arg3 ;
@@ -1491,7 +1491,7 @@ intgo _wrap_weft_schedule_inner_outer_exponential_two_cweft_b9469eb795fc86df(wef
 }
 
 
-void _wrap_weft_schedule_destroy_cweft_b9469eb795fc86df(struct weft_schedule *_swig_go_0) {
+void _wrap_weft_schedule_destroy_cweft_6cb5596b1560e098(struct weft_schedule *_swig_go_0) {
   weft_schedule *arg1 = (weft_schedule *) 0 ;
   
   arg1 = *(weft_schedule **)&_swig_go_0; 
@@ -1501,7 +1501,7 @@ void _wrap_weft_schedule_destroy_cweft_b9469eb795fc86df(struct weft_schedule *_s
 }
 
 
-intgo _wrap_weft_schedule_next_cweft_b9469eb795fc86df(struct weft_schedule *_swig_go_0) {
+intgo _wrap_weft_schedule_next_cweft_6cb5596b1560e098(struct weft_schedule *_swig_go_0) {
   weft_schedule *arg1 = (weft_schedule *) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -1514,7 +1514,7 @@ intgo _wrap_weft_schedule_next_cweft_b9469eb795fc86df(struct weft_schedule *_swi
 }
 
 
-intgo _wrap_weft_schedule_send_ranks_cweft_b9469eb795fc86df(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_schedule *_swig_go_2) {
+intgo _wrap_weft_schedule_send_ranks_cweft_6cb5596b1560e098(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_schedule *_swig_go_2) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1535,7 +1535,7 @@ intgo _wrap_weft_schedule_send_ranks_cweft_b9469eb795fc86df(_goslice_ _swig_go_0
 }
 
 
-intgo _wrap_weft_schedule_recv_ranks_cweft_b9469eb795fc86df(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_schedule *_swig_go_2) {
+intgo _wrap_weft_schedule_recv_ranks_cweft_6cb5596b1560e098(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_schedule *_swig_go_2) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1556,7 +1556,7 @@ intgo _wrap_weft_schedule_recv_ranks_cweft_b9469eb795fc86df(_goslice_ _swig_go_0
 }
 
 
-intgo _wrap_weft_comm_set_topology_cweft_b9469eb795fc86df(struct weft_topology *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_comm_set_topology_cweft_6cb5596b1560e098(struct weft_topology *_swig_go_0, intgo _swig_go_1) {
   weft_topology *arg1 = (weft_topology *) 0 ;
   int arg2 ;
   weft_status result;
@@ -1571,7 +1571,7 @@ intgo _wrap_weft_comm_set_topology_cweft_b9469eb795fc86df(struct weft_topology *
 }
 
 
-intgo _wrap_weft_comm_load_topology_cweft_b9469eb795fc86df(weft_topology **_swig_go_0) {
+intgo _wrap_weft_comm_load_topology_cweft_6cb5596b1560e098(weft_topology **_swig_go_0) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -1584,7 +1584,7 @@ intgo _wrap_weft_comm_load_topology_cweft_b9469eb795fc86df(weft_topology **_swig
 }
 
 
-intgo _wrap_weft_comm_is_topo_weighted_cweft_b9469eb795fc86df() {
+intgo _wrap_weft_comm_is_topo_weighted_cweft_6cb5596b1560e098() {
   int result;
   intgo _swig_go_result;
   
@@ -1595,7 +1595,7 @@ intgo _wrap_weft_comm_is_topo_weighted_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_comm_in_neighbor_ranks_cweft_b9469eb795fc86df(_goslice_ _swig_go_0, long long *_swig_go_1) {
+intgo _wrap_weft_comm_in_neighbor_ranks_cweft_6cb5596b1560e098(_goslice_ _swig_go_0, long long *_swig_go_1) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1614,7 +1614,7 @@ intgo _wrap_weft_comm_in_neighbor_ranks_cweft_b9469eb795fc86df(_goslice_ _swig_g
 }
 
 
-intgo _wrap_weft_comm_out_neighbor_ranks_cweft_b9469eb795fc86df(_goslice_ _swig_go_0, long long *_swig_go_1) {
+intgo _wrap_weft_comm_out_neighbor_ranks_cweft_6cb5596b1560e098(_goslice_ _swig_go_0, long long *_swig_go_1) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1633,7 +1633,7 @@ intgo _wrap_weft_comm_out_neighbor_ranks_cweft_b9469eb795fc86df(_goslice_ _swig_
 }
 
 
-intgo _wrap_weft_comm_set_machine_topology_cweft_b9469eb795fc86df(struct weft_topology *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_comm_set_machine_topology_cweft_6cb5596b1560e098(struct weft_topology *_swig_go_0, intgo _swig_go_1) {
   weft_topology *arg1 = (weft_topology *) 0 ;
   int arg2 ;
   weft_status result;
@@ -1648,7 +1648,7 @@ intgo _wrap_weft_comm_set_machine_topology_cweft_b9469eb795fc86df(struct weft_to
 }
 
 
-intgo _wrap_weft_comm_load_machine_topology_cweft_b9469eb795fc86df(weft_topology **_swig_go_0) {
+intgo _wrap_weft_comm_load_machine_topology_cweft_6cb5596b1560e098(weft_topology **_swig_go_0) {
   weft_topology **arg1 = (weft_topology **) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -1661,7 +1661,7 @@ intgo _wrap_weft_comm_load_machine_topology_cweft_b9469eb795fc86df(weft_topology
 }
 
 
-intgo _wrap_weft_request_poll_cweft_b9469eb795fc86df(int *_swig_go_0, struct weft_request *_swig_go_1) {
+intgo _wrap_weft_request_poll_cweft_6cb5596b1560e098(int *_swig_go_0, struct weft_request *_swig_go_1) {
   int *arg1 = (int *) 0 ;
   weft_request *arg2 = (weft_request *) 0 ;
   weft_status result;
@@ -1676,7 +1676,7 @@ intgo _wrap_weft_request_poll_cweft_b9469eb795fc86df(int *_swig_go_0, struct wef
 }
 
 
-intgo _wrap_weft_request_wait_cweft_b9469eb795fc86df(struct weft_request *_swig_go_0) {
+intgo _wrap_weft_request_wait_cweft_6cb5596b1560e098(struct weft_request *_swig_go_0) {
   weft_request *arg1 = (weft_request *) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -1689,7 +1689,7 @@ intgo _wrap_weft_request_wait_cweft_b9469eb795fc86df(struct weft_request *_swig_
 }
 
 
-intgo _wrap_weft_request_take_output_cweft_b9469eb795fc86df(DLManagedTensor **_swig_go_0, struct weft_request *_swig_go_1) {
+intgo _wrap_weft_request_take_output_cweft_6cb5596b1560e098(DLManagedTensor **_swig_go_0, struct weft_request *_swig_go_1) {
   DLManagedTensor **arg1 = (DLManagedTensor **) 0 ;
   weft_request *arg2 = (weft_request *) 0 ;
   weft_status result;
@@ -1704,7 +1704,7 @@ intgo _wrap_weft_request_take_output_cweft_b9469eb795fc86df(DLManagedTensor **_s
 }
 
 
-void _wrap_weft_request_free_cweft_b9469eb795fc86df(struct weft_request *_swig_go_0) {
+void _wrap_weft_request_free_cweft_6cb5596b1560e098(struct weft_request *_swig_go_0) {
   weft_request *arg1 = (weft_request *) 0 ;
   
   arg1 = *(weft_request **)&_swig_go_0; 
@@ -1714,7 +1714,7 @@ void _wrap_weft_request_free_cweft_b9469eb795fc86df(struct weft_request *_swig_g
 }
 
 
-intgo _wrap_weft_tensor_empty_like_cweft_b9469eb795fc86df(DLManagedTensor **_swig_go_0, DLTensor *_swig_go_1) {
+intgo _wrap_weft_tensor_empty_like_cweft_6cb5596b1560e098(DLManagedTensor **_swig_go_0, DLTensor *_swig_go_1) {
   DLManagedTensor **arg1 = (DLManagedTensor **) 0 ;
   DLTensor *arg2 = (DLTensor *) 0 ;
   weft_status result;
@@ -1729,7 +1729,7 @@ intgo _wrap_weft_tensor_empty_like_cweft_b9469eb795fc86df(DLManagedTensor **_swi
 }
 
 
-intgo _wrap_weft_neighbor_allreduce_options_init_cweft_b9469eb795fc86df(struct weft_neighbor_allreduce_options *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_neighbor_allreduce_options_init_cweft_6cb5596b1560e098(struct weft_neighbor_allreduce_options *_swig_go_0, intgo _swig_go_1) {
   weft_neighbor_allreduce_options *arg1 = (weft_neighbor_allreduce_options *) 0 ;
   unsigned int arg2 ;
   weft_status result;
@@ -1744,7 +1744,7 @@ intgo _wrap_weft_neighbor_allreduce_options_init_cweft_b9469eb795fc86df(struct w
 }
 
 
-intgo _wrap_weft_neighbor_allgather_options_init_cweft_b9469eb795fc86df(struct weft_neighbor_allgather_options *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_neighbor_allgather_options_init_cweft_6cb5596b1560e098(struct weft_neighbor_allgather_options *_swig_go_0, intgo _swig_go_1) {
   weft_neighbor_allgather_options *arg1 = (weft_neighbor_allgather_options *) 0 ;
   unsigned int arg2 ;
   weft_status result;
@@ -1759,7 +1759,7 @@ intgo _wrap_weft_neighbor_allgather_options_init_cweft_b9469eb795fc86df(struct w
 }
 
 
-intgo _wrap_weft_hierarchical_options_init_cweft_b9469eb795fc86df(struct weft_hierarchical_options *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_hierarchical_options_init_cweft_6cb5596b1560e098(struct weft_hierarchical_options *_swig_go_0, intgo _swig_go_1) {
   weft_hierarchical_options *arg1 = (weft_hierarchical_options *) 0 ;
   unsigned int arg2 ;
   weft_status result;
@@ -1774,7 +1774,7 @@ intgo _wrap_weft_hierarchical_options_init_cweft_b9469eb795fc86df(struct weft_hi
 }
 
 
-intgo _wrap_weft_comm_recv_any_cweft_b9469eb795fc86df(DLManagedTensor **_swig_go_0, intgo _swig_go_1, _gostring_ _swig_go_2) {
+intgo _wrap_weft_comm_recv_any_cweft_6cb5596b1560e098(DLManagedTensor **_swig_go_0, intgo _swig_go_1, _gostring_ _swig_go_2) {
   DLManagedTensor **arg1 = (DLManagedTensor **) 0 ;
   int arg2 ;
   char *arg3 = (char *) 0 ;
@@ -1796,7 +1796,7 @@ intgo _wrap_weft_comm_recv_any_cweft_b9469eb795fc86df(DLManagedTensor **_swig_go
 }
 
 
-intgo _wrap_weft_comm_recv_any_nonblocking_cweft_b9469eb795fc86df(weft_request **_swig_go_0, intgo _swig_go_1, _gostring_ _swig_go_2) {
+intgo _wrap_weft_comm_recv_any_nonblocking_cweft_6cb5596b1560e098(weft_request **_swig_go_0, intgo _swig_go_1, _gostring_ _swig_go_2) {
   weft_request **arg1 = (weft_request **) 0 ;
   int arg2 ;
   char *arg3 = (char *) 0 ;
@@ -1818,7 +1818,7 @@ intgo _wrap_weft_comm_recv_any_nonblocking_cweft_b9469eb795fc86df(weft_request *
 }
 
 
-intgo _wrap_weft_comm_barrier_cweft_b9469eb795fc86df() {
+intgo _wrap_weft_comm_barrier_cweft_6cb5596b1560e098() {
   weft_status result;
   intgo _swig_go_result;
   
@@ -1829,7 +1829,7 @@ intgo _wrap_weft_comm_barrier_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_comm_barrier_nonblocking_cweft_b9469eb795fc86df(weft_request **_swig_go_0) {
+intgo _wrap_weft_comm_barrier_nonblocking_cweft_6cb5596b1560e098(weft_request **_swig_go_0) {
   weft_request **arg1 = (weft_request **) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -1842,7 +1842,7 @@ intgo _wrap_weft_comm_barrier_nonblocking_cweft_b9469eb795fc86df(weft_request **
 }
 
 
-intgo _wrap_WEFT_OP_ALLREDUCE_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_OP_ALLREDUCE_cweft_6cb5596b1560e098() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1854,7 +1854,7 @@ intgo _wrap_WEFT_OP_ALLREDUCE_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_OP_BROADCAST_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_OP_BROADCAST_cweft_6cb5596b1560e098() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1866,7 +1866,7 @@ intgo _wrap_WEFT_OP_BROADCAST_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_OP_ALLGATHER_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_OP_ALLGATHER_cweft_6cb5596b1560e098() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1878,7 +1878,7 @@ intgo _wrap_WEFT_OP_ALLGATHER_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_OP_NEIGHBOR_ALLGATHER_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_OP_NEIGHBOR_ALLGATHER_cweft_6cb5596b1560e098() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1890,7 +1890,7 @@ intgo _wrap_WEFT_OP_NEIGHBOR_ALLGATHER_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_OP_NEIGHBOR_ALLREDUCE_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_OP_NEIGHBOR_ALLREDUCE_cweft_6cb5596b1560e098() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1902,7 +1902,7 @@ intgo _wrap_WEFT_OP_NEIGHBOR_ALLREDUCE_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE_cweft_6cb5596b1560e098() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1914,7 +1914,7 @@ intgo _wrap_WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_OP_PAIR_GOSSIP_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_OP_PAIR_GOSSIP_cweft_6cb5596b1560e098() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1926,7 +1926,7 @@ intgo _wrap_WEFT_OP_PAIR_GOSSIP_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_OP_SEND_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_OP_SEND_cweft_6cb5596b1560e098() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1938,7 +1938,7 @@ intgo _wrap_WEFT_OP_SEND_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_OP_RECV_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_OP_RECV_cweft_6cb5596b1560e098() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1950,7 +1950,7 @@ intgo _wrap_WEFT_OP_RECV_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_OP_WIN_CREATE_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_OP_WIN_CREATE_cweft_6cb5596b1560e098() {
   enum weft_op result;
   intgo _swig_go_result;
   
@@ -1962,7 +1962,7 @@ intgo _wrap_WEFT_OP_WIN_CREATE_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_comm_refuse_cweft_b9469eb795fc86df(intgo _swig_go_0, _gostring_ _swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _gostring_ _swig_go_5) {
+intgo _wrap_weft_comm_refuse_cweft_6cb5596b1560e098(intgo _swig_go_0, _gostring_ _swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _gostring_ _swig_go_5) {
   weft_op arg1 ;
   char *arg2 = (char *) 0 ;
   int *arg3 = (int *) 0 ;
@@ -1999,7 +1999,7 @@ intgo _wrap_weft_comm_refuse_cweft_b9469eb795fc86df(intgo _swig_go_0, _gostring_
 }
 
 
-intgo _wrap_weft_win_put_options_init_cweft_b9469eb795fc86df(struct weft_win_put_options *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_win_put_options_init_cweft_6cb5596b1560e098(struct weft_win_put_options *_swig_go_0, intgo _swig_go_1) {
   weft_win_put_options *arg1 = (weft_win_put_options *) 0 ;
   unsigned int arg2 ;
   weft_status result;
@@ -2014,7 +2014,7 @@ intgo _wrap_weft_win_put_options_init_cweft_b9469eb795fc86df(struct weft_win_put
 }
 
 
-intgo _wrap_weft_win_get_options_init_cweft_b9469eb795fc86df(struct weft_win_get_options *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_win_get_options_init_cweft_6cb5596b1560e098(struct weft_win_get_options *_swig_go_0, intgo _swig_go_1) {
   weft_win_get_options *arg1 = (weft_win_get_options *) 0 ;
   unsigned int arg2 ;
   weft_status result;
@@ -2029,7 +2029,7 @@ intgo _wrap_weft_win_get_options_init_cweft_b9469eb795fc86df(struct weft_win_get
 }
 
 
-intgo _wrap_weft_win_update_options_init_cweft_b9469eb795fc86df(struct weft_win_update_options *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_win_update_options_init_cweft_6cb5596b1560e098(struct weft_win_update_options *_swig_go_0, intgo _swig_go_1) {
   weft_win_update_options *arg1 = (weft_win_update_options *) 0 ;
   unsigned int arg2 ;
   weft_status result;
@@ -2044,7 +2044,7 @@ intgo _wrap_weft_win_update_options_init_cweft_b9469eb795fc86df(struct weft_win_
 }
 
 
-void _wrap_weft_win_create_options_version_set_cweft_b9469eb795fc86df(struct weft_win_create_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_weft_win_create_options_version_set_cweft_6cb5596b1560e098(struct weft_win_create_options *_swig_go_0, intgo _swig_go_1) {
   struct weft_win_create_options *arg1 = (struct weft_win_create_options *) 0 ;
   unsigned int arg2 ;
   
@@ -2056,7 +2056,7 @@ void _wrap_weft_win_create_options_version_set_cweft_b9469eb795fc86df(struct wef
 }
 
 
-intgo _wrap_weft_win_create_options_version_get_cweft_b9469eb795fc86df(struct weft_win_create_options *_swig_go_0) {
+intgo _wrap_weft_win_create_options_version_get_cweft_6cb5596b1560e098(struct weft_win_create_options *_swig_go_0) {
   struct weft_win_create_options *arg1 = (struct weft_win_create_options *) 0 ;
   unsigned int result;
   intgo _swig_go_result;
@@ -2069,7 +2069,7 @@ intgo _wrap_weft_win_create_options_version_get_cweft_b9469eb795fc86df(struct we
 }
 
 
-void _wrap_weft_win_create_options_zero_init_set_cweft_b9469eb795fc86df(struct weft_win_create_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_weft_win_create_options_zero_init_set_cweft_6cb5596b1560e098(struct weft_win_create_options *_swig_go_0, intgo _swig_go_1) {
   struct weft_win_create_options *arg1 = (struct weft_win_create_options *) 0 ;
   int arg2 ;
   
@@ -2081,7 +2081,7 @@ void _wrap_weft_win_create_options_zero_init_set_cweft_b9469eb795fc86df(struct w
 }
 
 
-intgo _wrap_weft_win_create_options_zero_init_get_cweft_b9469eb795fc86df(struct weft_win_create_options *_swig_go_0) {
+intgo _wrap_weft_win_create_options_zero_init_get_cweft_6cb5596b1560e098(struct weft_win_create_options *_swig_go_0) {
   struct weft_win_create_options *arg1 = (struct weft_win_create_options *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -2094,7 +2094,7 @@ intgo _wrap_weft_win_create_options_zero_init_get_cweft_b9469eb795fc86df(struct 
 }
 
 
-void _wrap_weft_win_create_options_transport_set_cweft_b9469eb795fc86df(struct weft_win_create_options *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_weft_win_create_options_transport_set_cweft_6cb5596b1560e098(struct weft_win_create_options *_swig_go_0, _gostring_ _swig_go_1) {
   struct weft_win_create_options *arg1 = (struct weft_win_create_options *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -2118,7 +2118,7 @@ void _wrap_weft_win_create_options_transport_set_cweft_b9469eb795fc86df(struct w
 }
 
 
-_gostring_ _wrap_weft_win_create_options_transport_get_cweft_b9469eb795fc86df(struct weft_win_create_options *_swig_go_0) {
+_gostring_ _wrap_weft_win_create_options_transport_get_cweft_6cb5596b1560e098(struct weft_win_create_options *_swig_go_0) {
   struct weft_win_create_options *arg1 = (struct weft_win_create_options *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -2131,7 +2131,7 @@ _gostring_ _wrap_weft_win_create_options_transport_get_cweft_b9469eb795fc86df(st
 }
 
 
-struct weft_win_create_options *_wrap_new_weft_win_create_options_cweft_b9469eb795fc86df() {
+struct weft_win_create_options *_wrap_new_weft_win_create_options_cweft_6cb5596b1560e098() {
   struct weft_win_create_options *result = 0 ;
   struct weft_win_create_options *_swig_go_result;
   
@@ -2142,7 +2142,7 @@ struct weft_win_create_options *_wrap_new_weft_win_create_options_cweft_b9469eb7
 }
 
 
-void _wrap_delete_weft_win_create_options_cweft_b9469eb795fc86df(struct weft_win_create_options *_swig_go_0) {
+void _wrap_delete_weft_win_create_options_cweft_6cb5596b1560e098(struct weft_win_create_options *_swig_go_0) {
   struct weft_win_create_options *arg1 = (struct weft_win_create_options *) 0 ;
   
   arg1 = *(struct weft_win_create_options **)&_swig_go_0; 
@@ -2152,7 +2152,7 @@ void _wrap_delete_weft_win_create_options_cweft_b9469eb795fc86df(struct weft_win
 }
 
 
-intgo _wrap_weft_win_create_options_init_cweft_b9469eb795fc86df(struct weft_win_create_options *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_win_create_options_init_cweft_6cb5596b1560e098(struct weft_win_create_options *_swig_go_0, intgo _swig_go_1) {
   weft_win_create_options *arg1 = (weft_win_create_options *) 0 ;
   unsigned int arg2 ;
   weft_status result;
@@ -2167,7 +2167,7 @@ intgo _wrap_weft_win_create_options_init_cweft_b9469eb795fc86df(struct weft_win_
 }
 
 
-intgo _wrap_weft_win_free_cweft_b9469eb795fc86df(_gostring_ _swig_go_0) {
+intgo _wrap_weft_win_free_cweft_6cb5596b1560e098(_gostring_ _swig_go_0) {
   char *arg1 = (char *) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -2185,7 +2185,7 @@ intgo _wrap_weft_win_free_cweft_b9469eb795fc86df(_gostring_ _swig_go_0) {
 }
 
 
-intgo _wrap_weft_win_update_then_collect_cweft_b9469eb795fc86df(_gostring_ _swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_win_update_then_collect_cweft_6cb5596b1560e098(_gostring_ _swig_go_0, intgo _swig_go_1) {
   char *arg1 = (char *) 0 ;
   int arg2 ;
   weft_status result;
@@ -2205,7 +2205,7 @@ intgo _wrap_weft_win_update_then_collect_cweft_b9469eb795fc86df(_gostring_ _swig
 }
 
 
-intgo _wrap_weft_win_version_cweft_b9469eb795fc86df(_goslice_ _swig_go_0, long long *_swig_go_1, _gostring_ _swig_go_2) {
+intgo _wrap_weft_win_version_cweft_6cb5596b1560e098(_goslice_ _swig_go_0, long long *_swig_go_1, _gostring_ _swig_go_2) {
   int *arg1 = (int *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   size_t arg3 ;
@@ -2249,7 +2249,7 @@ intgo _wrap_weft_win_version_cweft_b9469eb795fc86df(_goslice_ _swig_go_0, long l
 }
 
 
-intgo _wrap_weft_win_associated_p_cweft_b9469eb795fc86df(double *_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_weft_win_associated_p_cweft_6cb5596b1560e098(double *_swig_go_0, _gostring_ _swig_go_1) {
   double *arg1 = (double *) 0 ;
   char *arg2 = (char *) 0 ;
   weft_status result;
@@ -2269,7 +2269,7 @@ intgo _wrap_weft_win_associated_p_cweft_b9469eb795fc86df(double *_swig_go_0, _go
 }
 
 
-void _wrap_weft_win_set_associated_p_ops_cweft_b9469eb795fc86df(intgo _swig_go_0) {
+void _wrap_weft_win_set_associated_p_ops_cweft_6cb5596b1560e098(intgo _swig_go_0) {
   int arg1 ;
   
   arg1 = (int)_swig_go_0; 
@@ -2279,7 +2279,7 @@ void _wrap_weft_win_set_associated_p_ops_cweft_b9469eb795fc86df(intgo _swig_go_0
 }
 
 
-intgo _wrap_weft_win_associated_p_ops_cweft_b9469eb795fc86df() {
+intgo _wrap_weft_win_associated_p_ops_cweft_6cb5596b1560e098() {
   int result;
   intgo _swig_go_result;
   
@@ -2290,7 +2290,7 @@ intgo _wrap_weft_win_associated_p_ops_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_win_mutex_acquire_cweft_b9469eb795fc86df(_gostring_ _swig_go_0, _goslice_ _swig_go_1) {
+intgo _wrap_weft_win_mutex_acquire_cweft_6cb5596b1560e098(_gostring_ _swig_go_0, _goslice_ _swig_go_1) {
   char *arg1 = (char *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2314,7 +2314,7 @@ intgo _wrap_weft_win_mutex_acquire_cweft_b9469eb795fc86df(_gostring_ _swig_go_0,
 }
 
 
-intgo _wrap_weft_win_mutex_release_cweft_b9469eb795fc86df(_gostring_ _swig_go_0, _goslice_ _swig_go_1) {
+intgo _wrap_weft_win_mutex_release_cweft_6cb5596b1560e098(_gostring_ _swig_go_0, _goslice_ _swig_go_1) {
   char *arg1 = (char *) 0 ;
   int *arg2 = (int *) 0 ;
   size_t arg3 ;
@@ -2338,7 +2338,7 @@ intgo _wrap_weft_win_mutex_release_cweft_b9469eb795fc86df(_gostring_ _swig_go_0,
 }
 
 
-intgo _wrap_WEFT_COUNT_FORWARD_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_COUNT_FORWARD_cweft_6cb5596b1560e098() {
   enum weft_count_kind result;
   intgo _swig_go_result;
   
@@ -2350,7 +2350,7 @@ intgo _wrap_WEFT_COUNT_FORWARD_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_COUNT_BACKWARD_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_COUNT_BACKWARD_cweft_6cb5596b1560e098() {
   enum weft_count_kind result;
   intgo _swig_go_result;
   
@@ -2362,7 +2362,7 @@ intgo _wrap_WEFT_COUNT_BACKWARD_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_COMPUTATION_IGNORED_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_COMPUTATION_IGNORED_cweft_6cb5596b1560e098() {
   enum weft_computation_event result;
   intgo _swig_go_result;
   
@@ -2374,7 +2374,7 @@ intgo _wrap_WEFT_COMPUTATION_IGNORED_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_COMPUTATION_COUNTED_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_COMPUTATION_COUNTED_cweft_6cb5596b1560e098() {
   enum weft_computation_event result;
   intgo _swig_go_result;
   
@@ -2386,7 +2386,7 @@ intgo _wrap_WEFT_COMPUTATION_COUNTED_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_COMPUTATION_COMMUNICATE_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_COMPUTATION_COMMUNICATE_cweft_6cb5596b1560e098() {
   enum weft_computation_event result;
   intgo _swig_go_result;
   
@@ -2398,7 +2398,7 @@ intgo _wrap_WEFT_COMPUTATION_COMMUNICATE_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_COMPUTATION_MISUSE_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_COMPUTATION_MISUSE_cweft_6cb5596b1560e098() {
   enum weft_computation_event result;
   intgo _swig_go_result;
   
@@ -2410,7 +2410,7 @@ intgo _wrap_WEFT_COMPUTATION_MISUSE_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_step_counter_create_cweft_b9469eb795fc86df(weft_step_counter **_swig_go_0, long long _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_step_counter_create_cweft_6cb5596b1560e098(weft_step_counter **_swig_go_0, long long _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   weft_step_counter **arg1 = (weft_step_counter **) 0 ;
   int64_t arg2 ;
   weft_count_kind arg3 ;
@@ -2429,7 +2429,7 @@ intgo _wrap_weft_step_counter_create_cweft_b9469eb795fc86df(weft_step_counter **
 }
 
 
-void _wrap_weft_step_counter_destroy_cweft_b9469eb795fc86df(struct weft_step_counter *_swig_go_0) {
+void _wrap_weft_step_counter_destroy_cweft_6cb5596b1560e098(struct weft_step_counter *_swig_go_0) {
   weft_step_counter *arg1 = (weft_step_counter *) 0 ;
   
   arg1 = *(weft_step_counter **)&_swig_go_0; 
@@ -2439,7 +2439,7 @@ void _wrap_weft_step_counter_destroy_cweft_b9469eb795fc86df(struct weft_step_cou
 }
 
 
-intgo _wrap_weft_step_counter_computation_cweft_b9469eb795fc86df(int *_swig_go_0, struct weft_step_counter *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_step_counter_computation_cweft_6cb5596b1560e098(int *_swig_go_0, struct weft_step_counter *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   weft_computation_event *arg1 = (weft_computation_event *) 0 ;
   weft_step_counter *arg2 = (weft_step_counter *) 0 ;
   int arg3 ;
@@ -2458,7 +2458,7 @@ intgo _wrap_weft_step_counter_computation_cweft_b9469eb795fc86df(int *_swig_go_0
 }
 
 
-intgo _wrap_weft_step_counter_step_cweft_b9469eb795fc86df(int *_swig_go_0, struct weft_step_counter *_swig_go_1) {
+intgo _wrap_weft_step_counter_step_cweft_6cb5596b1560e098(int *_swig_go_0, struct weft_step_counter *_swig_go_1) {
   int *arg1 = (int *) 0 ;
   weft_step_counter *arg2 = (weft_step_counter *) 0 ;
   weft_status result;
@@ -2473,7 +2473,7 @@ intgo _wrap_weft_step_counter_step_cweft_b9469eb795fc86df(int *_swig_go_0, struc
 }
 
 
-intgo _wrap_weft_step_counter_set_steps_per_communication_cweft_b9469eb795fc86df(struct weft_step_counter *_swig_go_0, long long _swig_go_1) {
+intgo _wrap_weft_step_counter_set_steps_per_communication_cweft_6cb5596b1560e098(struct weft_step_counter *_swig_go_0, long long _swig_go_1) {
   weft_step_counter *arg1 = (weft_step_counter *) 0 ;
   int64_t arg2 ;
   weft_status result;
@@ -2488,7 +2488,7 @@ intgo _wrap_weft_step_counter_set_steps_per_communication_cweft_b9469eb795fc86df
 }
 
 
-intgo _wrap_weft_step_counter_steps_per_communication_cweft_b9469eb795fc86df(long long *_swig_go_0, struct weft_step_counter *_swig_go_1) {
+intgo _wrap_weft_step_counter_steps_per_communication_cweft_6cb5596b1560e098(long long *_swig_go_0, struct weft_step_counter *_swig_go_1) {
   int64_t *arg1 = (int64_t *) 0 ;
   weft_step_counter *arg2 = (weft_step_counter *) 0 ;
   weft_status result;
@@ -2503,7 +2503,7 @@ intgo _wrap_weft_step_counter_steps_per_communication_cweft_b9469eb795fc86df(lon
 }
 
 
-intgo _wrap_weft_step_counter_countdown_cweft_b9469eb795fc86df(long long *_swig_go_0, struct weft_step_counter *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_weft_step_counter_countdown_cweft_6cb5596b1560e098(long long *_swig_go_0, struct weft_step_counter *_swig_go_1, intgo _swig_go_2) {
   int64_t *arg1 = (int64_t *) 0 ;
   weft_step_counter *arg2 = (weft_step_counter *) 0 ;
   int arg3 ;
@@ -2520,7 +2520,7 @@ intgo _wrap_weft_step_counter_countdown_cweft_b9469eb795fc86df(long long *_swig_
 }
 
 
-intgo _wrap_weft_step_counter_computations_cweft_b9469eb795fc86df(long long *_swig_go_0, long long *_swig_go_1, struct weft_step_counter *_swig_go_2) {
+intgo _wrap_weft_step_counter_computations_cweft_6cb5596b1560e098(long long *_swig_go_0, long long *_swig_go_1, struct weft_step_counter *_swig_go_2) {
   int64_t *arg1 = (int64_t *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   weft_step_counter *arg3 = (weft_step_counter *) 0 ;
@@ -2537,7 +2537,7 @@ intgo _wrap_weft_step_counter_computations_cweft_b9469eb795fc86df(long long *_sw
 }
 
 
-_gostring_ _wrap_weft_step_counter_misuse_warning_cweft_b9469eb795fc86df(struct weft_step_counter *_swig_go_0) {
+_gostring_ _wrap_weft_step_counter_misuse_warning_cweft_6cb5596b1560e098(struct weft_step_counter *_swig_go_0) {
   weft_step_counter *arg1 = (weft_step_counter *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -2550,7 +2550,7 @@ _gostring_ _wrap_weft_step_counter_misuse_warning_cweft_b9469eb795fc86df(struct 
 }
 
 
-intgo _wrap_weft_pipe_freeze_bound_cweft_b9469eb795fc86df(int *_swig_go_0, intgo _swig_go_1, double _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_pipe_freeze_bound_cweft_6cb5596b1560e098(int *_swig_go_0, intgo _swig_go_1, double _swig_go_2, intgo _swig_go_3) {
   int *arg1 = (int *) 0 ;
   int arg2 ;
   double arg3 ;
@@ -2569,7 +2569,7 @@ intgo _wrap_weft_pipe_freeze_bound_cweft_b9469eb795fc86df(int *_swig_go_0, intgo
 }
 
 
-intgo _wrap_weft_pipe_freeze_options_init_cweft_b9469eb795fc86df(weft_pipe_freeze_options *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_pipe_freeze_options_init_cweft_6cb5596b1560e098(weft_pipe_freeze_options *_swig_go_0, intgo _swig_go_1) {
   weft_pipe_freeze_options *arg1 = (weft_pipe_freeze_options *) 0 ;
   unsigned int arg2 ;
   weft_status result;
@@ -2584,7 +2584,7 @@ intgo _wrap_weft_pipe_freeze_options_init_cweft_b9469eb795fc86df(weft_pipe_freez
 }
 
 
-intgo _wrap_weft_pipe_next_frozen_cweft_b9469eb795fc86df(int *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, weft_pipe_freeze_options *_swig_go_5) {
+intgo _wrap_weft_pipe_next_frozen_cweft_6cb5596b1560e098(int *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, weft_pipe_freeze_options *_swig_go_5) {
   int *arg1 = (int *) 0 ;
   int arg2 ;
   int arg3 ;
@@ -2611,7 +2611,7 @@ intgo _wrap_weft_pipe_next_frozen_cweft_b9469eb795fc86df(int *_swig_go_0, intgo 
 }
 
 
-intgo _wrap_WEFT_PIPE_STRATEGY_OPTIMAL_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_PIPE_STRATEGY_OPTIMAL_cweft_6cb5596b1560e098() {
   enum weft_pipe_strategy result;
   intgo _swig_go_result;
   
@@ -2623,7 +2623,7 @@ intgo _wrap_WEFT_PIPE_STRATEGY_OPTIMAL_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_PIPE_STRATEGY_GREEDY_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_PIPE_STRATEGY_GREEDY_cweft_6cb5596b1560e098() {
   enum weft_pipe_strategy result;
   intgo _swig_go_result;
   
@@ -2635,7 +2635,7 @@ intgo _wrap_WEFT_PIPE_STRATEGY_GREEDY_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_PIPE_STRATEGY_EVEN_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_PIPE_STRATEGY_EVEN_cweft_6cb5596b1560e098() {
   enum weft_pipe_strategy result;
   intgo _swig_go_result;
   
@@ -2647,7 +2647,7 @@ intgo _wrap_WEFT_PIPE_STRATEGY_EVEN_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_pipe_parameter_costs_cweft_b9469eb795fc86df(_goslice_ _swig_go_0, long long *_swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, double _swig_go_4) {
+intgo _wrap_weft_pipe_parameter_costs_cweft_6cb5596b1560e098(_goslice_ _swig_go_0, long long *_swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3, double _swig_go_4) {
   double *arg1 = (double *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2676,7 +2676,7 @@ intgo _wrap_weft_pipe_parameter_costs_cweft_b9469eb795fc86df(_goslice_ _swig_go_
 }
 
 
-intgo _wrap_weft_pipe_partition_cweft_b9469eb795fc86df(_goslice_ _swig_go_0, long long *_swig_go_1, double *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5) {
+intgo _wrap_weft_pipe_partition_cweft_6cb5596b1560e098(_goslice_ _swig_go_0, long long *_swig_go_1, double *_swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2707,7 +2707,7 @@ intgo _wrap_weft_pipe_partition_cweft_b9469eb795fc86df(_goslice_ _swig_go_0, lon
 }
 
 
-intgo _wrap_weft_pipe_plan_options_init_cweft_b9469eb795fc86df(weft_pipe_plan_options *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_weft_pipe_plan_options_init_cweft_6cb5596b1560e098(weft_pipe_plan_options *_swig_go_0, intgo _swig_go_1) {
   weft_pipe_plan_options *arg1 = (weft_pipe_plan_options *) 0 ;
   unsigned int arg2 ;
   weft_status result;
@@ -2722,7 +2722,7 @@ intgo _wrap_weft_pipe_plan_options_init_cweft_b9469eb795fc86df(weft_pipe_plan_op
 }
 
 
-intgo _wrap_weft_pipe_plan_create_cweft_b9469eb795fc86df(weft_pipe_plan **_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, weft_pipe_plan_options *_swig_go_3, struct weft_pipe_plan *_swig_go_4) {
+intgo _wrap_weft_pipe_plan_create_cweft_6cb5596b1560e098(weft_pipe_plan **_swig_go_0, _goslice_ _swig_go_1, intgo _swig_go_2, weft_pipe_plan_options *_swig_go_3, struct weft_pipe_plan *_swig_go_4) {
   weft_pipe_plan **arg1 = (weft_pipe_plan **) 0 ;
   double *arg2 = (double *) 0 ;
   size_t arg3 ;
@@ -2747,7 +2747,7 @@ intgo _wrap_weft_pipe_plan_create_cweft_b9469eb795fc86df(weft_pipe_plan **_swig_
 }
 
 
-void _wrap_weft_pipe_plan_destroy_cweft_b9469eb795fc86df(struct weft_pipe_plan *_swig_go_0) {
+void _wrap_weft_pipe_plan_destroy_cweft_6cb5596b1560e098(struct weft_pipe_plan *_swig_go_0) {
   weft_pipe_plan *arg1 = (weft_pipe_plan *) 0 ;
   
   arg1 = *(weft_pipe_plan **)&_swig_go_0; 
@@ -2757,7 +2757,7 @@ void _wrap_weft_pipe_plan_destroy_cweft_b9469eb795fc86df(struct weft_pipe_plan *
 }
 
 
-intgo _wrap_weft_pipe_plan_get_info_cweft_b9469eb795fc86df(weft_pipe_plan_info *_swig_go_0, struct weft_pipe_plan *_swig_go_1) {
+intgo _wrap_weft_pipe_plan_get_info_cweft_6cb5596b1560e098(weft_pipe_plan_info *_swig_go_0, struct weft_pipe_plan *_swig_go_1) {
   weft_pipe_plan_info *arg1 = (weft_pipe_plan_info *) 0 ;
   weft_pipe_plan *arg2 = (weft_pipe_plan *) 0 ;
   weft_status result;
@@ -2772,7 +2772,7 @@ intgo _wrap_weft_pipe_plan_get_info_cweft_b9469eb795fc86df(weft_pipe_plan_info *
 }
 
 
-intgo _wrap_weft_pipe_plan_boundaries_cweft_b9469eb795fc86df(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_pipe_plan *_swig_go_2) {
+intgo _wrap_weft_pipe_plan_boundaries_cweft_6cb5596b1560e098(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_pipe_plan *_swig_go_2) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2793,7 +2793,7 @@ intgo _wrap_weft_pipe_plan_boundaries_cweft_b9469eb795fc86df(_goslice_ _swig_go_
 }
 
 
-intgo _wrap_weft_pipe_plan_stage_costs_cweft_b9469eb795fc86df(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_pipe_plan *_swig_go_2) {
+intgo _wrap_weft_pipe_plan_stage_costs_cweft_6cb5596b1560e098(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_pipe_plan *_swig_go_2) {
   double *arg1 = (double *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2814,7 +2814,7 @@ intgo _wrap_weft_pipe_plan_stage_costs_cweft_b9469eb795fc86df(_goslice_ _swig_go
 }
 
 
-intgo _wrap_weft_pipe_plan_newly_active_cweft_b9469eb795fc86df(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_pipe_plan *_swig_go_2) {
+intgo _wrap_weft_pipe_plan_newly_active_cweft_6cb5596b1560e098(_goslice_ _swig_go_0, long long *_swig_go_1, struct weft_pipe_plan *_swig_go_2) {
   int *arg1 = (int *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2835,7 +2835,7 @@ intgo _wrap_weft_pipe_plan_newly_active_cweft_b9469eb795fc86df(_goslice_ _swig_g
 }
 
 
-intgo _wrap_weft_pipe_plan_role_cweft_b9469eb795fc86df(int *_swig_go_0, int *_swig_go_1, struct weft_pipe_plan *_swig_go_2, intgo _swig_go_3) {
+intgo _wrap_weft_pipe_plan_role_cweft_6cb5596b1560e098(int *_swig_go_0, int *_swig_go_1, struct weft_pipe_plan *_swig_go_2, intgo _swig_go_3) {
   int *arg1 = (int *) 0 ;
   int *arg2 = (int *) 0 ;
   weft_pipe_plan *arg3 = (weft_pipe_plan *) 0 ;
@@ -2854,7 +2854,7 @@ intgo _wrap_weft_pipe_plan_role_cweft_b9469eb795fc86df(int *_swig_go_0, int *_sw
 }
 
 
-intgo _wrap_WEFT_PIPE_SCHEDULE_GPIPE_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_PIPE_SCHEDULE_GPIPE_cweft_6cb5596b1560e098() {
   enum weft_pipe_schedule_kind result;
   intgo _swig_go_result;
   
@@ -2866,7 +2866,7 @@ intgo _wrap_WEFT_PIPE_SCHEDULE_GPIPE_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_WEFT_PIPE_SCHEDULE_1F1B_cweft_b9469eb795fc86df() {
+intgo _wrap_WEFT_PIPE_SCHEDULE_1F1B_cweft_6cb5596b1560e098() {
   enum weft_pipe_schedule_kind result;
   intgo _swig_go_result;
   
@@ -2878,7 +2878,7 @@ intgo _wrap_WEFT_PIPE_SCHEDULE_1F1B_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_pipe_schedule_bubble_cweft_b9469eb795fc86df(double *_swig_go_0, int *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, intgo _swig_go_4) {
+intgo _wrap_weft_pipe_schedule_bubble_cweft_6cb5596b1560e098(double *_swig_go_0, int *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, intgo _swig_go_4) {
   double *arg1 = (double *) 0 ;
   int *arg2 = (int *) 0 ;
   weft_pipe_schedule_kind arg3 ;
@@ -2899,7 +2899,7 @@ intgo _wrap_weft_pipe_schedule_bubble_cweft_b9469eb795fc86df(double *_swig_go_0,
 }
 
 
-intgo _wrap_weft_config_set_cweft_b9469eb795fc86df(_gostring_ _swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_weft_config_set_cweft_6cb5596b1560e098(_gostring_ _swig_go_0, _gostring_ _swig_go_1) {
   char *arg1 = (char *) 0 ;
   char *arg2 = (char *) 0 ;
   weft_status result;
@@ -2924,7 +2924,7 @@ intgo _wrap_weft_config_set_cweft_b9469eb795fc86df(_gostring_ _swig_go_0, _gostr
 }
 
 
-intgo _wrap_weft_config_unset_cweft_b9469eb795fc86df(_gostring_ _swig_go_0) {
+intgo _wrap_weft_config_unset_cweft_6cb5596b1560e098(_gostring_ _swig_go_0) {
   char *arg1 = (char *) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -2942,7 +2942,7 @@ intgo _wrap_weft_config_unset_cweft_b9469eb795fc86df(_gostring_ _swig_go_0) {
 }
 
 
-intgo _wrap_weft_config_get_cweft_b9469eb795fc86df(char **_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_weft_config_get_cweft_6cb5596b1560e098(char **_swig_go_0, _gostring_ _swig_go_1) {
   char **arg1 = (char **) 0 ;
   char *arg2 = (char *) 0 ;
   weft_status result;
@@ -2962,7 +2962,7 @@ intgo _wrap_weft_config_get_cweft_b9469eb795fc86df(char **_swig_go_0, _gostring_
 }
 
 
-_gostring_ _wrap_weft_config_describe_cweft_b9469eb795fc86df() {
+_gostring_ _wrap_weft_config_describe_cweft_6cb5596b1560e098() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -2973,7 +2973,7 @@ _gostring_ _wrap_weft_config_describe_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_timeline_start_cweft_b9469eb795fc86df(_gostring_ _swig_go_0) {
+intgo _wrap_weft_timeline_start_cweft_6cb5596b1560e098(_gostring_ _swig_go_0) {
   char *arg1 = (char *) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -2991,7 +2991,7 @@ intgo _wrap_weft_timeline_start_cweft_b9469eb795fc86df(_gostring_ _swig_go_0) {
 }
 
 
-intgo _wrap_weft_timeline_stop_cweft_b9469eb795fc86df() {
+intgo _wrap_weft_timeline_stop_cweft_6cb5596b1560e098() {
   weft_status result;
   intgo _swig_go_result;
   
@@ -3002,7 +3002,7 @@ intgo _wrap_weft_timeline_stop_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weft_timeline_start_activity_cweft_b9469eb795fc86df(_gostring_ _swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_weft_timeline_start_activity_cweft_6cb5596b1560e098(_gostring_ _swig_go_0, _gostring_ _swig_go_1) {
   char *arg1 = (char *) 0 ;
   char *arg2 = (char *) 0 ;
   weft_status result;
@@ -3027,7 +3027,7 @@ intgo _wrap_weft_timeline_start_activity_cweft_b9469eb795fc86df(_gostring_ _swig
 }
 
 
-intgo _wrap_weft_timeline_end_activity_cweft_b9469eb795fc86df(_gostring_ _swig_go_0) {
+intgo _wrap_weft_timeline_end_activity_cweft_6cb5596b1560e098(_gostring_ _swig_go_0) {
   char *arg1 = (char *) 0 ;
   weft_status result;
   intgo _swig_go_result;
@@ -3045,7 +3045,7 @@ intgo _wrap_weft_timeline_end_activity_cweft_b9469eb795fc86df(_gostring_ _swig_g
 }
 
 
-intgo _wrap_weft_timeline_active_cweft_b9469eb795fc86df() {
+intgo _wrap_weft_timeline_active_cweft_6cb5596b1560e098() {
   int result;
   intgo _swig_go_result;
   
@@ -3056,7 +3056,7 @@ intgo _wrap_weft_timeline_active_cweft_b9469eb795fc86df() {
 }
 
 
-intgo _wrap_weftgo_allreduce_cweft_b9469eb795fc86df(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, _goslice_ _swig_go_7, _gostring_ _swig_go_8) {
+intgo _wrap_weftgo_allreduce_cweft_6cb5596b1560e098(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, _goslice_ _swig_go_7, _gostring_ _swig_go_8) {
   weft_request **arg1 = (weft_request **) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -3098,7 +3098,7 @@ intgo _wrap_weftgo_allreduce_cweft_b9469eb795fc86df(weft_request **_swig_go_0, v
 }
 
 
-intgo _wrap_weftgo_broadcast_cweft_b9469eb795fc86df(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, _goslice_ _swig_go_7, _gostring_ _swig_go_8) {
+intgo _wrap_weftgo_broadcast_cweft_6cb5596b1560e098(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, _goslice_ _swig_go_7, _gostring_ _swig_go_8) {
   weft_request **arg1 = (weft_request **) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -3140,7 +3140,7 @@ intgo _wrap_weftgo_broadcast_cweft_b9469eb795fc86df(weft_request **_swig_go_0, v
 }
 
 
-intgo _wrap_weftgo_send_cweft_b9469eb795fc86df(weft_request **_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, intgo _swig_go_5, _gostring_ _swig_go_6) {
+intgo _wrap_weftgo_send_cweft_6cb5596b1560e098(weft_request **_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, intgo _swig_go_5, _gostring_ _swig_go_6) {
   weft_request **arg1 = (weft_request **) 0 ;
   void *arg2 = (void *) 0 ;
   int arg3 ;
@@ -3174,7 +3174,7 @@ intgo _wrap_weftgo_send_cweft_b9469eb795fc86df(weft_request **_swig_go_0, void *
 }
 
 
-intgo _wrap_weftgo_recv_cweft_b9469eb795fc86df(weft_request **_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, intgo _swig_go_5, _gostring_ _swig_go_6) {
+intgo _wrap_weftgo_recv_cweft_6cb5596b1560e098(weft_request **_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, intgo _swig_go_5, _gostring_ _swig_go_6) {
   weft_request **arg1 = (weft_request **) 0 ;
   void *arg2 = (void *) 0 ;
   int arg3 ;
@@ -3208,7 +3208,7 @@ intgo _wrap_weftgo_recv_cweft_b9469eb795fc86df(weft_request **_swig_go_0, void *
 }
 
 
-intgo _wrap_weftgo_allgather_cweft_b9469eb795fc86df(weft_request **_swig_go_0, DLManagedTensor **_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, _gostring_ _swig_go_6) {
+intgo _wrap_weftgo_allgather_cweft_6cb5596b1560e098(weft_request **_swig_go_0, DLManagedTensor **_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, _gostring_ _swig_go_6) {
   weft_request **arg1 = (weft_request **) 0 ;
   DLManagedTensor **arg2 = (DLManagedTensor **) 0 ;
   void *arg3 = (void *) 0 ;
@@ -3242,7 +3242,7 @@ intgo _wrap_weftgo_allgather_cweft_b9469eb795fc86df(weft_request **_swig_go_0, D
 }
 
 
-intgo _wrap_weftgo_neighbor_allgather_cweft_b9469eb795fc86df(weft_request **_swig_go_0, DLManagedTensor **_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, _goslice_ _swig_go_7, _goslice_ _swig_go_8, _gostring_ _swig_go_9) {
+intgo _wrap_weftgo_neighbor_allgather_cweft_6cb5596b1560e098(weft_request **_swig_go_0, DLManagedTensor **_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, _goslice_ _swig_go_7, _goslice_ _swig_go_8, _gostring_ _swig_go_9) {
   weft_request **arg1 = (weft_request **) 0 ;
   DLManagedTensor **arg2 = (DLManagedTensor **) 0 ;
   void *arg3 = (void *) 0 ;
@@ -3290,7 +3290,7 @@ intgo _wrap_weftgo_neighbor_allgather_cweft_b9469eb795fc86df(weft_request **_swi
 }
 
 
-intgo _wrap_weftgo_neighbor_allreduce_cweft_b9469eb795fc86df(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, double _swig_go_7, _goslice_ _swig_go_8, intgo _swig_go_9, _goslice_ _swig_go_10, _gostring_ _swig_go_11) {
+intgo _wrap_weftgo_neighbor_allreduce_cweft_6cb5596b1560e098(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, double _swig_go_7, _goslice_ _swig_go_8, intgo _swig_go_9, _goslice_ _swig_go_10, _gostring_ _swig_go_11) {
   weft_request **arg1 = (weft_request **) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -3342,7 +3342,7 @@ intgo _wrap_weftgo_neighbor_allreduce_cweft_b9469eb795fc86df(weft_request **_swi
 }
 
 
-intgo _wrap_weftgo_hierarchical_neighbor_allreduce_cweft_b9469eb795fc86df(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, double _swig_go_7, _goslice_ _swig_go_8, intgo _swig_go_9, _goslice_ _swig_go_10, _gostring_ _swig_go_11) {
+intgo _wrap_weftgo_hierarchical_neighbor_allreduce_cweft_6cb5596b1560e098(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, double _swig_go_7, _goslice_ _swig_go_8, intgo _swig_go_9, _goslice_ _swig_go_10, _gostring_ _swig_go_11) {
   weft_request **arg1 = (weft_request **) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -3394,7 +3394,7 @@ intgo _wrap_weftgo_hierarchical_neighbor_allreduce_cweft_b9469eb795fc86df(weft_r
 }
 
 
-intgo _wrap_weftgo_pair_gossip_cweft_b9469eb795fc86df(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, double _swig_go_7, double _swig_go_8, _gostring_ _swig_go_9) {
+intgo _wrap_weftgo_pair_gossip_cweft_6cb5596b1560e098(weft_request **_swig_go_0, void *_swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, intgo _swig_go_6, double _swig_go_7, double _swig_go_8, _gostring_ _swig_go_9) {
   weft_request **arg1 = (weft_request **) 0 ;
   void *arg2 = (void *) 0 ;
   void *arg3 = (void *) 0 ;
@@ -3434,7 +3434,7 @@ intgo _wrap_weftgo_pair_gossip_cweft_b9469eb795fc86df(weft_request **_swig_go_0,
 }
 
 
-intgo _wrap_weftgo_win_create_cweft_b9469eb795fc86df(void *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, _gostring_ _swig_go_4, intgo _swig_go_5, _gostring_ _swig_go_6) {
+intgo _wrap_weftgo_win_create_cweft_6cb5596b1560e098(void *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, _gostring_ _swig_go_4, intgo _swig_go_5, _gostring_ _swig_go_6) {
   void *arg1 = (void *) 0 ;
   int arg2 ;
   int arg3 ;
@@ -3473,7 +3473,7 @@ intgo _wrap_weftgo_win_create_cweft_b9469eb795fc86df(void *_swig_go_0, intgo _sw
 }
 
 
-intgo _wrap_weftgo_win_put_cweft_b9469eb795fc86df(weft_request **_swig_go_0, intgo _swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, _gostring_ _swig_go_6, double _swig_go_7, intgo _swig_go_8, _goslice_ _swig_go_9, intgo _swig_go_10) {
+intgo _wrap_weftgo_win_put_cweft_6cb5596b1560e098(weft_request **_swig_go_0, intgo _swig_go_1, void *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, _goslice_ _swig_go_5, _gostring_ _swig_go_6, double _swig_go_7, intgo _swig_go_8, _goslice_ _swig_go_9, intgo _swig_go_10) {
   weft_request **arg1 = (weft_request **) 0 ;
   int arg2 ;
   void *arg3 = (void *) 0 ;
@@ -3519,7 +3519,7 @@ intgo _wrap_weftgo_win_put_cweft_b9469eb795fc86df(weft_request **_swig_go_0, int
 }
 
 
-intgo _wrap_weftgo_win_get_cweft_b9469eb795fc86df(weft_request **_swig_go_0, _gostring_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4) {
+intgo _wrap_weftgo_win_get_cweft_6cb5596b1560e098(weft_request **_swig_go_0, _gostring_ _swig_go_1, intgo _swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4) {
   weft_request **arg1 = (weft_request **) 0 ;
   char *arg2 = (char *) 0 ;
   int arg3 ;
@@ -3549,7 +3549,7 @@ intgo _wrap_weftgo_win_get_cweft_b9469eb795fc86df(weft_request **_swig_go_0, _go
 }
 
 
-intgo _wrap_weftgo_win_update_cweft_b9469eb795fc86df(_gostring_ _swig_go_0, intgo _swig_go_1, double _swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5) {
+intgo _wrap_weftgo_win_update_cweft_6cb5596b1560e098(_gostring_ _swig_go_0, intgo _swig_go_1, double _swig_go_2, _goslice_ _swig_go_3, intgo _swig_go_4, intgo _swig_go_5) {
   char *arg1 = (char *) 0 ;
   int arg2 ;
   double arg3 ;
@@ -3581,7 +3581,7 @@ intgo _wrap_weftgo_win_update_cweft_b9469eb795fc86df(_gostring_ _swig_go_0, intg
 }
 
 
-void *_wrap_weftgo_shared_alloc_cweft_b9469eb795fc86df(long long _swig_go_0) {
+void *_wrap_weftgo_shared_alloc_cweft_6cb5596b1560e098(long long _swig_go_0) {
   size_t arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -3594,7 +3594,7 @@ void *_wrap_weftgo_shared_alloc_cweft_b9469eb795fc86df(long long _swig_go_0) {
 }
 
 
-void _wrap_weftgo_shared_ref_cweft_b9469eb795fc86df(void *_swig_go_0) {
+void _wrap_weftgo_shared_ref_cweft_6cb5596b1560e098(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = _swig_go_0; 
@@ -3604,7 +3604,7 @@ void _wrap_weftgo_shared_ref_cweft_b9469eb795fc86df(void *_swig_go_0) {
 }
 
 
-void _wrap_weftgo_shared_unref_cweft_b9469eb795fc86df(void *_swig_go_0) {
+void _wrap_weftgo_shared_unref_cweft_6cb5596b1560e098(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = _swig_go_0; 
@@ -3614,7 +3614,7 @@ void _wrap_weftgo_shared_unref_cweft_b9469eb795fc86df(void *_swig_go_0) {
 }
 
 
-void *_wrap_weftgo_alloc_cweft_b9469eb795fc86df(long long _swig_go_0) {
+void *_wrap_weftgo_alloc_cweft_6cb5596b1560e098(long long _swig_go_0) {
   size_t arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -3627,7 +3627,7 @@ void *_wrap_weftgo_alloc_cweft_b9469eb795fc86df(long long _swig_go_0) {
 }
 
 
-void _wrap_weftgo_free_cweft_b9469eb795fc86df(void *_swig_go_0) {
+void _wrap_weftgo_free_cweft_6cb5596b1560e098(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = _swig_go_0; 
@@ -3637,7 +3637,7 @@ void _wrap_weftgo_free_cweft_b9469eb795fc86df(void *_swig_go_0) {
 }
 
 
-intgo _wrap_weftgo_request_free_after_completion_cweft_b9469eb795fc86df(struct weft_request *_swig_go_0, void *_swig_go_1) {
+intgo _wrap_weftgo_request_free_after_completion_cweft_6cb5596b1560e098(struct weft_request *_swig_go_0, void *_swig_go_1) {
   weft_request *arg1 = (weft_request *) 0 ;
   void *arg2 = (void *) 0 ;
   weft_status result;
@@ -3652,7 +3652,7 @@ intgo _wrap_weftgo_request_free_after_completion_cweft_b9469eb795fc86df(struct w
 }
 
 
-void *_wrap_weftgo_managed_data_cweft_b9469eb795fc86df(struct DLManagedTensor *_swig_go_0) {
+void *_wrap_weftgo_managed_data_cweft_6cb5596b1560e098(struct DLManagedTensor *_swig_go_0) {
   DLManagedTensor *arg1 = (DLManagedTensor *) 0 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -3665,7 +3665,7 @@ void *_wrap_weftgo_managed_data_cweft_b9469eb795fc86df(struct DLManagedTensor *_
 }
 
 
-long long _wrap_weftgo_managed_numel_cweft_b9469eb795fc86df(struct DLManagedTensor *_swig_go_0) {
+long long _wrap_weftgo_managed_numel_cweft_6cb5596b1560e098(struct DLManagedTensor *_swig_go_0) {
   DLManagedTensor *arg1 = (DLManagedTensor *) 0 ;
   long long result;
   long long _swig_go_result;
@@ -3678,7 +3678,7 @@ long long _wrap_weftgo_managed_numel_cweft_b9469eb795fc86df(struct DLManagedTens
 }
 
 
-intgo _wrap_weftgo_managed_ndim_cweft_b9469eb795fc86df(struct DLManagedTensor *_swig_go_0) {
+intgo _wrap_weftgo_managed_ndim_cweft_6cb5596b1560e098(struct DLManagedTensor *_swig_go_0) {
   DLManagedTensor *arg1 = (DLManagedTensor *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3691,7 +3691,7 @@ intgo _wrap_weftgo_managed_ndim_cweft_b9469eb795fc86df(struct DLManagedTensor *_
 }
 
 
-long long _wrap_weftgo_managed_dim_cweft_b9469eb795fc86df(struct DLManagedTensor *_swig_go_0, intgo _swig_go_1) {
+long long _wrap_weftgo_managed_dim_cweft_6cb5596b1560e098(struct DLManagedTensor *_swig_go_0, intgo _swig_go_1) {
   DLManagedTensor *arg1 = (DLManagedTensor *) 0 ;
   int arg2 ;
   long long result;
@@ -3706,7 +3706,7 @@ long long _wrap_weftgo_managed_dim_cweft_b9469eb795fc86df(struct DLManagedTensor
 }
 
 
-intgo _wrap_weftgo_managed_dtype_cweft_b9469eb795fc86df(struct DLManagedTensor *_swig_go_0) {
+intgo _wrap_weftgo_managed_dtype_cweft_6cb5596b1560e098(struct DLManagedTensor *_swig_go_0) {
   DLManagedTensor *arg1 = (DLManagedTensor *) 0 ;
   int result;
   intgo _swig_go_result;
@@ -3719,7 +3719,7 @@ intgo _wrap_weftgo_managed_dtype_cweft_b9469eb795fc86df(struct DLManagedTensor *
 }
 
 
-void _wrap_weftgo_managed_delete_cweft_b9469eb795fc86df(struct DLManagedTensor *_swig_go_0) {
+void _wrap_weftgo_managed_delete_cweft_6cb5596b1560e098(struct DLManagedTensor *_swig_go_0) {
   DLManagedTensor *arg1 = (DLManagedTensor *) 0 ;
   
   arg1 = *(DLManagedTensor **)&_swig_go_0; 

@@ -39,18 +39,18 @@ typedef _goslice_ swig_type_6;
 typedef _goslice_ swig_type_7;
 typedef _goslice_ swig_type_8;
 typedef _gostring_ swig_type_9;
-extern void _wrap_Swig_free_cwefttrainer_b3643da17bbb1b86(uintptr_t arg1);
-extern uintptr_t _wrap_Swig_malloc_cwefttrainer_b3643da17bbb1b86(swig_intgo arg1);
-extern swig_intgo _wrap_weftgo_trainer_create_cwefttrainer_b3643da17bbb1b86(swig_voidp arg1, swig_type_1 arg2, swig_voidp arg3, swig_type_2 arg4, swig_type_3 arg5);
-extern swig_intgo _wrap_weftgo_trainer_train_epoch_cwefttrainer_b3643da17bbb1b86(uintptr_t arg1, swig_voidp arg2, swig_intgo arg3, swig_intgo arg4, swig_type_4 arg5, swig_voidp arg6, swig_intgo arg7, swig_intgo arg8, swig_type_5 arg9, swig_voidp arg10);
-extern swig_intgo _wrap_weftgo_trainer_evaluate_cwefttrainer_b3643da17bbb1b86(uintptr_t arg1, swig_voidp arg2, swig_intgo arg3, swig_intgo arg4, swig_type_6 arg5, swig_voidp arg6, swig_intgo arg7, swig_intgo arg8, swig_type_7 arg9, swig_voidp arg10);
-extern swig_intgo _wrap_weftgo_trainer_last_line_cwefttrainer_b3643da17bbb1b86(uintptr_t arg1, swig_type_8 arg2, swig_voidp arg3);
-extern swig_intgo _wrap_weftgo_trainer_role_cwefttrainer_b3643da17bbb1b86(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
-extern swig_intgo _wrap_weftgo_trainer_plan_info_cwefttrainer_b3643da17bbb1b86(uintptr_t arg1, swig_voidp arg2);
-extern void _wrap_weftgo_trainer_destroy_cwefttrainer_b3643da17bbb1b86(uintptr_t arg1);
-extern swig_type_9 _wrap_weftgo_trainer_last_error_cwefttrainer_b3643da17bbb1b86(void);
-extern swig_intgo _wrap_weftgo_trainer_optimizer_cwefttrainer_b3643da17bbb1b86(swig_intgo arg1);
-extern swig_intgo _wrap_weftgo_trainer_loss_cwefttrainer_b3643da17bbb1b86(swig_intgo arg1);
+extern void _wrap_Swig_free_cwefttrainer_14bb23492e7508ee(uintptr_t arg1);
+extern uintptr_t _wrap_Swig_malloc_cwefttrainer_14bb23492e7508ee(swig_intgo arg1);
+extern swig_intgo _wrap_weftgo_trainer_create_cwefttrainer_14bb23492e7508ee(swig_voidp arg1, swig_type_1 arg2, swig_voidp arg3, swig_type_2 arg4, swig_type_3 arg5);
+extern swig_intgo _wrap_weftgo_trainer_train_epoch_cwefttrainer_14bb23492e7508ee(uintptr_t arg1, swig_voidp arg2, swig_intgo arg3, swig_intgo arg4, swig_type_4 arg5, swig_voidp arg6, swig_intgo arg7, swig_intgo arg8, swig_type_5 arg9, swig_voidp arg10);
+extern swig_intgo _wrap_weftgo_trainer_evaluate_cwefttrainer_14bb23492e7508ee(uintptr_t arg1, swig_voidp arg2, swig_intgo arg3, swig_intgo arg4, swig_type_6 arg5, swig_voidp arg6, swig_intgo arg7, swig_intgo arg8, swig_type_7 arg9, swig_voidp arg10);
+extern swig_intgo _wrap_weftgo_trainer_last_line_cwefttrainer_14bb23492e7508ee(uintptr_t arg1, swig_type_8 arg2, swig_voidp arg3);
+extern swig_intgo _wrap_weftgo_trainer_role_cwefttrainer_14bb23492e7508ee(uintptr_t arg1, swig_voidp arg2, swig_voidp arg3);
+extern swig_intgo _wrap_weftgo_trainer_plan_info_cwefttrainer_14bb23492e7508ee(uintptr_t arg1, swig_voidp arg2);
+extern void _wrap_weftgo_trainer_destroy_cwefttrainer_14bb23492e7508ee(uintptr_t arg1);
+extern swig_type_9 _wrap_weftgo_trainer_last_error_cwefttrainer_14bb23492e7508ee(void);
+extern swig_intgo _wrap_weftgo_trainer_optimizer_cwefttrainer_14bb23492e7508ee(swig_intgo arg1);
+extern swig_intgo _wrap_weftgo_trainer_loss_cwefttrainer_14bb23492e7508ee(swig_intgo arg1);
 #undef intgo
 */
 import "C"
@@ -90,13 +90,13 @@ func swigCopyString(s string) string {
 
 func Swig_free(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_Swig_free_cwefttrainer_b3643da17bbb1b86(C.uintptr_t(_swig_i_0))
+	C._wrap_Swig_free_cwefttrainer_14bb23492e7508ee(C.uintptr_t(_swig_i_0))
 }
 
 func Swig_malloc(arg1 int) (_swig_ret uintptr) {
 	var swig_r uintptr
 	_swig_i_0 := arg1
-	swig_r = (uintptr)(C._wrap_Swig_malloc_cwefttrainer_b3643da17bbb1b86(C.swig_intgo(_swig_i_0)))
+	swig_r = (uintptr)(C._wrap_Swig_malloc_cwefttrainer_14bb23492e7508ee(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -148,12 +148,12 @@ type EpochMetrics struct {
 
 // PlanInfo is laid out like the C struct weft_pipe_plan_info.
 type PlanInfo struct {
+	Version      uint32
 	Frozen       int32
 	K            int32
 	Replicas     int32
 	MicroBatches int32
 	World        int32
-	_            int32
 	M0           float64
 	MaxCost      float64
 }
@@ -165,7 +165,7 @@ func Weftgo_trainer_create(arg1 *SwigcptrStruct_SS_weft_pipe_trainer, arg2 strin
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r = (int)(C._wrap_weftgo_trainer_create_cwefttrainer_b3643da17bbb1b86(C.swig_voidp(_swig_i_0), *(*C.swig_type_1)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2), *(*C.swig_type_2)(unsafe.Pointer(&_swig_i_3)), *(*C.swig_type_3)(unsafe.Pointer(&_swig_i_4))))
+	swig_r = (int)(C._wrap_weftgo_trainer_create_cwefttrainer_14bb23492e7508ee(C.swig_voidp(_swig_i_0), *(*C.swig_type_1)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2), *(*C.swig_type_2)(unsafe.Pointer(&_swig_i_3)), *(*C.swig_type_3)(unsafe.Pointer(&_swig_i_4))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -190,7 +190,7 @@ func Weftgo_trainer_train_epoch(arg1 Struct_SS_weft_pipe_trainer, arg2 unsafe.Po
 	_swig_i_7 := arg8
 	_swig_i_8 := arg9
 	_swig_i_9 := arg10
-	swig_r = (int)(C._wrap_weftgo_trainer_train_epoch_cwefttrainer_b3643da17bbb1b86(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3), *(*C.swig_type_4)(unsafe.Pointer(&_swig_i_4)), C.swig_voidp(_swig_i_5), C.swig_intgo(_swig_i_6), C.swig_intgo(_swig_i_7), *(*C.swig_type_5)(unsafe.Pointer(&_swig_i_8)), C.swig_voidp(_swig_i_9)))
+	swig_r = (int)(C._wrap_weftgo_trainer_train_epoch_cwefttrainer_14bb23492e7508ee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3), *(*C.swig_type_4)(unsafe.Pointer(&_swig_i_4)), C.swig_voidp(_swig_i_5), C.swig_intgo(_swig_i_6), C.swig_intgo(_swig_i_7), *(*C.swig_type_5)(unsafe.Pointer(&_swig_i_8)), C.swig_voidp(_swig_i_9)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg5
 	}
@@ -212,7 +212,7 @@ func Weftgo_trainer_evaluate(arg1 Struct_SS_weft_pipe_trainer, arg2 unsafe.Point
 	_swig_i_7 := arg8
 	_swig_i_8 := arg9
 	_swig_i_9 := arg10
-	swig_r = (int)(C._wrap_weftgo_trainer_evaluate_cwefttrainer_b3643da17bbb1b86(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3), *(*C.swig_type_6)(unsafe.Pointer(&_swig_i_4)), C.swig_voidp(_swig_i_5), C.swig_intgo(_swig_i_6), C.swig_intgo(_swig_i_7), *(*C.swig_type_7)(unsafe.Pointer(&_swig_i_8)), C.swig_voidp(_swig_i_9)))
+	swig_r = (int)(C._wrap_weftgo_trainer_evaluate_cwefttrainer_14bb23492e7508ee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3), *(*C.swig_type_6)(unsafe.Pointer(&_swig_i_4)), C.swig_voidp(_swig_i_5), C.swig_intgo(_swig_i_6), C.swig_intgo(_swig_i_7), *(*C.swig_type_7)(unsafe.Pointer(&_swig_i_8)), C.swig_voidp(_swig_i_9)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg5
 	}
@@ -227,7 +227,7 @@ func Weftgo_trainer_last_line(arg1 Struct_SS_weft_pipe_trainer, arg2 []byte, arg
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_weftgo_trainer_last_line_cwefttrainer_b3643da17bbb1b86(C.uintptr_t(_swig_i_0), *(*C.swig_type_8)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
+	swig_r = (int)(C._wrap_weftgo_trainer_last_line_cwefttrainer_14bb23492e7508ee(C.uintptr_t(_swig_i_0), *(*C.swig_type_8)(unsafe.Pointer(&_swig_i_1)), C.swig_voidp(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -239,7 +239,7 @@ func Weftgo_trainer_role(arg1 Struct_SS_weft_pipe_trainer, arg2 *int32, arg3 *in
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_weftgo_trainer_role_cwefttrainer_b3643da17bbb1b86(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2)))
+	swig_r = (int)(C._wrap_weftgo_trainer_role_cwefttrainer_14bb23492e7508ee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2)))
 	return swig_r
 }
 
@@ -247,18 +247,18 @@ func Weftgo_trainer_plan_info(arg1 Struct_SS_weft_pipe_trainer, arg2 *PlanInfo) 
 	var swig_r int
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (int)(C._wrap_weftgo_trainer_plan_info_cwefttrainer_b3643da17bbb1b86(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1)))
+	swig_r = (int)(C._wrap_weftgo_trainer_plan_info_cwefttrainer_14bb23492e7508ee(C.uintptr_t(_swig_i_0), C.swig_voidp(_swig_i_1)))
 	return swig_r
 }
 
 func Weftgo_trainer_destroy(arg1 Struct_SS_weft_pipe_trainer) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_weftgo_trainer_destroy_cwefttrainer_b3643da17bbb1b86(C.uintptr_t(_swig_i_0))
+	C._wrap_weftgo_trainer_destroy_cwefttrainer_14bb23492e7508ee(C.uintptr_t(_swig_i_0))
 }
 
 func Weftgo_trainer_last_error() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_weftgo_trainer_last_error_cwefttrainer_b3643da17bbb1b86()
+	swig_r_p := C._wrap_weftgo_trainer_last_error_cwefttrainer_14bb23492e7508ee()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
 	swig_r_1 = swigCopyString(swig_r)
@@ -268,14 +268,14 @@ func Weftgo_trainer_last_error() (_swig_ret string) {
 func Weftgo_trainer_optimizer(arg1 int) (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_weftgo_trainer_optimizer_cwefttrainer_b3643da17bbb1b86(C.swig_intgo(_swig_i_0)))
+	swig_r = (int)(C._wrap_weftgo_trainer_optimizer_cwefttrainer_14bb23492e7508ee(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
 func Weftgo_trainer_loss(arg1 int) (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_weftgo_trainer_loss_cwefttrainer_b3643da17bbb1b86(C.swig_intgo(_swig_i_0)))
+	swig_r = (int)(C._wrap_weftgo_trainer_loss_cwefttrainer_14bb23492e7508ee(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 

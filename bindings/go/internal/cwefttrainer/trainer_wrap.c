@@ -221,8 +221,8 @@ _Static_assert(sizeof(weft_pipe_epoch_metrics) == 112 &&
                offsetof(weft_pipe_epoch_metrics, transition_seconds) == 96 &&
                offsetof(weft_pipe_epoch_metrics, transition_bytes) == 104,
                "weft_pipe_epoch_metrics must match cwefttrainer.EpochMetrics");
-_Static_assert(sizeof(weft_pipe_plan_info) == 40 && offsetof(weft_pipe_plan_info, k) == 4 &&
-               offsetof(weft_pipe_plan_info, world) == 16 &&
+_Static_assert(sizeof(weft_pipe_plan_info) == 40 && offsetof(weft_pipe_plan_info, k) == 8 &&
+               offsetof(weft_pipe_plan_info, world) == 20 &&
                offsetof(weft_pipe_plan_info, m0) == 24 &&
                offsetof(weft_pipe_plan_info, max_cost) == 32,
                "weft_pipe_plan_info must match cwefttrainer.PlanInfo");
@@ -289,7 +289,7 @@ int weftgo_trainer_train_epoch(weft_pipe_trainer* trainer, void* in, int code, i
                                size_t target_ndim, weft_pipe_epoch_metrics* metrics) {
   DLTensor x = weftgo_tensor(in, code, bits, shape, ndim);
   DLTensor y = weftgo_tensor(targets, target_code, target_bits, target_shape, target_ndim);
-  return (int)weft_pipe_trainer_train_epoch(trainer, &x, &y, metrics);
+  return (int)weft_pipe_trainer_train_epoch(metrics, trainer, &x, &y);
 }
 
 int weftgo_trainer_evaluate(weft_pipe_trainer* trainer, void* in, int code, int bits,
@@ -298,20 +298,20 @@ int weftgo_trainer_evaluate(weft_pipe_trainer* trainer, void* in, int code, int 
                             double* accuracy) {
   DLTensor x = weftgo_tensor(in, code, bits, shape, ndim);
   DLTensor y = weftgo_tensor(targets, target_code, target_bits, target_shape, target_ndim);
-  return (int)weft_pipe_trainer_evaluate(trainer, &x, &y, accuracy);
+  return (int)weft_pipe_trainer_evaluate(accuracy, trainer, &x, &y);
 }
 
 int weftgo_trainer_last_line(weft_pipe_trainer* trainer, char* buf, size_t cap,
                              size_t* needed) {
-  return (int)weft_pipe_trainer_last_line(trainer, buf, cap, needed);
+  return (int)weft_pipe_trainer_last_line(buf, cap, needed, trainer);
 }
 
 int weftgo_trainer_role(weft_pipe_trainer* trainer, int* replica, int* stage) {
-  return (int)weft_pipe_trainer_role(trainer, replica, stage);
+  return (int)weft_pipe_trainer_role(replica, stage, trainer);
 }
 
 int weftgo_trainer_plan_info(weft_pipe_trainer* trainer, weft_pipe_plan_info* info) {
-  return (int)weft_pipe_trainer_plan_info(trainer, info);
+  return (int)weft_pipe_trainer_get_plan_info(info, trainer);
 }
 
 void weftgo_trainer_destroy(weft_pipe_trainer* trainer) { weft_pipe_trainer_destroy(trainer); }
@@ -334,7 +334,7 @@ int weftgo_trainer_loss(int which) {
 extern "C" {
 #endif
 
-void _wrap_Swig_free_cwefttrainer_b3643da17bbb1b86(void *_swig_go_0) {
+void _wrap_Swig_free_cwefttrainer_14bb23492e7508ee(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -344,7 +344,7 @@ void _wrap_Swig_free_cwefttrainer_b3643da17bbb1b86(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_cwefttrainer_b3643da17bbb1b86(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_cwefttrainer_14bb23492e7508ee(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -357,7 +357,7 @@ void *_wrap_Swig_malloc_cwefttrainer_b3643da17bbb1b86(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_weftgo_trainer_create_cwefttrainer_b3643da17bbb1b86(weft_pipe_trainer **_swig_go_0, _gostring_ _swig_go_1, weftgo_pipe_trainer_numbers *_swig_go_2, _gostring_ _swig_go_3, _gostring_ _swig_go_4) {
+intgo _wrap_weftgo_trainer_create_cwefttrainer_14bb23492e7508ee(weft_pipe_trainer **_swig_go_0, _gostring_ _swig_go_1, weftgo_pipe_trainer_numbers *_swig_go_2, _gostring_ _swig_go_3, _gostring_ _swig_go_4) {
   weft_pipe_trainer **arg1 = (weft_pipe_trainer **) 0 ;
   char *arg2 = (char *) 0 ;
   weftgo_pipe_trainer_numbers *arg3 = (weftgo_pipe_trainer_numbers *) 0 ;
@@ -393,7 +393,7 @@ intgo _wrap_weftgo_trainer_create_cwefttrainer_b3643da17bbb1b86(weft_pipe_traine
 }
 
 
-intgo _wrap_weftgo_trainer_train_epoch_cwefttrainer_b3643da17bbb1b86(struct weft_pipe_trainer *_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, void *_swig_go_5, intgo _swig_go_6, intgo _swig_go_7, _goslice_ _swig_go_8, weft_pipe_epoch_metrics *_swig_go_9) {
+intgo _wrap_weftgo_trainer_train_epoch_cwefttrainer_14bb23492e7508ee(struct weft_pipe_trainer *_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, void *_swig_go_5, intgo _swig_go_6, intgo _swig_go_7, _goslice_ _swig_go_8, weft_pipe_epoch_metrics *_swig_go_9) {
   weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
   void *arg2 = (void *) 0 ;
   int arg3 ;
@@ -432,7 +432,7 @@ intgo _wrap_weftgo_trainer_train_epoch_cwefttrainer_b3643da17bbb1b86(struct weft
 }
 
 
-intgo _wrap_weftgo_trainer_evaluate_cwefttrainer_b3643da17bbb1b86(struct weft_pipe_trainer *_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, void *_swig_go_5, intgo _swig_go_6, intgo _swig_go_7, _goslice_ _swig_go_8, double *_swig_go_9) {
+intgo _wrap_weftgo_trainer_evaluate_cwefttrainer_14bb23492e7508ee(struct weft_pipe_trainer *_swig_go_0, void *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, void *_swig_go_5, intgo _swig_go_6, intgo _swig_go_7, _goslice_ _swig_go_8, double *_swig_go_9) {
   weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
   void *arg2 = (void *) 0 ;
   int arg3 ;
@@ -471,7 +471,7 @@ intgo _wrap_weftgo_trainer_evaluate_cwefttrainer_b3643da17bbb1b86(struct weft_pi
 }
 
 
-intgo _wrap_weftgo_trainer_last_line_cwefttrainer_b3643da17bbb1b86(struct weft_pipe_trainer *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
+intgo _wrap_weftgo_trainer_last_line_cwefttrainer_14bb23492e7508ee(struct weft_pipe_trainer *_swig_go_0, _goslice_ _swig_go_1, long long *_swig_go_2) {
   weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
   char *arg2 = (char *) 0 ;
   size_t arg3 ;
@@ -492,7 +492,7 @@ intgo _wrap_weftgo_trainer_last_line_cwefttrainer_b3643da17bbb1b86(struct weft_p
 }
 
 
-intgo _wrap_weftgo_trainer_role_cwefttrainer_b3643da17bbb1b86(struct weft_pipe_trainer *_swig_go_0, int *_swig_go_1, int *_swig_go_2) {
+intgo _wrap_weftgo_trainer_role_cwefttrainer_14bb23492e7508ee(struct weft_pipe_trainer *_swig_go_0, int *_swig_go_1, int *_swig_go_2) {
   weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
   int *arg2 = (int *) 0 ;
   int *arg3 = (int *) 0 ;
@@ -509,7 +509,7 @@ intgo _wrap_weftgo_trainer_role_cwefttrainer_b3643da17bbb1b86(struct weft_pipe_t
 }
 
 
-intgo _wrap_weftgo_trainer_plan_info_cwefttrainer_b3643da17bbb1b86(struct weft_pipe_trainer *_swig_go_0, weft_pipe_plan_info *_swig_go_1) {
+intgo _wrap_weftgo_trainer_plan_info_cwefttrainer_14bb23492e7508ee(struct weft_pipe_trainer *_swig_go_0, weft_pipe_plan_info *_swig_go_1) {
   weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
   weft_pipe_plan_info *arg2 = (weft_pipe_plan_info *) 0 ;
   int result;
@@ -524,7 +524,7 @@ intgo _wrap_weftgo_trainer_plan_info_cwefttrainer_b3643da17bbb1b86(struct weft_p
 }
 
 
-void _wrap_weftgo_trainer_destroy_cwefttrainer_b3643da17bbb1b86(struct weft_pipe_trainer *_swig_go_0) {
+void _wrap_weftgo_trainer_destroy_cwefttrainer_14bb23492e7508ee(struct weft_pipe_trainer *_swig_go_0) {
   weft_pipe_trainer *arg1 = (weft_pipe_trainer *) 0 ;
   
   arg1 = *(weft_pipe_trainer **)&_swig_go_0; 
@@ -534,7 +534,7 @@ void _wrap_weftgo_trainer_destroy_cwefttrainer_b3643da17bbb1b86(struct weft_pipe
 }
 
 
-_gostring_ _wrap_weftgo_trainer_last_error_cwefttrainer_b3643da17bbb1b86() {
+_gostring_ _wrap_weftgo_trainer_last_error_cwefttrainer_14bb23492e7508ee() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -545,7 +545,7 @@ _gostring_ _wrap_weftgo_trainer_last_error_cwefttrainer_b3643da17bbb1b86() {
 }
 
 
-intgo _wrap_weftgo_trainer_optimizer_cwefttrainer_b3643da17bbb1b86(intgo _swig_go_0) {
+intgo _wrap_weftgo_trainer_optimizer_cwefttrainer_14bb23492e7508ee(intgo _swig_go_0) {
   int arg1 ;
   int result;
   intgo _swig_go_result;
@@ -558,7 +558,7 @@ intgo _wrap_weftgo_trainer_optimizer_cwefttrainer_b3643da17bbb1b86(intgo _swig_g
 }
 
 
-intgo _wrap_weftgo_trainer_loss_cwefttrainer_b3643da17bbb1b86(intgo _swig_go_0) {
+intgo _wrap_weftgo_trainer_loss_cwefttrainer_14bb23492e7508ee(intgo _swig_go_0) {
   int arg1 ;
   int result;
   intgo _swig_go_result;

@@ -1936,7 +1936,7 @@ micro-batches per mini-batch, ranks, M0 (the largest stage of the initial partit
 the largest stage of this plan.
 """
 function plan_info(plan::PipePlan)
-    info = Ref(weft_pipe_plan_info(0, 0, 0, 0, 0, 0.0, 0.0))
+    info = Ref(weft_pipe_plan_info())
     _check(weft_pipe_plan_get_info(info, plan))
     i = info[]
     return (frozen=Int(i.frozen), k=Int(i.k), replicas=Int(i.replicas),
@@ -2128,7 +2128,7 @@ function train_epoch!(trainer::PipeTrainer, inputs::AbstractArray, targets::Abst
     x = _Tensor(_dense(inputs))
     y = _Tensor(_targets(trainer, targets))
     metrics = Ref(weft_pipe_epoch_metrics())
-    GC.@preserve x y _check(weft_pipe_trainer_train_epoch(trainer, x.dl, y.dl, metrics))
+    GC.@preserve x y _check(weft_pipe_trainer_train_epoch(metrics, trainer, x.dl, y.dl))
     m = metrics[]
     return (epoch=Int(m.epoch), frozen=Int(m.frozen), k=Int(m.k), replicas=Int(m.replicas),
             micro_batches=Int(m.micro_batches), bubble_fraction=m.bubble_fraction,
@@ -2151,17 +2151,17 @@ function evaluate(trainer::PipeTrainer, inputs::AbstractArray, targets::Abstract
     x = _Tensor(_dense(inputs))
     y = _Tensor(_targets(trainer, targets))
     accuracy = Ref{Cdouble}(0)
-    GC.@preserve x y _check(weft_pipe_trainer_evaluate(trainer, x.dl, y.dl, accuracy))
+    GC.@preserve x y _check(weft_pipe_trainer_evaluate(accuracy, trainer, x.dl, y.dl))
     return accuracy[]
 end
 
 "The last epoch's \"PIPE epoch=...\" line (\"\" before the first)."
 function last_line(trainer::PipeTrainer)
     needed = Ref{Csize_t}(0)
-    _check(weft_pipe_trainer_last_line(trainer, Ptr{Cchar}(C_NULL), 0, needed))
+    _check(weft_pipe_trainer_last_line(Ptr{Cchar}(C_NULL), 0, needed, trainer))
     buffer = Vector{UInt8}(undef, needed[])
-    GC.@preserve buffer _check(weft_pipe_trainer_last_line(trainer, pointer(buffer),
-                                                           length(buffer), needed))
+    GC.@preserve buffer _check(weft_pipe_trainer_last_line(pointer(buffer), length(buffer),
+                                                           needed, trainer))
     return String(buffer[1:end-1])
 end
 
@@ -2173,15 +2173,15 @@ This rank's place in the trainer's current plan (1-based); `nothing` when idle.
 function role(trainer::PipeTrainer)
     replica = Ref{Cint}(-1)
     stage = Ref{Cint}(-1)
-    _check(weft_pipe_trainer_role(trainer, replica, stage))
+    _check(weft_pipe_trainer_role(replica, stage, trainer))
     replica[] < 0 && return nothing
     return (replica=Int(replica[]) + 1, stage=Int(stage[]) + 1)
 end
 
 "The trainer's current plan (what the next epoch trains with), as [`plan_info`](@ref)."
 function plan_info(trainer::PipeTrainer)
-    info = Ref(weft_pipe_plan_info(0, 0, 0, 0, 0, 0.0, 0.0))
-    _check(weft_pipe_trainer_plan_info(trainer, info))
+    info = Ref(weft_pipe_plan_info())
+    _check(weft_pipe_trainer_get_plan_info(info, trainer))
     i = info[]
     return (frozen=Int(i.frozen), k=Int(i.k), replicas=Int(i.replicas),
             micro_batches=Int(i.micro_batches), world=Int(i.world), m0=i.m0,

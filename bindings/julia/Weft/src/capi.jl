@@ -1469,7 +1469,12 @@ function weft_pipe_plan_destroy(plan)
     ccall((:weft_pipe_plan_destroy, libweft()), Cvoid, (Ptr{weft_pipe_plan},), plan)
 end
 
+# A plan's summary. The caller sets version (WEFT_PIPE_PLAN_INFO_INIT); weft fills the
+# fields that version has.
+const WEFT_PIPE_PLAN_INFO_VERSION = 1
+
 struct weft_pipe_plan_info
+    version::Cuint
     frozen::Cint
     k::Cint
     replicas::Cint
@@ -1477,6 +1482,20 @@ struct weft_pipe_plan_info
     world::Cint
     m0::Cdouble  # the largest stage of the initial partition
     max_cost::Cdouble  # the largest stage of this plan's partition
+end
+
+# WEFT_PIPE_PLAN_INFO_INIT: the defaults; any field but version may be given by
+# keyword.
+function weft_pipe_plan_info(;
+        frozen = 0,
+        k = 0,
+        replicas = 0,
+        micro_batches = 0,
+        world = 0,
+        m0 = 0,
+        max_cost = 0)
+    weft_pipe_plan_info(WEFT_PIPE_PLAN_INFO_VERSION, frozen, k, replicas, micro_batches,
+        world, m0, max_cost)
 end
 
 # C: weft_status weft_pipe_plan_get_info(weft_pipe_plan_info* info, const weft_pipe_plan*
@@ -1758,54 +1777,55 @@ end
 # another floating type than the model's parameters, or targets are int32). inputs
 # float32 or float64; targets int64 or int32 class indices for cross-entropy, floating for
 # MSE. metrics may be NULL.
-# C: weft_status weft_pipe_trainer_train_epoch(weft_pipe_trainer* trainer, const DLTensor*
-#        inputs, const DLTensor* targets, weft_pipe_epoch_metrics* metrics)
-function weft_pipe_trainer_train_epoch(trainer, inputs, targets, metrics)
+# C: weft_status weft_pipe_trainer_train_epoch(weft_pipe_epoch_metrics* metrics,
+#        weft_pipe_trainer* trainer, const DLTensor* inputs, const DLTensor* targets)
+function weft_pipe_trainer_train_epoch(metrics, trainer, inputs, targets)
     ccall((:weft_pipe_trainer_train_epoch, libweft_trainer()), Cint,
-          (Ptr{weft_pipe_trainer}, Ptr{DLTensor}, Ptr{DLTensor},
-           Ptr{weft_pipe_epoch_metrics}),
-          trainer, inputs, targets, metrics)
+          (Ptr{weft_pipe_epoch_metrics}, Ptr{weft_pipe_trainer}, Ptr{DLTensor},
+           Ptr{DLTensor}),
+          metrics, trainer, inputs, targets)
 end
 
 # EpochMetrics::ToLine() of the last epoch ("PIPE epoch=0 frozen=0 k=2 ...", with the
 # per-stage layers and costs and the newly active ranks); "" before the first epoch.
 # *needed is always set to its length plus the terminating NUL; (NULL, 0) only asks for
 # it; a buffer of fewer than *needed bytes is WEFT_ERR_OUT_OF_RANGE, nothing written.
-# C: weft_status weft_pipe_trainer_last_line(const weft_pipe_trainer* trainer, char* buf,
-#        size_t cap, size_t* needed)
-function weft_pipe_trainer_last_line(trainer, buf, cap, needed)
+# C: weft_status weft_pipe_trainer_last_line(char* buf, size_t cap, size_t* needed, const
+#        weft_pipe_trainer* trainer)
+function weft_pipe_trainer_last_line(buf, cap, needed, trainer)
     ccall((:weft_pipe_trainer_last_line, libweft_trainer()), Cint,
-          (Ptr{weft_pipe_trainer}, Ptr{Cchar}, Csize_t, Ptr{Csize_t}),
-          trainer, buf, cap, needed)
+          (Ptr{Cchar}, Csize_t, Ptr{Csize_t}, Ptr{weft_pipe_trainer}),
+          buf, cap, needed, trainer)
 end
 
 # Collective: the fraction of the samples whose argmax output equals the target (int64 or
 # int32 class indices; a cross-entropy trainer), forward only through the current
 # pipelines, the replicas splitting the samples.
-# C: weft_status weft_pipe_trainer_evaluate(weft_pipe_trainer* trainer, const DLTensor*
-#        inputs, const DLTensor* targets, double* accuracy)
-function weft_pipe_trainer_evaluate(trainer, inputs, targets, accuracy)
+# C: weft_status weft_pipe_trainer_evaluate(double* accuracy, weft_pipe_trainer* trainer,
+#        const DLTensor* inputs, const DLTensor* targets)
+function weft_pipe_trainer_evaluate(accuracy, trainer, inputs, targets)
     ccall((:weft_pipe_trainer_evaluate, libweft_trainer()), Cint,
-          (Ptr{weft_pipe_trainer}, Ptr{DLTensor}, Ptr{DLTensor}, Ptr{Cdouble}),
-          trainer, inputs, targets, accuracy)
+          (Ptr{Cdouble}, Ptr{weft_pipe_trainer}, Ptr{DLTensor}, Ptr{DLTensor}),
+          accuracy, trainer, inputs, targets)
 end
 
 # This rank's role in the current plan: replica and stage, both -1 for an idle rank.
-# C: weft_status weft_pipe_trainer_role(const weft_pipe_trainer* trainer, int* replica, int*
-#        stage)
-function weft_pipe_trainer_role(trainer, replica, stage)
+# C: weft_status weft_pipe_trainer_role(int* replica, int* stage, const weft_pipe_trainer*
+#        trainer)
+function weft_pipe_trainer_role(replica, stage, trainer)
     ccall((:weft_pipe_trainer_role, libweft_trainer()), Cint,
-          (Ptr{weft_pipe_trainer}, Ptr{Cint}, Ptr{Cint}),
-          trainer, replica, stage)
+          (Ptr{Cint}, Ptr{Cint}, Ptr{weft_pipe_trainer}),
+          replica, stage, trainer)
 end
 
-# The current plan's summary (what the next epoch trains with).
-# C: weft_status weft_pipe_trainer_plan_info(const weft_pipe_trainer* trainer,
-#        weft_pipe_plan_info* info)
-function weft_pipe_trainer_plan_info(trainer, info)
-    ccall((:weft_pipe_trainer_plan_info, libweft_trainer()), Cint,
-          (Ptr{weft_pipe_trainer}, Ptr{weft_pipe_plan_info}),
-          trainer, info)
+# The current plan's summary (what the next epoch trains with); the caller sets
+# info->version (WEFT_PIPE_PLAN_INFO_INIT).
+# C: weft_status weft_pipe_trainer_get_plan_info(weft_pipe_plan_info* info, const
+#        weft_pipe_trainer* trainer)
+function weft_pipe_trainer_get_plan_info(info, trainer)
+    ccall((:weft_pipe_trainer_get_plan_info, libweft_trainer()), Cint,
+          (Ptr{weft_pipe_plan_info}, Ptr{weft_pipe_trainer}),
+          info, trainer)
 end
 
 export libweft, libweft_trainer, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, DLDevice,
@@ -1872,11 +1892,11 @@ export libweft, libweft_trainer, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, D
     WEFT_PIPE_STRATEGY_GREEDY, WEFT_PIPE_STRATEGY_EVEN, weft_pipe_parameter_costs,
     weft_pipe_partition, weft_pipe_plan, WEFT_PIPE_PLAN_OPTIONS_VERSION,
     weft_pipe_plan_options, weft_pipe_plan_options_init, weft_pipe_plan_create,
-    weft_pipe_plan_destroy, weft_pipe_plan_info, weft_pipe_plan_get_info,
-    weft_pipe_plan_boundaries, weft_pipe_plan_stage_costs, weft_pipe_plan_newly_active,
-    weft_pipe_plan_role, WEFT_PIPE_SCHEDULE_GPIPE, WEFT_PIPE_SCHEDULE_1F1B,
-    weft_pipe_schedule_bubble, weft_config_set, weft_config_unset, weft_config_get,
-    weft_config_describe, weft_timeline_start, weft_timeline_stop,
+    weft_pipe_plan_destroy, WEFT_PIPE_PLAN_INFO_VERSION, weft_pipe_plan_info,
+    weft_pipe_plan_get_info, weft_pipe_plan_boundaries, weft_pipe_plan_stage_costs,
+    weft_pipe_plan_newly_active, weft_pipe_plan_role, WEFT_PIPE_SCHEDULE_GPIPE,
+    WEFT_PIPE_SCHEDULE_1F1B, weft_pipe_schedule_bubble, weft_config_set, weft_config_unset,
+    weft_config_get, weft_config_describe, weft_timeline_start, weft_timeline_stop,
     weft_timeline_start_activity, weft_timeline_end_activity, weft_timeline_active,
     weft_pipe_trainer, WEFT_PIPE_OPTIMIZER_SGD, WEFT_PIPE_OPTIMIZER_ADAM,
     WEFT_PIPE_OPTIMIZER_ADAMW, WEFT_PIPE_LOSS_CROSS_ENTROPY, WEFT_PIPE_LOSS_MSE,
@@ -1884,6 +1904,6 @@ export libweft, libweft_trainer, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, D
     weft_pipe_trainer_options_init, WEFT_PIPE_EPOCH_METRICS_VERSION,
     weft_pipe_epoch_metrics, weft_pipe_trainer_create, weft_pipe_trainer_destroy,
     weft_pipe_trainer_train_epoch, weft_pipe_trainer_last_line, weft_pipe_trainer_evaluate,
-    weft_pipe_trainer_role, weft_pipe_trainer_plan_info
+    weft_pipe_trainer_role, weft_pipe_trainer_get_plan_info
 
 end  # module CAPI
