@@ -17,9 +17,6 @@
 #include "comm/engine.h"
 #include "comm/front.h"
 #include "comm/refuse.h"
-#ifdef WEFT_WITH_NCCL
-#include "comm/nccl/nccl_ops.h"
-#endif
 #include "comm/window.h"
 #ifdef WEFT_WITH_UCX
 #include "comm/ucx_context.h"
@@ -394,13 +391,7 @@ StatusOr<bool> unified_mpi_window_model() {
   return unified;
 }
 
-bool nccl_built() {
-#ifdef WEFT_WITH_NCCL
-  return true;
-#else
-  return false;
-#endif
-}
+bool nccl_built() { return comm::NcclBuilt(); }
 
 bool timeline_active() {
   auto s = Current();

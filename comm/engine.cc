@@ -13,9 +13,6 @@
 #include "comm/window.h"
 #include "core/config.h"
 #include "core/logging.h"
-#ifdef WEFT_WITH_NCCL
-#include "comm/nccl/nccl_ops.h"
-#endif
 
 namespace weft {
 namespace comm {
@@ -42,59 +39,6 @@ const config::IntSetting kSpinMicros(
 const config::IntSetting kMaxSleepMicros("WEFT_ENGINE_MAX_SLEEP_MICROS", 1000,
                                          "Longest sleep between polls while ops are outstanding.",
                                          /*min=*/0, /*max=*/1000000);
-
-// CUDA tensors run on NCCL unless these force the MPI path (through host memory). Declared
-// in every build so that a job's environment means the same everywhere; every rank must
-// see the same values (they choose which collectives run: init() checks).
-const config::BoolSetting kAllreduceByMpi(
-    "WEFT_ALLREDUCE_BY_MPI", false,
-    "CUDA tensors: run allreduce on MPI, staged through host memory, instead of NCCL.",
-    config::Agreement::kSameOnEveryRank);
-const config::BoolSetting kBroadcastByMpi(
-    "WEFT_BROADCAST_BY_MPI", false,
-    "CUDA tensors: run broadcast on MPI, staged through host memory, instead of NCCL.",
-    config::Agreement::kSameOnEveryRank);
-const config::BoolSetting kAllgatherByMpi(
-    "WEFT_ALLGATHER_BY_MPI", false,
-    "CUDA tensors: run allgather on MPI, staged through host memory, instead of NCCL.",
-    config::Agreement::kSameOnEveryRank);
-const config::BoolSetting kNeighborAllgatherByMpi(
-    "WEFT_NEIGHBOR_ALLGATHER_BY_MPI", false,
-    "CUDA tensors: run neighbor_allgather on MPI, staged through host memory, instead of "
-    "NCCL.",
-    config::Agreement::kSameOnEveryRank);
-const config::BoolSetting kNeighborAllreduceByMpi(
-    "WEFT_NEIGHBOR_ALLREDUCE_BY_MPI", false,
-    "CUDA tensors: run neighbor_allreduce on MPI, staged through host memory, instead of "
-    "NCCL.",
-    config::Agreement::kSameOnEveryRank);
-const config::BoolSetting kHierarchicalByMpi(
-    "WEFT_HIERARCHICAL_NEIGHBOR_ALLREDUCE_BY_MPI", false,
-    "CUDA tensors: run hierarchical_neighbor_allreduce on MPI, staged through host memory, "
-    "instead of NCCL.",
-    config::Agreement::kSameOnEveryRank);
-const config::BoolSetting kSendRecvByMpi(
-    "WEFT_SEND_RECV_BY_MPI", false,
-    "CUDA tensors: run send/recv on MPI, staged through host memory, instead of NCCL.",
-    config::Agreement::kSameOnEveryRank);
-const config::BoolSetting kPairGossipByMpi(
-    "WEFT_PAIR_GOSSIP_BY_MPI", false,
-    "CUDA tensors: run pair_gossip on MPI, staged through host memory, instead of NCCL.",
-    config::Agreement::kSameOnEveryRank);
-
-[[maybe_unused]] bool ForcedToMpi(OpType op) {
-  switch (op) {
-    case OpType::kAllreduce: return kAllreduceByMpi.Get();
-    case OpType::kBroadcast: return kBroadcastByMpi.Get();
-    case OpType::kAllgather: return kAllgatherByMpi.Get();
-    case OpType::kNeighborAllgather: return kNeighborAllgatherByMpi.Get();
-    case OpType::kNeighborAllreduce: return kNeighborAllreduceByMpi.Get();
-    case OpType::kHierarchicalNeighborAllreduce: return kHierarchicalByMpi.Get();
-    case OpType::kPairGossip: return kPairGossipByMpi.Get();
-    case OpType::kSendRecv: return kSendRecvByMpi.Get();
-    default: return true;  // no tensors  // no tensors on a device
-  }
-}
 
 constexpr int kDescriptorTag = 1;
 constexpr int kResponseTag = 2;
@@ -648,13 +592,11 @@ void Engine::Execute(const Response& response, std::vector<std::shared_ptr<Reque
     case OpType::kHierarchicalNeighborAllreduce:
     case OpType::kPairGossip:
     case OpType::kSendRecv:
-#ifdef WEFT_WITH_NCCL
       // The coordinator checked that every rank's tensors are on the same kind of device.
       if (group[0]->in.device().type == Device::Type::kCUDA) {
         ExecuteOnDevice(response, group);
         return;
       }
-#endif
       status = RunOnMpi(response, group);
       break;
     case OpType::kBarrier: {
@@ -691,91 +633,6 @@ Status Engine::RunOnMpi(const Response& response, std::vector<std::shared_ptr<Re
     case OpType::kPairGossip: return RunPairGossip(group);
     case OpType::kSendRecv: return RunSendRecv(group, response);
     default: return Internal(OpName(response.op), " is not a data op");
-  }
-}
-
-StatusOr<std::function<Status(void*, const void*, size_t, bool)>> Engine::DeviceCopier(
-    const Device& device) {
-#ifdef WEFT_WITH_NCCL
-  if (nccl_ == nullptr) {
-    nccl_ = std::make_shared<nccl::NcclBackend>(ctx_.data, ctx_.local, ctx_.cross);
-  }
-  std::shared_ptr<nccl::NcclBackend> backend = nccl_;
-  return [backend, device](void* dst, const void* src, size_t bytes, bool to_device) {
-    return to_device ? backend->CopyToDevice(dst, src, bytes, device)
-                     : backend->CopyToHost(dst, src, bytes, device);
-  };
-#else
-  return Unimplemented("tensors on ", device.ToString(), " need weft's NCCL backend, which "
-                       "this build does not include");
-#endif
-}
-
-#ifdef WEFT_WITH_NCCL
-void Engine::ExecuteOnDevice(const Response& response,
-                             std::vector<std::shared_ptr<Request>>& group) {
-  if (nccl_ == nullptr) {
-    // No CUDA call yet: NCCL is bootstrapped at the first op that runs on it.
-    nccl_ = std::make_shared<nccl::NcclBackend>(ctx_.data, ctx_.local, ctx_.cross);
-  }
-  // NCCL's communicators span every rank: process sets go through host memory on MPI.
-  // Point to point needs no set of its own (ncclSend/ncclRecv on the global communicator).
-  const bool process_set =
-      !group[0]->desc.group.empty() && response.op != OpType::kSendRecv;
-  // NCCL has no 16-bit integer type.
-  const bool int16 =
-      group[0]->in.dtype() == DType::kInt16 || group[0]->out.dtype() == DType::kInt16;
-  if (ForcedToMpi(response.op) || process_set || int16) {
-    const Status status = RunStaged(response, group);
-    for (auto& r : group) Finish(r, Annotate(status, r->desc.display));
-    return;
-  }
-  const int64_t start = NowMicros();
-  // No fusion on the device: a fused group runs as its members, one after the other (the
-  // same order on every rank), under one completion. Saves the packing copies' kernels.
-  Status status;
-  for (auto& r : group) {
-    status = EnqueueOnNccl(response, *r);
-    if (!status.ok()) break;
-  }
-  StatusOr<std::unique_ptr<nccl::Completion>> recorded =
-      status.ok() ? nccl_->Record() : StatusOr<std::unique_ptr<nccl::Completion>>(status);
-  if (!recorded.ok()) {
-    // Members enqueued before the failure still run: let them finish with the buffers.
-    nccl_->Synchronize().IgnoreError();
-    for (auto& r : group) Finish(r, Annotate(recorded.status(), r->desc.display));
-    return;
-  }
-  // The device list owns them now; FailAll must not complete them a second time.
-  for (auto& r : group) outstanding_.erase(r->desc.key);
-  std::shared_ptr<nccl::Completion> completion(std::move(*recorded));
-  on_device_.push_back(DeviceWork{group, [completion] { return completion->Poll(); }, start});
-}
-#endif  // WEFT_WITH_NCCL
-
-bool Engine::PollDevice() {
-  bool progressed = false;
-  for (auto it = on_device_.begin(); it != on_device_.end();) {
-    std::optional<Status> result = it->poll();
-    if (!result.has_value()) {
-      ++it;
-      continue;
-    }
-    DeviceWork work = std::move(*it);
-    it = on_device_.erase(it);
-    for (auto& r : work.group) r->backend = "NCCL";
-    Trace(work.group, "communicate", work.start_us);
-    for (auto& r : work.group) Finish(r, Annotate(*result, r->desc.display));
-    progressed = true;
-  }
-  return progressed;
-}
-
-void Engine::DrainDevice() {
-  // Polls (rather than waiting on the stream) so that an asynchronous NCCL error still
-  // completes the work, with that error.
-  while (!on_device_.empty()) {
-    if (!PollDevice()) std::this_thread::yield();
   }
 }
 

@@ -1,7 +1,7 @@
 // The engine: a background thread per process that drains the request queue, negotiates
 // with the other ranks through the coordinator (rank 0), runs what is ready on the MPI
-// backend (or, for CUDA tensors in builds with WEFT_WITH_NCCL, on the NCCL backend), and
-// completes handles. Internal to comm/.
+// data plane (mpi_ops.cc; for CUDA tensors device_ops.cc, on the NCCL backend in builds
+// that have it), and completes handles. Internal to comm/.
 #ifndef WEFT_COMM_ENGINE_H_
 #define WEFT_COMM_ENGINE_H_
 
@@ -92,6 +92,12 @@ struct Context {
 // Progress (draining the queue, negotiating, running ops) is made by whichever thread holds
 // progress_mu_: the engine thread, or a caller waiting for its op, which saves the two
 // thread wake-ups a handoff costs. Everything marked "engine state" needs progress_mu_.
+// Whether this build has the NCCL backend (device_ops.cc).
+bool NcclBuilt();
+// OK if ops can run on `device` (a CUDA device) in this process; otherwise why not, naming
+// the op and which tensor (device_ops.cc).
+Status DeviceUsable(const Device& device, const char* op, const char* which);
+
 class Engine : public std::enable_shared_from_this<Engine> {
  public:
   Engine(const Context& ctx, Timeline* timeline);
@@ -219,6 +225,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // unpacks a fused group.
   Status ExchangeAndCombine(std::vector<std::shared_ptr<Request>>& group,
                             const std::vector<std::pair<int, double>>& recv);
+  // Elements per row (dim 0 index) of a tensor of `shape`.
+  static int64_t RowElements(const std::vector<int64_t>& shape);
+  // An output from a request's allocator: OK if it has the dtype, shape and device asked.
+  static Status CheckAllocated(const StatusOr<TensorView>& out, DType dtype,
+                               const std::vector<int64_t>& shape, const Device& device);
   // Packs the inputs of a fused group into one buffer (or returns the lone input).
   void* Pack(std::vector<std::shared_ptr<Request>>& group, size_t* count);
   void Unpack(std::vector<std::shared_ptr<Request>>& group, const void* buffer);

@@ -6,9 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#ifdef WEFT_WITH_NCCL
-#include "comm/nccl/nccl_ops.h"
-#endif
+#include "comm/engine.h"
 
 namespace weft {
 namespace comm {
@@ -37,18 +35,7 @@ Status NotInitialized(const char* what) {
 Status CheckTensor(const TensorView& t, const char* op, const char* which) {
   if (!t.defined()) return InvalidArgument(op, ": the ", which, " tensor has no data");
   if (t.device().type != Device::Type::kCPU) {
-#ifdef WEFT_WITH_NCCL
-    // The same code as a build without NCCL: CUDA ops cannot run in this process.
-    const std::string why = comm::nccl::DeviceUnavailable(t.device().index);
-    if (!why.empty()) {
-      return Unimplemented(op, ": the ", which, " tensor is on ", t.device().ToString(),
-                           " but no such CUDA device is usable here: ", why);
-    }
-#else
-    return Unimplemented(op, ": the ", which, " tensor is on ", t.device().ToString(),
-                         "; CUDA tensors need weft's NCCL backend, which this build does not "
-                         "include (move the tensor to the CPU)");
-#endif
+    WEFT_RETURN_IF_ERROR(DeviceUsable(t.device(), op, which));
   }
   if (!t.is_contiguous()) {
     return InvalidArgument(op, ": the ", which, " tensor ", t.ToString(),

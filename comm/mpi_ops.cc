@@ -12,9 +12,6 @@
 #include "comm/reduce.h"
 #include "comm/ring_allreduce.h"
 #include "core/config.h"
-#ifdef WEFT_WITH_NCCL
-#include "comm/nccl/nccl_ops.h"
-#endif
 
 namespace weft {
 namespace comm {
@@ -117,15 +114,16 @@ Status Bcast(void* buf, size_t bytes, int root, MPI_Comm comm) {
   return OkStatus();
 }
 
-int64_t RowElements(const std::vector<int64_t>& shape) {
+}  // namespace
+
+int64_t Engine::RowElements(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
   return n;
 }
 
-// Validates what an Allocator returned: the output goes where the input is.
-Status CheckAllocated(const StatusOr<TensorView>& out, DType dtype,
-                      const std::vector<int64_t>& shape, const Device& device) {
+Status Engine::CheckAllocated(const StatusOr<TensorView>& out, DType dtype,
+                              const std::vector<int64_t>& shape, const Device& device) {
   if (!out.ok()) return Annotate(out.status(), "allocating the output");
   if (out->dtype() != dtype || out->shape() != shape || !out->is_contiguous() ||
       out->device() != device || (out->data() == nullptr && out->numel() > 0)) {
@@ -135,8 +133,6 @@ Status CheckAllocated(const StatusOr<TensorView>& out, DType dtype,
   }
   return OkStatus();
 }
-
-}  // namespace
 
 void* Engine::Pack(std::vector<std::shared_ptr<Request>>& group, size_t* count) {
   const int64_t start = Timeline::NowMicros();
@@ -502,144 +498,6 @@ Status Engine::RunHierarchical(std::vector<std::shared_ptr<Request>>& group) {
 Status Engine::RunPairGossip(std::vector<std::shared_ptr<Request>>& group) {
   return ExchangeAndCombine(group, group[0]->recv);  // recv = {peer: pair_weight}
 }
-
-// --- CUDA tensors ------------------------------------------------------------------------
-
-#ifdef WEFT_WITH_NCCL
-Status Engine::EnqueueOnNccl(const Response& response, Request& r) {
-  const Device& device = r.in.device();
-  const DType dtype = r.in.dtype();
-  const size_t count = static_cast<size_t>(r.in.numel());
-  switch (response.op) {
-    case OpType::kAllreduce:
-      return nccl_->Allreduce(r.in.data(), r.out.data(), count, dtype, r.desc.average, device);
-    case OpType::kBroadcast:
-      return nccl_->Broadcast(r.in.data(), r.out.data(), r.in.nbytes(), r.desc.root, device);
-    case OpType::kAllgather:
-    case OpType::kNeighborAllgather: {
-      // Never fused: the response's dims are this op's.
-      const std::vector<int64_t>& dims = response.first_dims.at(0);
-      const size_t row_bytes = static_cast<size_t>(RowElements(r.in.shape())) * r.in.itemsize();
-      std::vector<int64_t> shape = r.in.shape();
-      shape[0] = 0;
-      std::vector<size_t> bytes_per_rank;
-      std::vector<std::pair<int, size_t>> recv;
-      if (response.op == OpType::kAllgather) {
-        for (int64_t d : dims) {
-          shape[0] += d;
-          bytes_per_rank.push_back(static_cast<size_t>(d) * row_bytes);
-        }
-      } else {
-        for (const auto& src : r.recv) {
-          shape[0] += dims[src.first];
-          recv.emplace_back(src.first, static_cast<size_t>(dims[src.first]) * row_bytes);
-        }
-      }
-      auto out = r.alloc(dtype, shape);
-      WEFT_RETURN_IF_ERROR(CheckAllocated(out, dtype, shape, device));
-      r.out = *out;
-      if (response.op == OpType::kAllgather) {
-        return nccl_->Allgather(r.in.data(), r.out.data(), bytes_per_rank, device);
-      }
-      std::vector<int> send;
-      for (const auto& dst : r.send) send.push_back(dst.first);
-      return nccl_->NeighborAllgather(r.in.data(), r.in.nbytes(), r.out.data(), recv, send,
-                                      device);
-    }
-    case OpType::kSendRecv:  // a neighbor allgather with one peer, one way
-      if (!r.send.empty()) {
-        return nccl_->NeighborAllgather(r.in.data(), r.in.nbytes(), nullptr, {},
-                                        {r.send[0].first}, device);
-      }
-      return nccl_->NeighborAllgather(nullptr, 0, r.out.data(),
-                                      {{r.recv[0].first, r.out.nbytes()}}, {}, device);
-    case OpType::kNeighborAllreduce:
-    case OpType::kPairGossip:  // recv = {peer: pair_weight}, send = {peer: 1}
-      return nccl_->NeighborAllreduce(r.in.data(), r.out.data(), count, dtype, r.self_weight,
-                                      r.send, r.recv, device);
-    case OpType::kHierarchicalNeighborAllreduce:
-      return nccl_->Hierarchical(r.in.data(), r.out.data(), count, dtype, r.self_weight, r.send,
-                                 r.recv, ctx_.local_rank, ctx_.local_size, device);
-    default:
-      return Internal(OpName(response.op), " has no NCCL implementation");
-  }
-}
-
-Status Engine::RunStaged(const Response& response, std::vector<std::shared_ptr<Request>>& group) {
-  const int64_t start = Timeline::NowMicros();
-  // Each request's device views are swapped for host buffers while the MPI path runs.
-  struct Staged {
-    TensorView in, out;  // the caller's, on the device
-    Allocator alloc;
-    std::vector<char> host_in, host_out;
-  };
-  std::vector<Staged> staged(group.size());  // not resized below: the allocators point in
-  Status status;
-  for (size_t i = 0; i < group.size(); ++i) {
-    Request& r = *group[i];
-    Staged& st = staged[i];
-    st.in = r.in;
-    st.out = r.out;
-    st.alloc = r.alloc;
-    st.host_in.resize(r.in.nbytes());
-    if (status.ok() && r.in.nbytes() > 0) {
-      status = Annotate(
-          nccl_->CopyToHost(st.host_in.data(), r.in.data(), r.in.nbytes(), r.in.device()),
-          "staging through host memory (WEFT_*_BY_MPI)");
-    }
-    r.in = TensorView(st.host_in.data(), r.in.dtype(), r.in.shape());
-    if (st.alloc) {
-      Staged* target = &st;
-      r.alloc = [target](DType dtype, const std::vector<int64_t>& shape) -> StatusOr<TensorView> {
-        int64_t n = 1;
-        for (int64_t d : shape) n *= d;
-        target->host_out.resize(static_cast<size_t>(n) * DTypeSize(dtype));
-        return TensorView(target->host_out.data(), dtype, shape);
-      };
-    } else if (st.out.data() == st.in.data()) {
-      r.out = r.in;  // in place stays in place
-    } else {
-      st.host_out.resize(r.out.nbytes());
-      r.out = TensorView(st.host_out.data(), r.out.dtype(), r.out.shape());
-    }
-  }
-  // A rank that could not stage must not leave the others waiting in the collective.
-  int ok = status.ok() ? 1 : 0;
-  StatusOr<MPI_Comm> comm = CommOf(group[0]->desc.group);
-  if (!comm.ok()) return comm.status();
-  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, *comm);
-  if (!ok && status.ok()) {
-    status = FailedPrecondition("another rank could not copy its CUDA tensor to host memory "
-                                "(see its error)");
-  }
-  if (status.ok()) {
-    Trace(group, "stage", start);
-    status = RunOnMpi(response, group);
-  }
-  for (size_t i = 0; i < group.size(); ++i) {
-    Request& r = *group[i];
-    Staged& st = staged[i];
-    const TensorView host_out = r.out;
-    r.in = st.in;
-    r.out = st.out;
-    r.alloc = st.alloc;
-    if (!status.ok()) continue;
-    if (st.alloc) {
-      auto out = st.alloc(host_out.dtype(), host_out.shape());
-      status = CheckAllocated(out, host_out.dtype(), host_out.shape(), st.in.device());
-      if (status.ok()) {
-        r.out = *out;
-        status = nccl_->CopyToDevice(r.out.data(), host_out.data(), host_out.nbytes(),
-                                     st.in.device());
-      }
-    } else {
-      status = nccl_->CopyToDevice(st.out.data(), host_out.data(), host_out.nbytes(),
-                                   st.in.device());
-    }
-  }
-  return status;
-}
-#endif  // WEFT_WITH_NCCL
 
 }  // namespace comm
 }  // namespace weft
