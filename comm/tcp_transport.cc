@@ -364,51 +364,30 @@ void TcpTransport::Break(int peer, const std::string& why) {
   }
 }
 
-bool TcpTransport::PumpSends(int peer) {
+bool TcpTransport::Pump(int peer, bool sending) {
   Peer& p = peers_[peer];
+  std::deque<Ticket>& queue = sending ? p.sends : p.recvs;
   bool moved = false;
-  while (!p.sends.empty() && p.out == Link::kReady) {
-    Transfer& x = transfers_[p.sends.front()];
+  while (!queue.empty() && (sending ? p.out == Link::kReady : p.in_fd >= 0)) {
+    Transfer& x = transfers_[queue.front()];
     const ssize_t n =
-        ::send(p.out_fd, x.data + x.done, x.bytes - x.done, MSG_DONTWAIT | MSG_NOSIGNAL);
+        sending ? ::send(p.out_fd, x.data + x.done, x.bytes - x.done, MSG_DONTWAIT | MSG_NOSIGNAL)
+                : ::recv(p.in_fd, x.data + x.done, x.bytes - x.done, MSG_DONTWAIT);
     if (n > 0) {
       moved = true;
       x.done += static_cast<size_t>(n);
       if (x.done == x.bytes) {
         x.complete = true;
         --pending_;
-        p.sends.pop_front();
+        queue.pop_front();
       }
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    Break(peer, absl::StrCat("sending: ", ErrnoText(errno)));
-    return true;
-  }
-  return moved;
-}
-
-bool TcpTransport::PumpRecvs(int peer) {
-  Peer& p = peers_[peer];
-  bool moved = false;
-  while (!p.recvs.empty() && p.in_fd >= 0) {
-    Transfer& x = transfers_[p.recvs.front()];
-    const ssize_t n = ::recv(p.in_fd, x.data + x.done, x.bytes - x.done, MSG_DONTWAIT);
-    if (n > 0) {
-      moved = true;
-      x.done += static_cast<size_t>(n);
-      if (x.done == x.bytes) {
-        x.complete = true;
-        --pending_;
-        p.recvs.pop_front();
-      }
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    Break(peer, n == 0 ? std::string("rank closed the connection (its process ended?)")
-                       : absl::StrCat("receiving: ", ErrnoText(errno)));
+    Break(peer, !sending && n == 0
+                    ? std::string("the rank closed the connection (its process ended?)")
+                    : absl::StrCat(sending ? "sending: " : "receiving: ", ErrnoText(errno)));
     return true;
   }
   return moved;
@@ -471,8 +450,8 @@ bool TcpTransport::Introduce(Newcomer& n) {
 bool TcpTransport::Step(int timeout_ms) {
   bool moved = false;
   for (int r = 0; r < size_; ++r) {
-    if (!peers_[r].sends.empty()) moved |= PumpSends(r);
-    if (!peers_[r].recvs.empty()) moved |= PumpRecvs(r);
+    if (!peers_[r].sends.empty()) moved |= Pump(r, /*sending=*/true);
+    if (!peers_[r].recvs.empty()) moved |= Pump(r, /*sending=*/false);
   }
   if (moved) return true;
 
@@ -546,13 +525,13 @@ bool TcpTransport::Step(int timeout_ms) {
           StartConnect(index);
         } else {
           p.out = Link::kReady;
-          PumpSends(index);
+          Pump(index, /*sending=*/true);
         }
       } else {
-        PumpSends(index);
+        Pump(index, /*sending=*/true);
       }
     } else if (kind == kIn) {
-      if (fds[k].revents != 0) moved |= PumpRecvs(index);
+      if (fds[k].revents != 0) moved |= Pump(index, /*sending=*/false);
     } else if (kind == kListener) {
       if (fds[k].revents != 0) Accept();
     } else if (fds[k].revents != 0) {

@@ -100,8 +100,8 @@ class TcpTransport : public PeerTransport {
   // One round: moves whatever can move, waiting up to `timeout_ms` for something to.
   // True if a byte, a connection or a greeting moved.
   bool Step(int timeout_ms);
-  bool PumpSends(int peer);
-  bool PumpRecvs(int peer);
+  // Moves bytes of the peer's pending sends (or receives) until the socket would block.
+  bool Pump(int peer, bool sending);
   void Accept();
   bool Introduce(Newcomer& n);  // true when done with it (introduced or dropped)
   std::string ReadGreetingInto(int fd, std::string* buffer);  // error text, or ""
