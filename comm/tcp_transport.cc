@@ -375,6 +375,7 @@ bool TcpTransport::Pump(int peer, bool sending) {
                 : ::recv(p.in_fd, x.data + x.done, x.bytes - x.done, MSG_DONTWAIT);
     if (n > 0) {
       moved = true;
+      if (!sending) p.received_any = true;
       x.done += static_cast<size_t>(n);
       if (x.done == x.bytes) {
         x.complete = true;
@@ -434,13 +435,21 @@ bool TcpTransport::Introduce(Newcomer& n) {
   // The reply: who this rank is. 20 bytes always fit in a new socket's buffer.
   const std::string reply = EncodeGreeting(job_, rank_);
   Peer& p = peers_[from];
-  if (from == rank_ || p.in_fd >= 0 ||
-      ::send(n.fd, reply.data(), reply.size(), MSG_DONTWAIT | MSG_NOSIGNAL) !=
-          static_cast<ssize_t>(reply.size())) {
-    close(n.fd);
-    if (from != rank_ && p.in_fd >= 0) {
-      Break(from, "it connected a second time (its first connection was lost)");
+  if (from != rank_ && p.in_fd >= 0) {
+    if (p.received_any) {
+      // Bytes came on the first connection: where this one's stream begins is unknown.
+      close(n.fd);
+      Break(from, "it connected a second time after its first connection carried data");
+      return true;
     }
+    // Its first attempt reached this rank but not its reply in time (it then tried its
+    // next address): nothing came on that one, so the new connection replaces it.
+    close(p.in_fd);
+    p.in_fd = -1;
+  }
+  if (from == rank_ || ::send(n.fd, reply.data(), reply.size(), MSG_DONTWAIT | MSG_NOSIGNAL) !=
+                           static_cast<ssize_t>(reply.size())) {
+    close(n.fd);
     return true;
   }
   p.in_fd = n.fd;

@@ -79,6 +79,7 @@ class TcpTransport : public PeerTransport {
     std::string attempts;     // what each address did, for the error
     // The peer's connection to this rank (this rank's receives).
     int in_fd = -1;
+    bool received_any = false;        // a byte came on in_fd
     std::deque<Ticket> sends, recvs;  // pending, in order
     std::string broken;               // non-empty: why the pair is unusable
   };
