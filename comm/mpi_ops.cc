@@ -386,19 +386,26 @@ Status Engine::Exchange(const std::vector<int>* to_data, const void* send_buf, s
   auto chunk_end = [&](size_t c) { return std::min(count, (c + 1) * chunk); };
   std::vector<std::vector<Ticket>> recv_tickets(recv.size()), send_tickets(send.size());
   if (recv_scratch_.size() < recv.size()) recv_scratch_.resize(recv.size());
+  // Every transfer is posted even after one fails to post (a broken pair), so that the
+  // exchanges with the other peers complete whole and their streams stay in step.
   Status status;
-  for (size_t k = 0; k < recv.size() && status.ok(); ++k) {
-    if (recv_scratch_[k].size() < bytes) recv_scratch_[k].resize(bytes);
-    for (size_t c = 0; c < chunks && status.ok(); ++c) {
-      auto ticket =
-          peers->Recv(data_rank(recv[k].first), recv_scratch_[k].data() + c * chunk * item,
-                      (chunk_end(c) - c * chunk) * item);
+  auto post = [&](StatusOr<Ticket> ticket, std::vector<Ticket>* tickets) {
+    if (ticket.ok()) {
+      tickets->push_back(*ticket);
+    } else if (status.ok()) {
       status = ticket.status();
-      if (status.ok()) recv_tickets[k].push_back(*ticket);
+    }
+  };
+  for (size_t k = 0; k < recv.size(); ++k) {
+    if (recv_scratch_[k].size() < bytes) recv_scratch_[k].resize(bytes);
+    for (size_t c = 0; c < chunks; ++c) {
+      post(peers->Recv(data_rank(recv[k].first), recv_scratch_[k].data() + c * chunk * item,
+                       (chunk_end(c) - c * chunk) * item),
+           &recv_tickets[k]);
     }
   }
   size_t scaled = 0;  // one copy per destination whose scale is not 1
-  for (size_t d = 0; d < send.size() && status.ok(); ++d) {
+  for (size_t d = 0; d < send.size(); ++d) {
     const auto& [dst, scale] = send[d];
     const char* data = static_cast<const char*>(send_buf);
     if (scale != 1.0) {
@@ -408,11 +415,9 @@ Status Engine::Exchange(const std::vector<int>* to_data, const void* send_buf, s
       WeightedSum(copy.data(), dtype, count, {{send_buf, scale}});
       data = copy.data();
     }
-    for (size_t c = 0; c < chunks && status.ok(); ++c) {
-      auto ticket =
-          peers->Send(data_rank(dst), data + c * chunk * item, (chunk_end(c) - c * chunk) * item);
-      status = ticket.status();
-      if (status.ok()) send_tickets[d].push_back(*ticket);
+    for (size_t c = 0; c < chunks; ++c) {
+      post(peers->Send(data_rank(dst), data + c * chunk * item, (chunk_end(c) - c * chunk) * item),
+           &send_tickets[d]);
     }
   }
   // Chunk by chunk, once it has arrived from every peer and left for every peer (the

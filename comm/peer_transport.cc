@@ -34,7 +34,7 @@ class MpiTransport : public PeerTransport {
   const char* name() const override { return "MPI"; }
   StatusOr<Ticket> Send(int peer, const void* data, size_t bytes) override {
     WEFT_RETURN_IF_ERROR(Fits(bytes));
-    requests_.emplace_back();
+    requests_.push_back(MPI_REQUEST_NULL);
     WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, kPeerTag,
                                             comm_, &requests_.back()),
                                   "MPI_Isend"));
@@ -42,7 +42,7 @@ class MpiTransport : public PeerTransport {
   }
   StatusOr<Ticket> Recv(int peer, void* data, size_t bytes) override {
     WEFT_RETURN_IF_ERROR(Fits(bytes));
-    requests_.emplace_back();
+    requests_.push_back(MPI_REQUEST_NULL);
     WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, kPeerTag,
                                             comm_, &requests_.back()),
                                   "MPI_Irecv"));

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "core/status.h"
 
@@ -47,6 +48,11 @@ class PeerTransport {
   // Waits for every transfer posted since the last WaitAll, even after an error (no buffer
   // is referred to once it returns), and starts a new series of tickets. The first error.
   virtual Status WaitAll() = 0;
+  // After an op failed partway, the transfers it skipped leave `peer`'s stream out of step:
+  // a transport whose later messages would pair with them (TCP: a byte stream) stops using
+  // the pair, so that the peer's next transfer fails too instead of reading the wrong
+  // bytes. MPI and UCX fail the whole job on a transfer error, so they need nothing.
+  virtual void Abandon(int peer, const std::string& why) {}
 };
 
 // Collective over `data` (every rank, at init): tcp and ucx connect the ranks here.

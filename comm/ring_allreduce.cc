@@ -1,7 +1,9 @@
 #include "comm/ring_allreduce.h"
 
 #include <algorithm>
+#include <string>
 
+#include "absl/strings/str_cat.h"
 #include "comm/reduce.h"
 
 namespace weft {

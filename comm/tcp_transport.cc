@@ -78,22 +78,26 @@ std::vector<std::string> OfferedAddresses(const std::string& spec) {
   return out;
 }
 
-std::string EncodeGreeting(uint64_t job, int rank) {
+std::string EncodeGreeting(uint64_t job, int from, int to) {
   std::string out;
   codec::Writer w(&out);
   w.Put(kMagic);
   w.Put(kVersion);
   w.Put(job);
-  w.Put(static_cast<uint32_t>(rank));
+  w.Put(static_cast<uint32_t>(from));
+  w.Put(static_cast<uint32_t>(to));
   return out;
 }
 
 // Empty if `bytes` greets from `rank` (any rank when negative) of job `job`.
-std::string CheckGreeting(const std::string& bytes, uint64_t job, int rank, int size, int* from) {
+// Empty if `bytes` greets `to` from `rank` (any rank when negative) of job `job`.
+std::string CheckGreeting(const std::string& bytes, uint64_t job, int rank, int to, int size,
+                          int* from) {
   codec::Reader r(bytes, "greeting");
   TcpTransport::Greeting g;
   if (!r.Get("magic", &g.magic).ok() || !r.Get("version", &g.version).ok() ||
-      !r.Get("job", &g.job).ok() || !r.Get("rank", &g.rank).ok() || g.magic != kMagic) {
+      !r.Get("job", &g.job).ok() || !r.Get("rank", &g.rank).ok() || !r.Get("to", &g.to).ok() ||
+      g.magic != kMagic) {
     return "not a weft peer";
   }
   if (g.version != kVersion) {
@@ -103,6 +107,9 @@ std::string CheckGreeting(const std::string& bytes, uint64_t job, int rank, int 
   if (g.rank >= static_cast<uint32_t>(size)) return absl::StrCat("rank ", g.rank, " out of range");
   if (rank >= 0 && g.rank != static_cast<uint32_t>(rank)) {
     return absl::StrCat("rank ", g.rank, " of this job, not rank ", rank);
+  }
+  if (g.to != static_cast<uint32_t>(to)) {
+    return absl::StrCat("a greeting for rank ", g.to, ", not rank ", to);
   }
   *from = static_cast<int>(g.rank);
   return "";
@@ -159,6 +166,16 @@ StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(
       port = ntohs(addr.sin_port);
     }
   }
+  // The machine as MPI sees it (the lowest rank sharing memory with this one): with the
+  // host name and network namespace, it tells when loopback reaches a peer (the root
+  // namespace's number is the same on every Linux machine).
+  int node = t->rank_;
+  {
+    MPI_Comm shared = MPI_COMM_NULL;
+    MPI_Comm_split_type(data, MPI_COMM_TYPE_SHARED, t->rank_, MPI_INFO_NULL, &shared);
+    MPI_Allreduce(&t->rank_, &node, 1, MPI_INT, MPI_MIN, shared);
+    MPI_Comm_free(&shared);
+  }
   uint64_t job = 0;
   if (t->rank_ == 0) job = std::random_device{}() * uint64_t{0x100000001} ^ NowMicros();
   std::string record;
@@ -167,7 +184,7 @@ StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(
     w.Put(kMagic);
     w.Put(job);
     w.Put(port);
-    w.Str(NamespaceKey());
+    w.Str(absl::StrCat(NamespaceKey(), "@", node));
     const std::vector<std::string> addresses = OfferedAddresses(kSocketIfname.Get());
     w.Put(static_cast<uint32_t>(addresses.size()));
     for (const std::string& a : addresses) w.Str(a);
@@ -212,23 +229,31 @@ StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(
           "or WEFT_EXCHANGE_TRANSPORT=mpi");
     }
   }
+  const int prev = (t->rank_ + t->size_ - 1) % t->size_;
+  const size_t prev_tries = keys[prev] == keys[t->rank_] ? 1 : t->peers_[t->rank_].addresses.size();
   for (int r = 0; r < t->size_; ++r) {
     Peer& p = t->peers_[r];
     p.same_namespace = keys[r] == keys[t->rank_];
     if (p.same_namespace) p.addresses = {"127.0.0.1"};
   }
-  WEFT_RETURN_IF_ERROR(t->ConnectRing(data));
+  if (pipe2(t->wake_, O_NONBLOCK | O_CLOEXEC) != 0) {
+    return Internal("TCP transport: pipe2: ", ErrnoText(errno));
+  }
+  TcpTransport* raw = t.get();
+  t->acceptor_ = std::thread([raw] { raw->AcceptLoop(); });
+  WEFT_RETURN_IF_ERROR(t->ConnectRing(data, prev_tries));
   return t;
 }
 
-Status TcpTransport::ConnectRing(MPI_Comm data) {
+Status TcpTransport::ConnectRing(MPI_Comm data, size_t prev_tries) {
   // Each rank connects to the next one, so that an address or port that cannot be reached
   // fails init on every rank, with the reason, instead of a later op on some ranks only.
   std::string failure;
   if (size_ > 1) {
     const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
     StartConnect(next);
-    const size_t tries = std::max<size_t>(1, peers_[prev].addresses.size());
+    // This rank tries next's addresses while prev tries this rank's: wait for the longer.
+    const size_t tries = std::max<size_t>({1, peers_[next].addresses.size(), prev_tries});
     const int64_t deadline =
         NowMicros() + static_cast<int64_t>((kConnectTimeout.Get() * tries + 5) * 1e6);
     auto connected = [&] {
@@ -256,11 +281,18 @@ Status TcpTransport::ConnectRing(MPI_Comm data) {
 }
 
 TcpTransport::~TcpTransport() {
+  if (acceptor_.joinable()) {
+    stop_.store(true);
+    acceptor_.join();  // within its 100 ms poll
+  }
   for (Peer& p : peers_) {
     if (p.out_fd >= 0) close(p.out_fd);
     if (p.in_fd >= 0) close(p.in_fd);
   }
-  for (Newcomer& n : newcomers_) close(n.fd);
+  for (int fd : wake_) {
+    if (fd >= 0) close(fd);
+  }
+  for (const auto& [rank, fd] : arrived_) close(fd);
   if (listen_fd_ >= 0) close(listen_fd_);
 }
 
@@ -394,16 +426,41 @@ bool TcpTransport::Pump(int peer, bool sending) {
   return moved;
 }
 
-void TcpTransport::Accept() {
-  for (;;) {
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      return;  // EAGAIN, or out of descriptors: tried again at the next readiness
+void TcpTransport::AcceptLoop() {
+  // Connections are introduced here, on a thread of their own, so that a rank answers a
+  // peer's greeting at once even while it computes or waits in another call; the engine's
+  // thread only installs what arrived (InstallArrived).
+  std::vector<Newcomer> newcomers;
+  const int64_t greeting_limit_us = static_cast<int64_t>(kConnectTimeout.Get() * 1e6);
+  while (!stop_.load()) {
+    std::vector<struct pollfd> fds = {{listen_fd_, POLLIN, 0}};
+    for (const Newcomer& n : newcomers) fds.push_back({n.fd, POLLIN, 0});
+    if (poll(fds.data(), fds.size(), /*timeout_ms=*/100) < 0) continue;
+    const int64_t now = NowMicros();
+    std::vector<Newcomer> kept;
+    for (size_t k = 0; k < newcomers.size(); ++k) {
+      Newcomer& n = newcomers[k];
+      if (fds[k + 1].revents != 0 && Introduce(n)) continue;  // introduced or dropped
+      if (now - n.since_us > greeting_limit_us) {
+        WEFT_LOG(Debug) << "TCP transport: dropped a connection that never greeted";
+        close(n.fd);
+        continue;
+      }
+      kept.push_back(std::move(n));
     }
-    SetNoDelay(fd);
-    newcomers_.push_back({fd, ""});
+    newcomers.swap(kept);
+    if (fds[0].revents == 0) continue;
+    for (;;) {
+      const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        break;  // EAGAIN, or out of descriptors: tried again at the next readiness
+      }
+      SetNoDelay(fd);
+      newcomers.push_back({fd, "", now});
+    }
   }
+  for (Newcomer& n : newcomers) close(n.fd);
 }
 
 std::string TcpTransport::ReadGreetingInto(int fd, std::string* buffer) {
@@ -426,53 +483,76 @@ bool TcpTransport::Introduce(Newcomer& n) {
   if (error.empty() && n.greeting.size() < kGreetingBytes) return false;
   int from = -1;
   const std::string bad =
-      error.empty() ? CheckGreeting(n.greeting, job_, /*rank=*/-1, size_, &from) : error;
-  if (!bad.empty()) {
-    WEFT_LOG(Debug) << "TCP transport: dropped a connection: " << bad;
+      error.empty() ? CheckGreeting(n.greeting, job_, /*rank=*/-1, rank_, size_, &from) : error;
+  // The reply: who this rank is. It always fits in a new socket's buffer.
+  const std::string reply = EncodeGreeting(job_, rank_, from);
+  if (!bad.empty() || from == rank_ ||
+      ::send(n.fd, reply.data(), reply.size(), MSG_DONTWAIT | MSG_NOSIGNAL) !=
+          static_cast<ssize_t>(reply.size())) {
+    WEFT_LOG(Debug) << "TCP transport: dropped a connection: " << (bad.empty() ? "reply" : bad);
     close(n.fd);
     return true;
   }
-  // The reply: who this rank is. 20 bytes always fit in a new socket's buffer.
-  const std::string reply = EncodeGreeting(job_, rank_);
-  Peer& p = peers_[from];
-  if (from != rank_ && p.in_fd >= 0) {
-    if (p.received_any) {
-      // Bytes came on the first connection: where this one's stream begins is unknown.
-      close(n.fd);
-      Break(from, "it connected a second time after its first connection carried data");
-      return true;
-    }
-    // Its first attempt reached this rank but not its reply in time (it then tried its
-    // next address): nothing came on that one, so the new connection replaces it.
-    close(p.in_fd);
-    p.in_fd = -1;
+  {
+    std::lock_guard<std::mutex> lock(arrived_mu_);
+    arrived_.emplace_back(from, n.fd);
   }
-  if (from == rank_ || ::send(n.fd, reply.data(), reply.size(), MSG_DONTWAIT | MSG_NOSIGNAL) !=
-                           static_cast<ssize_t>(reply.size())) {
-    close(n.fd);
-    return true;
-  }
-  p.in_fd = n.fd;
+  const char byte = 1;
+  [[maybe_unused]] ssize_t ignored = ::write(wake_[1], &byte, 1);  // full pipe: already due
   return true;
 }
 
+bool TcpTransport::InstallArrived() {
+  char drain[64];
+  while (::read(wake_[0], drain, sizeof(drain)) > 0) {
+  }
+  std::vector<std::pair<int, int>> arrived;
+  {
+    std::lock_guard<std::mutex> lock(arrived_mu_);
+    arrived.swap(arrived_);
+  }
+  for (const auto& [from, fd] : arrived) {
+    Peer& p = peers_[from];
+    if (!p.broken.empty()) {
+      close(fd);  // the pair is not used again
+      continue;
+    }
+    if (p.in_fd >= 0) {
+      if (p.received_any) {
+        // Bytes came on the first connection: where this one's stream begins is unknown.
+        close(fd);
+        Break(from, "it connected a second time after its first connection carried data");
+        continue;
+      }
+      // Its first attempt reached this rank but not its reply in time (it then tried its
+      // next address): nothing came on that one, so the new connection replaces it.
+      close(p.in_fd);
+    }
+    p.in_fd = fd;
+  }
+  return !arrived.empty();
+}
+
+void TcpTransport::Abandon(int peer, const std::string& why) {
+  if (peer >= 0 && peer < size_ && peer != rank_) Break(peer, why);
+}
+
 bool TcpTransport::Step(int timeout_ms) {
-  bool moved = false;
+  bool moved = InstallArrived();
   for (int r = 0; r < size_; ++r) {
     if (!peers_[r].sends.empty()) moved |= Pump(r, /*sending=*/true);
     if (!peers_[r].recvs.empty()) moved |= Pump(r, /*sending=*/false);
   }
   if (moved) return true;
 
-  enum Kind { kListener, kNewcomer, kOut, kIn };
+  enum Kind { kWake, kOut, kIn };
   std::vector<struct pollfd> fds;
   std::vector<std::pair<Kind, int>> what;
   auto add = [&](int fd, short events, Kind kind, int index) {
     fds.push_back({fd, events, 0});
     what.emplace_back(kind, index);
   };
-  add(listen_fd_, POLLIN, kListener, 0);
-  for (size_t k = 0; k < newcomers_.size(); ++k) add(newcomers_[k].fd, POLLIN, kNewcomer, k);
+  add(wake_[0], POLLIN, kWake, 0);
   const int64_t now = NowMicros();
   int64_t wait_us = int64_t{timeout_ms} * 1000;
   for (int r = 0; r < size_; ++r) {
@@ -489,9 +569,8 @@ bool TcpTransport::Step(int timeout_ms) {
     if (p.in_fd >= 0 && !p.recvs.empty()) add(p.in_fd, POLLIN, kIn, r);
   }
   const int ready = poll(fds.data(), fds.size(), static_cast<int>((wait_us + 999) / 1000));
-  if (ready < 0) return false;  // EINTR: the caller loops
+  if (ready < 0) return moved;  // EINTR: the caller loops
 
-  std::vector<size_t> introduced;
   for (size_t k = 0; k < fds.size(); ++k) {
     const auto [kind, index] = what[k];
     if (kind == kOut) {
@@ -513,7 +592,7 @@ bool TcpTransport::Step(int timeout_ms) {
         int error = 0;
         socklen_t len = sizeof(error);
         getsockopt(p.out_fd, SOL_SOCKET, SO_ERROR, &error, &len);
-        const std::string hello = EncodeGreeting(job_, rank_);
+        const std::string hello = EncodeGreeting(job_, rank_, index);
         if (error != 0) {
           ConnectFailed(index, ErrnoText(error));
           StartConnect(index);
@@ -528,7 +607,7 @@ bool TcpTransport::Step(int timeout_ms) {
         std::string error = ReadGreetingInto(p.out_fd, &p.greeting_in);
         if (error.empty() && p.greeting_in.size() < kGreetingBytes) continue;
         int from = -1;
-        if (error.empty()) error = CheckGreeting(p.greeting_in, job_, index, size_, &from);
+        if (error.empty()) error = CheckGreeting(p.greeting_in, job_, index, rank_, size_, &from);
         if (!error.empty()) {
           ConnectFailed(index, absl::StrCat("reached ", error));
           StartConnect(index);
@@ -541,15 +620,9 @@ bool TcpTransport::Step(int timeout_ms) {
       }
     } else if (kind == kIn) {
       if (fds[k].revents != 0) moved |= Pump(index, /*sending=*/false);
-    } else if (kind == kListener) {
-      if (fds[k].revents != 0) Accept();
-    } else if (fds[k].revents != 0) {
-      moved = true;
-      if (Introduce(newcomers_[index])) introduced.push_back(index);
+    } else if (fds[k].revents != 0) {  // kWake: connections arrived
+      moved |= InstallArrived();
     }
-  }
-  for (auto it = introduced.rbegin(); it != introduced.rend(); ++it) {
-    newcomers_.erase(newcomers_.begin() + static_cast<std::ptrdiff_t>(*it));
   }
   return moved;
 }

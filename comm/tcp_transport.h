@@ -7,26 +7,33 @@
 // non-blocking send/recv calls straight between the caller's buffers and the sockets.
 //
 // Addresses: every rank listens on an ephemeral port of every interface and publishes, at
-// init, its IPv4 addresses (WEFT_SOCKET_IFNAME chooses which) and its network namespace.
-// Ranks in the same network namespace connect over loopback; others try the peer's
-// addresses in order. A connection counts only once both sides have checked the other's
-// job and rank (a greeting each way), so an address that leads elsewhere (a bridge that
-// exists on every machine) is skipped rather than used.
+// init, its IPv4 addresses (WEFT_SOCKET_IFNAME chooses which), its network namespace and
+// its machine as MPI sees it. Ranks in the same namespace of the same machine connect over
+// loopback; others try the peer's addresses in order. A connection counts only once both
+// sides have checked the other's job and rank and that it was meant for them (a greeting
+// each way), so an address that leads elsewhere (a bridge that exists on every machine,
+// another rank) is skipped rather than used. A thread per process accepts connections and
+// answers greetings, so a peer busy elsewhere never makes a connecting rank wait.
 //
 // Faults: a connection that fails (reset, closed by a dead process, refused) fails every
 // transfer waiting on it and every later one between the two ranks, with the reason; with
 // WEFT_STALL_TIMEOUT_SECONDS set, transfers that move no byte for that long fail too.
-// The pair is not used again in the job (its stream position is lost).
+// The pair is not used again in the job (its stream position is lost); the peer's side then
+// fails too (its connection closes). Abandon() does the same after an op failed partway.
 #ifndef WEFT_COMM_TCP_TRANSPORT_H_
 #define WEFT_COMM_TCP_TRANSPORT_H_
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "comm/peer_transport.h"
@@ -48,14 +55,16 @@ class TcpTransport : public PeerTransport {
   StatusOr<Ticket> Recv(int peer, void* data, size_t bytes) override;
   Status Wait(Ticket ticket) override;
   Status WaitAll() override;
+  void Abandon(int peer, const std::string& why) override;
 
   // The greeting each side of a new connection sends: who it is, for which job.
   struct Greeting {
     uint32_t magic = 0, version = 0;
     uint64_t job = 0;
-    uint32_t rank = 0;
+    uint32_t rank = 0;  // who greets
+    uint32_t to = 0;    // whom
   };
-  static constexpr size_t kGreetingBytes = 20;
+  static constexpr size_t kGreetingBytes = 24;
 
  private:
   struct Transfer {
@@ -83,15 +92,17 @@ class TcpTransport : public PeerTransport {
     std::deque<Ticket> sends, recvs;  // pending, in order
     std::string broken;               // non-empty: why the pair is unusable
   };
-  // A connection accepted but not yet introduced.
+  // A connection accepted but not yet introduced (the acceptor thread's).
   struct Newcomer {
     int fd = -1;
     std::string greeting;
+    int64_t since_us = 0;
   };
 
   TcpTransport() = default;
   // Collective: connects every rank to the next; fails on every rank if one could not.
-  Status ConnectRing(MPI_Comm data);
+  // prev_tries: how many addresses the previous rank tries to reach this one.
+  Status ConnectRing(MPI_Comm data, size_t prev_tries);
   Status Check(int peer, const char* what) const;
   StatusOr<Ticket> Post(int peer, char* data, size_t bytes, bool send);
   // Starts a connection attempt to the peer's next address.
@@ -103,9 +114,13 @@ class TcpTransport : public PeerTransport {
   bool Step(int timeout_ms);
   // Moves bytes of the peer's pending sends (or receives) until the socket would block.
   bool Pump(int peer, bool sending);
-  void Accept();
-  bool Introduce(Newcomer& n);  // true when done with it (introduced or dropped)
-  std::string ReadGreetingInto(int fd, std::string* buffer);  // error text, or ""
+  // The acceptor thread: accepts connections, checks their greetings, replies, and hands
+  // them to the engine's thread through arrived_.
+  void AcceptLoop();
+  bool Introduce(Newcomer& n);  // true when done with it (handed over or dropped)
+  static std::string ReadGreetingInto(int fd, std::string* buffer);  // error text, or ""
+  // The engine's thread: installs the connections the acceptor handed over. True if any.
+  bool InstallArrived();
   // Waits until `done()` holds; fails stalled transfers after the stall timeout.
   template <typename Done>
   void Drive(Done done);
@@ -115,7 +130,11 @@ class TcpTransport : public PeerTransport {
   uint64_t job_ = 0;
   int listen_fd_ = -1;
   std::vector<Peer> peers_;
-  std::vector<Newcomer> newcomers_;
+  std::thread acceptor_;
+  std::atomic<bool> stop_{false};
+  std::mutex arrived_mu_;
+  std::vector<std::pair<int, int>> arrived_;  // arrived_mu_: (rank, connection) introduced
+  int wake_[2] = {-1, -1};                    // a byte on wake_ when arrived_ grew
   std::vector<Transfer> transfers_;
   size_t pending_ = 0;  // transfers_ not complete
 };

@@ -60,14 +60,20 @@ ucs_status_ptr_t UcxContext::TagSend(int peer, const void* data, size_t bytes) {
   ucp_request_param_t param;
   param.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
   param.datatype = ucp_dt_make_contig(1);
-  return ucp_tag_send_nbx(eps_[peer], data, bytes, Tag(sent_[peer]++, rank_), &param);
+  ucs_status_ptr_t request =
+      ucp_tag_send_nbx(eps_[peer], data, bytes, Tag(sent_[peer], rank_), &param);
+  if (!UCS_PTR_IS_ERR(request)) ++sent_[peer];  // a message that never left takes no number
+  return request;
 }
 
 ucs_status_ptr_t UcxContext::TagRecv(int peer, void* data, size_t bytes) {
   ucp_request_param_t param;
   param.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
   param.datatype = ucp_dt_make_contig(1);
-  return ucp_tag_recv_nbx(worker_, data, bytes, Tag(received_[peer]++, peer), ~uint64_t{0}, &param);
+  ucs_status_ptr_t request =
+      ucp_tag_recv_nbx(worker_, data, bytes, Tag(received_[peer], peer), ~uint64_t{0}, &param);
+  if (!UCS_PTR_IS_ERR(request)) ++received_[peer];
+  return request;
 }
 
 void UcxContext::ProgressLoop() {
