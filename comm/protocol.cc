@@ -130,7 +130,7 @@ template <typename T>
 StatusOr<std::vector<T>> ParseBatch(const std::string& bytes, const char* what, size_t min_bytes,
                                     Status (*read)(codec::Reader&, T*)) {
   codec::Reader r(bytes, what);
-  uint32_t n;
+  uint32_t n = 0;
   Status st = r.Count("the count", min_bytes, 0, &n);
   std::vector<T> items;
   if (st.ok()) {

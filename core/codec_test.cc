@@ -114,7 +114,7 @@ TEST(Codec, RefusesShortInputCountsThatCannotFitAndTrailingBytes) {
   Writer c(&counted);
   c.Put<uint32_t>(1);
   c.Put<uint32_t>(0xAAAAAAAAu);
-  uint32_t n;
+  uint32_t n = 0;
   EXPECT_TRUE(Reader(counted, "frame").Count("count", 4, 0, &n).ok());
   EXPECT_FALSE(Reader(counted, "frame").Count("count", 4, 4, &n).ok());
   // A count the format writes signed: a negative one is named as such.
