@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/engine.h"
+#include "comm/mpi_util.h"
 #include "comm/reduce.h"
 #include "comm/ring_allreduce.h"
 #include "core/config.h"
@@ -61,14 +62,6 @@ MPI_Op SumOp(DType dtype) {
   return dtype == DType::kFloat16 || dtype == DType::kBFloat16 ? g_sum16 : MPI_SUM;
 }
 
-Status MpiError(int code, const char* what) {
-  if (code == MPI_SUCCESS) return OkStatus();
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(code, text, &len);
-  return Internal(what, " failed: ", std::string(text, len));
-}
-
 // Sums `in` over `comm` into `out`; in == out is in place.
 Status AllreduceSum(const void* in, void* out, size_t count, DType dtype, MPI_Comm comm) {
   const size_t item = DTypeSize(dtype);
@@ -76,8 +69,8 @@ Status AllreduceSum(const void* in, void* out, size_t count, DType dtype, MPI_Co
     const int n = static_cast<int>(std::min(kMaxChunk, count - done));
     char* dst = static_cast<char*>(out) + done * item;
     const void* src = in == out ? MPI_IN_PLACE : static_cast<const char*>(in) + done * item;
-    WEFT_RETURN_IF_ERROR(MpiError(
-        MPI_Allreduce(src, dst, n, MpiType(dtype), SumOp(dtype), comm), "MPI_Allreduce"));
+    WEFT_RETURN_IF_ERROR(
+        MpiCheck(MPI_Allreduce(src, dst, n, MpiType(dtype), SumOp(dtype), comm), "MPI_Allreduce"));
   }
   return OkStatus();
 }
@@ -108,8 +101,8 @@ constexpr size_t kExchangeChunkBytes = size_t{1} << 20;
 Status Bcast(void* buf, size_t bytes, int root, MPI_Comm comm) {
   for (size_t done = 0; done < bytes; done += kMaxChunk) {
     const int n = static_cast<int>(std::min(kMaxChunk, bytes - done));
-    WEFT_RETURN_IF_ERROR(MpiError(
-        MPI_Bcast(static_cast<char*>(buf) + done, n, MPI_BYTE, root, comm), "MPI_Bcast"));
+    WEFT_RETURN_IF_ERROR(
+        MpiCheck(MPI_Bcast(static_cast<char*>(buf) + done, n, MPI_BYTE, root, comm), "MPI_Bcast"));
   }
   return OkStatus();
 }
@@ -175,7 +168,7 @@ StatusOr<MPI_Comm> Engine::CommOf(const std::vector<int32_t>& ranks) {
   const int code = MPI_Comm_create_group(ctx_.data, members, /*tag=*/kDataTag, &comm);
   MPI_Group_free(&members);
   MPI_Group_free(&world);
-  WEFT_RETURN_IF_ERROR(MpiError(code, "MPI_Comm_create_group"));
+  WEFT_RETURN_IF_ERROR(MpiCheck(code, "MPI_Comm_create_group"));
   group_comms_.emplace(ranks, comm);
   return comm;
 }
@@ -210,14 +203,14 @@ Status Engine::RunSendRecv(std::vector<std::shared_ptr<Request>>& group,
   for (size_t done = 0; done < bytes || done == 0; done += kMaxChunk) {
     const int n = static_cast<int>(std::min(kMaxChunk, bytes - done));
     MPI_Request req;
-    WEFT_RETURN_IF_ERROR(MpiError(
-        sending ? MPI_Isend(data + done, n, MPI_BYTE, peer, kDataTag, ctx_.data, &req)
-                : MPI_Irecv(data + done, n, MPI_BYTE, peer, kDataTag, ctx_.data, &req),
-        sending ? "MPI_Isend" : "MPI_Irecv"));
+    WEFT_RETURN_IF_ERROR(
+        MpiCheck(sending ? MPI_Isend(data + done, n, MPI_BYTE, peer, kDataTag, ctx_.data, &req)
+                         : MPI_Irecv(data + done, n, MPI_BYTE, peer, kDataTag, ctx_.data, &req),
+                 sending ? "MPI_Isend" : "MPI_Irecv"));
     const int64_t deadline = Timeline::NowMicros() + static_cast<int64_t>(timeout_s * 1e6);
     for (;;) {
       int finished = 0;
-      WEFT_RETURN_IF_ERROR(MpiError(MPI_Test(&req, &finished, MPI_STATUS_IGNORE), "MPI_Test"));
+      WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Test(&req, &finished, MPI_STATUS_IGNORE), "MPI_Test"));
       if (finished) break;
       if (timeout_s > 0 && Timeline::NowMicros() > deadline) {
         // The request stays with MPI (cancelling a send is unreliable); so does the buffer,
@@ -323,14 +316,14 @@ Status Engine::RunAllgather(std::vector<std::shared_ptr<Request>>& group,
   // Equal parts are the common case, and MPI's algorithms for it are better tuned.
   const bool equal = std::all_of(counts.begin(), counts.end(), [&](int c) { return c == counts[0]; });
   if (equal) {
-    WEFT_RETURN_IF_ERROR(MpiError(MPI_Allgather(r.in.data(), counts[0], MPI_BYTE, r.out.data(),
+    WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Allgather(r.in.data(), counts[0], MPI_BYTE, r.out.data(),
                                                 counts[0], MPI_BYTE, ctx_.data),
                                   "MPI_Allgather"));
   } else {
-    WEFT_RETURN_IF_ERROR(MpiError(MPI_Allgatherv(r.in.data(), counts[ctx_.rank], MPI_BYTE,
-                                                 r.out.data(), counts.data(), displs.data(),
-                                                 MPI_BYTE, ctx_.data),
-                                  "MPI_Allgatherv"));
+    WEFT_RETURN_IF_ERROR(
+        MpiCheck(MPI_Allgatherv(r.in.data(), counts[ctx_.rank], MPI_BYTE, r.out.data(),
+                                counts.data(), displs.data(), MPI_BYTE, ctx_.data),
+                 "MPI_Allgatherv"));
   }
   Trace(group, "communicate", start);
   return OkStatus();
@@ -365,9 +358,9 @@ Status Engine::RunNeighborAllgather(std::shared_ptr<Request>& rp,
     MPI_Isend(r.in.data(), static_cast<int>(r.in.nbytes()), MPI_BYTE, dst.first, kDataTag,
               ctx_.data, &reqs.back());
   }
-  WEFT_RETURN_IF_ERROR(MpiError(
-      MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE),
-      "neighbor exchange"));
+  WEFT_RETURN_IF_ERROR(
+      MpiCheck(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE),
+               "neighbor exchange"));
   Trace({rp}, "communicate", start);
   return OkStatus();
 }

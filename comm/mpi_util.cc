@@ -1,13 +1,17 @@
 #include "comm/mpi_util.h"
 
 #include <algorithm>
+#include <string>
 
 namespace weft {
 namespace comm {
 
 Status MpiCheck(int code, const char* what) {
   if (code == MPI_SUCCESS) return OkStatus();
-  return Internal(what, " failed (MPI error ", code, ")");
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  return Internal(what, " failed: ", std::string(text, len));
 }
 
 StatusOr<std::vector<std::string>> AllgatherBytes(MPI_Comm comm, const void* data, size_t length) {

@@ -12,7 +12,7 @@
 namespace weft {
 namespace comm {
 
-// OK for MPI_SUCCESS; otherwise an internal error naming `what` and the code.
+// OK for MPI_SUCCESS; otherwise an internal error naming `what` and MPI's text for the code.
 Status MpiCheck(int code, const char* what);
 // Every rank's `length` bytes at `data` (the lengths may differ), indexed by rank.
 // Collective over `comm`: how transports publish their addresses.
