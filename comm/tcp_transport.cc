@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <random>
 
@@ -24,6 +23,7 @@
 #include "core/codec.h"
 #include "core/config.h"
 #include "core/logging.h"
+#include "core/timeline.h"
 
 namespace weft {
 namespace comm {
@@ -43,11 +43,7 @@ const config::DoubleSetting kConnectTimeout(
     "WEFT_SOCKET_CONNECT_TIMEOUT_SECONDS", 20,
     "How long weft's TCP transport tries each of a peer's addresses before the next one.",
     /*min=*/0.01, /*max=*/1e6);
-int64_t NowMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+int64_t NowMicros() { return Timeline::NowMicros(); }
 
 std::string ErrnoText(int code) { return std::strerror(code); }
 
