@@ -541,35 +541,37 @@ bool TcpTransport::Step(int timeout_ms) {
   }
   if (moved) return true;
 
-  enum Kind { kWake, kOut, kIn };
-  std::vector<struct pollfd> fds;
-  std::vector<std::pair<Kind, int>> what;
-  auto add = [&](int fd, short events, Kind kind, int index) {
+  // Reused across rounds: a wait runs many of them.
+  std::vector<struct pollfd>& fds = poll_fds_;
+  std::vector<std::pair<PollKind, int>>& what = poll_what_;
+  fds.clear();
+  what.clear();
+  auto add = [&](int fd, short events, PollKind kind, int index) {
     fds.push_back({fd, events, 0});
     what.emplace_back(kind, index);
   };
-  add(wake_[0], POLLIN, kWake, 0);
+  add(wake_[0], POLLIN, PollKind::kWake, 0);
   const int64_t now = NowMicros();
   int64_t wait_us = int64_t{timeout_ms} * 1000;
   for (int r = 0; r < size_; ++r) {
     Peer& p = peers_[r];
     if (p.out == Link::kConnecting) {
-      add(p.out_fd, POLLOUT, kOut, r);
+      add(p.out_fd, POLLOUT, PollKind::kOut, r);
       wait_us = std::min(wait_us, std::max<int64_t>(0, p.attempt_deadline_us - now));
     } else if (p.out == Link::kGreeting) {
-      add(p.out_fd, POLLIN, kOut, r);
+      add(p.out_fd, POLLIN, PollKind::kOut, r);
       wait_us = std::min(wait_us, std::max<int64_t>(0, p.attempt_deadline_us - now));
     } else if (p.out == Link::kReady && !p.sends.empty()) {
-      add(p.out_fd, POLLOUT, kOut, r);
+      add(p.out_fd, POLLOUT, PollKind::kOut, r);
     }
-    if (p.in_fd >= 0 && !p.recvs.empty()) add(p.in_fd, POLLIN, kIn, r);
+    if (p.in_fd >= 0 && !p.recvs.empty()) add(p.in_fd, POLLIN, PollKind::kIn, r);
   }
   const int ready = poll(fds.data(), fds.size(), static_cast<int>((wait_us + 999) / 1000));
   if (ready < 0) return moved;  // EINTR: the caller loops
 
   for (size_t k = 0; k < fds.size(); ++k) {
     const auto [kind, index] = what[k];
-    if (kind == kOut) {
+    if (kind == PollKind::kOut) {
       Peer& p = peers_[index];
       if (p.out == Link::kConnecting || p.out == Link::kGreeting) {
         const bool timed_out = NowMicros() >= p.attempt_deadline_us;
@@ -614,7 +616,7 @@ bool TcpTransport::Step(int timeout_ms) {
       } else {
         Pump(index, /*sending=*/true);
       }
-    } else if (kind == kIn) {
+    } else if (kind == PollKind::kIn) {
       if (fds[k].revents != 0) moved |= Pump(index, /*sending=*/false);
     } else if (fds[k].revents != 0) {  // kWake: connections arrived
       moved |= InstallArrived();

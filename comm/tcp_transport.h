@@ -24,6 +24,7 @@
 #define WEFT_COMM_TCP_TRANSPORT_H_
 
 #include <mpi.h>
+#include <poll.h>
 
 #include <atomic>
 #include <cstdint>
@@ -135,6 +136,10 @@ class TcpTransport : public PeerTransport {
   std::mutex arrived_mu_;
   std::vector<std::pair<int, int>> arrived_;  // arrived_mu_: (rank, connection) introduced
   int wake_[2] = {-1, -1};                    // a byte on wake_ when arrived_ grew
+  // Step()'s poll set, kept between rounds.
+  enum class PollKind { kWake, kOut, kIn };
+  std::vector<struct pollfd> poll_fds_;
+  std::vector<std::pair<PollKind, int>> poll_what_;
   std::vector<Transfer> transfers_;
   size_t pending_ = 0;  // transfers_ not complete
 };
