@@ -365,12 +365,16 @@ Status Engine::DriveUntilDone(Request& r) {
       if (!Busy()) return OkStatus();
     }
   }
+  HandBack();
+  return OkStatus();
+}
+
+void Engine::HandBack() {
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     kick_ = true;
   }
   queue_cv_.notify_one();
-  return OkStatus();
 }
 
 void Engine::TryProgress() {
@@ -382,13 +386,7 @@ void Engine::TryProgress() {
     left_work = Busy();
   }
   // The engine thread may have found this thread driving and gone to sleep: hand back.
-  if (left_work) {
-    {
-      std::lock_guard<std::mutex> lock(queue_mu_);
-      kick_ = true;
-    }
-    queue_cv_.notify_one();
-  }
+  if (left_work) HandBack();
 }
 
 bool Engine::Progress() {

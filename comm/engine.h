@@ -173,6 +173,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // the one that created the engine (init()). Requires queue_mu_.
   Status AssignKey(Descriptor& d, bool refusing);
   void Loop();
+  // Wakes the engine thread after a caller stopped driving with work left (it sleeps while
+  // a caller drives).
+  void HandBack();
   bool Progress();  // requires progress_mu_
   bool Busy() const;  // requires progress_mu_: ops outstanding or messages in flight
   void SendDescriptors(std::vector<Descriptor> batch);
