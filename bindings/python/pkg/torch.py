@@ -491,9 +491,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 f"{self.optimizer!r})")
 
 
-# The Parameters, Attributes and Raises sections of the two combining optimizers, whose
-# constructors take the same arguments and fail alike.
-_COMBINING_SECTIONS = """\
+# The first entries of every distributed optimizer's Parameters section.
+_OPTIMIZER_AND_MODEL = """\
     Parameters
     ----------
     optimizer : torch.optim.Optimizer
@@ -503,6 +502,11 @@ _COMBINING_SECTIONS = """\
         The model whose computations are counted and whose trainable parameters are
         communicated; as in Bluefog, a list of models trained together (each model's
         forward computations count for its own parameters).
+"""
+
+# The Parameters, Attributes and Raises sections of the two combining optimizers, whose
+# constructors take the same arguments and fail alike.
+_COMBINING_SECTIONS = _OPTIMIZER_AND_MODEL + """\
     communication_type : CommunicationType or str, optional
         How the parameters are combined: neighbor_allreduce (the default),
         hierarchical_neighbor_allreduce, allreduce, or empty (no communication: local
@@ -655,21 +659,13 @@ class DistributedAdaptThenCombineOptimizer(_CombiningOptimizer):
 
 
 class DistributedGradientAllreduceOptimizer(_DistributedOptimizer):
-    """Data parallelism: x <- x - lr * mean over ranks of g.
+    __doc__ = """Data parallelism: x <- x - lr * mean over ranks of g.
 
     Counts backward computations per parameter: in the J-th, each gradient's allreduce
     starts as soon as it is accumulated; the next step() waits, installs the averages and
     applies the update. Construction is collective.
 
-    Parameters
-    ----------
-    optimizer : torch.optim.Optimizer
-        The wrapped optimizer, built from model.parameters(): it makes the local updates,
-        and its param_groups, state and defaults are the wrapper's.
-    model : torch.nn.Module or list of torch.nn.Module
-        The model whose computations are counted and whose trainable parameters are
-        communicated; as in Bluefog, a list of models trained together (each model's
-        forward computations count for its own parameters).
+""" + _OPTIMIZER_AND_MODEL + """\
     num_steps_per_communication : int, optional
         J, the counted computations per communication (default 1).
 
@@ -760,7 +756,7 @@ class _WindowOptimizer(_DistributedOptimizer):
 
 
 class DistributedWinPutOptimizer(_WindowOptimizer):
-    """Asynchronous training over one-sided windows: put, then update from the buffers.
+    __doc__ = """Asynchronous training over one-sided windows: put, then update from the buffers.
 
     Each parameter is the memory of a window (created at construction, collective).
     Counts forward computations: the J-th puts the parameters into the out-neighbors'
@@ -773,15 +769,7 @@ class DistributedWinPutOptimizer(_WindowOptimizer):
     Construct it after the model is in place, and do not replace p.data afterwards. close()
     (or unregister_window()) frees the windows.
 
-    Parameters
-    ----------
-    optimizer : torch.optim.Optimizer
-        The wrapped optimizer, built from model.parameters(): it makes the local updates,
-        and its param_groups, state and defaults are the wrapper's.
-    model : torch.nn.Module or list of torch.nn.Module
-        The model whose computations are counted and whose trainable parameters are
-        communicated; as in Bluefog, a list of models trained together (each model's
-        forward computations count for its own parameters).
+""" + _OPTIMIZER_AND_MODEL + """\
     num_steps_per_communication : int, optional
         J, the counted computations per communication (default 1).
     window_prefix : str, optional
@@ -848,7 +836,7 @@ class DistributedWinPutOptimizer(_WindowOptimizer):
 
 
 class DistributedPushSumOptimizer(_WindowOptimizer):
-    """Push-sum, for directed (column-stochastic) mixing, over one-sided windows.
+    __doc__ = """Push-sum, for directed (column-stochastic) mixing, over one-sided windows.
 
     Each parameter x has a window over a numerator x * p (buffers start at zero) whose
     associated scalar p starts at 1.
@@ -858,15 +846,7 @@ class DistributedPushSumOptimizer(_WindowOptimizer):
     the buffers), installs x = numerator / p, then applies the local update. It turns on
     turn_on_win_ops_with_associated_p() for the process.
 
-    Parameters
-    ----------
-    optimizer : torch.optim.Optimizer
-        The wrapped optimizer, built from model.parameters(): it makes the local updates,
-        and its param_groups, state and defaults are the wrapper's.
-    model : torch.nn.Module or list of torch.nn.Module
-        The model whose computations are counted and whose trainable parameters are
-        communicated; as in Bluefog, a list of models trained together (each model's
-        forward computations count for its own parameters).
+""" + _OPTIMIZER_AND_MODEL + """\
     num_steps_per_communication : int, optional
         J, the counted computations per communication (default 1).
 
