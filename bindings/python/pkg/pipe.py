@@ -76,18 +76,19 @@ STRATEGIES = {
 }
 SCHEDULES = {"gpipe": _c.WEFT_PIPE_SCHEDULE_GPIPE, "1f1b": _c.WEFT_PIPE_SCHEDULE_1F1B}
 
-_INT_MIN, _INT_MAX = -(2 ** 31), 2 ** 31 - 1
-
 
 def _invalid(message):
     return InvalidArgumentError(_c.WEFT_ERR_INVALID_ARGUMENT, message)
 
 
-def _int(value, function, name):
-    """An integer argument that a C int holds (a larger one would wrap in C)."""
+def _int(value, function, name, bits=32, signed=True):
+    """An integer argument that the C field holds (a larger one would wrap in C): a C int
+    by default, else an int64 or uint64 (bits=64)."""
     value = operator.index(value)
-    if not _INT_MIN <= value <= _INT_MAX:
-        raise _invalid(f"{function}: {name} = {value} does not fit a C int")
+    low, high = (-(2 ** (bits - 1)), 2 ** (bits - 1)) if signed else (0, 2 ** bits)
+    if not low <= value < high:
+        kind = "a C int" if bits == 32 and signed else f"{'an int' if signed else 'a uint'}{bits}"
+        raise _invalid(f"{function}: {name} = {value} does not fit {kind}")
     return value
 
 
@@ -726,16 +727,6 @@ class Trainer:
         fn = "Trainer"
         self._ptr = None
         path = os.fspath(path)
-        def integer(name, bits, signed=True):
-            def convert(value):
-                value = operator.index(value)
-                low, high = (-(2 ** (bits - 1)), 2 ** (bits - 1)) if signed else (0, 2 ** bits)
-                if not low <= value < high:
-                    raise _invalid(f"{fn}: {name} = {value} does not fit "
-                                   f"{'an int' if signed else 'a uint'}{bits}")
-                return value
-            return convert
-
         options = _set(
             k0=(lambda v: _int(v, fn, "k0"), k0), freeze=(bool, freeze),
             alpha=(float, alpha), gradient_aware=(bool, gradient_aware),
@@ -745,8 +736,8 @@ class Trainer:
             cache_dir=(os.fspath, cache_dir),
             schedule=(lambda v: _choice(v, SCHEDULES, fn, "schedule"), schedule),
             micro_batches=(lambda v: _int(v, fn, "micro_batches"), micro_batches),
-            batch_size=(integer("batch_size", 64), batch_size),
-            seed=(integer("seed", 64, signed=False), seed),
+            batch_size=(lambda v: _int(v, fn, "batch_size", bits=64), batch_size),
+            seed=(lambda v: _int(v, fn, "seed", bits=64, signed=False), seed),
             optimizer=(lambda v: _choice(v, OPTIMIZERS, fn, "optimizer"), optimizer),
             lr=(float, lr), momentum=(float, momentum), weight_decay=(float, weight_decay),
             loss=(lambda v: _choice(v, LOSSES, fn, "loss"), loss), name=(str, name),
