@@ -127,6 +127,11 @@ def test_options_default_to_the_library_s():
         _c.weft_pipe_next_frozen(12, 2, 4, None, (1 / 3, False, False))
     with pytest.raises(ValueError, match="kind"):
         wp.default_options("planner")
+    # Out-of-range integers are refused before anything is loaded, naming the C type.
+    for options, kind in (({"seed": -1}, "a uint64"), ({"batch_size": 2 ** 63}, "an int64"),
+                          ({"k0": 2 ** 31}, "a C int")):
+        with pytest.raises(weft.InvalidArgumentError, match=f"does not fit {kind}"):
+            wp.Trainer("/nonexistent/model.pt", **options)
 
 
 # ---- costs and partitions ----------------------------------------------------------------
