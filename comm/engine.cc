@@ -29,7 +29,8 @@ const config::DoubleSetting kStallWarning(
 const config::DoubleSetting kStallTimeout(
     "WEFT_STALL_TIMEOUT_SECONDS", 0,
     "Fail an op that some ranks have waited this long for; also, plus a margin, the longest "
-    "an op may stay inside MPI before the watchdog aborts the job (0: wait forever).",
+    "an op may spend in its transfers (MPI or weft's TCP transport) before the watchdog "
+    "aborts the job (0: wait forever).",
     /*min=*/0, /*max=*/1e6);
 const config::IntSetting kSpinMicros(
     "WEFT_ENGINE_SPIN_MICROS", 1000,
@@ -128,7 +129,7 @@ void Engine::Watchdog() {
       const std::string fused = running_fused_with_ > 0
                                     ? absl::StrCat(" (fused with ", running_fused_with_, " more)")
                                     : "";
-      why = absl::StrCat(running_->desc.display, fused, " has been inside MPI for ",
+      why = absl::StrCat(running_->desc.display, fused, " has been in its transfers for ",
                          (now - since) / 1000000, " s, longer than WEFT_STALL_TIMEOUT_SECONDS (",
                          timeout_s,
                          " s) and a margin: a rank or the network between ranks is likely gone");

@@ -251,7 +251,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;
   bool watch_stop_ = false;                   // watch_mu_
-  const Request* running_ = nullptr;          // watch_mu_: the op inside MPI now
+  const Request* running_ = nullptr;          // watch_mu_: the op transferring now
   size_t running_fused_with_ = 0;             // watch_mu_: the other ops of its group
   std::atomic<int64_t> running_since_us_{0};  // 0: none
   std::atomic<int64_t> last_answer_us_{0};    // ranks != 0: the coordinator's last answer
