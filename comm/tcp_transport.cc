@@ -164,7 +164,8 @@ StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(
   }
   // The machine as MPI sees it (the lowest rank sharing memory with this one): with the
   // host name and network namespace, it tells when loopback reaches a peer (the root
-  // namespace's number is the same on every Linux machine).
+  // namespace's number is the same on every Linux machine). Not the engine's machine_rank,
+  // which WEFT_RANKS_PER_MACHINE may split one host into.
   int node = t->rank_;
   {
     MPI_Comm shared = MPI_COMM_NULL;
