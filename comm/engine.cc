@@ -44,6 +44,8 @@ const config::IntSetting kMaxSleepMicros("WEFT_ENGINE_MAX_SLEEP_MICROS", 1000,
 // How long the engine thread sleeps when it finds a caller driving; the caller wakes it
 // sooner when it stops with work left.
 constexpr int64_t kDrivenSleepMicros = 50000;
+// The longest a waiting caller spins because ops take long (Engine::WaitSpinMicros).
+constexpr int64_t kMaxWaitSpinMicros = 50000;
 
 constexpr int kDescriptorTag = 1;
 constexpr int kResponseTag = 2;
@@ -351,7 +353,7 @@ Status Engine::DriveUntilDone(Request& r) {
     }
     if (progressed) {
       last_progress_us = NowMicros();
-    } else if (NowMicros() - last_progress_us >= kSpinMicros.Get()) {
+    } else if (NowMicros() - last_progress_us >= WaitSpinMicros()) {
       break;  // a long wait: sleep instead, and let the engine thread poll
     } else {
       std::this_thread::yield();
@@ -368,6 +370,13 @@ Status Engine::DriveUntilDone(Request& r) {
   }
   HandBack();
   return OkStatus();
+}
+
+int64_t Engine::WaitSpinMicros() const {
+  const int64_t spin = kSpinMicros.Get();
+  if (spin == 0) return 0;
+  return std::max(spin,
+                  std::min(2 * last_run_us_.load(std::memory_order_relaxed), kMaxWaitSpinMicros));
 }
 
 void Engine::HandBack() {
@@ -597,7 +606,9 @@ void Engine::Process(const std::vector<Response>& responses) {
       continue;
     }
     Running running(this, *group[0], group.size() - 1);
+    const int64_t start = NowMicros();
     Execute(resp, group);
+    last_run_us_.store(NowMicros() - start, std::memory_order_relaxed);
   }
 }
 

@@ -176,6 +176,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Wakes the engine thread after a caller stopped driving with work left (it sleeps while
   // a caller drives).
   void HandBack();
+  // How long a caller waiting for its op polls before it sleeps and hands progress back:
+  // WEFT_ENGINE_SPIN_MICROS, or twice as long as the last op took to run if that is longer
+  // (up to 50 ms; not when the setting is 0). When ops take milliseconds, the ranks leave
+  // one op milliseconds apart, and so wait that long for the next op's answer: a caller
+  // asleep by then would see it only at the engine thread's next poll (up to
+  // WEFT_ENGINE_MAX_SLEEP_MICROS later), on every op. A blocking MPI call polls throughout.
+  int64_t WaitSpinMicros() const;
   bool Progress();  // requires progress_mu_
   bool Busy() const;  // requires progress_mu_: ops outstanding or messages in flight
   void SendDescriptors(std::vector<Descriptor> batch);
@@ -278,6 +285,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::vector<std::pair<MPI_Request, std::shared_ptr<const std::string>>> sends_;
   bool shutdown_done_ = false;
   int64_t last_stall_check_us_ = 0;
+  std::atomic<int64_t> last_run_us_{0};  // how long the last op took to run (Execute)
   std::vector<char> fusion_;
   // Reused across ops: fresh multi-MiB buffers per call cost a page fault per page.
   std::vector<std::vector<char>> recv_scratch_;
