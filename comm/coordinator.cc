@@ -63,7 +63,7 @@ std::string LostOrderMessage(const std::string& display, const std::string& caus
 
 }  // namespace
 
-void Coordinator::Add(const Descriptor& d, int64_t now_us) {
+void Coordinator::Add(Descriptor d, int64_t now_us) {
   // A key that failed before this rank submitted it (it timed out, or a rank refused it):
   // this submission is the owed one and fails the same way. A rank that is not owed (it
   // refused the op, then submits the same name again) starts a new round instead.
@@ -93,23 +93,26 @@ void Coordinator::Add(const Descriptor& d, int64_t now_us) {
     Refuse(d);
     return;
   }
-  Entry& e = pending_[d.key];
+  auto pending = pending_.try_emplace(d.key).first;
+  Entry& e = pending->second;
   if (e.by_rank.empty()) e.first_seen_us = now_us;
-  if (!e.by_rank.emplace(d.rank, d).second) {
+  if (e.by_rank.count(d.rank)) {
     immediate_.push_back(ErrorFor({d.key}, d.op, absl::StatusCode::kInvalidArgument,
                                   absl::StrCat(d.display, ": rank ", d.rank,
                                                " submitted it twice before it completed"),
                                   {d.rank}));
     return;
   }
+  const int32_t rank = d.rank;
+  e.by_rank.emplace(rank, std::move(d));  // one copy less per op and rank: fused bursts
   // Keys carry the process set (the engine scopes them), so every descriptor of an entry
   // names the same set; ranks that disagree on it submit different keys and show up as
   // a stall of each.
   const std::vector<int32_t>& group = e.by_rank.begin()->second.group;
   const size_t expected = group.empty() ? static_cast<size_t>(size_) : group.size();
   if (e.by_rank.size() == expected) {
-    ready_.emplace_back(d.key, std::move(e));
-    pending_.erase(d.key);
+    ready_.emplace_back(pending->first, std::move(e));
+    pending_.erase(pending);
   }
 }
 

@@ -23,7 +23,7 @@ class Coordinator {
 
   // Records one rank's descriptor, received at `now_us`. A refused one (refused_code set)
   // fails the key on every other rank of the op.
-  void Add(const Descriptor& d, int64_t now_us);
+  void Add(Descriptor d, int64_t now_us);
 
   // Responses for every key that all ranks have submitted, in the order they became
   // ready, with consecutive compatible small ops fused up to `fusion_threshold` bytes;

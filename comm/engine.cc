@@ -481,7 +481,7 @@ bool Engine::RunLocal() {
 void Engine::SendDescriptors(std::vector<Descriptor> batch) {
   if (coordinator_ != nullptr) {
     const int64_t now = NowMicros();
-    for (const Descriptor& d : batch) coordinator_->Add(d, now);
+    for (Descriptor& d : batch) coordinator_->Add(std::move(d), now);
     return;
   }
   auto bytes = std::make_shared<const std::string>(SerializeDescriptors(batch));
@@ -510,7 +510,7 @@ bool Engine::PollDescriptors() {
       continue;
     }
     const int64_t now = NowMicros();
-    for (const Descriptor& d : *parsed) coordinator_->Add(d, now);
+    for (Descriptor& d : *parsed) coordinator_->Add(std::move(d), now);
     got = true;
   }
   return got;
