@@ -5,11 +5,9 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/string_view.h"
+#include "comm/data_plane.h"
 #include "comm/window.h"
 #include "core/config.h"
 #include "core/logging.h"
@@ -77,6 +75,10 @@ Engine::~Engine() {
 }
 
 void Engine::Start() {
+  host_ = MakeHostPlane(ctx_, timeline_, peers.get());
+  device_ = MakeDevicePlane(
+      ctx_, timeline_, host_.get(),
+      [this](const std::shared_ptr<Request>& r, Status s) { Finish(r, std::move(s)); });
   thread_ = std::thread([this] { Loop(); });
   watchdog_ = std::thread([this] { Watchdog(); });
 }
@@ -263,7 +265,7 @@ Status Engine::Refuse(std::shared_ptr<Request> r, Status why) {
 }
 
 bool Engine::Busy() const {
-  return !outstanding_.empty() || !sends_.empty() || !local_.empty() || !on_device_.empty() ||
+  return !outstanding_.empty() || !sends_.empty() || !local_.empty() || device_->busy() ||
          (coordinator_ != nullptr && coordinator_->pending() > 0);
 }
 
@@ -331,8 +333,7 @@ void Engine::Loop() {
     std::this_thread::yield();
   }
   sends_.clear();
-  for (auto& [ranks, comm] : group_comms_) MPI_Comm_free(&comm);
-  group_comms_.clear();
+  host_->Close();
 }
 
 Status Engine::DriveUntilDone(Request& r) {
@@ -439,7 +440,7 @@ bool Engine::Progress() {
   // Windows on transports that move only when driven (UCX) progress here too, so a put
   // aimed at this rank completes while it computes.
   if (windows.load() > 0) progressed |= ProgressWindowTransports();
-  progressed |= PollDevice();
+  progressed |= device_->Poll();
   if (coordinator_ != nullptr) {
     progressed |= PollDescriptors();
     progressed |= RunCoordinator();
@@ -622,14 +623,21 @@ void Engine::Execute(const Response& response, std::vector<std::shared_ptr<Reque
     case OpType::kNeighborAllreduce:
     case OpType::kHierarchicalNeighborAllreduce:
     case OpType::kPairGossip:
-    case OpType::kSendRecv:
+    case OpType::kSendRecv: {
       // The coordinator checked that every rank's tensors are on the same kind of device.
-      if (group[0]->in.device().type == Device::Type::kCUDA) {
-        ExecuteOnDevice(response, group);
+      DataPlane& plane = group[0]->in.device().type == Device::Type::kCUDA
+                             ? static_cast<DataPlane&>(*device_)
+                             : *host_;
+      std::optional<Status> ran = plane.Run(response, group);
+      if (!ran.has_value()) {
+        // The plane completes the group (or has): its work may outlive this call, and
+        // FailAll must not complete it a second time.
+        for (auto& r : group) outstanding_.erase(r->desc.key);
         return;
       }
-      status = RunOnMpi(response, group);
+      status = std::move(*ran);
       break;
+    }
     case OpType::kBarrier: {
       const int64_t start = NowMicros();
       MPI_Barrier(ctx_.data);
@@ -652,21 +660,6 @@ void Engine::Execute(const Response& response, std::vector<std::shared_ptr<Reque
   for (auto& r : group) Finish(r, status);
 }
 
-Status Engine::RunOnMpi(const Response& response, std::vector<std::shared_ptr<Request>>& group) {
-  switch (response.op) {
-    case OpType::kAllreduce: return RunAllreduce(group);
-    case OpType::kBroadcast: return RunBroadcast(group);
-    case OpType::kAllgather: return RunAllgather(group, response);
-    case OpType::kNeighborAllgather:
-      return RunNeighborAllgather(group[0], response.first_dims.at(0));
-    case OpType::kNeighborAllreduce: return RunNeighborAllreduce(group);
-    case OpType::kHierarchicalNeighborAllreduce: return RunHierarchical(group);
-    case OpType::kPairGossip: return RunPairGossip(group);
-    case OpType::kSendRecv: return RunSendRecv(group, response);
-    default: return Internal(OpName(response.op), " is not a data op");
-  }
-}
-
 void Engine::Finish(const std::shared_ptr<Request>& r, Status s) {
   outstanding_.erase(r->desc.key);
   if (r->desc.key[0] != '#') {
@@ -681,7 +674,7 @@ void Engine::Finish(const std::shared_ptr<Request>& r, Status s) {
 }
 
 void Engine::FailAll(const Status& status) {
-  DrainDevice();  // enqueued on the device: it completes on its own, with its own status
+  device_->Drain();  // started on the device: it completes on its own, with its own status
   auto pending = std::move(outstanding_);
   outstanding_.clear();
   for (auto& entry : pending) {
@@ -708,37 +701,19 @@ void Engine::ReapSends() {
   }
 }
 
-namespace {
-
-std::string EventName(const char* phase, const Request& r) {
-  // The op as the display names it: "neighbor_allreduce 'g'", "unnamed allreduce #3",
-  // "win_accumulate 'x'" -> NEIGHBOR_ALLREDUCE, ALLREDUCE, WIN_ACCUMULATE.
-  absl::string_view op = r.desc.display;
-  if (absl::StartsWith(op, "unnamed ")) op.remove_prefix(8);
-  op = op.substr(0, op.find(' '));
-  const std::string upper = absl::AsciiStrToUpper(op);
-  const absl::string_view p = phase;
-  if (p == "queue") return absl::StrCat("ENQUEUE_", upper);
-  if (p == "negotiate") return absl::StrCat("NEGOTIATE_", upper);
-  if (p == "communicate") return absl::StrCat(r.backend, "_", upper);
-  if (p == "combine") return absl::StrCat("COMBINE_", upper);
-  if (p == "fuse") return "MEMCPY_IN_FUSION_BUFFER";
-  return absl::AsciiStrToUpper(p);
+StatusOr<std::function<Status(void*, const void*, size_t, bool)>> Engine::DeviceCopier(
+    const Device& device) {
+  return device_->Copier(device);
 }
-
-}  // namespace
 
 void Engine::Span(const Request& r, const char* phase, int64_t start_us, int64_t end_us,
                   const std::string& detail) {
-  timeline_->Span(r.desc.display, EventName(phase, r), phase, start_us, end_us, detail);
+  TraceSpan(timeline_, r, phase, start_us, end_us, detail);
 }
 
 void Engine::Trace(const std::vector<std::shared_ptr<Request>>& group, const char* phase,
                    int64_t start_us) {
-  if (!timeline_->enabled()) return;
-  const int64_t end = NowMicros();
-  const std::string detail = group.size() > 1 ? absl::StrCat("fused x", group.size()) : "";
-  for (const auto& r : group) Span(*r, phase, start_us, end, detail);
+  TraceGroup(timeline_, group, phase, start_us);
 }
 
 }  // namespace comm

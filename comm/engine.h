@@ -1,7 +1,7 @@
 // The engine: a background thread per process that drains the request queue, negotiates
-// with the other ranks through the coordinator (rank 0), runs what is ready on the MPI
-// data plane (mpi_ops.cc; for CUDA tensors device_ops.cc, on the NCCL backend in builds
-// that have it), and completes handles. Internal to comm/.
+// with the other ranks through the coordinator (rank 0), hands what is ready to the data
+// plane for its tensors (data_plane.h: host memory, or CUDA tensors), and completes
+// handles. Internal to comm/.
 #ifndef WEFT_COMM_ENGINE_H_
 #define WEFT_COMM_ENGINE_H_
 
@@ -30,9 +30,8 @@
 namespace weft {
 namespace comm {
 
-namespace nccl {
-class NcclBackend;  // comm/nccl/nccl_ops.h, in builds with WEFT_WITH_NCCL
-}
+class HostPlane;  // data_plane.h
+class DevicePlane;
 
 // One op, from submission to completion.
 class Engine;
@@ -92,10 +91,10 @@ struct Context {
 // Progress (draining the queue, negotiating, running ops) is made by whichever thread holds
 // progress_mu_: the engine thread, or a caller waiting for its op, which saves the two
 // thread wake-ups a handoff costs. Everything marked "engine state" needs progress_mu_.
-// Whether this build has the NCCL backend (device_ops.cc).
+// Whether this build has the NCCL backend (device_plane.cc).
 bool NcclBuilt();
 // OK if ops can run on `device` (a CUDA device) in this process; otherwise why not, naming
-// the op and which tensor (device_ops.cc).
+// the op and which tensor (device_plane.cc).
 Status DeviceUsable(const Device& device, const char* op, const char* which);
 
 class Engine : public std::enable_shared_from_this<Engine> {
@@ -191,60 +190,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool PollResponses();      // ranks != 0
   void Process(const std::vector<Response>& responses);
   void Execute(const Response& response, std::vector<std::shared_ptr<Request>>& group);
-  // Dispatches a group on a device: every rank runs the same responses in order, so both
-  // the NCCL path and the host-staged MPI path may use collectives (engine.cc).
-  void ExecuteOnDevice(const Response& response, std::vector<std::shared_ptr<Request>>& group);
-  // Enqueues one request's op on the NCCL backend.
-  Status EnqueueOnNccl(const Response& response, Request& r);
-  // WEFT_<OP>_BY_MPI: copies the inputs to host memory, runs the MPI path, copies back.
-  Status RunStaged(const Response& response, std::vector<std::shared_ptr<Request>>& group);
-  Status RunOnMpi(const Response& response, std::vector<std::shared_ptr<Request>>& group);
-  // Completes device work whose completion fired; true if any did.
-  bool PollDevice();
-  // Waits for all device work and completes it (before failing everything else).
-  void DrainDevice();
   void FailAll(const Status& status);
   void Finish(const std::shared_ptr<Request>& r, Status s);
   void ReapSends();
-
-  // Data plane (mpi_ops.cc).
-  Status RunAllreduce(std::vector<std::shared_ptr<Request>>& group);
-  Status RunBroadcast(std::vector<std::shared_ptr<Request>>& group);
-  Status RunAllgather(std::vector<std::shared_ptr<Request>>& group, const Response& response);
-  Status RunNeighborAllgather(std::shared_ptr<Request>& r, const std::vector<int64_t>& dims);
-  Status RunNeighborAllreduce(std::vector<std::shared_ptr<Request>>& group);
-  Status RunHierarchical(std::vector<std::shared_ptr<Request>>& group);
-  Status RunPairGossip(std::vector<std::shared_ptr<Request>>& group);
-  Status RunSendRecv(std::vector<std::shared_ptr<Request>>& group, const Response& response);
-  // The communicator of a process set (sorted ranks; empty: the data communicator),
-  // created at its first op: MPI_Comm_create_group is collective over the set only, and
-  // every member runs that op at the same point of the response order.
-  StatusOr<MPI_Comm> CommOf(const std::vector<int32_t>& group);
-  // This rank's index in a process set.
-  static int IndexIn(const std::vector<int32_t>& group, int rank);
-  // Point-to-point exchange of `count` elements per peer over `peers` into recv_scratch_;
-  // sends are scaled copies when needed. The peers are data ranks, or indices into
-  // `to_data` (the data ranks). With `arrived`, the messages travel in chunks, and
-  // arrived(begin, end) runs for each element range once it has come from every peer and
-  // left for every peer.
-  Status Exchange(const std::vector<int>* to_data, const void* send_buf, size_t count, DType dtype,
-                  const std::vector<std::pair<int, double>>& send,
-                  const std::vector<std::pair<int, double>>& recv,
-                  const std::function<void(size_t, size_t)>& arrived);
-  // Combines the received buffers into `out`: self_weight * in + sum_k w_k * recv_k, then
-  // unpacks a fused group.
-  Status ExchangeAndCombine(std::vector<std::shared_ptr<Request>>& group,
-                            const std::vector<std::pair<int, double>>& recv);
-  // Elements per row (dim 0 index) of a tensor of `shape`.
-  static int64_t RowElements(const std::vector<int64_t>& shape);
-  // An output from a request's allocator: OK if it has the dtype, shape and device asked.
-  static Status CheckAllocated(const StatusOr<TensorView>& out, DType dtype,
-                               const std::vector<int64_t>& shape, const Device& device);
-  // Packs the inputs of a fused group into one buffer (or returns the lone input).
-  void* Pack(std::vector<std::shared_ptr<Request>>& group, size_t* count);
-  void Unpack(std::vector<std::shared_ptr<Request>>& group, const void* buffer);
-  // Timeline spans: `phase` (queue, negotiate, fuse, communicate, combine) is the event's
-  // category; its name follows Bluefog's ("ENQUEUE_ALLREDUCE", "MPI_WIN_PUT").
+  // Timeline spans (data_plane.h).
   void Trace(const std::vector<std::shared_ptr<Request>>& group, const char* phase,
              int64_t start_us);
   void Span(const Request& r, const char* phase, int64_t start_us, int64_t end_us,
@@ -286,23 +235,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool shutdown_done_ = false;
   int64_t last_stall_check_us_ = 0;
   std::atomic<int64_t> last_run_us_{0};  // how long the last op took to run (Execute)
-  std::vector<char> fusion_;
-  // Reused across ops: fresh multi-MiB buffers per call cost a page fault per page.
-  std::vector<std::vector<char>> recv_scratch_;
-  std::vector<char> ring_scratch_;  // the ring allreduce's incoming segment
-  std::vector<std::vector<char>> send_scratch_;
-  std::map<std::vector<int32_t>, MPI_Comm> group_comms_;  // CommOf
-
-  // The NCCL backend, created at the first CUDA op (null in builds without it).
-  std::shared_ptr<nccl::NcclBackend> nccl_;
-  // Ops enqueued on the device, completed by Progress() when their completion fires, so
-  // the engine never blocks on the device. Declared after nccl_: destroyed before it.
-  struct DeviceWork {
-    std::vector<std::shared_ptr<Request>> group;
-    std::function<std::optional<Status>()> poll;  // no value while the device works
-    int64_t start_us = 0;
-  };
-  std::deque<DeviceWork> on_device_;
+  // What runs the agreed ops (data_plane.h), made by Start(): host memory, and CUDA
+  // tensors (whose work may complete later, through Finish).
+  std::unique_ptr<HostPlane> host_;
+  std::unique_ptr<DevicePlane> device_;
 };
 
 }  // namespace comm

@@ -1,14 +1,18 @@
-// The data plane on MPI: what the engine thread runs once the ranks agree. Every rank runs
-// the same responses in the same order, so blocking collectives here cannot deadlock.
+// The data plane for host memory: MPI collectives, and weft's own algorithms (neighbor
+// exchanges, pair gossip, the hierarchical op, the ring allreduce) over the peer transport.
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "comm/engine.h"
+#include "comm/data_plane.h"
 #include "comm/mpi_util.h"
 #include "comm/reduce.h"
 #include "comm/ring_allreduce.h"
@@ -109,25 +113,90 @@ Status Bcast(void* buf, size_t bytes, int root, MPI_Comm comm) {
 
 }  // namespace
 
-int64_t Engine::RowElements(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
-  return n;
-}
+class MpiPlane : public HostPlane {
+ public:
+  MpiPlane(const Context& ctx, Timeline* timeline, PeerTransport* peers)
+      : ctx_(ctx), timeline_(timeline), peers_(peers) {}
 
-Status Engine::CheckAllocated(const StatusOr<TensorView>& out, DType dtype,
-                              const std::vector<int64_t>& shape, const Device& device) {
-  if (!out.ok()) return Annotate(out.status(), "allocating the output");
-  if (out->dtype() != dtype || out->shape() != shape || !out->is_contiguous() ||
-      out->device() != device || (out->data() == nullptr && out->numel() > 0)) {
-    return Internal("the output allocator returned ", out->ToString(), ", expected ",
-                    DTypeName(dtype), ShapeToString(shape), " contiguous on ",
-                    device.ToString());
+  std::optional<Status> Run(const Response& response, Group& group) override;
+  StatusOr<MPI_Comm> CommOf(const std::vector<int32_t>& ranks) override;
+  void Close() override;
+
+ private:
+  Status RunAllreduce(Group& group);
+  Status RunBroadcast(Group& group);
+  Status RunAllgather(Group& group, const Response& response);
+  Status RunNeighborAllgather(std::shared_ptr<Request>& r, const std::vector<int64_t>& dims);
+  Status RunNeighborAllreduce(Group& group);
+  Status RunHierarchical(Group& group);
+  Status RunPairGossip(Group& group);
+  Status RunSendRecv(Group& group, const Response& response);
+  // This rank's index in a process set.
+  static int IndexIn(const std::vector<int32_t>& group, int rank);
+  // Point-to-point exchange of `count` elements per peer over `peers` into recv_scratch_;
+  // sends are scaled copies when needed. The peers are data ranks, or indices into
+  // `to_data` (the data ranks). With `arrived`, the messages travel in chunks, and
+  // arrived(begin, end) runs for each element range once it has come from every peer and
+  // left for every peer.
+  Status Exchange(const std::vector<int>* to_data, const void* send_buf, size_t count, DType dtype,
+                  const std::vector<std::pair<int, double>>& send,
+                  const std::vector<std::pair<int, double>>& recv,
+                  const std::function<void(size_t, size_t)>& arrived);
+  // Combines the received buffers into `out`: self_weight * in + sum_k w_k * recv_k, then
+  // unpacks a fused group.
+  Status ExchangeAndCombine(Group& group, const std::vector<std::pair<int, double>>& recv);
+  // Packs the inputs of a fused group into one buffer (or returns the lone input).
+  void* Pack(Group& group, size_t* count);
+  void Unpack(Group& group, const void* buffer);
+  void Trace(const Group& group, const char* phase, int64_t start_us) {
+    TraceGroup(timeline_, group, phase, start_us);
   }
-  return OkStatus();
+
+  const Context ctx_;
+  Timeline* const timeline_;
+  PeerTransport* const peers_;
+  std::vector<char> fusion_;
+  // Reused across ops: fresh multi-MiB buffers per call cost a page fault per page.
+  std::vector<std::vector<char>> recv_scratch_;
+  std::vector<char> ring_scratch_;  // the ring allreduce's incoming segment
+  std::vector<std::vector<char>> send_scratch_;
+  std::map<std::vector<int32_t>, MPI_Comm> group_comms_;  // CommOf
+};
+
+std::unique_ptr<HostPlane> MakeHostPlane(const Context& ctx, Timeline* timeline,
+                                         PeerTransport* peers) {
+  return std::make_unique<MpiPlane>(ctx, timeline, peers);
 }
 
-void* Engine::Pack(std::vector<std::shared_ptr<Request>>& group, size_t* count) {
+std::optional<Status> MpiPlane::Run(const Response& response, Group& group) {
+  switch (response.op) {
+    case OpType::kAllreduce:
+      return RunAllreduce(group);
+    case OpType::kBroadcast:
+      return RunBroadcast(group);
+    case OpType::kAllgather:
+      return RunAllgather(group, response);
+    case OpType::kNeighborAllgather:
+      return RunNeighborAllgather(group[0], response.first_dims.at(0));
+    case OpType::kNeighborAllreduce:
+      return RunNeighborAllreduce(group);
+    case OpType::kHierarchicalNeighborAllreduce:
+      return RunHierarchical(group);
+    case OpType::kPairGossip:
+      return RunPairGossip(group);
+    case OpType::kSendRecv:
+      return RunSendRecv(group, response);
+    default:
+      return Internal(OpName(response.op), " is not a data op");
+  }
+}
+
+void MpiPlane::Close() {
+  for (auto& [ranks, comm] : group_comms_) MPI_Comm_free(&comm);
+  group_comms_.clear();
+}
+
+void* MpiPlane::Pack(Group& group, size_t* count) {
   const int64_t start = Timeline::NowMicros();
   if (group.size() == 1) {
     Request& r = *group[0];
@@ -148,7 +217,7 @@ void* Engine::Pack(std::vector<std::shared_ptr<Request>>& group, size_t* count) 
   return fusion_.data();
 }
 
-void Engine::Unpack(std::vector<std::shared_ptr<Request>>& group, const void* buffer) {
+void MpiPlane::Unpack(Group& group, const void* buffer) {
   if (group.size() == 1) return;  // computed in place in the output
   size_t offset = 0;
   for (auto& r : group) {
@@ -157,7 +226,7 @@ void Engine::Unpack(std::vector<std::shared_ptr<Request>>& group, const void* bu
   }
 }
 
-StatusOr<MPI_Comm> Engine::CommOf(const std::vector<int32_t>& ranks) {
+StatusOr<MPI_Comm> MpiPlane::CommOf(const std::vector<int32_t>& ranks) {
   if (ranks.empty()) return ctx_.data;
   auto it = group_comms_.find(ranks);
   if (it != group_comms_.end()) return it->second;
@@ -173,12 +242,11 @@ StatusOr<MPI_Comm> Engine::CommOf(const std::vector<int32_t>& ranks) {
   return comm;
 }
 
-int Engine::IndexIn(const std::vector<int32_t>& ranks, int rank) {
+int MpiPlane::IndexIn(const std::vector<int32_t>& ranks, int rank) {
   return static_cast<int>(std::lower_bound(ranks.begin(), ranks.end(), rank) - ranks.begin());
 }
 
-Status Engine::RunSendRecv(std::vector<std::shared_ptr<Request>>& group,
-                           const Response& response) {
+Status MpiPlane::RunSendRecv(Group& group, const Response& response) {
   Request& r = *group[0];
   const int64_t start = Timeline::NowMicros();
   const bool sending = !r.send.empty();
@@ -199,7 +267,7 @@ Status Engine::RunSendRecv(std::vector<std::shared_ptr<Request>>& group,
   // Both ranks submitted the op, so the peer's data is due now. A peer that dies after
   // submitting would leave a blocking call waiting forever; with a stall timeout the
   // transfer fails after it instead (the rest of the job is then in doubt anyway).
-  const double timeout_s = stall_timeout_s();
+  const double timeout_s = Engine::stall_timeout_s();
   for (size_t done = 0; done < bytes || done == 0; done += kMaxChunk) {
     const int n = static_cast<int>(std::min(kMaxChunk, bytes - done));
     MPI_Request req;
@@ -228,7 +296,7 @@ Status Engine::RunSendRecv(std::vector<std::shared_ptr<Request>>& group,
   return OkStatus();
 }
 
-Status Engine::RunAllreduce(std::vector<std::shared_ptr<Request>>& group) {
+Status MpiPlane::RunAllreduce(Group& group) {
   InitTypes();
   const DType dtype = group[0]->in.dtype();
   const std::vector<int32_t>& ranks = group[0]->desc.group;
@@ -241,7 +309,7 @@ Status Engine::RunAllreduce(std::vector<std::shared_ptr<Request>>& group) {
   void* buf = group[0]->out.data();
   if (group.size() > 1) send = buf = Pack(group, &count);
   int64_t start = Timeline::NowMicros();
-  const int64_t ring_bytes = RingAllreduceBytes(peers->kind());
+  const int64_t ring_bytes = RingAllreduceBytes(peers_->kind());
   if (ctx_.machine_size > 1 && members > 1 && ring_bytes > 0 &&
       count * DTypeSize(dtype) >= static_cast<size_t>(ring_bytes)) {
     if (send != buf) std::memcpy(buf, send, count * DTypeSize(dtype));
@@ -251,8 +319,8 @@ Status Engine::RunAllreduce(std::vector<std::shared_ptr<Request>>& group) {
     }
     const int me = ranks.empty() ? ctx_.rank : IndexIn(ranks, ctx_.rank);
     WEFT_RETURN_IF_ERROR(
-        RingAllreduceSum(*peers, ring, me, buf, count, dtype, kRingChunkBytes, &ring_scratch_));
-    for (auto& member : group) member->backend = peers->name();
+        RingAllreduceSum(*peers_, ring, me, buf, count, dtype, kRingChunkBytes, &ring_scratch_));
+    for (auto& member : group) member->backend = peers_->name();
   } else {
     WEFT_RETURN_IF_ERROR(AllreduceSum(send, buf, count, dtype, comm));
   }
@@ -264,7 +332,7 @@ Status Engine::RunAllreduce(std::vector<std::shared_ptr<Request>>& group) {
   return OkStatus();
 }
 
-Status Engine::RunBroadcast(std::vector<std::shared_ptr<Request>>& group) {
+Status MpiPlane::RunBroadcast(Group& group) {
   const int root = group[0]->desc.root;
   const std::vector<int32_t>& ranks = group[0]->desc.group;
   WEFT_ASSIGN_OR_RETURN(MPI_Comm comm, CommOf(ranks));
@@ -290,8 +358,7 @@ Status Engine::RunBroadcast(std::vector<std::shared_ptr<Request>>& group) {
   return OkStatus();
 }
 
-Status Engine::RunAllgather(std::vector<std::shared_ptr<Request>>& group,
-                            const Response& response) {
+Status MpiPlane::RunAllgather(Group& group, const Response& response) {
   Request& r = *group[0];
   const std::vector<int64_t>& dims = response.first_dims.at(0);
   const size_t row_bytes = static_cast<size_t>(RowElements(r.in.shape())) * r.in.itemsize();
@@ -329,8 +396,8 @@ Status Engine::RunAllgather(std::vector<std::shared_ptr<Request>>& group,
   return OkStatus();
 }
 
-Status Engine::RunNeighborAllgather(std::shared_ptr<Request>& rp,
-                                    const std::vector<int64_t>& dims) {
+Status MpiPlane::RunNeighborAllgather(std::shared_ptr<Request>& rp,
+                                      const std::vector<int64_t>& dims) {
   Request& r = *rp;
   const size_t row_bytes = static_cast<size_t>(RowElements(r.in.shape())) * r.in.itemsize();
   std::vector<int64_t> shape = r.in.shape();
@@ -361,14 +428,14 @@ Status Engine::RunNeighborAllgather(std::shared_ptr<Request>& rp,
   WEFT_RETURN_IF_ERROR(
       MpiCheck(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE),
                "neighbor exchange"));
-  Trace({rp}, "communicate", start);
+  Trace(Group{rp}, "communicate", start);
   return OkStatus();
 }
 
-Status Engine::Exchange(const std::vector<int>* to_data, const void* send_buf, size_t count,
-                        DType dtype, const std::vector<std::pair<int, double>>& send,
-                        const std::vector<std::pair<int, double>>& recv,
-                        const std::function<void(size_t, size_t)>& arrived) {
+Status MpiPlane::Exchange(const std::vector<int>* to_data, const void* send_buf, size_t count,
+                          DType dtype, const std::vector<std::pair<int, double>>& send,
+                          const std::vector<std::pair<int, double>>& recv,
+                          const std::function<void(size_t, size_t)>& arrived) {
   using Ticket = PeerTransport::Ticket;
   const size_t item = DTypeSize(dtype), bytes = count * item;
   auto data_rank = [&](int peer) { return to_data == nullptr ? peer : (*to_data)[peer]; };
@@ -392,8 +459,8 @@ Status Engine::Exchange(const std::vector<int>* to_data, const void* send_buf, s
   for (size_t k = 0; k < recv.size(); ++k) {
     if (recv_scratch_[k].size() < bytes) recv_scratch_[k].resize(bytes);
     for (size_t c = 0; c < chunks; ++c) {
-      post(peers->Recv(data_rank(recv[k].first), recv_scratch_[k].data() + c * chunk * item,
-                       (chunk_end(c) - c * chunk) * item),
+      post(peers_->Recv(data_rank(recv[k].first), recv_scratch_[k].data() + c * chunk * item,
+                        (chunk_end(c) - c * chunk) * item),
            &recv_tickets[k]);
     }
   }
@@ -409,7 +476,7 @@ Status Engine::Exchange(const std::vector<int>* to_data, const void* send_buf, s
       data = copy.data();
     }
     for (size_t c = 0; c < chunks; ++c) {
-      post(peers->Send(data_rank(dst), data + c * chunk * item, (chunk_end(c) - c * chunk) * item),
+      post(peers_->Send(data_rank(dst), data + c * chunk * item, (chunk_end(c) - c * chunk) * item),
            &send_tickets[d]);
     }
   }
@@ -417,20 +484,19 @@ Status Engine::Exchange(const std::vector<int>* to_data, const void* send_buf, s
   // caller may write over what it sent): the caller combines it while the rest travels.
   for (size_t c = 0; c < chunks && status.ok() && arrived; ++c) {
     for (auto& tickets : recv_tickets) {
-      if (status.ok()) status = peers->Wait(tickets[c]);
+      if (status.ok()) status = peers_->Wait(tickets[c]);
     }
     for (auto& tickets : send_tickets) {
-      if (status.ok()) status = peers->Wait(tickets[c]);
+      if (status.ok()) status = peers_->Wait(tickets[c]);
     }
     if (status.ok()) arrived(c * chunk, chunk_end(c));
   }
   // Even after an error, every posted transfer completes before the buffers are reused.
-  Status rest = peers->WaitAll();
+  Status rest = peers_->WaitAll();
   return status.ok() ? Annotate(rest, "neighbor exchange") : status;
 }
 
-Status Engine::ExchangeAndCombine(std::vector<std::shared_ptr<Request>>& group,
-                                  const std::vector<std::pair<int, double>>& recv) {
+Status MpiPlane::ExchangeAndCombine(Group& group, const std::vector<std::pair<int, double>>& recv) {
   Request& r = *group[0];
   const DType dtype = r.in.dtype();
   const size_t item = DTypeSize(dtype);
@@ -455,7 +521,7 @@ Status Engine::ExchangeAndCombine(std::vector<std::shared_ptr<Request>>& group,
         }
         WeightedSum(out + begin * item, dtype, end - begin, terms);
       }));
-  for (auto& member : group) member->backend = peers->name();
+  for (auto& member : group) member->backend = peers_->name();
   Trace(group, "communicate", start);
   start = Timeline::NowMicros();
   Unpack(group, out);
@@ -463,11 +529,11 @@ Status Engine::ExchangeAndCombine(std::vector<std::shared_ptr<Request>>& group,
   return OkStatus();
 }
 
-Status Engine::RunNeighborAllreduce(std::vector<std::shared_ptr<Request>>& group) {
+Status MpiPlane::RunNeighborAllreduce(Group& group) {
   return ExchangeAndCombine(group, group[0]->recv);
 }
 
-Status Engine::RunHierarchical(std::vector<std::shared_ptr<Request>>& group) {
+Status MpiPlane::RunHierarchical(Group& group) {
   InitTypes();
   Request& r = *group[0];
   const DType dtype = r.in.dtype();
@@ -493,7 +559,7 @@ Status Engine::RunHierarchical(std::vector<std::shared_ptr<Request>>& group) {
   return OkStatus();
 }
 
-Status Engine::RunPairGossip(std::vector<std::shared_ptr<Request>>& group) {
+Status MpiPlane::RunPairGossip(Group& group) {
   return ExchangeAndCombine(group, group[0]->recv);  // recv = {peer: pair_weight}
 }
 

@@ -1,10 +1,11 @@
-// The data plane for CUDA tensors: NCCL, or MPI through host memory (WEFT_<OP>_BY_MPI,
-// process sets, 16-bit integers), and the checks of device tensors. The one file that
-// knows whether this build has the NCCL backend (WEFT_WITH_NCCL); the engine, the MPI data
-// plane and the front ends call it without conditions.
+// The data plane for CUDA tensors: NCCL, or the host plane through host memory
+// (WEFT_<OP>_BY_MPI, process sets, 16-bit integers), and the checks of device tensors. The
+// one file that knows whether this build has the NCCL backend (WEFT_WITH_NCCL); the engine,
+// the host plane and the front ends use it without conditions.
 #include <mpi.h>
 
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -12,7 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "comm/engine.h"
+#include "comm/data_plane.h"
 #include "core/config.h"
 #ifdef WEFT_WITH_NCCL
 #include "comm/nccl/nccl_ops.h"
@@ -101,38 +102,67 @@ Status DeviceUsable(const Device& device, const char* op, const char* which) {
 #endif
 }
 
-StatusOr<std::function<Status(void*, const void*, size_t, bool)>> Engine::DeviceCopier(
-    const Device& device) {
+namespace {
+
 #ifdef WEFT_WITH_NCCL
-  if (nccl_ == nullptr) {
-    nccl_ = std::make_shared<nccl::NcclBackend>(ctx_.data, ctx_.local, ctx_.cross);
+// NCCL, or MPI through host memory where NCCL cannot run the op (process sets, 16-bit
+// integers) or WEFT_<OP>_BY_MPI says so.
+class NcclPlane : public DevicePlane {
+ public:
+  NcclPlane(const Context& ctx, Timeline* timeline, HostPlane* host, Finisher finish)
+      : ctx_(ctx), timeline_(timeline), host_(host), finish_(std::move(finish)) {}
+
+  // Completes the group itself: at once when it fails or runs through host memory, from a
+  // later Poll() when it was enqueued on the device.
+  std::optional<Status> Run(const Response& response, Group& group) override;
+  bool Poll() override;
+  void Drain() override;
+  bool busy() const override { return !on_device_.empty(); }
+  StatusOr<HostCopier> Copier(const Device& device) override;
+
+ private:
+  // No CUDA call before the first op or copy: NCCL is bootstrapped then.
+  nccl::NcclBackend& Backend() {
+    if (nccl_ == nullptr) {
+      nccl_ = std::make_shared<nccl::NcclBackend>(ctx_.data, ctx_.local, ctx_.cross);
+    }
+    return *nccl_;
   }
+  // Enqueues one request's op on the NCCL backend.
+  Status Enqueue(const Response& response, Request& r);
+  // WEFT_<OP>_BY_MPI and what NCCL cannot run: copies the inputs to host memory, runs the
+  // host plane, copies back.
+  Status RunStaged(const Response& response, Group& group);
+  void Finish(const Group& group, const Status& status) {
+    for (auto& r : group) finish_(r, Annotate(status, r->desc.display));
+  }
+
+  const Context ctx_;
+  Timeline* const timeline_;
+  HostPlane* const host_;
+  const Finisher finish_;
+  std::shared_ptr<nccl::NcclBackend> nccl_;
+  // Ops enqueued on the device, completed by Poll() when their completion fires, so the
+  // engine never blocks on the device. Declared after nccl_: destroyed before it.
+  struct Work {
+    Group group;
+    std::function<std::optional<Status>()> poll;  // no value while the device works
+    int64_t start_us = 0;
+  };
+  std::deque<Work> on_device_;
+};
+
+StatusOr<HostCopier> NcclPlane::Copier(const Device& device) {
+  Backend();
   std::shared_ptr<nccl::NcclBackend> backend = nccl_;
-  return [backend, device](void* dst, const void* src, size_t bytes, bool to_device) {
+  return HostCopier([backend, device](void* dst, const void* src, size_t bytes, bool to_device) {
     return to_device ? backend->CopyToDevice(dst, src, bytes, device)
                      : backend->CopyToHost(dst, src, bytes, device);
-  };
-#else
-  return Unimplemented("tensors on ", device.ToString(),
-                       " need weft's NCCL backend, which this build does not include");
-#endif
+  });
 }
 
-void Engine::ExecuteOnDevice(const Response& response,
-                             std::vector<std::shared_ptr<Request>>& group) {
-#ifndef WEFT_WITH_NCCL
-  // The front ends refuse CUDA tensors in such builds; should one come through, it fails.
-  for (auto& r : group) {
-    Finish(r, Unimplemented(r->desc.display,
-                            ": CUDA tensors need weft's NCCL backend, which this build does "
-                            "not include"));
-  }
-  (void)response;
-#else
-  if (nccl_ == nullptr) {
-    // No CUDA call yet: NCCL is bootstrapped at the first op that runs on it.
-    nccl_ = std::make_shared<nccl::NcclBackend>(ctx_.data, ctx_.local, ctx_.cross);
-  }
+std::optional<Status> NcclPlane::Run(const Response& response, Group& group) {
+  nccl::NcclBackend& nccl = Backend();
   // NCCL's communicators span every rank: process sets go through host memory on MPI.
   // Point to point needs no set of its own (ncclSend/ncclRecv on the global communicator).
   const bool process_set = !group[0]->desc.group.empty() && response.op != OpType::kSendRecv;
@@ -140,34 +170,31 @@ void Engine::ExecuteOnDevice(const Response& response,
   const bool int16 =
       group[0]->in.dtype() == DType::kInt16 || group[0]->out.dtype() == DType::kInt16;
   if (ForcedToMpi(response.op) || process_set || int16) {
-    const Status status = RunStaged(response, group);
-    for (auto& r : group) Finish(r, Annotate(status, r->desc.display));
-    return;
+    Finish(group, RunStaged(response, group));
+    return std::nullopt;
   }
   const int64_t start = Timeline::NowMicros();
   // No fusion on the device: a fused group runs as its members, one after the other (the
   // same order on every rank), under one completion. Saves the packing copies' kernels.
   Status status;
   for (auto& r : group) {
-    status = EnqueueOnNccl(response, *r);
+    status = Enqueue(response, *r);
     if (!status.ok()) break;
   }
   StatusOr<std::unique_ptr<nccl::Completion>> recorded =
-      status.ok() ? nccl_->Record() : StatusOr<std::unique_ptr<nccl::Completion>>(status);
+      status.ok() ? nccl.Record() : StatusOr<std::unique_ptr<nccl::Completion>>(status);
   if (!recorded.ok()) {
     // Members enqueued before the failure still run: let them finish with the buffers.
-    nccl_->Synchronize().IgnoreError();
-    for (auto& r : group) Finish(r, Annotate(recorded.status(), r->desc.display));
-    return;
+    nccl.Synchronize().IgnoreError();
+    Finish(group, recorded.status());
+    return std::nullopt;
   }
-  // The device list owns them now; FailAll must not complete them a second time.
-  for (auto& r : group) outstanding_.erase(r->desc.key);
   std::shared_ptr<nccl::Completion> completion(std::move(*recorded));
-  on_device_.push_back(DeviceWork{group, [completion] { return completion->Poll(); }, start});
-#endif  // WEFT_WITH_NCCL
+  on_device_.push_back(Work{group, [completion] { return completion->Poll(); }, start});
+  return std::nullopt;
 }
 
-bool Engine::PollDevice() {
+bool NcclPlane::Poll() {
   bool progressed = false;
   for (auto it = on_device_.begin(); it != on_device_.end();) {
     std::optional<Status> result = it->poll();
@@ -175,34 +202,33 @@ bool Engine::PollDevice() {
       ++it;
       continue;
     }
-    DeviceWork work = std::move(*it);
+    Work work = std::move(*it);
     it = on_device_.erase(it);
     for (auto& r : work.group) r->backend = "NCCL";
-    Trace(work.group, "communicate", work.start_us);
-    for (auto& r : work.group) Finish(r, Annotate(*result, r->desc.display));
+    TraceGroup(timeline_, work.group, "communicate", work.start_us);
+    Finish(work.group, *result);
     progressed = true;
   }
   return progressed;
 }
 
-void Engine::DrainDevice() {
+void NcclPlane::Drain() {
   // Polls (rather than waiting on the stream) so that an asynchronous NCCL error still
   // completes the work, with that error.
   while (!on_device_.empty()) {
-    if (!PollDevice()) std::this_thread::yield();
+    if (!Poll()) std::this_thread::yield();
   }
 }
 
-#ifdef WEFT_WITH_NCCL
-Status Engine::EnqueueOnNccl(const Response& response, Request& r) {
+Status NcclPlane::Enqueue(const Response& response, Request& r) {
   const Device& device = r.in.device();
   const DType dtype = r.in.dtype();
   const size_t count = static_cast<size_t>(r.in.numel());
   switch (response.op) {
     case OpType::kAllreduce:
-      return nccl_->Allreduce(r.in.data(), r.out.data(), count, dtype, r.desc.average, device);
+      return Backend().Allreduce(r.in.data(), r.out.data(), count, dtype, r.desc.average, device);
     case OpType::kBroadcast:
-      return nccl_->Broadcast(r.in.data(), r.out.data(), r.in.nbytes(), r.desc.root, device);
+      return Backend().Broadcast(r.in.data(), r.out.data(), r.in.nbytes(), r.desc.root, device);
     case OpType::kAllgather:
     case OpType::kNeighborAllgather: {
       // Never fused: the response's dims are this op's.
@@ -227,32 +253,33 @@ Status Engine::EnqueueOnNccl(const Response& response, Request& r) {
       WEFT_RETURN_IF_ERROR(CheckAllocated(out, dtype, shape, device));
       r.out = *out;
       if (response.op == OpType::kAllgather) {
-        return nccl_->Allgather(r.in.data(), r.out.data(), bytes_per_rank, device);
+        return Backend().Allgather(r.in.data(), r.out.data(), bytes_per_rank, device);
       }
       std::vector<int> send;
       for (const auto& dst : r.send) send.push_back(dst.first);
-      return nccl_->NeighborAllgather(r.in.data(), r.in.nbytes(), r.out.data(), recv, send, device);
+      return Backend().NeighborAllgather(r.in.data(), r.in.nbytes(), r.out.data(), recv, send,
+                                         device);
     }
     case OpType::kSendRecv:  // a neighbor allgather with one peer, one way
       if (!r.send.empty()) {
-        return nccl_->NeighborAllgather(r.in.data(), r.in.nbytes(), nullptr, {}, {r.send[0].first},
-                                        device);
+        return Backend().NeighborAllgather(r.in.data(), r.in.nbytes(), nullptr, {},
+                                           {r.send[0].first}, device);
       }
-      return nccl_->NeighborAllgather(nullptr, 0, r.out.data(), {{r.recv[0].first, r.out.nbytes()}},
-                                      {}, device);
+      return Backend().NeighborAllgather(nullptr, 0, r.out.data(),
+                                         {{r.recv[0].first, r.out.nbytes()}}, {}, device);
     case OpType::kNeighborAllreduce:
     case OpType::kPairGossip:  // recv = {peer: pair_weight}, send = {peer: 1}
-      return nccl_->NeighborAllreduce(r.in.data(), r.out.data(), count, dtype, r.self_weight,
-                                      r.send, r.recv, device);
+      return Backend().NeighborAllreduce(r.in.data(), r.out.data(), count, dtype, r.self_weight,
+                                         r.send, r.recv, device);
     case OpType::kHierarchicalNeighborAllreduce:
-      return nccl_->Hierarchical(r.in.data(), r.out.data(), count, dtype, r.self_weight, r.send,
-                                 r.recv, ctx_.local_rank, ctx_.local_size, device);
+      return Backend().Hierarchical(r.in.data(), r.out.data(), count, dtype, r.self_weight, r.send,
+                                    r.recv, ctx_.local_rank, ctx_.local_size, device);
     default:
       return Internal(OpName(response.op), " has no NCCL implementation");
   }
 }
 
-Status Engine::RunStaged(const Response& response, std::vector<std::shared_ptr<Request>>& group) {
+Status NcclPlane::RunStaged(const Response& response, Group& group) {
   const int64_t start = Timeline::NowMicros();
   // Each request's device views are swapped for host buffers while the MPI path runs.
   struct Staged {
@@ -270,9 +297,9 @@ Status Engine::RunStaged(const Response& response, std::vector<std::shared_ptr<R
     st.alloc = r.alloc;
     st.host_in.resize(r.in.nbytes());
     if (status.ok() && r.in.nbytes() > 0) {
-      status =
-          Annotate(nccl_->CopyToHost(st.host_in.data(), r.in.data(), r.in.nbytes(), r.in.device()),
-                   "staging through host memory (WEFT_*_BY_MPI)");
+      status = Annotate(
+          Backend().CopyToHost(st.host_in.data(), r.in.data(), r.in.nbytes(), r.in.device()),
+          "staging through host memory (WEFT_*_BY_MPI)");
     }
     r.in = TensorView(st.host_in.data(), r.in.dtype(), r.in.shape());
     if (st.alloc) {
@@ -292,7 +319,7 @@ Status Engine::RunStaged(const Response& response, std::vector<std::shared_ptr<R
   }
   // A rank that could not stage must not leave the others waiting in the collective.
   int ok = status.ok() ? 1 : 0;
-  StatusOr<MPI_Comm> comm = CommOf(group[0]->desc.group);
+  StatusOr<MPI_Comm> comm = host_->CommOf(group[0]->desc.group);
   if (!comm.ok()) return comm.status();
   MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, *comm);
   if (!ok && status.ok()) {
@@ -301,8 +328,8 @@ Status Engine::RunStaged(const Response& response, std::vector<std::shared_ptr<R
         "(see its error)");
   }
   if (status.ok()) {
-    Trace(group, "stage", start);
-    status = RunOnMpi(response, group);
+    TraceGroup(timeline_, group, "stage", start);
+    status = host_->Run(response, group).value_or(Internal("the host plane completed a staged op"));
   }
   for (size_t i = 0; i < group.size(); ++i) {
     Request& r = *group[i];
@@ -317,17 +344,54 @@ Status Engine::RunStaged(const Response& response, std::vector<std::shared_ptr<R
       status = CheckAllocated(out, host_out.dtype(), host_out.shape(), st.in.device());
       if (status.ok()) {
         r.out = *out;
-        status =
-            nccl_->CopyToDevice(r.out.data(), host_out.data(), host_out.nbytes(), st.in.device());
+        status = Backend().CopyToDevice(r.out.data(), host_out.data(), host_out.nbytes(),
+                                        st.in.device());
       }
     } else {
       status =
-          nccl_->CopyToDevice(st.out.data(), host_out.data(), host_out.nbytes(), st.in.device());
+          Backend().CopyToDevice(st.out.data(), host_out.data(), host_out.nbytes(), st.in.device());
     }
   }
   return status;
 }
+#else   // WEFT_WITH_NCCL
+// The front ends refuse CUDA tensors in builds without NCCL; should one come through, it
+// fails.
+class UnbuiltDevicePlane : public DevicePlane {
+ public:
+  explicit UnbuiltDevicePlane(Finisher finish) : finish_(std::move(finish)) {}
+
+  std::optional<Status> Run(const Response&, Group& group) override {
+    for (auto& r : group) {
+      finish_(r, Unimplemented(r->desc.display,
+                               ": CUDA tensors need weft's NCCL backend, which this build does "
+                               "not include"));
+    }
+    return std::nullopt;
+  }
+  StatusOr<HostCopier> Copier(const Device& device) override {
+    return Unimplemented("tensors on ", device.ToString(),
+                         " need weft's NCCL backend, which this build does not include");
+  }
+
+ private:
+  const Finisher finish_;
+};
 #endif  // WEFT_WITH_NCCL
+
+}  // namespace
+
+std::unique_ptr<DevicePlane> MakeDevicePlane(const Context& ctx, Timeline* timeline,
+                                             HostPlane* host, Finisher finish) {
+#ifdef WEFT_WITH_NCCL
+  return std::make_unique<NcclPlane>(ctx, timeline, host, std::move(finish));
+#else
+  (void)ctx;
+  (void)timeline;
+  (void)host;
+  return std::make_unique<UnbuiltDevicePlane>(std::move(finish));
+#endif
+}
 
 }  // namespace comm
 }  // namespace weft

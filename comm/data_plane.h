@@ -1,0 +1,98 @@
+// The data plane: what runs an op once the ranks have agreed on it. The engine negotiates
+// (engine.cc) and hands every agreed group of requests to the plane for its tensors:
+// `mpi_plane.cc` for host memory, `device_plane.cc` for CUDA tensors (NCCL, or MPI through
+// host memory). Internal to comm/.
+//
+// Every rank hands its planes the same responses in the same order, so a plane may run
+// blocking collectives. A plane runs on the thread making the engine's progress, one op
+// at a time.
+#ifndef WEFT_COMM_DATA_PLANE_H_
+#define WEFT_COMM_DATA_PLANE_H_
+
+#include <mpi.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/engine.h"
+#include "comm/peer_transport.h"
+#include "comm/protocol.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "core/timeline.h"
+
+namespace weft {
+namespace comm {
+
+// The requests of one response, in its order (more than one when fused).
+using Group = std::vector<std::shared_ptr<Request>>;
+// Completes a request with its status (the engine's bookkeeping).
+using Finisher = std::function<void(const std::shared_ptr<Request>&, Status)>;
+
+class DataPlane {
+ public:
+  virtual ~DataPlane() = default;
+  // Runs `response`'s op on `group` and returns its status, for the engine to complete
+  // every request with; or returns no value when the plane completes them itself
+  // (through its Finisher: at once, or from a later Poll() or Drain()).
+  virtual std::optional<Status> Run(const Response& response, Group& group) = 0;
+  // Completes the started work that has finished; true if any did.
+  virtual bool Poll() { return false; }
+  // Waits for all started work and completes it.
+  virtual void Drain() {}
+  // Started work not completed yet.
+  virtual bool busy() const { return false; }
+};
+
+// Host memory, on MPI and the peer transport: MPI collectives, weft's neighbor exchanges
+// and its ring allreduce. Its Run always returns the op's status, once the op is done.
+class HostPlane : public DataPlane {
+ public:
+  // The communicator of a process set (sorted ranks; empty: every rank), created at its
+  // first op: MPI_Comm_create_group is collective over the set only, and every member
+  // runs that op at the same point of the response order.
+  virtual StatusOr<MPI_Comm> CommOf(const std::vector<int32_t>& ranks) = 0;
+  // Frees the communicators it created (before MPI_Finalize).
+  virtual void Close() = 0;
+};
+// `peers` moves the engine's own point-to-point traffic; it outlives the plane.
+std::unique_ptr<HostPlane> MakeHostPlane(const Context& ctx, Timeline* timeline,
+                                         PeerTransport* peers);
+
+// Synchronous copies between host memory and a CUDA device.
+using HostCopier = std::function<Status(void* dst, const void* src, size_t bytes, bool to_device)>;
+
+// CUDA tensors.
+class DevicePlane : public DataPlane {
+ public:
+  // Copies between host memory and `device`, ordered after the device work already
+  // started (windows on CUDA tensors stage through host memory with it).
+  virtual StatusOr<HostCopier> Copier(const Device& device) = 0;
+};
+// The one factory that knows whether this build has the NCCL backend (device_plane.cc):
+// with it, ops run on NCCL (or, where NCCL cannot or WEFT_<OP>_BY_MPI says so, on `host`
+// through host memory); without it, every op fails. `host` outlives the plane.
+std::unique_ptr<DevicePlane> MakeDevicePlane(const Context& ctx, Timeline* timeline,
+                                             HostPlane* host, Finisher finish);
+
+// Helpers the planes share.
+
+// Timeline spans: `phase` (queue, negotiate, fuse, stage, communicate, combine) is the
+// event's category; its name follows Bluefog's ("ENQUEUE_ALLREDUCE", "MPI_WIN_PUT").
+void TraceSpan(Timeline* timeline, const Request& r, const char* phase, int64_t start_us,
+               int64_t end_us, const std::string& detail = "");
+// One span per request of `group`, from `start_us` to now, noting the fusion.
+void TraceGroup(Timeline* timeline, const Group& group, const char* phase, int64_t start_us);
+// Elements per row (dim 0 index) of a tensor of `shape`.
+int64_t RowElements(const std::vector<int64_t>& shape);
+// An output from a request's allocator: OK if it has the dtype, shape and device asked.
+Status CheckAllocated(const StatusOr<TensorView>& out, DType dtype,
+                      const std::vector<int64_t>& shape, const Device& device);
+
+}  // namespace comm
+}  // namespace weft
+
+#endif  // WEFT_COMM_DATA_PLANE_H_
