@@ -1,0 +1,205 @@
+#include "tools/cli/flags.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "tools/cli/args.h"
+
+namespace weft {
+namespace cli {
+
+FlagSet::FlagSet(std::string program, std::string about)
+    : program_(std::move(program)), about_(std::move(about)) {}
+
+FlagSet& FlagSet::Add(Flag flag) {
+  flags_.push_back(std::move(flag));
+  return *this;
+}
+
+FlagSet& FlagSet::Int(const std::string& name, int64_t* value, std::string help, int64_t min,
+                      int64_t max) {
+  Flag f{{name}, Kind::kInt64, value, std::move(help), absl::StrCat(*value)};
+  f.min_int = min;
+  f.max_int = max;
+  return Add(std::move(f));
+}
+
+FlagSet& FlagSet::Int(const std::string& name, int* value, std::string help, int min, int max) {
+  Flag f{{name}, Kind::kInt32, value, std::move(help), absl::StrCat(*value)};
+  f.min_int = min;
+  f.max_int = max;
+  return Add(std::move(f));
+}
+
+FlagSet& FlagSet::Uint(const std::string& name, uint64_t* value, std::string help) {
+  Flag f{{name}, Kind::kUint64, value, std::move(help), absl::StrCat(*value)};
+  f.min_int = 0;
+  f.max_int = std::numeric_limits<int64_t>::max();
+  return Add(std::move(f));
+}
+
+FlagSet& FlagSet::Real(const std::string& name, double* value, std::string help, double min,
+                       double max) {
+  Flag f{{name}, Kind::kReal, value, std::move(help), absl::StrCat(*value)};
+  f.min_real = min;
+  f.max_real = max;
+  return Add(std::move(f));
+}
+
+FlagSet& FlagSet::String(const std::string& name, std::string* value, std::string help,
+                         std::vector<std::string> choices) {
+  Flag f{{name}, Kind::kString, value, std::move(help), *value};
+  f.choices = std::move(choices);
+  return Add(std::move(f));
+}
+
+FlagSet& FlagSet::Set(const std::string& name, bool* value, bool to, std::string help) {
+  Flag f{{name}, Kind::kSet, value, std::move(help), ""};
+  f.to = to;
+  return Add(std::move(f));
+}
+
+FlagSet& FlagSet::Alias(const std::string& alias) {
+  if (!flags_.empty()) flags_.back().names.push_back(alias);
+  return *this;
+}
+
+FlagSet::Flag* FlagSet::Find(const std::string& name) {
+  for (Flag& f : flags_) {
+    for (const std::string& n : f.names) {
+      if (n == name) return &f;
+    }
+  }
+  return nullptr;
+}
+
+const FlagSet::Flag* FlagSet::Find(const std::string& name) const {
+  return const_cast<FlagSet*>(this)->Find(name);
+}
+
+bool FlagSet::given(const std::string& name) const {
+  const Flag* f = Find(name);
+  return f != nullptr && f->given;
+}
+
+Status FlagSet::Assign(Flag& flag, const std::string& name, const std::string& text) {
+  switch (flag.kind) {
+    case Kind::kInt64:
+    case Kind::kInt32:
+    case Kind::kUint64: {
+      WEFT_ASSIGN_OR_RETURN(int64_t v, cli::Int(name, text, flag.min_int, flag.max_int));
+      if (flag.kind == Kind::kInt64) *static_cast<int64_t*>(flag.value) = v;
+      if (flag.kind == Kind::kInt32) *static_cast<int*>(flag.value) = static_cast<int>(v);
+      if (flag.kind == Kind::kUint64)
+        *static_cast<uint64_t*>(flag.value) = static_cast<uint64_t>(v);
+      return OkStatus();
+    }
+    case Kind::kReal: {
+      WEFT_ASSIGN_OR_RETURN(double v, cli::Real(name, text, flag.min_real, flag.max_real));
+      *static_cast<double*>(flag.value) = v;
+      return OkStatus();
+    }
+    case Kind::kString:
+      if (!flag.choices.empty()) {
+        bool known = false;
+        for (const std::string& c : flag.choices) known = known || c == text;
+        if (!known) {
+          return InvalidArgument(name, ": expected one of ", absl::StrJoin(flag.choices, ", "),
+                                 ", got '", text, "'");
+        }
+      }
+      *static_cast<std::string*>(flag.value) = text;
+      return OkStatus();
+    case Kind::kSet:
+      break;
+  }
+  return Internal(name, " takes no value");
+}
+
+Status FlagSet::Parse(const std::vector<std::string>& args) {
+  help_requested_ = false;
+  for (Flag& f : flags_) f.given = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      help_requested_ = true;
+      return OkStatus();
+    }
+    // "--name=value" or "--name value".
+    const size_t eq = arg.rfind("--", 0) == 0 ? arg.find('=') : std::string::npos;
+    const std::string name = arg.substr(0, eq);
+    Flag* flag = Find(name);
+    if (flag == nullptr) {
+      return InvalidArgument("unknown option ", arg, " (", program_, " --help lists them)");
+    }
+    flag->given = true;
+    if (flag->kind == Kind::kSet) {
+      if (eq != std::string::npos) return InvalidArgument(name, " takes no value");
+      *static_cast<bool*>(flag->value) = flag->to;
+      continue;
+    }
+    std::string text;
+    if (eq != std::string::npos) {
+      text = arg.substr(eq + 1);
+    } else if (i + 1 < args.size()) {
+      text = args[++i];
+    } else {
+      return InvalidArgument("missing value after ", name);
+    }
+    WEFT_RETURN_IF_ERROR(Assign(*flag, name, text));
+  }
+  return OkStatus();
+}
+
+std::string FlagSet::Help() const {
+  std::string out = absl::StrCat(about_, "\n\nOptions:\n");
+  for (const Flag& f : flags_) {
+    std::string left = absl::StrJoin(f.names, ", ");
+    switch (f.kind) {
+      case Kind::kInt64:
+      case Kind::kInt32:
+      case Kind::kUint64:
+        absl::StrAppend(&left, " N");
+        break;
+      case Kind::kReal:
+        absl::StrAppend(&left, " X");
+        break;
+      case Kind::kString:
+        absl::StrAppend(&left, " ", f.choices.empty() ? "S" : absl::StrJoin(f.choices, "|"));
+        break;
+      case Kind::kSet:
+        break;
+    }
+    std::string right = f.help;
+    if (f.kind != Kind::kSet) {
+      absl::StrAppend(&right, " (default ", f.shown_default.empty() ? "none" : f.shown_default,
+                      ")");
+    }
+    if (left.size() < 26) {
+      absl::StrAppend(&out, "  ", left, std::string(26 - left.size(), ' '), right, "\n");
+    } else {
+      absl::StrAppend(&out, "  ", left, "\n", std::string(28, ' '), right, "\n");
+    }
+  }
+  return out;
+}
+
+void FlagSet::Fail(const std::string& why) const {
+  std::fprintf(stderr, "%s: %s\n", program_.c_str(), why.c_str());
+  std::exit(2);
+}
+
+void FlagSet::ParseOrExit(int argc, char** argv) {
+  const Status status = Parse(std::vector<std::string>(argv + 1, argv + argc));
+  if (!status.ok()) Fail(std::string(status.message()));
+  if (help_requested_) {
+    std::fputs(Help().c_str(), stdout);
+    std::exit(0);
+  }
+}
+
+}  // namespace cli
+}  // namespace weft
