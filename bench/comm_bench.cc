@@ -25,7 +25,7 @@
 #include "comm/reduce.h"
 #include "comm/topology.h"
 #include "core/tensor.h"
-#include "tools/cli/args.h"
+#include "tools/cli/flags.h"
 
 namespace {
 
@@ -75,91 +75,52 @@ void CheckMpi(int code, const char* what) {
   Die(std::string(what) + " failed: " + std::string(text, len));
 }
 
-void Usage() {
-  std::printf(
-      "usage: comm_bench [--min-bytes N] [--max-bytes N] [--iters N] [--warmup N]\n"
-      "                  [--ops a,b,...] [--target-seconds S] [--weft-version STR]\n"
-      "  ops: allreduce, broadcast, allgather, neighbor_allreduce (static exponential\n"
-      "       graph), neighbor_allreduce_onepeer (dynamic one-peer schedule), fused\n"
-      "       (64 x 4 KiB allreduce); default: all of these; and, when named,\n"
-      "       hierarchical_neighbor_allreduce (several machines of several ranks)\n"
-      "  --iters 0 (default): adaptive, enough for ~target-seconds (0.2) per size, 5..1000\n");
-}
-
-int64_t ParseInt(const std::string& flag, const char* value) {
-  char* end = nullptr;
-  const long long v = std::strtoll(value, &end, 0);
-  if (end == value || *end != '\0' || v < 0) {
-    if (g_rank == 0) std::fprintf(stderr, "comm_bench: bad value for %s: '%s'\n", flag.c_str(), value);
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  }
-  return v;
-}
-
+// Errors and --help are printed by rank 0 only; every rank parses the same arguments.
 Options ParseArgs(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    std::string value;
-    bool has_value = false;
-    const size_t eq = a.find('=');
-    if (a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = a.substr(eq + 1);
-      a = a.substr(0, eq);
-      has_value = true;
-    }
-    auto next = [&]() -> const char* {
-      if (has_value) return value.c_str();
-      if (i + 1 >= argc) {
-        if (g_rank == 0) std::fprintf(stderr, "comm_bench: %s needs a value\n", a.c_str());
-        MPI_Abort(MPI_COMM_WORLD, 2);
-      }
-      return argv[++i];
-    };
-    if (a == "--min-bytes" || a == "-b") {
-      o.min_bytes = ParseInt(a, next());
-    } else if (a == "--max-bytes" || a == "-e") {
-      o.max_bytes = ParseInt(a, next());
-    } else if (a == "--iters" || a == "-n") {
-      o.iters = static_cast<int>(ParseInt(a, next()));
-    } else if (a == "--warmup" || a == "-w") {
-      o.warmup = static_cast<int>(ParseInt(a, next()));
-      o.warmup_given = true;
-    } else if (a == "--target-seconds") {
-      auto seconds = weft::cli::Real(a, next(), 0);
-      if (!seconds.ok()) {
-        if (g_rank == 0)
-          std::fprintf(stderr, "comm_bench: %s\n", std::string(seconds.status().message()).c_str());
-        MPI_Abort(MPI_COMM_WORLD, 2);
-      }
-      o.target_seconds = *seconds;
-    } else if (a == "--weft-version") {
-      o.weft_version = next();
-    } else if (a == "--ops") {
-      std::stringstream ss(next());
-      std::string op;
-      while (std::getline(ss, op, ',')) {
-        if (op.empty()) continue;
-        bool known = false;
-        for (const char* k : kAllOps) known |= op == k;
-        for (const char* k : kNamedOnlyOps) known |= op == k;
-        if (!known) {
-          if (g_rank == 0) std::fprintf(stderr, "comm_bench: unknown op '%s'\n", op.c_str());
-          MPI_Abort(MPI_COMM_WORLD, 2);
-        }
-        o.ops.push_back(op);
-      }
-    } else if (a == "--help" || a == "-h") {
-      if (g_rank == 0) Usage();
-      (void)weft::shutdown();
-      std::exit(0);
-    } else {
-      if (g_rank == 0) {
-        std::fprintf(stderr, "comm_bench: unknown argument '%s'\n", argv[i]);
-        Usage();
-      }
+  std::string ops;
+  weft::cli::FlagSet flags(
+      "comm_bench",
+      "Times weft's ops against the same operations written with MPI, in one run "
+      "(bench/README.md).\nops: allreduce, broadcast, allgather, neighbor_allreduce (static "
+      "exponential graph), neighbor_allreduce_onepeer (dynamic one-peer schedule), fused "
+      "(64 x 4 KiB allreduce); default: all of these; and, when named, "
+      "hierarchical_neighbor_allreduce (several machines of several ranks)");
+  flags.Int("--min-bytes", &o.min_bytes, "smallest size (at least 4); sizes double", 0)
+      .Alias("-b")
+      .Int("--max-bytes", &o.max_bytes, "largest size", 0)
+      .Alias("-e")
+      .Int("--iters", &o.iters, "timed iterations per size (0: adaptive, 5..1000)", 0)
+      .Alias("-n")
+      .Int("--warmup", &o.warmup, "untimed iterations first", 0)
+      .Alias("-w")
+      .Real("--target-seconds", &o.target_seconds, "adaptive: seconds per size and side", 0)
+      .String("--ops", &ops, "comma-separated ops (see above; default: all)")
+      .String("--weft-version", &o.weft_version, "printed in the header");
+  const weft::Status parsed = flags.Parse(std::vector<std::string>(argv + 1, argv + argc));
+  if (!parsed.ok()) {
+    if (g_rank == 0)
+      std::fprintf(stderr, "comm_bench: %s\n", std::string(parsed.message()).c_str());
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  if (flags.help_requested()) {
+    if (g_rank == 0) std::fputs(flags.Help().c_str(), stdout);
+    (void)weft::shutdown();
+    std::exit(0);
+  }
+  o.warmup_given = flags.given("--warmup");
+  std::stringstream ss(ops);
+  std::string op;
+  while (std::getline(ss, op, ',')) {
+    if (op.empty()) continue;
+    bool known = false;
+    for (const char* k : kAllOps) known |= op == k;
+    for (const char* k : kNamedOnlyOps) known |= op == k;
+    if (!known) {
+      if (g_rank == 0) std::fprintf(stderr, "comm_bench: unknown op '%s'\n", op.c_str());
       MPI_Abort(MPI_COMM_WORLD, 2);
     }
+    o.ops.push_back(op);
   }
   if (o.ops.empty()) o.ops.assign(std::begin(kAllOps), std::end(kAllOps));
   if (o.min_bytes < 4) o.min_bytes = 4;

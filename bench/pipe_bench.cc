@@ -34,7 +34,7 @@
 #include "examples/pipe/vit.h"
 #include "pipe/planner/planner.h"
 #include "pipe/runtime/trainer.h"
-#include "tools/cli/args.h"
+#include "tools/cli/flags.h"
 
 namespace {
 
@@ -63,48 +63,23 @@ struct Flags {
 
 Flags Parse(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string name = argv[i];
-    if (i + 1 >= argc) Die("missing value for " + name);
-    const std::string v = argv[++i];
-    auto integer = [&](int64_t max) {
-      auto n = weft::cli::Int(name, v, std::numeric_limits<int64_t>::min(), max);
-      if (!n.ok()) Die(std::string(n.status().message()));
-      return *n;
-    };
-    auto real = [&]() {
-      auto x = weft::cli::Real(name, v);
-      if (!x.ok()) Die(std::string(x.status().message()));
-      return *x;
-    };
-    constexpr int64_t kIntMax = std::numeric_limits<int>::max();
-    constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
-    if (name == "--epochs")
-      f.epochs = static_cast<int>(integer(kIntMax));
-    else if (name == "--train-size")
-      f.train_size = integer(kInt64Max);
-    else if (name == "--test-size")
-      f.test_size = integer(kInt64Max);
-    else if (name == "--batch")
-      f.batch = integer(kInt64Max);
-    else if (name == "--micro-batches")
-      f.micro_batches = static_cast<int>(integer(kIntMax));
-    else if (name == "--target")
-      f.target = real();
-    else if (name == "--lr")
-      f.lr = real();
-    else if (name == "--warmup")
-      f.warmup = integer(kInt64Max);
-    else if (name == "--noise")
-      f.noise = real();
-    else if (name == "--alpha")
-      f.alpha = real();
-    else if (name == "--compute-devices")
-      f.compute_devices = real();
-    else if (name == "--configs") f.configs = v;
-    else Die("unknown option " + name);
-  }
-  if (f.epochs < 1 || f.batch < 1 || f.micro_batches < 1) Die("bad epochs, batch or micro-batches");
+  weft::cli::FlagSet flags("pipe_bench",
+                           "The elastic-pipelining ablation on the demo ViT: static, freeze only, "
+                           "+ AutoPipe, + AutoDP, + AutoCache (bench/README.md).");
+  flags.Int("--epochs", &f.epochs, "epochs", 1)
+      .Int("--train-size", &f.train_size, "training images", 1)
+      .Int("--test-size", &f.test_size, "test images", 1)
+      .Int("--batch", &f.batch, "global batch", 1)
+      .Int("--micro-batches", &f.micro_batches, "micro-batches per replica", 1)
+      .Real("--target", &f.target, "the test accuracy to_target_s waits for")
+      .Real("--lr", &f.lr, "peak learning rate", 0)
+      .Int("--warmup", &f.warmup, "steps of linear warm-up", 0)
+      .Real("--noise", &f.noise, "noise of the synthetic images", 0)
+      .Real("--alpha", &f.alpha, "AutoFreeze's alpha", 0, 1)
+      .Real("--compute-devices", &f.compute_devices,
+            "what the planner's prediction assumes (0: the machine's cores)", 0)
+      .String("--configs", &f.configs, "which rows to run, comma-separated");
+  flags.ParseOrExit(argc, argv);
   return f;
 }
 

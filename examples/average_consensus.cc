@@ -16,7 +16,7 @@
 
 #include "comm/comm.h"
 #include "comm/topology.h"
-#include "tools/cli/args.h"
+#include "tools/cli/flags.h"
 
 namespace {
 
@@ -42,27 +42,12 @@ weft::StatusOr<double> Distance(std::vector<double>& x, const std::vector<double
 int main(int argc, char** argv) {
   int iterations = 15;
   int dim = 1000;
-  for (int i = 1; i < argc; i += 2) {
-    const std::string option = argv[i];
-    std::string error;
-    if (option != "--iterations" && option != "--dim") {
-      error = "unknown option " + option;
-    } else if (i + 1 >= argc) {
-      error = "missing value after " + option;
-    } else {
-      // Whole numbers only: "abc" or "8x" is an error, not 0 or 8.
-      weft::StatusOr<int64_t> v = weft::cli::Int(option, argv[i + 1], 1, 1 << 30);
-      if (v.ok()) {
-        (option == "--iterations" ? iterations : dim) = static_cast<int>(*v);
-        continue;
-      }
-      error = std::string(v.status().message());
-    }
-    std::fprintf(stderr,
-                 "average_consensus: %s\nusage: average_consensus [--iterations N] [--dim N]\n",
-                 error.c_str());
-    return 2;
-  }
+  weft::cli::FlagSet flags("average_consensus",
+                           "Average consensus over the exponential graph, static then one-peer "
+                           "(examples/average_consensus.cc).");
+  flags.Int("--iterations", &iterations, "steps of each phase", 1, 1 << 30)
+      .Int("--dim", &dim, "doubles in each rank's vector", 1, 1 << 30);
+  flags.ParseOrExit(argc, argv);
   if (weft::Status st = weft::init(); !st.ok()) return Fail(st);
   const int rank = weft::rank(), size = weft::size();
 

@@ -11,28 +11,7 @@
 // (averaged over ranks), the consensus distance of the parameters, and samples/s over all
 // ranks; on a terminal, a progress bar while the epoch runs.
 //
-// Options:
-//   --optimizer awc|atc|gradient_allreduce|win_put|push_sum|local   (default awc)
-//   --communication neighbor_allreduce|hierarchical|allreduce|empty (awc/atc; default
-//                                                                    neighbor_allreduce)
-//   --topology exp2|ring|mesh|star|full   (default exp2)
-//   --static                              the static topology instead of the dynamic
-//                                         one-peer schedule over it
-//   --J N                                 num_steps_per_communication (default 1)
-//   --epochs N (8)  --batch N (64)  --samples N per rank (8192)  --lr X (0.05)
-//   --hidden N (128)  --features N (32)  --classes N (10)  --seed N (1)
-//   --target X       exit 1 unless the final test accuracy reaches X (default 0.95)
-//   --steps N        stop each epoch after N steps (benchmarks)
-//   --test-samples N the common test set (default 4096)
-//   --eval-every N   also evaluate after every N steps (default 0: after each epoch only)
-//   --independent-init  every rank starts from its own random parameters (default: all
-//                    from rank 0's; gradient allreduce always does)
-//   --eval-average   also evaluate the average of all ranks' parameters (the consensus
-//                    model a decentralized run would deploy), as average_accuracy=
-//   --quiet          machine-readable lines instead: EVAL per evaluation and EPOCH per
-//                    epoch (steps and training seconds so far, test accuracy), RESULT at
-//                    the end; training seconds leave out the evaluations
-//   --no-overlap     start communication in step() (measures what overlap hides)
+// Options: `train --help` lists them, with their defaults.
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/linear.h>
@@ -43,7 +22,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -54,7 +32,7 @@
 #include "comm/torch/torch_comm.h"
 #include "examples/terminal.h"
 #include "optim/optim.h"
-#include "tools/cli/args.h"
+#include "tools/cli/flags.h"
 
 namespace {
 
@@ -85,71 +63,47 @@ struct Flags {
 };
 
 [[noreturn]] void Usage(const char* why) {
-  std::fprintf(stderr, "train: %s (see the comment at the top of examples/train.cc)\n", why);
+  std::fprintf(stderr, "train: %s (train --help lists the options)\n", why);
   std::exit(2);
 }
 
 Flags Parse(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) Usage(("missing value after " + a).c_str());
-      return argv[++i];
-    };
-    // Whole numbers only: "abc" or "8x" is an error, not 0 or 8.
-    auto integer = [&](int64_t max = std::numeric_limits<int64_t>::max()) -> int64_t {
-      auto v = weft::cli::Int(a, value(), std::numeric_limits<int64_t>::min(), max);
-      if (!v.ok()) Usage(std::string(v.status().message()).c_str());
-      return *v;
-    };
-    auto real = [&]() -> double {
-      auto v = weft::cli::Real(a, value());
-      if (!v.ok()) Usage(std::string(v.status().message()).c_str());
-      return *v;
-    };
-    if (a == "--optimizer") f.optimizer = value();
-    else if (a == "--communication") f.communication = value();
-    else if (a == "--topology") f.topology = value();
-    else if (a == "--static") f.dynamic = false;
-    else if (a == "--J")
-      f.j = integer();
-    else if (a == "--epochs")
-      f.epochs = static_cast<int>(integer(INT32_MAX));
-    else if (a == "--batch")
-      f.batch = integer();
-    else if (a == "--samples")
-      f.samples = integer();
-    else if (a == "--lr")
-      f.lr = real();
-    else if (a == "--hidden")
-      f.hidden = integer();
-    else if (a == "--features")
-      f.features = integer();
-    else if (a == "--classes")
-      f.classes = integer();
-    else if (a == "--seed")
-      f.seed = integer();
-    else if (a == "--target")
-      f.target = real();
-    else if (a == "--steps")
-      f.steps = integer();
-    else if (a == "--test-samples")
-      f.test_samples = integer();
-    else if (a == "--eval-every")
-      f.eval_every = integer();
-    else if (a == "--eval-average") f.eval_average = true;
-    else if (a == "--independent-init") f.independent_init = true;
-    else if (a == "--quiet") f.quiet = true;
-    else if (a == "--no-overlap") f.overlap = false;
-    else Usage(("unknown option " + a).c_str());
-  }
-  if (f.epochs < 1 || f.batch < 1 || f.samples < f.batch || f.hidden < 1 || f.features < 1 ||
-      f.classes < 2 || f.test_samples < 1 || f.eval_every < 0) {
-    Usage(
-        "epochs, batch, hidden, features, test-samples >= 1, classes >= 2, samples >= batch, "
-        "eval-every >= 0");
-  }
+  weft::cli::FlagSet flags(
+      "train",
+      "Decentralized training of an MLP on a synthetic task, every rank on its own shard "
+      "(examples/train.cc).\nRun it on several ranks: tools/weftrun -np 4 train [options]");
+  flags
+      .String("--optimizer", &f.optimizer, "the distributed optimizer",
+              {"awc", "atc", "gradient_allreduce", "win_put", "push_sum", "local"})
+      .String("--communication", &f.communication, "what awc and atc combine with",
+              {"neighbor_allreduce", "hierarchical", "allreduce", "empty"})
+      .String("--topology", &f.topology, "the graph", {"exp2", "ring", "mesh", "star", "full"})
+      .Set("--static", &f.dynamic, false,
+           "the static topology instead of the dynamic one-peer schedule over it")
+      .Int("--J", &f.j, "num_steps_per_communication")
+      .Int("--epochs", &f.epochs, "epochs", 1)
+      .Int("--batch", &f.batch, "batch size per rank", 1)
+      .Int("--samples", &f.samples, "training samples per rank (at least --batch)", 1)
+      .Real("--lr", &f.lr, "learning rate")
+      .Int("--hidden", &f.hidden, "hidden layer width", 1)
+      .Int("--features", &f.features, "input dimensions", 1)
+      .Int("--classes", &f.classes, "classes", 2)
+      .Int("--seed", &f.seed, "random seed")
+      .Real("--target", &f.target, "exit 1 unless the final test accuracy reaches it")
+      .Int("--steps", &f.steps, "stop each epoch after this many steps (0: whole epochs)")
+      .Int("--test-samples", &f.test_samples, "size of the common test set", 1)
+      .Int("--eval-every", &f.eval_every,
+           "also evaluate after every N steps (0: after each epoch only)", 0)
+      .Set("--independent-init", &f.independent_init, true,
+           "every rank starts from its own random parameters, not rank 0's")
+      .Set("--eval-average", &f.eval_average, true,
+           "also evaluate the average of all ranks' parameters")
+      .Set("--quiet", &f.quiet, true, "machine-readable EVAL, EPOCH and RESULT lines")
+      .Set("--no-overlap", &f.overlap, false,
+           "start communication in step() (measures what overlap hides)");
+  flags.ParseOrExit(argc, argv);
+  if (f.samples < f.batch) flags.Fail("--samples must be at least --batch");
   return f;
 }
 

@@ -6,15 +6,7 @@
 //
 //   bazel run -c opt //examples/pipe:vit_baseline -- --epochs 5 [--freeze-alpha 0.3333]
 //
-// Options (defaults are the demo's):
-//   --epochs N (5)  --batch N (32)  --lr X (1e-3)  --optimizer adam|sgd (adam)
-//   --momentum X (0.9, sgd)  --warmup N steps of linear warm-up (100)
-//   --schedule cosine|constant   learning rate after the warm-up (cosine: to 0 at the end)
-//   --train-size N (4096)  --test-size N (2048)  --noise X (0.5)  --seed N (1)
-//   --image N --patch N --channels N --dim N --depth N --heads N --mlp N --classes N
-//   --threads N (1)   intra-op threads (the demo runs 8 ranks on 2 cores)
-//   --freeze-alpha A  after epoch e, freeze groups 0 .. F-1, F = ceil(L (1 - (1 - A)^e))
-//                     capped at L - 1 (0: never freeze)
+// Options: `vit_baseline --help` lists them, with their defaults (the demo's).
 // Prints one line per epoch: frozen groups, mean training loss, test accuracy, seconds,
 // training samples/s.
 #include <ATen/ATen.h>
@@ -41,6 +33,7 @@
 #include "examples/pipe/synthetic.h"
 #include "examples/pipe/vit.h"
 #include "pipe/freeze/freeze.h"
+#include "tools/cli/flags.h"
 
 namespace {
 
@@ -65,61 +58,38 @@ struct Flags {
   double freeze_alpha = 0.0;
 };
 
-[[noreturn]] void Usage(const std::string& why) {
-  std::fprintf(stderr, "vit_baseline: %s (see the top of examples/pipe/vit_baseline.cc)\n",
-               why.c_str());
-  std::exit(2);
-}
-
 Flags Parse(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string name = argv[i];
-    if (i + 1 >= argc) Usage("missing value for " + name);
-    const char* value = argv[++i];
-    auto integer = [&]() {
-      char* end = nullptr;
-      const long long v = std::strtoll(value, &end, 10);
-      if (*end != '\0') Usage("bad integer for " + name);
-      return static_cast<int64_t>(v);
-    };
-    auto real = [&]() {
-      char* end = nullptr;
-      const double v = std::strtod(value, &end);
-      if (*end != '\0') Usage("bad number for " + name);
-      return v;
-    };
-    if (name == "--epochs") f.epochs = static_cast<int>(integer());
-    else if (name == "--batch") f.batch = integer();
-    else if (name == "--lr") f.lr = real();
-    else if (name == "--optimizer") f.optimizer = value;
-    else if (name == "--momentum") f.momentum = real();
-    else if (name == "--warmup") f.warmup = integer();
-    else if (name == "--schedule") f.schedule = value;
-    else if (name == "--train-size") f.train_size = integer();
-    else if (name == "--test-size") f.test_size = integer();
-    else if (name == "--noise") f.noise = real();
-    else if (name == "--seed") f.seed = static_cast<uint64_t>(integer());
-    else if (name == "--threads") f.threads = static_cast<int>(integer());
-    else if (name == "--freeze-alpha") f.freeze_alpha = real();
-    else if (name == "--image") f.model.image = static_cast<int>(integer());
-    else if (name == "--patch") f.model.patch = static_cast<int>(integer());
-    else if (name == "--channels") f.model.channels = static_cast<int>(integer());
-    else if (name == "--dim") f.model.dim = static_cast<int>(integer());
-    else if (name == "--depth") f.model.depth = static_cast<int>(integer());
-    else if (name == "--heads") f.model.heads = static_cast<int>(integer());
-    else if (name == "--mlp") f.model.mlp = static_cast<int>(integer());
-    else if (name == "--classes") f.model.classes = static_cast<int>(integer());
-    else Usage("unknown option " + name);
-  }
-  if (f.epochs < 1 || f.batch < 1 || f.train_size < 1 || f.test_size < 1 || f.threads < 1) {
-    Usage("epochs, batch, sizes and threads must be positive");
-  }
-  if (f.optimizer != "adam" && f.optimizer != "sgd") Usage("--optimizer is adam or sgd");
-  if (f.schedule != "cosine" && f.schedule != "constant") {
-    Usage("--schedule is cosine or constant");
-  }
-  if (f.freeze_alpha < 0.0 || f.freeze_alpha > 1.0) Usage("--freeze-alpha is in [0, 1]");
+  weft::cli::FlagSet flags(
+      "vit_baseline",
+      "Single-process reference for the elastic-pipeline demo: the demo ViT on the synthetic "
+      "image task, with AutoFreeze's schedule at most (examples/pipe/vit_baseline.cc).");
+  flags.Int("--epochs", &f.epochs, "epochs", 1)
+      .Int("--batch", &f.batch, "batch size", 1)
+      .Real("--lr", &f.lr, "peak learning rate", 0)
+      .String("--optimizer", &f.optimizer, "the optimizer", {"adam", "sgd"})
+      .Real("--momentum", &f.momentum, "sgd's momentum", 0)
+      .Int("--warmup", &f.warmup, "steps of linear warm-up", 0)
+      .String("--schedule", &f.schedule, "learning rate after the warm-up (cosine: to 0)",
+              {"cosine", "constant"})
+      .Int("--train-size", &f.train_size, "training images", 1)
+      .Int("--test-size", &f.test_size, "test images", 1)
+      .Real("--noise", &f.noise, "noise of the synthetic images", 0)
+      .Uint("--seed", &f.seed, "random seed")
+      .Int("--threads", &f.threads, "intra-op threads", 1)
+      .Real("--freeze-alpha", &f.freeze_alpha,
+            "after epoch e, freeze groups 0 .. F-1, F = ceil(L (1 - (1 - A)^e)), at most "
+            "L - 1 (0: never)",
+            0, 1)
+      .Int("--image", &f.model.image, "image side, pixels", 1)
+      .Int("--patch", &f.model.patch, "patch side, pixels (divides --image)", 1)
+      .Int("--channels", &f.model.channels, "image channels", 1)
+      .Int("--dim", &f.model.dim, "token width", 1)
+      .Int("--depth", &f.model.depth, "encoder blocks", 1)
+      .Int("--heads", &f.model.heads, "attention heads (divides --dim)", 1)
+      .Int("--mlp", &f.model.mlp, "hidden width of the MLP half", 1)
+      .Int("--classes", &f.model.classes, "classes", 2);
+  flags.ParseOrExit(argc, argv);
   return f;
 }
 
@@ -248,7 +218,10 @@ int main(int argc, char** argv) {
 
     if (f.freeze_alpha > 0.0 && epoch < f.epochs) {
       const auto bound = weft::pipe::FreezeBound(layers, f.freeze_alpha, epoch);
-      if (!bound.ok()) Usage(bound.status().ToString());
+      if (!bound.ok()) {
+        std::fprintf(stderr, "vit_baseline: %s\n", bound.status().ToString().c_str());
+        return 2;
+      }
       frozen = std::max(frozen, std::min(layers - 1, *bound));
       Freeze(model, frozen);
     }

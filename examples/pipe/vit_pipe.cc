@@ -12,23 +12,8 @@
 // machine-readable `PIPE ...` line; on a terminal, a progress bar while an epoch runs. Test
 // accuracy is measured after every epoch; evaluation and transitions are not training time.
 //
-// Options (defaults are the demo's, tuned for 8 ranks on a 2-core machine):
-//   --epochs N (5)  --alpha A (1/3)  --batch N (64, over all replicas)  --lr X (3e-3)
-//   --warmup N steps of linear warm-up, then cosine decay to 0 at the last step (50)
-//   --micro-batches M per replica mini-batch (0: 2 K)  --schedule gpipe|1f1b (gpipe)
-//   --k0 N initial pipeline length (0: the world size)
-//   --no-freeze --no-autopipe --no-autodp --no-cache   turn one part off
-//   --cache-dir DIR    AutoCache's spill directory, shared by the replicas (every rank
-//                      passes the same path; entries are written through to it)
-//   --gradient-aware   AutoFreeze's gradient-norm policy on top of the schedule
-//   --train-size N (4096)  --test-size N (1024)  --noise X (0.4)  --seed N (1)
-//   --threads N (1)    intra-op threads per rank
-//   --compare          then train again without freezing (a static K-stage pipeline, fresh
-//                      model from the same seed) and compare accuracy and training time
-//   --target X         exit 1 unless the final test accuracy reaches X (default 0)
-//   --expect-k N       exit 1 unless the last epoch trained with K = N
-//   --quiet            no table; only the final `RESULT key=value ...` line
-//   --pipe-lines       after each table row, the trainer's `PIPE key=value ...` line
+// Options: `vit_pipe --help` lists them, with their defaults (the demo's, tuned for 8
+// ranks on a 2-core machine).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/nn/functional/loss.h>
@@ -51,6 +36,7 @@
 #include "examples/terminal.h"
 #include "pipe/runtime/runtime.h"
 #include "pipe/runtime/trainer.h"
+#include "tools/cli/flags.h"
 
 namespace {
 
@@ -82,67 +68,46 @@ struct Flags {
   std::string cache_dir;
 };
 
-[[noreturn]] void Usage(const std::string& why) {
-  std::fprintf(stderr, "vit_pipe: %s (see the top of examples/pipe/vit_pipe.cc)\n",
-               why.c_str());
-  std::exit(2);
-}
-
 Flags Parse(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string name = argv[i];
-    if (name == "--no-freeze") { f.freeze = false; continue; }
-    if (name == "--no-autopipe") { f.autopipe = false; continue; }
-    if (name == "--no-autodp") { f.autodp = false; continue; }
-    if (name == "--no-cache") { f.cache = false; continue; }
-    if (name == "--cache") { f.cache = true; continue; }
-    if (name == "--gradient-aware") { f.gradient_aware = true; continue; }
-    if (name == "--compare") { f.compare = true; continue; }
-    if (name == "--quiet") { f.quiet = true; continue; }
-    if (name == "--pipe-lines") {
-      f.pipe_lines = true;
-      continue;
-    }
-    if (i + 1 >= argc) Usage("missing value for " + name);
-    const char* value = argv[++i];
-    auto integer = [&]() {
-      char* end = nullptr;
-      const long long v = std::strtoll(value, &end, 10);
-      if (end == value || *end != '\0') Usage("bad integer for " + name);
-      return static_cast<int64_t>(v);
-    };
-    auto real = [&]() {
-      char* end = nullptr;
-      const double v = std::strtod(value, &end);
-      if (end == value || *end != '\0') Usage("bad number for " + name);
-      return v;
-    };
-    if (name == "--cache-dir") f.cache_dir = value;
-    else if (name == "--epochs") f.epochs = static_cast<int>(integer());
-    else if (name == "--alpha") f.alpha = real();
-    else if (name == "--batch") f.batch = integer();
-    else if (name == "--lr") f.lr = real();
-    else if (name == "--warmup") f.warmup = integer();
-    else if (name == "--micro-batches") f.micro_batches = static_cast<int>(integer());
-    else if (name == "--schedule") f.schedule = value;
-    else if (name == "--k0") f.k0 = static_cast<int>(integer());
-    else if (name == "--train-size") f.train_size = integer();
-    else if (name == "--test-size") f.test_size = integer();
-    else if (name == "--noise") f.noise = real();
-    else if (name == "--seed") f.seed = static_cast<uint64_t>(integer());
-    else if (name == "--threads") f.threads = static_cast<int>(integer());
-    else if (name == "--target") f.target = real();
-    else if (name == "--expect-k") f.expect_k = static_cast<int>(integer());
-    else Usage("unknown option " + name);
-  }
-  if (f.epochs < 1 || f.batch < 1 || f.train_size < f.batch || f.test_size < 1 ||
-      f.threads < 1 || f.micro_batches < 0 || f.k0 < 0 || f.warmup < 0 || f.lr <= 0) {
-    Usage("epochs, batch, test size, threads, lr >= 1 (> 0); train size >= batch; "
-          "micro-batches, k0, warm-up >= 0");
-  }
-  if (!(f.alpha > 0.0 && f.alpha <= 1.0)) Usage("--alpha is in (0, 1]");
-  if (f.schedule != "gpipe" && f.schedule != "1f1b") Usage("--schedule is gpipe or 1f1b");
+  weft::cli::FlagSet flags(
+      "vit_pipe",
+      "The elastic-pipeline demo: the demo ViT on the synthetic image task with freezing, "
+      "AutoPipe, AutoDP and AutoCache (examples/pipe/vit_pipe.cc).\n"
+      "Run it on several ranks: tools/weftrun -np 8 vit_pipe [options]; the defaults are "
+      "tuned for 8 ranks on 2 cores.");
+  flags.Int("--epochs", &f.epochs, "epochs", 1)
+      .Real("--alpha", &f.alpha, "AutoFreeze's alpha, in (0, 1]", 0, 1)
+      .Int("--batch", &f.batch, "global batch, over all replicas", 1)
+      .Real("--lr", &f.lr, "peak learning rate", 0)
+      .Int("--warmup", &f.warmup, "steps of linear warm-up, then cosine decay to 0", 0)
+      .Int("--micro-batches", &f.micro_batches, "micro-batches per replica (0: 2 K)", 0)
+      .String("--schedule", &f.schedule, "the pipeline schedule", {"gpipe", "1f1b"})
+      .Int("--k0", &f.k0, "initial pipeline length (0: the world size)", 0)
+      .Set("--no-freeze", &f.freeze, false, "no freezing (and so no AutoPipe, AutoDP, cache)")
+      .Set("--no-autopipe", &f.autopipe, false, "K never shrinks")
+      .Set("--no-autodp", &f.autodp, false, "freed ranks stay idle")
+      .Set("--no-cache", &f.cache, false, "no AutoCache")
+      .Set("--cache", &f.cache, true, "AutoCache (the default)")
+      .String("--cache-dir", &f.cache_dir,
+              "AutoCache's spill directory, the same path on every rank")
+      .Set("--gradient-aware", &f.gradient_aware, true,
+           "AutoFreeze's gradient-norm policy on top of the schedule")
+      .Int("--train-size", &f.train_size, "training images (at least --batch)", 1)
+      .Int("--test-size", &f.test_size, "test images", 1)
+      .Real("--noise", &f.noise, "noise of the synthetic images", 0)
+      .Uint("--seed", &f.seed, "random seed")
+      .Int("--threads", &f.threads, "intra-op threads per rank", 1)
+      .Set("--compare", &f.compare, true,
+           "then train a static pipeline from the same seed and compare")
+      .Real("--target", &f.target, "exit 1 unless the final test accuracy reaches it")
+      .Int("--expect-k", &f.expect_k, "exit 1 unless the last epoch trained with K = N (0: any)", 0)
+      .Set("--quiet", &f.quiet, true, "no table; only the final RESULT line")
+      .Set("--pipe-lines", &f.pipe_lines, true, "after each table row, the trainer's PIPE line");
+  flags.ParseOrExit(argc, argv);
+  if (f.train_size < f.batch) flags.Fail("--train-size must be at least --batch");
+  if (!(f.alpha > 0.0)) flags.Fail("--alpha is in (0, 1]");
+  if (!(f.lr > 0.0)) flags.Fail("--lr must be positive");
   return f;
 }
 

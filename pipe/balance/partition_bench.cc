@@ -1,7 +1,7 @@
 // Times PartitionLayers on 10,000 layers into 64 stages (the size the spec asks to handle
 // "well under a second"), for each strategy and a few kinds of costs, with a fixed seed.
 // Prints a table and one machine-readable BENCH line per row. Build with -c opt:
-//   bazel run -c opt //pipe/balance:partition_bench [-- layers stages repeats]
+//   bazel run -c opt //pipe/balance:partition_bench [-- --layers N --stages N --repeats N]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "pipe/balance/balance.h"
+#include "tools/cli/flags.h"
 
 namespace {
 
@@ -48,9 +49,14 @@ std::vector<Costs> MakeCosts(int layers) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int layers = argc > 1 ? std::atoi(argv[1]) : 10000;
-  const int stages = argc > 2 ? std::atoi(argv[2]) : 64;
-  const int repeats = argc > 3 ? std::atoi(argv[3]) : 20;
+  int layers = 10000, stages = 64, repeats = 20;
+  weft::cli::FlagSet flags("partition_bench",
+                           "Times PartitionLayers for each strategy and a few kinds of costs "
+                           "(pipe/balance/partition_bench.cc).");
+  flags.Int("--layers", &layers, "layers to partition", 1)
+      .Int("--stages", &stages, "stages", 1)
+      .Int("--repeats", &repeats, "runs per row (best and median shown)", 1);
+  flags.ParseOrExit(argc, argv);
   std::printf("# PartitionLayers: %d layers into %d stages, best and median of %d runs\n", layers,
               stages, repeats);
   std::printf("# %-14s %-8s %12s %12s %14s %6s\n", "costs", "strategy", "best ms", "median ms",

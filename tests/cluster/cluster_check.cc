@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "tools/cli/args.h"
 
 namespace {
 
@@ -40,7 +41,12 @@ int Model(const std::string& expect) {
   for (size_t at = 0; at <= expect.size();) {
     size_t comma = expect.find(',', at);
     if (comma == std::string::npos) comma = expect.size();
-    per_host.push_back(std::atoi(expect.substr(at, comma - at).c_str()));
+    const weft::StatusOr<int64_t> ranks = weft::cli::Int("model", expect.substr(at, comma - at), 0);
+    if (!ranks.ok()) {
+      std::fprintf(stderr, "cluster_check: %s\n", std::string(ranks.status().message()).c_str());
+      return 2;
+    }
+    per_host.push_back(static_cast<int>(*ranks));
     at = comma + 1;
   }
   char host[kName] = {};
@@ -154,7 +160,14 @@ int main(int argc, char** argv) {
   const std::string mode = argv[1];
   int rc = 2;
   if (mode == "model") rc = Model(argv[2]);
-  if (mode == "steps") rc = Steps(std::atof(argv[2]));
+  if (mode == "steps") {
+    const weft::StatusOr<double> seconds = weft::cli::Real("steps", argv[2], 0);
+    if (!seconds.ok()) {
+      std::fprintf(stderr, "cluster_check: %s\n", std::string(seconds.status().message()).c_str());
+      return 2;
+    }
+    rc = Steps(*seconds);
+  }
   if (rc != 0) std::_Exit(rc);  // a failed rank does not wait for the others' shutdown
   st = weft::finalize();
   return st.ok() ? 0 : 1;

@@ -11,13 +11,13 @@
 
 #include <csignal>
 #include <cstdlib>
-#include <cstring>
 #include <iostream>
 #include <memory>
 #include <string>
 
 #include "comm/comm.h"
 #include "pipe/runtime/trainer.h"
+#include "tools/cli/flags.h"
 
 namespace {
 
@@ -40,9 +40,9 @@ class FragileSgd : public torch::optim::SGD {
 
 int main(int argc, char** argv) {
   int victim = 1;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--victim") == 0) victim = std::atoi(argv[i + 1]);
-  }
+  weft::cli::FlagSet flags("transition_death", "Kills a rank in the middle of a transition.");
+  flags.Int("--victim", &victim, "the rank that dies", 0);
+  flags.ParseOrExit(argc, argv);
   weft::Status st = weft::init();
   if (!st.ok()) {
     std::cerr << st << std::endl;
