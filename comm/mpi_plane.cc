@@ -47,19 +47,9 @@ void InitTypes() {
 }
 
 MPI_Datatype MpiType(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return MPI_FLOAT;
-    case DType::kFloat64: return MPI_DOUBLE;
-    case DType::kFloat16: return g_half;
-    case DType::kBFloat16: return g_bfloat;
-    case DType::kInt32: return MPI_INT32_T;
-    case DType::kInt64: return MPI_INT64_T;
-    case DType::kInt8: return MPI_INT8_T;
-    case DType::kUInt8: return MPI_UINT8_T;
-    case DType::kInt16:
-      return MPI_INT16_T;
-  }
-  return MPI_BYTE;
+  if (dtype == DType::kFloat16) return g_half;
+  if (dtype == DType::kBFloat16) return g_bfloat;
+  return BuiltinMpiType(dtype);
 }
 
 MPI_Op SumOp(DType dtype) {

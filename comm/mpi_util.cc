@@ -6,6 +6,29 @@
 namespace weft {
 namespace comm {
 
+MPI_Datatype BuiltinMpiType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return MPI_FLOAT;
+    case DType::kFloat64:
+      return MPI_DOUBLE;
+    case DType::kInt32:
+      return MPI_INT32_T;
+    case DType::kInt64:
+      return MPI_INT64_T;
+    case DType::kInt8:
+      return MPI_INT8_T;
+    case DType::kUInt8:
+      return MPI_UINT8_T;
+    case DType::kInt16:
+      return MPI_INT16_T;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return MPI_DATATYPE_NULL;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
 Status MpiCheck(int code, const char* what) {
   if (code == MPI_SUCCESS) return OkStatus();
   char text[MPI_MAX_ERROR_STRING];

@@ -8,10 +8,14 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/tensor.h"
 
 namespace weft {
 namespace comm {
 
+// The predefined MPI type of `dtype`'s elements (for sums and MPI_Accumulate), or
+// MPI_DATATYPE_NULL for the 16-bit floats, which have none.
+MPI_Datatype BuiltinMpiType(DType dtype);
 // OK for MPI_SUCCESS; otherwise an internal error naming `what` and MPI's text for the code.
 Status MpiCheck(int code, const char* what);
 // Every rank's `length` bytes at `data` (the lengths may differ), indexed by rank.

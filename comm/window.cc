@@ -6,36 +6,13 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "comm/mpi_util.h"
 #include "comm/reduce.h"
 #include "core/config.h"
 
 namespace weft {
 namespace comm {
 namespace {
-
-Status Check(int code, const std::string& what) {
-  if (code == MPI_SUCCESS) return OkStatus();
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(code, text, &len);
-  return Internal(what, " failed: ", std::string(text, len));
-}
-
-// Predefined MPI types for MPI_Accumulate's element-wise atomic sum; 16-bit floats have
-// none (they take the get-add-put path under an exclusive lock).
-MPI_Datatype AccumulateType(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return MPI_FLOAT;
-    case DType::kFloat64: return MPI_DOUBLE;
-    case DType::kInt32: return MPI_INT32_T;
-    case DType::kInt64: return MPI_INT64_T;
-    case DType::kInt8: return MPI_INT8_T;
-    case DType::kUInt8: return MPI_UINT8_T;
-    case DType::kInt16:
-      return MPI_INT16_T;
-    default: return MPI_DATATYPE_NULL;
-  }
-}
 
 constexpr size_t kMaxBytes = static_cast<size_t>(INT_MAX);
 
@@ -286,16 +263,16 @@ StatusOr<std::shared_ptr<Window>> MpiWindow::Create(MPI_Comm comm, const std::st
   WEFT_RETURN_IF_ERROR(w->Init(comm, name, x, topo));
   int code = MPI_Win_allocate(static_cast<MPI_Aint>(w->TotalBytes()), 1, MPI_INFO_NULL, comm,
                               &w->base_, &w->data_win_);
-  WEFT_RETURN_IF_ERROR(Check(code, "MPI_Win_allocate"));
+  WEFT_RETURN_IF_ERROR(MpiCheck(code, "MPI_Win_allocate"));
   MPI_Win_set_errhandler(w->data_win_, MPI_ERRORS_RETURN);
   code = MPI_Win_create(w->nbytes_ > 0 ? x.data() : nullptr,
                         static_cast<MPI_Aint>(w->nbytes_), 1, MPI_INFO_NULL, comm,
                         &w->self_win_);
-  WEFT_RETURN_IF_ERROR(Check(code, "MPI_Win_create"));
+  WEFT_RETURN_IF_ERROR(MpiCheck(code, "MPI_Win_create"));
   MPI_Win_set_errhandler(w->self_win_, MPI_ERRORS_RETURN);
   // Initialize before any neighbor can put: the barrier below orders it.
   w->InitMemory(w->base_, zero_init);
-  WEFT_RETURN_IF_ERROR(Check(MPI_Barrier(comm), "MPI_Barrier"));
+  WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Barrier(comm), "MPI_Barrier"));
   return std::shared_ptr<Window>(w);
 }
 
@@ -303,9 +280,9 @@ StatusOr<std::shared_ptr<Window>> MpiWindow::Create(MPI_Comm comm, const std::st
 // windows rather than calling a collective from a destructor.
 Status MpiWindow::Free() {
   Status status;
-  if (self_win_ != MPI_WIN_NULL) status = Check(MPI_Win_free(&self_win_), "MPI_Win_free");
+  if (self_win_ != MPI_WIN_NULL) status = MpiCheck(MPI_Win_free(&self_win_), "MPI_Win_free");
   if (data_win_ != MPI_WIN_NULL) {
-    Status s = Check(MPI_Win_free(&data_win_), "MPI_Win_free");
+    Status s = MpiCheck(MPI_Win_free(&data_win_), "MPI_Win_free");
     if (status.ok()) status = s;
   }
   base_ = nullptr;
@@ -330,16 +307,18 @@ bool Window::HasSlot(int dst, int src) const {
 }
 
 Status MpiWindow::LockSelf() {
-  return Check(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank_, 0, data_win_), "MPI_Win_lock");
+  return MpiCheck(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank_, 0, data_win_), "MPI_Win_lock");
 }
 
-Status MpiWindow::UnlockSelf() { return Check(MPI_Win_unlock(rank_, data_win_), "MPI_Win_unlock"); }
+Status MpiWindow::UnlockSelf() {
+  return MpiCheck(MPI_Win_unlock(rank_, data_win_), "MPI_Win_unlock");
+}
 
 Status MpiWindow::LockLocal() {
   // Others read x (win_get) under a shared lock on the self window, and put into the
   // buffers under a shared lock on the data window.
   WEFT_RETURN_IF_ERROR(
-      Check(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank_, 0, self_win_), "MPI_Win_lock"));
+      MpiCheck(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank_, 0, self_win_), "MPI_Win_lock"));
   Status st = LockSelf();
   if (!st.ok()) MPI_Win_unlock(rank_, self_win_);
   return st;
@@ -347,7 +326,7 @@ Status MpiWindow::LockLocal() {
 
 Status MpiWindow::UnlockLocal() {
   Status st = UnlockSelf();
-  Status unlocked = Check(MPI_Win_unlock(rank_, self_win_), "MPI_Win_unlock");
+  Status unlocked = MpiCheck(MPI_Win_unlock(rank_, self_win_), "MPI_Win_unlock");
   return st.ok() ? unlocked : st;
 }
 
@@ -362,7 +341,9 @@ Status MpiWindow::Put(const TensorView& x, const std::vector<std::pair<int, doub
   // halved the put bandwidth).
   double p_self = 0;
   std::memcpy(&p_self, base_ + kPSelfOffset, 8);
-  const MPI_Datatype acc_type = AccumulateType(dtype);
+  // MPI_Accumulate's element-wise atomic sum needs a predefined type; 16-bit floats have
+  // none and take the get-add-put path under an exclusive lock.
+  const MPI_Datatype acc_type = BuiltinMpiType(dtype);
   std::vector<char> fetched;
   for (const auto& [dst, weight] : dsts) {
     const int slot = SlotAt(dst, rank_);
@@ -379,50 +360,53 @@ Status MpiWindow::Put(const TensorView& x, const std::vector<std::pair<int, doub
     const int64_t one = 1;
     // 16-bit floats accumulate by get-add-put, which needs the target to itself.
     const bool exclusive = accumulate && acc_type == MPI_DATATYPE_NULL;
-    WEFT_RETURN_IF_ERROR(Check(
-        MPI_Win_lock(exclusive ? MPI_LOCK_EXCLUSIVE : MPI_LOCK_SHARED, dst, 0, data_win_),
-        "MPI_Win_lock"));
+    WEFT_RETURN_IF_ERROR(
+        MpiCheck(MPI_Win_lock(exclusive ? MPI_LOCK_EXCLUSIVE : MPI_LOCK_SHARED, dst, 0, data_win_),
+                 "MPI_Win_lock"));
     Status st;
     if (!accumulate) {
-      st = Check(MPI_Put(data, n, MPI_BYTE, dst, slot_at, n, MPI_BYTE, data_win_), "MPI_Put");
+      st = MpiCheck(MPI_Put(data, n, MPI_BYTE, dst, slot_at, n, MPI_BYTE, data_win_), "MPI_Put");
       if (st.ok()) {
-        st = Check(MPI_Accumulate(&p, 1, MPI_DOUBLE, dst, static_cast<MPI_Aint>(POffset(k, slot)),
-                                  1, MPI_DOUBLE, MPI_REPLACE, data_win_),
-                   "MPI_Accumulate");
+        st =
+            MpiCheck(MPI_Accumulate(&p, 1, MPI_DOUBLE, dst, static_cast<MPI_Aint>(POffset(k, slot)),
+                                    1, MPI_DOUBLE, MPI_REPLACE, data_win_),
+                     "MPI_Accumulate");
       }
     } else if (!exclusive) {
       const int elems = static_cast<int>(count);
-      st = Check(MPI_Accumulate(data, elems, acc_type, dst, slot_at, elems, acc_type, MPI_SUM,
-                                data_win_),
-                 "MPI_Accumulate");
+      st = MpiCheck(
+          MPI_Accumulate(data, elems, acc_type, dst, slot_at, elems, acc_type, MPI_SUM, data_win_),
+          "MPI_Accumulate");
       if (st.ok()) {
-        st = Check(MPI_Accumulate(&p, 1, MPI_DOUBLE, dst, static_cast<MPI_Aint>(POffset(k, slot)),
-                                  1, MPI_DOUBLE, MPI_SUM, data_win_),
-                   "MPI_Accumulate");
+        st =
+            MpiCheck(MPI_Accumulate(&p, 1, MPI_DOUBLE, dst, static_cast<MPI_Aint>(POffset(k, slot)),
+                                    1, MPI_DOUBLE, MPI_SUM, data_win_),
+                     "MPI_Accumulate");
       }
     } else {
       fetched.resize(nbytes_);
-      st = Check(MPI_Get(fetched.data(), n, MPI_BYTE, dst, slot_at, n, MPI_BYTE, data_win_),
-                 "MPI_Get");
-      if (st.ok()) st = Check(MPI_Win_flush(dst, data_win_), "MPI_Win_flush");
+      st = MpiCheck(MPI_Get(fetched.data(), n, MPI_BYTE, dst, slot_at, n, MPI_BYTE, data_win_),
+                    "MPI_Get");
+      if (st.ok()) st = MpiCheck(MPI_Win_flush(dst, data_win_), "MPI_Win_flush");
       if (st.ok()) {
         AddInPlace(fetched.data(), data, dtype, count);
-        st = Check(MPI_Put(fetched.data(), n, MPI_BYTE, dst, slot_at, n, MPI_BYTE, data_win_),
-                   "MPI_Put");
+        st = MpiCheck(MPI_Put(fetched.data(), n, MPI_BYTE, dst, slot_at, n, MPI_BYTE, data_win_),
+                      "MPI_Put");
       }
       if (st.ok()) {
-        st = Check(MPI_Accumulate(&p, 1, MPI_DOUBLE, dst, static_cast<MPI_Aint>(POffset(k, slot)),
-                                  1, MPI_DOUBLE, MPI_SUM, data_win_),
-                   "MPI_Accumulate");
+        st =
+            MpiCheck(MPI_Accumulate(&p, 1, MPI_DOUBLE, dst, static_cast<MPI_Aint>(POffset(k, slot)),
+                                    1, MPI_DOUBLE, MPI_SUM, data_win_),
+                     "MPI_Accumulate");
       }
     }
     if (st.ok()) {
-      st = Check(MPI_Accumulate(&one, 1, MPI_INT64_T, dst,
-                                static_cast<MPI_Aint>(VersionOffset(slot)), 1, MPI_INT64_T,
-                                MPI_SUM, data_win_),
-                 "MPI_Accumulate");
+      st = MpiCheck(
+          MPI_Accumulate(&one, 1, MPI_INT64_T, dst, static_cast<MPI_Aint>(VersionOffset(slot)), 1,
+                         MPI_INT64_T, MPI_SUM, data_win_),
+          "MPI_Accumulate");
     }
-    Status unlocked = Check(MPI_Win_unlock(dst, data_win_), "MPI_Win_unlock");
+    Status unlocked = MpiCheck(MPI_Win_unlock(dst, data_win_), "MPI_Win_unlock");
     WEFT_RETURN_IF_ERROR(st);
     WEFT_RETURN_IF_ERROR(unlocked);
   }
@@ -436,18 +420,19 @@ Status MpiWindow::Get(const std::vector<std::pair<int, double>>& srcs) {
   for (const auto& [src, weight] : srcs) {
     double p = 0;
     WEFT_RETURN_IF_ERROR(
-        Check(MPI_Win_lock(MPI_LOCK_SHARED, src, 0, self_win_), "MPI_Win_lock"));
-    Status st = n == 0 ? OkStatus()
-                       : Check(MPI_Get(fetched.data(), n, MPI_BYTE, src, 0, n, MPI_BYTE,
-                                       self_win_),
+        MpiCheck(MPI_Win_lock(MPI_LOCK_SHARED, src, 0, self_win_), "MPI_Win_lock"));
+    Status st = n == 0
+                    ? OkStatus()
+                    : MpiCheck(MPI_Get(fetched.data(), n, MPI_BYTE, src, 0, n, MPI_BYTE, self_win_),
                                "MPI_Get");
-    Status unlocked = Check(MPI_Win_unlock(src, self_win_), "MPI_Win_unlock");
+    Status unlocked = MpiCheck(MPI_Win_unlock(src, self_win_), "MPI_Win_unlock");
     WEFT_RETURN_IF_ERROR(st);
     WEFT_RETURN_IF_ERROR(unlocked);
     WEFT_RETURN_IF_ERROR(
-        Check(MPI_Win_lock(MPI_LOCK_SHARED, src, 0, data_win_), "MPI_Win_lock"));
-    st = Check(MPI_Get(&p, 1, MPI_DOUBLE, src, kPSelfOffset, 1, MPI_DOUBLE, data_win_), "MPI_Get");
-    unlocked = Check(MPI_Win_unlock(src, data_win_), "MPI_Win_unlock");
+        MpiCheck(MPI_Win_lock(MPI_LOCK_SHARED, src, 0, data_win_), "MPI_Win_lock"));
+    st = MpiCheck(MPI_Get(&p, 1, MPI_DOUBLE, src, kPSelfOffset, 1, MPI_DOUBLE, data_win_),
+                  "MPI_Get");
+    unlocked = MpiCheck(MPI_Win_unlock(src, data_win_), "MPI_Win_unlock");
     WEFT_RETURN_IF_ERROR(st);
     WEFT_RETURN_IF_ERROR(unlocked);
 
@@ -476,11 +461,11 @@ StatusOr<bool> MpiWindow::TryLockMutexes(const std::vector<int>& ranks) {
       held_.insert(std::upper_bound(held_.begin(), held_.end(), r), r);
       continue;
     }
-    WEFT_RETURN_IF_ERROR(Check(MPI_Win_lock(MPI_LOCK_SHARED, r, 0, data_win_), "MPI_Win_lock"));
-    Status st = Check(MPI_Compare_and_swap(&mine, &free_value, &found, MPI_INT64_T, r, 0,
-                                           data_win_),
-                      "MPI_Compare_and_swap");
-    Status unlocked = Check(MPI_Win_unlock(r, data_win_), "MPI_Win_unlock");
+    WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Win_lock(MPI_LOCK_SHARED, r, 0, data_win_), "MPI_Win_lock"));
+    Status st =
+        MpiCheck(MPI_Compare_and_swap(&mine, &free_value, &found, MPI_INT64_T, r, 0, data_win_),
+                 "MPI_Compare_and_swap");
+    Status unlocked = MpiCheck(MPI_Win_unlock(r, data_win_), "MPI_Win_unlock");
     WEFT_RETURN_IF_ERROR(st);
     WEFT_RETURN_IF_ERROR(unlocked);
     if (found != 0) return false;  // held by rank found - 1; keep what we have, retry
@@ -506,11 +491,11 @@ Status MpiWindow::UnlockMutexes(const std::vector<int>& ranks) {
       held_.erase(it);
       continue;
     }
-    WEFT_RETURN_IF_ERROR(Check(MPI_Win_lock(MPI_LOCK_SHARED, r, 0, data_win_), "MPI_Win_lock"));
-    Status st = Check(MPI_Compare_and_swap(&free_value, &mine, &previous, MPI_INT64_T, r, 0,
-                                           data_win_),
-                      "MPI_Compare_and_swap");
-    Status unlocked = Check(MPI_Win_unlock(r, data_win_), "MPI_Win_unlock");
+    WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Win_lock(MPI_LOCK_SHARED, r, 0, data_win_), "MPI_Win_lock"));
+    Status st =
+        MpiCheck(MPI_Compare_and_swap(&free_value, &mine, &previous, MPI_INT64_T, r, 0, data_win_),
+                 "MPI_Compare_and_swap");
+    Status unlocked = MpiCheck(MPI_Win_unlock(r, data_win_), "MPI_Win_unlock");
     WEFT_RETURN_IF_ERROR(st);
     WEFT_RETURN_IF_ERROR(unlocked);
     held_.erase(it);
