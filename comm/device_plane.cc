@@ -319,18 +319,26 @@ Status NcclPlane::RunStaged(const Response& response, Group& group) {
   }
   // A rank that could not stage must not leave the others waiting in the collective.
   int ok = status.ok() ? 1 : 0;
+  // Making the set's communicator is collective over the set: it fails on the members
+  // alike, which then skip the agreement below.
   StatusOr<MPI_Comm> comm = host_->CommOf(group[0]->desc.group);
-  if (!comm.ok()) return comm.status();
-  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, *comm);
-  if (!ok && status.ok()) {
-    status = FailedPrecondition(
-        "another rank could not copy its CUDA tensor to host memory "
-        "(see its error)");
+  if (!comm.ok()) {
+    status = comm.status();
+  } else {
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, *comm);
+    if (!ok && status.ok()) {
+      status = FailedPrecondition(
+          "another rank could not copy its CUDA tensor to host memory "
+          "(see its error)");
+    }
   }
   if (status.ok()) {
     TraceGroup(timeline_, group, "stage", start);
-    status = host_->Run(response, group).value_or(Internal("the host plane completed a staged op"));
+    std::optional<Status> ran = host_->Run(response, group);
+    status = ran.has_value() ? std::move(*ran) : Internal("the host plane completed a staged op");
   }
+  // The requests get their own views back, on every path: a failed op leaves no request
+  // pointing into the staging buffers.
   for (size_t i = 0; i < group.size(); ++i) {
     Request& r = *group[i];
     Staged& st = staged[i];
