@@ -39,11 +39,15 @@ const config::IntSetting kMaxSleepMicros("WEFT_ENGINE_MAX_SLEEP_MICROS", 1000,
                                          "Longest sleep between polls while ops are outstanding.",
                                          /*min=*/0, /*max=*/1000000);
 
+const config::IntSetting kWaitSpinMaxMicros(
+    "WEFT_ENGINE_WAIT_SPIN_MAX_MICROS", 5000,
+    "A thread waiting for its op polls up to twice as long as the last op took to run, at "
+    "most this long (0: only WEFT_ENGINE_SPIN_MICROS).",
+    /*min=*/0, /*max=*/10000000);
+
 // How long the engine thread sleeps when it finds a caller driving; the caller wakes it
 // sooner when it stops with work left.
 constexpr int64_t kDrivenSleepMicros = 50000;
-// The longest a waiting caller spins because ops take long (Engine::WaitSpinMicros).
-constexpr int64_t kMaxWaitSpinMicros = 50000;
 
 constexpr int kDescriptorTag = 1;
 constexpr int kResponseTag = 2;
@@ -376,8 +380,8 @@ Status Engine::DriveUntilDone(Request& r) {
 int64_t Engine::WaitSpinMicros() const {
   const int64_t spin = kSpinMicros.Get();
   if (spin == 0) return 0;
-  return std::max(spin,
-                  std::min(2 * last_run_us_.load(std::memory_order_relaxed), kMaxWaitSpinMicros));
+  return std::max(
+      spin, std::min(2 * last_run_us_.load(std::memory_order_relaxed), kWaitSpinMaxMicros.Get()));
 }
 
 void Engine::HandBack() {
@@ -631,7 +635,9 @@ void Engine::Execute(const Response& response, std::vector<std::shared_ptr<Reque
       std::optional<Status> ran = plane.Run(response, group);
       if (!ran.has_value()) {
         // The plane completes the group (or has): its work may outlive this call, and
-        // FailAll must not complete it a second time.
+        // FailAll must not complete it a second time. No other request can hold one of
+        // these keys by now: requests enter outstanding_ only when Progress drains the
+        // queue, not while an op runs.
         for (auto& r : group) outstanding_.erase(r->desc.key);
         return;
       }

@@ -177,9 +177,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void HandBack();
   // How long a caller waiting for its op polls before it sleeps and hands progress back:
   // WEFT_ENGINE_SPIN_MICROS, or twice as long as the last op took to run if that is longer
-  // (up to 50 ms; not when the setting is 0). When ops take milliseconds, the ranks leave
-  // one op milliseconds apart, and so wait that long for the next op's answer: a caller
-  // asleep by then would see it only at the engine thread's next poll (up to
+  // (up to WEFT_ENGINE_WAIT_SPIN_MAX_MICROS; not when the first is 0). When ops take milliseconds,
+  // the ranks leave one op milliseconds apart, and so wait that long for the next op's answer: a
+  // caller asleep by then would see it only at the engine thread's next poll (up to
   // WEFT_ENGINE_MAX_SLEEP_MICROS later), on every op. A blocking MPI call polls throughout.
   int64_t WaitSpinMicros() const;
   bool Progress();  // requires progress_mu_
@@ -235,8 +235,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool shutdown_done_ = false;
   int64_t last_stall_check_us_ = 0;
   std::atomic<int64_t> last_run_us_{0};  // how long the last op took to run (Execute)
-  // What runs the agreed ops (data_plane.h), made by Start(): host memory, and CUDA
-  // tensors (whose work may complete later, through Finish).
+  // What runs the agreed ops (data_plane.h), made by Start() (every use of them comes
+  // after it; the host plane keeps `peers`, which init() sets before): host memory, and
+  // CUDA tensors (whose work may complete later, through Finish).
   std::unique_ptr<HostPlane> host_;
   std::unique_ptr<DevicePlane> device_;
 };
