@@ -62,9 +62,6 @@ class HostPlane : public DataPlane {
 std::unique_ptr<HostPlane> MakeHostPlane(const Context& ctx, Timeline* timeline,
                                          PeerTransport* peers);
 
-// Synchronous copies between host memory and a CUDA device.
-using HostCopier = std::function<Status(void* dst, const void* src, size_t bytes, bool to_device)>;
-
 // CUDA tensors.
 class DevicePlane : public DataPlane {
  public:

@@ -707,10 +707,7 @@ void Engine::ReapSends() {
   }
 }
 
-StatusOr<std::function<Status(void*, const void*, size_t, bool)>> Engine::DeviceCopier(
-    const Device& device) {
-  return device_->Copier(device);
-}
+StatusOr<HostCopier> Engine::DeviceCopier(const Device& device) { return device_->Copier(device); }
 
 void Engine::Span(const Request& r, const char* phase, int64_t start_us, int64_t end_us,
                   const std::string& detail) {

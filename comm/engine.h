@@ -36,6 +36,9 @@ class DevicePlane;
 // One op, from submission to completion.
 class Engine;
 
+// Synchronous copies between host memory and a CUDA device.
+using HostCopier = std::function<Status(void* dst, const void* src, size_t bytes, bool to_device)>;
+
 struct Request {
   Descriptor desc;  // what is negotiated (op, key, shape, pattern...)
   TensorView in;
@@ -140,8 +143,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // the device work the engine queued: windows on CUDA tensors stage through host memory
   // with it. Only from the thread making progress (a window op's action). Fails in builds
   // without the NCCL backend.
-  StatusOr<std::function<Status(void* dst, const void* src, size_t bytes, bool to_device)>>
-  DeviceCopier(const Device& device);
+  StatusOr<HostCopier> DeviceCopier(const Device& device);
 
   // WEFT_STALL_TIMEOUT_SECONDS (0: wait forever).
   static double stall_timeout_s();

@@ -196,7 +196,7 @@ Status win_create(const TensorView& x, const std::string& name, const WinCreateO
     // has the same device type: the coordinator checked).
     TensorView host_x = x;
     std::shared_ptr<std::vector<char>> host;
-    std::function<Status(void*, const void*, size_t, bool)> copy;
+    comm::HostCopier copy;
     if (x.device().type != Device::Type::kCPU) {
       Status staged = [&]() -> Status {
         WEFT_ASSIGN_OR_RETURN(copy, raw->engine->DeviceCopier(x.device()));
