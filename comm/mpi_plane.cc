@@ -101,8 +101,6 @@ Status Bcast(void* buf, size_t bytes, int root, MPI_Comm comm) {
   return OkStatus();
 }
 
-}  // namespace
-
 class MpiPlane : public HostPlane {
  public:
   MpiPlane(const Context& ctx, Timeline* timeline, PeerTransport* peers)
@@ -152,11 +150,6 @@ class MpiPlane : public HostPlane {
   std::vector<std::vector<char>> send_scratch_;
   std::map<std::vector<int32_t>, MPI_Comm> group_comms_;  // CommOf
 };
-
-std::unique_ptr<HostPlane> MakeHostPlane(const Context& ctx, Timeline* timeline,
-                                         PeerTransport* peers) {
-  return std::make_unique<MpiPlane>(ctx, timeline, peers);
-}
 
 std::optional<Status> MpiPlane::Run(const Response& response, Group& group) {
   switch (response.op) {
@@ -551,6 +544,13 @@ Status MpiPlane::RunHierarchical(Group& group) {
 
 Status MpiPlane::RunPairGossip(Group& group) {
   return ExchangeAndCombine(group, group[0]->recv);  // recv = {peer: pair_weight}
+}
+
+}  // namespace
+
+std::unique_ptr<HostPlane> MakeHostPlane(const Context& ctx, Timeline* timeline,
+                                         PeerTransport* peers) {
+  return std::make_unique<MpiPlane>(ctx, timeline, peers);
 }
 
 }  // namespace comm
