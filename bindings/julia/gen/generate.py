@@ -1,27 +1,37 @@
 #!/usr/bin/python3
 """Generates the Julia mirror of weft's C ABI.
 
-Reads capi/include/weft/weft.h and writes bindings/julia/Weft/src/capi.jl: one Julia
-function per WEFT_API function (a ccall with the exact C types), the structs the functions
-take (the DLPack structs and weft's option structs), the weft_status values and the version
-macros as constants.
+Reads capi/include/weft/weft.h and trainer.h and writes bindings/julia/Weft/src/capi.jl:
+one Julia function per WEFT_API function (a ccall with the exact C types), the structs the
+functions take (the DLPack structs and weft's option structs), the enums' values and the
+integer macros as constants, and a keyword constructor per option struct with its _INIT
+macro's defaults.
 
     /usr/bin/python3 bindings/julia/gen/generate.py            # (re)write capi.jl
     /usr/bin/python3 bindings/julia/gen/generate.py --check    # exit 1 with a diff if stale
 
-The header is parsed by a deliberately small C reader that knows the few shapes weft.h uses
-(object-like #defines, typedef'd enums and structs, WEFT_API function declarations,
-#if/#ifdef blocks). Anything else makes it stop with an error naming the line: a binding
-generated from a half-understood header is worse than none. Standard library only; the
-output depends on nothing but the header, so it is deterministic.
+SWIG reads the header (`swig -xml`, the same reading the Python and Go bindings are built
+from): every declaration, type, enum value and macro value comes from its tree, the _INIT
+values included (SWIG's preprocessor expands each one in a constant this script declares).
+The header's text is only searched for what the tree leaves out: the comments, which
+become the docs, and each function's declaration as written, for its "C:" line. A
+construct the mapping does not know (an array parameter, an unknown type, a value it
+cannot translate) stops the script with an error naming it: a binding generated from a
+half-understood header is worse than none. The output depends on the headers and SWIG
+alone (4.0, Debian 12's), so it is deterministic.
 """
 
 import argparse
+import ast
 import difflib
 import os
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import textwrap
+import xml.etree.ElementTree as ET
 
 # Paths relative to the repository root (this file is bindings/julia/gen/generate.py).
 # abspath, not realpath: under Bazel the script is a symlink in a runfiles tree.
@@ -36,9 +46,10 @@ GENERATOR_REL = "bindings/julia/gen/generate.py"
 class HeaderError(Exception):
     """The header has a construct this generator does not understand."""
 
-    def __init__(self, line, message):
+    def __init__(self, line, message, path=None):
         super().__init__(message)
         self.line = line  # 0 when the problem is not on one line
+        self.path = path  # the header, when known
 
 
 # ---- C types -> Julia types --------------------------------------------------------------
@@ -118,51 +129,39 @@ def julia_name(name):
 
 
 class TypeMapper:
-    """Maps a C declaration (type plus optional name) to a Julia type."""
+    """Maps a C type, in SWIG's notation, to a Julia type."""
 
     def __init__(self):
         self.structs = {"DLTensor", "DLManagedTensor", "DLDevice", "DLDataType"}
         self.enums = set()
 
-    def parse_declarator(self, text, line):
-        """'const DLTensor* in' -> (base spelling, pointer depth, name or None,
-        is a function pointer)."""
-        text = " ".join(text.split())
-        fnptr = re.fullmatch(r"(.+?)\(\s*\*\s*(\w*)\s*\)\s*\((.*)\)", text)
-        if fnptr:
-            return None, 1, fnptr.group(2) or None, True
-        if "[" in text:
-            raise HeaderError(line, "array declarators are not supported: %r" % text)
-        tokens = re.findall(r"[A-Za-z_]\w*|\*|\S", text)
-        stray = [t for t in tokens if not (t == "*" or re.fullmatch(r"[A-Za-z_]\w*", t))]
-        if stray:
-            raise HeaderError(line, "cannot read declaration %r" % text)
-        depth = tokens.count("*")
-        words = [t for t in tokens if t != "*" and t not in ("const", "volatile", "struct",
-                                                              "enum")]
-        name = None
-        # The last word is the declared name unless the words alone form the type.
-        if len(words) >= 2 and tokens[-1] != "*" and not self._is_type(" ".join(words)):
-            name = words.pop()
-        base = " ".join(words)
-        if not self._is_type(base):
-            raise HeaderError(line, "unknown C type %r in %r" % (base, text))
-        return base, depth, name, False
-
-    def _is_type(self, base):
-        return base in C_SCALARS or base in self.structs or base in self.enums
-
-    def julia_type(self, base, depth, fnptr, role, const=True):
-        """role: 'param' (a const char* is a Cstring; a char* buffer the callee writes,
-        const False, is a Ptr{Cchar}), 'return' or 'field'."""
-        if fnptr:
+    def julia_type(self, swig_type, role, where):
+        """swig_type: SWIG's spelling of a C type, outermost part first ('p.q(const).char'
+        is const char*, 'p.f(p.void).void' a pointer to a function). role: 'param' (a
+        const char* is a Cstring; a char* buffer the callee writes stays Ptr{Cchar}),
+        'return' or 'field'."""
+        parts = split_swig_type(swig_type)
+        depth, const = 0, False  # const: the pointee (the innermost qualifier) is const
+        while parts and (parts[0] == "p" or parts[0].startswith("q(")):
+            depth += parts[0] == "p"
+            const = parts[0].startswith("q(") and "const" in parts[0]
+            parts.pop(0)
+        if parts and parts[0].startswith("f("):
+            if depth != 1:
+                raise HeaderError(0, "%s: unsupported function type %r" % (where, swig_type))
             return "Ptr{Cvoid}"  # a C function pointer, e.g. from @cfunction
+        if any(not re.fullmatch(r"[\w ]+", p) for p in parts):
+            raise HeaderError(0, "%s: unsupported type %r (arrays, references)" % (
+                where, swig_type))
+        base = re.sub(r"^(struct|enum) ", "", ".".join(parts))
         if base in self.enums:
-            jl = "Cint"
+            jl = "Cint"  # C enums are ints on every ABI Julia runs on
         elif base in C_SCALARS:
             jl = C_SCALARS[base]
-        else:
+        elif base in self.structs:
             jl = base
+        else:
+            raise HeaderError(0, "%s: unknown C type %r" % (where, base))
         if role == "param" and base == "char" and depth == 1 and const:
             # Julia checks a Cstring argument for embedded NULs and passes it NUL-ended.
             # Returned strings (and char** out-parameters) stay Ptr{Cchar}: they may be
@@ -173,17 +172,92 @@ class TypeMapper:
         return jl
 
 
-# ---- reading the header ------------------------------------------------------------------
+def split_swig_type(swig_type):
+    """'p.q(const).char' -> ['p', 'q(const)', 'char'] (dots inside parentheses kept)."""
+    parts, depth, cur = [], 0, ""
+    for c in swig_type:
+        if c == "." and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        cur += c
+    if cur:
+        parts.append(cur)
+    return parts
 
-class Item:
-    """One top-level thing in the header, with the comment just above it."""
 
-    def __init__(self, kind, line, text, doc):
-        self.kind = kind  # 'define', 'decl' or 'section'
-        self.line = line
-        self.text = text
-        self.doc = doc  # list of comment lines (may be empty)
+# ---- reading the header: SWIG ------------------------------------------------------------
 
+# What SWIG's tree leaves out is the header's comments and the values of brace-initializer
+# macros. The values come from SWIG too: the interface declares one constant per option
+# struct, initialized with the struct's _INIT macro, and SWIG's preprocessor expands it.
+INIT_PROBE = "weft_julia_init__"
+
+
+def find_swig():
+    path = shutil.which("swig")
+    for fallback in ("/usr/bin/swig", "/usr/local/bin/swig"):
+        if not path and os.access(fallback, os.X_OK):
+            path = fallback
+    if not path:
+        raise HeaderError(0, "cannot find swig, which reads the header for this generator "
+                             "(./tools/weft.sh setup installs it)")
+    return path
+
+
+def attributes(node):
+    found = node.find("attributelist")
+    if found is None:
+        return {}
+    return {a.get("name"): a.get("value") for a in found.findall("attribute")}
+
+
+def run_swig(interface, workdir):
+    iface = os.path.join(workdir, "weft_julia.i")
+    with open(iface, "w", encoding="utf-8") as f:
+        f.write(interface)
+    out = os.path.join(workdir, "weft_julia.xml")
+    proc = subprocess.run([find_swig(), "-xml", "-o", out, iface], capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        raise HeaderError(0, "swig could not read the header:\n" + proc.stderr.strip())
+    return ET.parse(out).getroot()
+
+
+def read_with_swig(headers):
+    """SWIG's reading of the headers, in order: ({path: [top-level nodes of that file]},
+    {struct name: [its _INIT macro's values, as SWIG expanded them]})."""
+    interface = "%module weft_julia\n" + "".join('%%include "%s"\n' % h for h in headers)
+    with tempfile.TemporaryDirectory(prefix="weft_julia_",
+                                     dir=os.environ.get("TEST_TMPDIR")) as workdir:
+        root = run_swig(interface, workdir)
+        structs = [attributes(n)["name"] for n in root.iter("class")]
+        probes = "".join(
+            "#ifdef %s_INIT\nstatic const %s %s%s = %s_INIT;\n#endif\n" % (
+                s.upper(), s, INIT_PROBE, s, s.upper()) for s in structs)
+        root = run_swig(interface + probes, workdir)
+    files = {}
+    for include in root.iter("include"):
+        name = attributes(include).get("name")
+        if name in headers:
+            files[name] = [n for n in include if n.tag != "attributelist"]
+    missing = [h for h in headers if h not in files]
+    if missing:
+        raise HeaderError(0, "SWIG's tree has no part for %s" % ", ".join(missing))
+    inits = {}
+    for node in root.iter("cdecl"):
+        a = attributes(node)
+        if a.get("name", "").startswith(INIT_PROBE):
+            value = a.get("value", "").strip()
+            if not (value.startswith("{") and value.endswith("}")):
+                raise HeaderError(0, "%s_INIT is not a brace initializer: %r" % (
+                    a["name"][len(INIT_PROBE):].upper(), value))
+            inits[a["name"][len(INIT_PROBE):]] = split_top_level(value[1:-1])
+    return files, inits
+
+
+# ---- the header's text: comments ---------------------------------------------------------
 
 def comment_lines(comment):
     """'/* a\n * b */' -> ['a', 'b']."""
@@ -206,186 +280,77 @@ def comment_lines(comment):
 SECTION_RE = re.compile(r"^-{2,}\s*(.*?)\s*-*$")
 
 
-class PreprocessorState:
-    """Tracks #if/#ifdef nesting. The header is read as a C99 compiler without GNU
-    extensions would: __cplusplus, __GNUC__ and __clang__ are not defined."""
+class HeaderText:
+    """One header's text, for what SWIG's tree does not keep: the comments (a declaration's
+    doc is the comment just above it; a one-line "---- title ----" comment starts a
+    section; a member's comment is the one on its line), and each function's spelling for
+    the "C:" line. Lexical only: it finds comments and where SWIG's declarations are
+    written, and never reads a declaration's meaning."""
 
-    def __init__(self):
-        self.defined = set()
-        self.stack = []  # (active, any_branch_taken, parent_active)
+    def __init__(self, path, text):
+        self.path = path
+        self.text = text
+        self.comments = [(m.start(), m.end()) for m in re.finditer(r"/\*.*?\*/", text, re.S)]
+        # The text with every comment blanked out (same offsets), where declarations are
+        # looked for.
+        code = list(text)
+        for start, end in self.comments:
+            for k in range(start, end):
+                if code[k] != "\n":
+                    code[k] = " "
+        self.code = "".join(code)
+        # The file's opening comment describes the header; capi.jl points at it instead.
+        self.preamble = self.comments[0] if self.comments and \
+            not text[:self.comments[0][0]].strip() else None
 
-    def active(self):
-        return all(frame[0] for frame in self.stack)
+    def line(self, offset):
+        return self.text.count("\n", 0, offset) + 1
 
-    def evaluate(self, expr, line):
-        expr = expr.strip()
-        py = re.sub(r"defined\s*\(\s*(\w+)\s*\)|defined\s+(\w+)",
-                    lambda m: str((m.group(1) or m.group(2)) in self.defined), expr)
-        py = py.replace("||", " or ").replace("&&", " and ")
-        py = re.sub(r"!(?!=)", " not ", py)
-        if not re.fullmatch(r"[\sA-Za-z0-9()]*", py) or re.search(
-                r"\b(?!True\b|False\b|and\b|or\b|not\b)[A-Za-z_]\w*", py):
-            raise HeaderError(line, "cannot evaluate #if %s" % expr)
-        return bool(eval(py, {"__builtins__": {}}, {}))  # only True/False/and/or/not
+    def error(self, offset, message):
+        return HeaderError(self.line(offset), message, self.path)
 
-    def directive(self, text, line):
-        """Handles one preprocessor line; returns ('define', name, value) for #define in
-        an active region, ('include',) for #include, else None."""
-        m = re.fullmatch(r"#\s*(\w+)\s*(.*)", text, re.S)
-        if not m:
-            raise HeaderError(line, "cannot read directive %r" % text)
-        word, rest = m.group(1), m.group(2).strip()
-        if word in ("ifdef", "ifndef"):
-            value = rest in self.defined
-            value = value if word == "ifdef" else not value
-            parent = self.active()
-            self.stack.append([parent and value, value, parent])
-        elif word == "if":
-            parent = self.active()
-            value = self.evaluate(rest, line) if parent else False
-            self.stack.append([parent and value, value, parent])
-        elif word == "elif":
-            frame = self._top(line)
-            value = (not frame[1]) and frame[2] and self.evaluate(rest, line)
-            frame[0] = value
-            frame[1] = frame[1] or value
-        elif word == "else":
-            frame = self._top(line)
-            frame[0] = frame[2] and not frame[1]
-            frame[1] = True
-        elif word == "endif":
-            self._top(line)
-            self.stack.pop()
-        elif not self.active():
-            return None
-        elif word == "define":
-            d = re.fullmatch(r"(\w+)(\(?)(.*)", rest, re.S)
-            if d.group(2):
-                raise HeaderError(line, "function-like macros are not supported: %r" % text)
-            self.defined.add(d.group(1))
-            return ("define", d.group(1), " ".join(d.group(3).split()))
-        elif word == "include":
-            return ("include",)
-        else:
-            raise HeaderError(line, "unsupported directive #%s" % word)
-        return None
+    def find(self, pattern, what):
+        """The one place `pattern` matches outside comments."""
+        found = list(re.finditer(pattern, self.code, re.M))
+        if len(found) != 1:
+            raise HeaderError(0, "%s %s (SWIG read it)" % (
+                what, "is written %d times" % len(found) if found else "cannot be found"),
+                self.path)
+        return found[0]
 
-    def _top(self, line):
-        if not self.stack:
-            raise HeaderError(line, "#else/#elif/#endif without #if")
-        return self.stack[-1]
+    def sections(self):
+        """[(offset, title)] of the section banners."""
+        found = []
+        for start, end in self.comments:
+            lines = comment_lines(self.text[start:end])
+            m = SECTION_RE.match(lines[0]) if len(lines) == 1 else None
+            if m:
+                found.append((start, m.group(1)))
+        return found
 
+    def doc_before(self, offset):
+        """The lines of the comment just above `offset` (nothing but blank space between),
+        unless it is a section banner or the file's opening comment."""
+        for start, end in reversed(self.comments):
+            if end > offset:
+                continue
+            if self.text[end:offset].strip() or (start, end) == self.preamble:
+                return []
+            lines = comment_lines(self.text[start:end])
+            if len(lines) == 1 and SECTION_RE.match(lines[0]):
+                return []
+            return lines
+        return []
 
-def read_header(text):
-    """Splits the header into Items (in order), keeping comments as docs."""
-    items = []
-    pp = PreprocessorState()
-    pending_doc = []  # comment lines seen since the last item
-    decl = []  # characters of the declaration being read
-    decl_line = 0
-    brace_depth = 0
-    i, n, line = 0, len(text), 1
-    first_comment = True
-    while i < n:
-        c = text[i]
-        if text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            if end < 0:
-                raise HeaderError(line, "unterminated comment")
-            comment = text[i:end + 2]
-            if not pp.active():
-                pass  # inside #ifdef __cplusplus and the like
-            elif decl:
-                # A comment inside a declaration (e.g. after an enum value) stays in it:
-                # it becomes that member's trailing comment.
-                decl.append(comment)
-            elif first_comment:
-                pass  # the file's preamble: capi.jl points at the header instead
-            else:
-                lines = comment_lines(comment)
-                section = SECTION_RE.match(lines[0]) if len(lines) == 1 else None
-                if section:
-                    items.append(Item("section", line, section.group(1), []))
-                    pending_doc = []
-                else:
-                    pending_doc = lines
-            first_comment = False
-            line += comment.count("\n")
-            i = end + 2
-            continue
-        if c == "#" and not decl and (i == 0 or text[i - 1] == "\n" or
-                                      text[text.rfind("\n", 0, i) + 1:i].strip() == ""):
-            # A directive runs to the end of the line, with backslash continuations.
-            start_line = line
-            j = i
-            while True:
-                eol = text.find("\n", j)
-                eol = n if eol < 0 else eol
-                if text[j:eol].rstrip().endswith("\\") and eol < n:
-                    j = eol + 1
-                    continue
-                break
-            directive = text[i:eol].replace("\\\n", " ")
-            directive = re.sub(r"/\*.*?\*/", " ", directive, flags=re.S)
-            line += text[i:eol].count("\n")
-            i = eol
-            result = pp.directive(directive.strip(), start_line)
-            if result and result[0] == "define":
-                items.append(Item("define", start_line, (result[1], result[2]),
-                                  pending_doc))
-                pending_doc = []
-            continue
-        if c == "\n":
-            line += 1
-            if decl:
-                decl.append(c)
-            i += 1
-            continue
-        if not pp.active():
-            i += 1
-            continue
-        if c.isspace() and not decl:
-            i += 1
-            continue
-        if not decl:
-            decl_line = line
-        decl.append(c)
-        if c == "{":
-            brace_depth += 1
-        elif c == "}":
-            brace_depth -= 1
-        elif c == ";" and brace_depth == 0:
-            items.append(Item("decl", decl_line, "".join(decl), pending_doc))
-            pending_doc = []
-            decl = []
-        i += 1
-    if decl:
-        raise HeaderError(decl_line, "declaration without ';': %r" % "".join(decl)[:60])
-    if pp.stack:
-        raise HeaderError(line, "#if without #endif")
-    return items
-
-
-# ---- the model: what capi.jl will hold ---------------------------------------------------
-
-def split_top_level(text, sep=","):
-    parts, depth, cur = [], 0, []
-    for c in text:
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        if c == sep and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(c)
-    parts.append("".join(cur))
-    return [p.strip() for p in parts]
-
-
-def strip_comments(text):
-    return re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    def body(self, match, what):
+        """The text between the braces that follow `match`, comments included."""
+        open_at = self.code.index("{", match.end() - 1)
+        depth = 0
+        for k in range(open_at, len(self.code)):
+            depth += {"{": 1, "}": -1}.get(self.code[k], 0)
+            if depth == 0:
+                return self.text[open_at + 1:k]
+        raise self.error(open_at, "%s: unbalanced braces" % what)
 
 
 def members_with_comments(body):
@@ -425,40 +390,35 @@ def members_with_comments(body):
     return [(m, "; ".join(c) or None) for m, c in members]
 
 
+def split_top_level(text, sep=","):
+    parts, depth, cur = [], 0, []
+    for c in text:
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        if c == sep and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts]
+
+
+# ---- the model: what capi.jl will hold ---------------------------------------------------
+
 class Model:
     def __init__(self):
         self.types = TypeMapper()
         self.sections = []  # list of (kind, payload) in header order
-        self.inits = {}  # struct name -> list of Julia init values
-        self.int_macros = {}  # name -> Julia expression
+        self.constants = {}  # name -> value
         self.enum_members = set()  # enumerators (Cint constants in capi.jl)
+        self.trainer_functions = set()  # declared in trainer.h: they live in libweft_trainer
+        self.bodied = set()  # structs with a body (the others are opaque)
 
     def add(self, kind, payload):
         self.sections.append((kind, payload))
-
-
-def julia_int_expr(value, known):
-    """A #define's value when it is an integer expression over integers and earlier
-    macros, written in Julia; else None."""
-    tokens = re.findall(r"\d+[uUlL]*|[A-Za-z_]\w*|\S", value)
-    out = []
-    for t in tokens:
-        if re.fullmatch(r"\d+[uUlL]*", t):
-            out.append(t.rstrip("uUlL"))
-        elif re.fullmatch(r"[A-Za-z_]\w*", t):
-            if t not in known:
-                return None
-            out.append(t)
-        elif t in "+-*()":
-            out.append(t)
-        else:
-            return None
-    if not out:
-        return None
-    expr = " ".join(out).replace("( ", "(").replace(" )", ")")
-    if expr.startswith("(") and expr.endswith(")") and expr.count("(") == 1:
-        expr = expr[1:-1]
-    return expr
 
 
 FLOAT_LITERAL = r"\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+"
@@ -474,119 +434,190 @@ def julia_float_expr(value):
     return all(re.fullmatch(FLOAT_LITERAL, t) or t in "+-*/()" for t in tokens)
 
 
-def build_model(items):
+def int_value(text, where):
+    """An integer constant expression SWIG expanded ('(0*10000+1*100+0)'): its value."""
+    tree = ast.parse(re.sub(r"(\d+)[uUlL]+\b", r"\1", text.strip()), mode="eval")
+
+    def value(n):
+        if isinstance(n, ast.Expression):
+            return value(n.body)
+        if isinstance(n, ast.Constant) and isinstance(n.value, int):
+            return n.value
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
+            return -value(n.operand) if isinstance(n.op, ast.USub) else value(n.operand)
+        if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Add, ast.Sub, ast.Mult)):
+            a, b = value(n.left), value(n.right)
+            return a + b if isinstance(n.op, ast.Add) else \
+                a - b if isinstance(n.op, ast.Sub) else a * b
+        raise HeaderError(0, "%s: cannot translate the value %r" % (where, text))
+
+    return value(tree)
+
+
+def build_model(headers, texts):
+    """headers: the header paths in order (weft.h, then trainer.h, which adds to it);
+    texts: {path: text}."""
+    files, inits = read_with_swig(headers)
     model = Model()
-    for item in items:
-        if item.kind == "section":
-            model.add("section", item.text)
-        elif item.kind == "define":
-            name, value = item.text
-            if name == "WEFT_API" or not value:
-                continue  # the export attribute, and the include guard
-            if value.startswith("{"):
-                if not name.endswith("_INIT"):
-                    raise HeaderError(item.line,
-                                      "brace initializer %s is not an _INIT" % name)
-                inner = value.strip()[1:-1]
-                model.inits[name] = [v.strip() for v in split_top_level(inner)]
-                continue
-            expr = julia_int_expr(value, model.int_macros)
-            if expr is None:
-                raise HeaderError(item.line,
-                                  "cannot translate #define %s %s" % (name, value))
-            model.int_macros[name] = expr
-            model.add("const", (name, expr, item.doc))
-        elif item.kind == "decl":
-            parse_declaration(model, item)
-    # Every _INIT belongs to the struct of the same name.
-    structs = {p[0]: p for k, p in model.sections if k == "struct"}
-    for init_name, values in model.inits.items():
-        struct_name = init_name[:-len("_INIT")].lower()
-        if struct_name not in structs:
-            raise HeaderError(0, "%s has no struct %s" % (init_name, struct_name))
-        fields = structs[struct_name][1]
-        if len(values) != len(fields):
-            raise HeaderError(0, "%s has %d values for %d fields of %s" % (
-                init_name, len(values), len(fields), struct_name))
-        translated = []
-        for v in values:
-            if v == "NULL":
-                translated.append("C_NULL")
-            elif re.fullmatch(r"-?\d+(\.\d*)?([eE][-+]?\d+)?", v) or v in model.int_macros \
-                    or v in model.enum_members or julia_float_expr(v):
-                translated.append(v)
-            else:
-                raise HeaderError(0, "cannot translate %r in %s" % (v, init_name))
-        structs[struct_name][3] = (init_name, translated)
+    types = model.types
+    # Every type name first: a function may take a struct declared further down.
+    for nodes in files.values():
+        for node in nodes:
+            a = attributes(node)
+            if node.tag == "class" or (node.tag == "cdecl" and a.get("kind") == "typedef"
+                                       and a.get("type", "").startswith("struct ")):
+                types.structs.add(a["name"])
+            if node.tag == "class":
+                model.bodied.add(a["name"])
+            elif node.tag == "enum":
+                types.enums.update(a[k] for k in ("name", "tdname") if a.get(k))
+    entries = []  # (file index, offset, kind, payload): sorted into header order below
+    for index, path in enumerate(headers):
+        header = HeaderText(path, texts[path])
+        entries += [(index, offset, "section", title) for offset, title in header.sections()]
+        for node in files[path]:
+            try:
+                entry = model_entry(model, header, node, inits, trainer=index > 0)
+            except HeaderError as e:
+                e.path = e.path or path
+                raise
+            if entry is not None:
+                entries.append((index,) + entry)
+    entries.sort(key=lambda e: (e[0], e[1]))
+    for _, _, kind, payload in entries:
+        model.add(kind, payload)
     return model
 
 
-def parse_declaration(model, item):
+def model_entry(model, header, node, inits, trainer):
+    """(offset, kind, payload) for one of SWIG's top-level nodes, or None when capi.jl has
+    nothing for it."""
     types = model.types
-    code = " ".join(strip_comments(item.text).split())
-    # typedef enum name { ... } name;
-    m = re.fullmatch(r"typedef enum (\w+)?\s*\{(.*)\}\s*(\w+)\s*;", code)
-    if m:
-        body = item.text[item.text.index("{") + 1:item.text.rindex("}")]
+    a = attributes(node)
+    name = a.get("name")
+    if node.tag == "constant":
+        m = header.find(r"^[ \t]*#[ \t]*define[ \t]+%s\b" % name, "#define " + name)
+        value = a["value"].strip()
+        if re.fullmatch(r"-?\d+", value):
+            expr = value
+        else:
+            expr = str(int_value(value, "#define " + name))
+        model.constants[name] = int(expr)
+        return m.start(), "const", (name, expr, header.doc_before(m.start()))
+    if node.tag == "enum":
+        m = header.find(r"\btypedef\s+enum\s+%s\s*\{" % name, "enum " + name)
+        items = node.findall("enumitem")
+        members = members_with_comments(header.body(m, "enum " + name))
+        if len(members) != len(items):
+            raise header.error(m.start(), "enum %s: %d members in the text, %d "
+                              "read by SWIG" % (name, len(members), len(items)))
         values, next_value = [], 0
-        for member, comment in members_with_comments(body):
-            mm = re.fullmatch(r"(\w+)(?:\s*=\s*(-?\d+))?", member)
-            if not mm:
-                raise HeaderError(item.line, "cannot read enum member %r" % member)
-            if mm.group(2) is not None:
-                next_value = int(mm.group(2))
-            values.append((mm.group(1), next_value, comment))
+        for item, (code, comment) in zip(items, members):
+            ia = attributes(item)
+            if not re.match(r"%s\b" % ia["name"], code):
+                raise header.error(m.start(), "enum %s: member %r is not %s" % (
+                    name, code, ia["name"]))
+            if ia.get("enumvalue") is not None:
+                next_value = int_value(ia["enumvalue"], ia["name"])
+            values.append((ia["name"], next_value, comment))
             next_value += 1
-        types.enums.add(m.group(3))
-        if m.group(1):
-            types.enums.add(m.group(1))
         model.enum_members.update(v[0] for v in values)
-        model.add("enum", (m.group(3), values, item.doc))
-        return
-    # typedef struct name name;  (opaque handle)
-    m = re.fullmatch(r"typedef struct (\w+) (\w+)\s*;", code)
-    if m:
-        if m.group(1) != m.group(2):
-            raise HeaderError(item.line, "typedef name differs from the struct tag")
-        types.structs.add(m.group(2))
-        model.add("opaque", (m.group(2), item.doc))
-        return
-    # typedef struct name { fields } name;
-    m = re.fullmatch(r"typedef struct (\w+)?\s*\{(.*)\}\s*(\w+)\s*;", code)
-    if m:
-        name = m.group(3)
-        body = item.text[item.text.index("{") + 1:item.text.rindex("}")]
+        return m.start(), "enum", (a.get("tdname") or name, values, header.doc_before(m.start()))
+    if node.tag == "class":
+        if a.get("kind") != "struct":
+            raise HeaderError(0, "%s: unsupported %s" % (name, a.get("kind")))
+        m = header.find(r"\btypedef\s+struct\s+%s\s*\{" % name, "struct " + name)
+        fields_swig = [attributes(f) for f in node.findall("cdecl")
+                       if attributes(f).get("kind") == "variable"]
+        members = members_with_comments(header.body(m, "struct " + name))
+        if len(members) != len(fields_swig):
+            raise header.error(m.start(), "struct %s: %d fields in the text, %d "
+                              "read by SWIG" % (name, len(members), len(fields_swig)))
         fields = []
-        for member, comment in members_with_comments(body):
-            base, depth, fname, fnptr = types.parse_declarator(member, item.line)
-            if fname is None:
-                raise HeaderError(item.line, "unnamed field in %s" % name)
-            fields.append((fname, types.julia_type(base, depth, fnptr, "field"), comment))
-        types.structs.add(name)
-        # [name, fields, doc, init] (init filled in once the _INIT macro is known)
-        model.add("struct", [name, fields, item.doc, None])
-        return
-    # WEFT_API <return type> <name>(<parameters>);
-    m = re.fullmatch(r"WEFT_API (.+?)\b(\w+)\s*\((.*)\)\s*;", code)
-    if m:
-        ret_text, name, params_text = m.group(1), m.group(2), m.group(3)
-        base, depth, _, fnptr = types.parse_declarator(ret_text, item.line)
-        ret = types.julia_type(base, depth, fnptr, "return")
-        params = []
-        if params_text.strip() not in ("", "void"):
-            for k, p in enumerate(split_top_level(params_text)):
-                base, depth, pname, fnptr = types.parse_declarator(p, item.line)
-                if base == "void" and depth == 0:
-                    raise HeaderError(item.line, "void parameter in %s" % name)
-                const = re.match(r"\s*const\b", p) is not None
-                params.append((julia_name(pname or "arg%d" % (k + 1)),
-                               types.julia_type(base, depth, fnptr, "param", const)))
-        prototype = "%s %s(%s)" % (ret_text.strip().replace(" *", "*"), name,
-                                   ", ".join(" ".join(p.split()) for p in
-                                             split_top_level(params_text)))
-        model.add("function", (name, ret, params, item.doc, prototype))
-        return
-    raise HeaderError(item.line, "unsupported declaration: %r" % code[:80])
+        for fa, (code, comment) in zip(fields_swig, members):
+            if not re.search(r"\b%s\b" % fa["name"], code):
+                raise header.error(m.start(), "struct %s: field %r is not %s" % (
+                    name, code, fa["name"]))
+            ftype = types.julia_type(fa.get("decl", "") + fa["type"], "field",
+                                     "%s.%s" % (name, fa["name"]))
+            fields.append((fa["name"], ftype, comment))
+        init = None
+        if name in inits:
+            init = (name.upper() + "_INIT", init_values(model, name, fields, inits[name]))
+        # [name, fields, doc, init]
+        return m.start(), "struct", [name, fields, header.doc_before(m.start()), init]
+    if node.tag != "cdecl":
+        return None
+    kind = a.get("kind")
+    if kind == "typedef":
+        if not a.get("type", "").startswith("struct ") or name in model.bodied:
+            return None  # the typedef of an enum or of a struct with a body: seen above
+        m = header.find(r"\btypedef\s+struct\s+%s\s+%s\s*;" % (name, name),
+                        "opaque struct " + name)
+        return m.start(), "opaque", (name, header.doc_before(m.start()))
+    if kind == "variable" and name.startswith(INIT_PROBE):
+        return None
+    if kind != "function":
+        raise HeaderError(0, "%s: unsupported declaration (%s)" % (name, kind))
+    m = header.find(r"\bWEFT_API\b[^;]*?\b%s\s*\(" % name, "function " + name)
+    decl = header.code[m.start():header.code.index(";", m.end())]
+    # The function's "C:" line: its declaration as written, on one line.
+    code = " ".join(decl.split())
+    mm = re.fullmatch(r"WEFT_API (.+?)\b%s\s*\((.*)\)" % name, code)
+    if not mm:
+        raise header.error(m.start(), "cannot find the parameters of " + name)
+    prototype = "%s %s(%s)" % (mm.group(1).strip().replace(" *", "*"), name,
+                               ", ".join(" ".join(p.split())
+                                         for p in split_top_level(mm.group(2))))
+    # SWIG: decl is "f(<parameters>)." then the pointer part of the return type; type is
+    # the rest of the return type.
+    close = matching_paren(a["decl"], 1)
+    ret = types.julia_type(a["decl"][close + 2:] + a["type"], "return", name)
+    params = []
+    swig_params = [attributes(p) for p in node.iter("parm")]
+    if [p.get("type") for p in swig_params] == ["void"]:
+        swig_params = []
+    for k, p in enumerate(swig_params):
+        pname = p.get("name") or "arg%d" % (k + 1)
+        params.append((julia_name(pname),
+                       types.julia_type(p["type"], "param", "%s(%s)" % (name, pname))))
+    if trainer:
+        model.trainer_functions.add(name)
+    return m.start(), "function", (name, ret, params, header.doc_before(m.start()), prototype)
+
+
+def matching_paren(text, open_index):
+    depth = 0
+    for k in range(open_index, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[k], 0)
+        if depth == 0:
+            return k
+    raise HeaderError(0, "unbalanced %r" % text)
+
+
+def init_values(model, struct, fields, values):
+    """Julia values for a struct's _INIT macro, as SWIG expanded it; `version` is written
+    as the struct's version macro."""
+    init_name = struct.upper() + "_INIT"
+    if len(values) != len(fields):
+        raise HeaderError(0, "%s has %d values for %d fields of %s" % (
+            init_name, len(values), len(fields), struct))
+    translated = []
+    for (fname, _, _), v in zip(fields, values):
+        if fname == "version":
+            version = struct.upper() + "_VERSION"
+            if model.constants.get(version) is None or \
+                    not re.fullmatch(r"\d+", v) or int(v) != model.constants[version]:
+                raise HeaderError(0, "%s: version is %s, not %s" % (init_name, v, version))
+            translated.append(version)
+        elif v == "NULL":
+            translated.append("C_NULL")
+        elif re.fullmatch(r"-?\d+(\.\d*)?([eE][-+]?\d+)?", v) or v in model.enum_members \
+                or julia_float_expr(v):
+            translated.append(v)
+        else:
+            raise HeaderError(0, "cannot translate %r in %s" % (v, init_name))
+    return translated
 
 
 # ---- writing capi.jl ---------------------------------------------------------------------
@@ -695,15 +726,11 @@ def emit_function(out, name, ret, params, doc, prototype, library="libweft()"):
     out.append("end\n")
 
 
-def trainer_functions(trainer_text):
-    """The WEFT_API functions of trainer.h: they live in libweft_trainer."""
-    return set(re.findall(r"WEFT_API[^;(]*?\b(weft_\w+)\s*\(", trainer_text))
-
-
-def generate(header_text, trainer_text=""):
-    """capi.jl from weft.h and trainer.h (read as one header: trainer.h only adds)."""
-    model = build_model(read_header(header_text + "\n" + trainer_text))
-    in_trainer = trainer_functions(trainer_text)
+def generate(header, trainer_header, texts):
+    """capi.jl from weft.h and trainer.h (paths; texts: {path: text}). trainer.h only adds
+    to weft.h; its functions live in libweft_trainer."""
+    model = build_model([header, trainer_header], texts)
+    in_trainer = model.trainer_functions
     out = [PREAMBLE]
     exported = ["libweft", "libweft_trainer"]
 
@@ -782,14 +809,14 @@ def main(argv):
     parser.add_argument("--check", action="store_true",
                         help="regenerate in memory; exit 1 with a diff if --output differs")
     args = parser.parse_args(argv)
-    with open(args.header, encoding="utf-8") as f:
-        header = f.read()
-    with open(args.trainer_header, encoding="utf-8") as f:
-        trainer = f.read()
+    texts = {}
+    for path in (args.header, args.trainer_header):
+        with open(path, encoding="utf-8") as f:
+            texts[path] = f.read()
     try:
-        text = generate(header, trainer)
+        text = generate(args.header, args.trainer_header, texts)
     except HeaderError as e:
-        where = args.header + (":%d" % e.line if e.line else "")
+        where = (e.path or args.header) + (":%d" % e.line if e.line else "")
         print("generate.py: %s: %s" % (where, e), file=sys.stderr)
         return 2
     if args.check:

@@ -4,13 +4,15 @@
   (a) capi.jl is what gen/generate.py makes from the header today (generate.py --check);
   (b) every .jl file under bindings/julia parses: tree-sitter-julia finds no ERROR and no
       MISSING node;
-  (c) capi.jl agrees with the header as SWIG reads it, a C parser independent of the
-      generator: one wrapper per WEFT_API function whose ccall has the header's symbol,
-      argument count, argument types and return type; the option structs, the DLPack
-      structs (against the installed dlpack.h), the weft_status values, the version
-      constants and the _INIT defaults;
+  (c) capi.jl agrees with the header as SWIG reads it, through a type mapping and a
+      reading of capi.jl written apart from the generator's: one wrapper per WEFT_API
+      function whose ccall has the header's symbol, argument count, argument types and
+      return type; the option structs, the DLPack structs (against the installed
+      dlpack.h), the weft_status values, the version constants and the _INIT defaults;
   (d) the checks above fail on corrupted copies (a ccall with an argument dropped, a wrong
-      type, a missing wrapper, syntax errors), so the test cannot pass vacuously.
+      type, a missing wrapper, syntax errors), so the test cannot pass vacuously;
+  (e) the generator refuses, naming the declaration, headers it cannot map (an array
+      parameter, an unknown type, an integer division in an _INIT, a syntax error).
 
 Run by Bazel (//bindings/julia:julia_binding_test) or by hand from the repository root:
     WEFT_NODE_MODULES=~/.cache/weft/node/node_modules /usr/bin/python3 \\
@@ -568,6 +570,43 @@ def self_test(root, capi_text, capi_tree, weft, dlpack, header_text, workdir):
     return failures, report
 
 
+def refusal_test(root, workdir):
+    """The generator stops, naming the declaration, on headers it cannot map, instead of
+    writing a half-right capi.jl: ([failures], [report lines])."""
+    with open(os.path.join(root, HEADER_REL), encoding="utf-8") as f:
+        header_text = f.read()
+    cases = [
+        ("an array parameter", "WEFT_API int weft_rank(void);",
+         "WEFT_API int weft_rank(int ranks[4]);", "weft_rank(ranks): unsupported type"),
+        ("an unknown type", "WEFT_API int weft_size(void);",
+         "WEFT_API int weft_size(struct unknown_thing* thing);",
+         "weft_size(thing): unknown C type 'unknown_thing'"),
+        ("an integer division in an _INIT", "{ WEFT_PIPE_FREEZE_OPTIONS_VERSION, 1.0 / 3.0,",
+         "{ WEFT_PIPE_FREEZE_OPTIONS_VERSION, 1 / 3,",
+         "cannot translate '1 / 3' in WEFT_PIPE_FREEZE_OPTIONS_INIT"),
+        ("a syntax error", "WEFT_API int weft_size(void);", "WEFT_API int weft_size(void",
+         "swig could not read the header"),
+    ]
+    failures, report = [], []
+    for k, (label, old, new, needle) in enumerate(cases):
+        if header_text.count(old) != 1:
+            failures.append("refusal test %r: %r is not in %s once" % (label, old, HEADER_REL))
+            continue
+        path = os.path.join(workdir, "refused%d.h" % k)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(header_text.replace(old, new))
+        proc = subprocess.run(
+            [sys.executable, os.path.join(root, GENERATOR_REL), "--header", path,
+             "--output", os.path.join(workdir, "refused%d.jl" % k)],
+            capture_output=True, text=True)
+        said = (proc.stderr.strip().splitlines() or ["(nothing)"])[0]
+        report.append("  %-34s -> exit %d: %s" % (label, proc.returncode, said[:100]))
+        if proc.returncode != 2 or needle not in proc.stderr:
+            failures.append("generate.py on a header with %s: expected exit 2 naming %r, got "
+                            "exit %d: %s" % (label, needle, proc.returncode, proc.stderr))
+    return failures, report
+
+
 # ---- main --------------------------------------------------------------------------------
 
 def julia_files(root):
@@ -617,6 +656,8 @@ def main():
         failures, report = self_test(root, capi_text, capi_tree, weft, dlpack, header_text,
                                      workdir)
         problems += failures
+        failures, refusals = refusal_test(root, workdir)
+        problems += failures
     except SetupError as e:
         print("FAIL: %s" % e)
         return 1
@@ -631,6 +672,8 @@ def main():
                                       HEADER_REL))
     print("self-test on corrupted copies of capi.jl:")
     print("\n".join(report))
+    print("the generator on headers it cannot map:")
+    print("\n".join(refusals))
     if problems:
         print("\nFAIL: %d problem(s):" % len(problems))
         for p in problems:

@@ -68,8 +68,7 @@ const WEFT_VERSION_MAJOR = 0
 const WEFT_VERSION_MINOR = 1
 const WEFT_VERSION_PATCH = 0
 # major * 10000 + minor * 100 + patch
-const WEFT_VERSION_NUMBER =
-    WEFT_VERSION_MAJOR * 10000 + WEFT_VERSION_MINOR * 100 + WEFT_VERSION_PATCH
+const WEFT_VERSION_NUMBER = 100
 
 # ---- status, errors, version -------------------------------------------------------------
 # enum weft_status (a C int)
