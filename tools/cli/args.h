@@ -11,11 +11,31 @@
 #include <string>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "core/status.h"
 
 namespace weft {
 namespace cli {
+
+namespace internal {
+
+// What an out-of-range value should have been: "1..10", ">= 1" (no upper bound but the
+// type's), "<= 10".
+template <typename T>
+std::string RangeText(T min, T max, T lowest, T highest) {
+  if (min == lowest && max != highest) return absl::StrCat("<= ", max);
+  if (max == highest && min != lowest) return absl::StrCat(">= ", min);
+  return absl::StrCat(min, "..", max);
+}
+
+template <typename T>
+Status OutOfRange(absl::string_view option, T v, T min, T max, T lowest, T highest) {
+  return InvalidArgument(option, ": ", v, " is out of range; expected ",
+                         RangeText(min, max, lowest, highest));
+}
+
+}  // namespace internal
 
 // A decimal integer in [min, max].
 inline StatusOr<int64_t> Int(absl::string_view option, absl::string_view text,
@@ -26,7 +46,8 @@ inline StatusOr<int64_t> Int(absl::string_view option, absl::string_view text,
     return InvalidArgument(option, ": expected an integer, got '", text, "'");
   }
   if (v < min || v > max) {
-    return InvalidArgument(option, ": ", v, " is out of range; expected ", min, "..", max);
+    return internal::OutOfRange(option, v, min, max, std::numeric_limits<int64_t>::min(),
+                                std::numeric_limits<int64_t>::max());
   }
   return v;
 }
@@ -40,7 +61,37 @@ inline StatusOr<double> Real(absl::string_view option, absl::string_view text,
     return InvalidArgument(option, ": expected a number, got '", text, "'");
   }
   if (v < min || v > max) {
-    return InvalidArgument(option, ": ", v, " is out of range; expected ", min, "..", max);
+    return internal::OutOfRange(option, v, min, max, -std::numeric_limits<double>::max(),
+                                std::numeric_limits<double>::max());
+  }
+  return v;
+}
+
+// A finite number in [min, max], given as a decimal number or as a fraction of two ("1/3"
+// for a third, which no decimal states exactly).
+inline StatusOr<double> Fraction(absl::string_view option, absl::string_view text,
+                                 double min = -std::numeric_limits<double>::max(),
+                                 double max = std::numeric_limits<double>::max()) {
+  const size_t slash = text.find('/');
+  double v = 0;
+  bool ok = false;
+  if (slash == absl::string_view::npos) {
+    ok = absl::SimpleAtod(text, &v) && std::isfinite(v);
+  } else {
+    double num = 0, den = 0;
+    ok = absl::SimpleAtod(text.substr(0, slash), &num) &&
+         absl::SimpleAtod(text.substr(slash + 1), &den) && std::isfinite(num) &&
+         std::isfinite(den) && den != 0;
+    v = ok ? num / den : 0;
+    ok = ok && std::isfinite(v);
+  }
+  if (!ok) {
+    return InvalidArgument(
+        option, ": expected a number or a fraction (such as 0.25, 1e14 or 1/3), got '", text, "'");
+  }
+  if (v < min || v > max) {
+    return internal::OutOfRange(option, v, min, max, -std::numeric_limits<double>::max(),
+                                std::numeric_limits<double>::max());
   }
   return v;
 }

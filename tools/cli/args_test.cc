@@ -1,5 +1,6 @@
 #include "tools/cli/args.h"
 
+#include <limits>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -19,8 +20,11 @@ TEST(CliArgs, IntegersWholeAndInRange) {
   EXPECT_FALSE(Int("--epochs", "1.5").ok());
   EXPECT_FALSE(Int("--epochs", "99999999999999999999").ok());
   EXPECT_EQ(Message(Int("--epochs", "0", 1).status()),
-            "--epochs: 0 is out of range; expected 1..9223372036854775807");
-  EXPECT_FALSE(Int("--dim", "11", 1, 10).ok());
+            "--epochs: 0 is out of range; expected >= 1");
+  EXPECT_EQ(Message(Int("--dim", "11", 1, 10).status()),
+            "--dim: 11 is out of range; expected 1..10");
+  EXPECT_EQ(Message(Int("--dim", "11", std::numeric_limits<int64_t>::min(), 10).status()),
+            "--dim: 11 is out of range; expected <= 10");
 }
 
 TEST(CliArgs, RealsFiniteAndInRange) {
@@ -30,7 +34,26 @@ TEST(CliArgs, RealsFiniteAndInRange) {
   EXPECT_FALSE(Real("--lr", "nan").ok());
   EXPECT_FALSE(Real("--lr", "inf").ok());
   EXPECT_FALSE(Real("--lr", "0.1.2").ok());
-  EXPECT_FALSE(Real("--target", "1.5", 0, 1).ok());
+  EXPECT_EQ(Message(Real("--target", "1.5", 0, 1).status()),
+            "--target: 1.5 is out of range; expected 0..1");
+  EXPECT_EQ(Message(Real("--lr", "-1", 0).status()), "--lr: -1 is out of range; expected >= 0");
+}
+
+TEST(CliArgs, FractionsOrNumbers) {
+  EXPECT_DOUBLE_EQ(*Fraction("--alpha", "1/3"), 1.0 / 3.0);
+  EXPECT_DOUBLE_EQ(*Fraction("--alpha", "0.25"), 0.25);
+  EXPECT_DOUBLE_EQ(*Fraction("--flops", "1e14"), 1e14);
+  EXPECT_DOUBLE_EQ(*Fraction("--x", "-1/4"), -0.25);
+  EXPECT_EQ(Message(Fraction("--alpha", "third").status()),
+            "--alpha: expected a number or a fraction (such as 0.25, 1e14 or 1/3), got 'third'");
+  EXPECT_FALSE(Fraction("--alpha", "1/0").ok());
+  EXPECT_FALSE(Fraction("--alpha", "1/").ok());
+  EXPECT_FALSE(Fraction("--alpha", "/3").ok());
+  EXPECT_FALSE(Fraction("--alpha", "1/3/4").ok());
+  EXPECT_FALSE(Fraction("--alpha", "nan").ok());
+  EXPECT_FALSE(Fraction("--alpha", "1e308/1e-308").ok());  // not finite
+  EXPECT_EQ(Message(Fraction("--alpha", "3/2", 0, 1).status()),
+            "--alpha: 1.5 is out of range; expected 0..1");
 }
 
 }  // namespace

@@ -5,11 +5,26 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "tools/cli/args.h"
 
 namespace weft {
 namespace cli {
+
+namespace {
+
+// The shortest text that reads back as `v` (1281167, not 1.28117e+06).
+std::string ShowReal(double v) {
+  for (int digits = 6; digits < 17; ++digits) {
+    std::string text = absl::StrFormat("%.*g", digits, v);
+    if (std::strtod(text.c_str(), nullptr) == v) return text;
+  }
+  return absl::StrFormat("%.17g", v);
+}
+
+}  // namespace
 
 FlagSet::FlagSet(std::string program, std::string about)
     : program_(std::move(program)), about_(std::move(about)) {}
@@ -43,7 +58,15 @@ FlagSet& FlagSet::Uint(const std::string& name, uint64_t* value, std::string hel
 
 FlagSet& FlagSet::Real(const std::string& name, double* value, std::string help, double min,
                        double max) {
-  Flag f{{name}, Kind::kReal, value, std::move(help), absl::StrCat(*value)};
+  Flag f{{name}, Kind::kReal, value, std::move(help), ShowReal(*value)};
+  f.min_real = min;
+  f.max_real = max;
+  return Add(std::move(f));
+}
+
+FlagSet& FlagSet::Fraction(const std::string& name, double* value, std::string help, double min,
+                           double max) {
+  Flag f{{name}, Kind::kFraction, value, std::move(help), ShowReal(*value)};
   f.min_real = min;
   f.max_real = max;
   return Add(std::move(f));
@@ -64,6 +87,29 @@ FlagSet& FlagSet::Set(const std::string& name, bool* value, bool to, std::string
 
 FlagSet& FlagSet::Alias(const std::string& alias) {
   if (!flags_.empty()) flags_.back().names.push_back(alias);
+  return *this;
+}
+
+FlagSet& FlagSet::Value(const std::string& placeholder) {
+  if (!flags_.empty()) flags_.back().placeholder = placeholder;
+  return *this;
+}
+
+FlagSet& FlagSet::ShownDefault(const std::string& text) {
+  if (!flags_.empty()) {
+    flags_.back().shown_default = text;
+    flags_.back().show_default = !text.empty();
+  }
+  return *this;
+}
+
+FlagSet& FlagSet::Section(const std::string& title) {
+  sections_.emplace_back(flags_.size(), title);
+  return *this;
+}
+
+FlagSet& FlagSet::Epilogue(const std::string& text) {
+  epilogue_ = text;
   return *this;
 }
 
@@ -90,15 +136,36 @@ Status FlagSet::Assign(Flag& flag, const std::string& name, const std::string& t
     case Kind::kInt64:
     case Kind::kInt32:
     case Kind::kUint64: {
-      WEFT_ASSIGN_OR_RETURN(int64_t v, cli::Int(name, text, flag.min_int, flag.max_int));
+      int64_t min = flag.min_int, max = flag.max_int;
+      if (flag.kind == Kind::kInt32) {
+        // An int's own limits are no bound the program chose: the message says ">= 1", not
+        // "1..2147483647"; a value beyond them is still out of range.
+        constexpr int64_t kLowest = std::numeric_limits<int>::min();
+        constexpr int64_t kHighest = std::numeric_limits<int>::max();
+        if (min == kLowest) min = std::numeric_limits<int64_t>::min();
+        if (max == kHighest) max = std::numeric_limits<int64_t>::max();
+        WEFT_ASSIGN_OR_RETURN(int64_t v, cli::Int(name, text, min, max));
+        if (v < kLowest || v > kHighest) {  // both limits then: the range an int holds
+          return internal::OutOfRange(name, v, flag.min_int, flag.max_int,
+                                      std::numeric_limits<int64_t>::min(),
+                                      std::numeric_limits<int64_t>::max());
+        }
+        *static_cast<int*>(flag.value) = static_cast<int>(v);
+        return OkStatus();
+      }
+      WEFT_ASSIGN_OR_RETURN(int64_t v, cli::Int(name, text, min, max));
       if (flag.kind == Kind::kInt64) *static_cast<int64_t*>(flag.value) = v;
-      if (flag.kind == Kind::kInt32) *static_cast<int*>(flag.value) = static_cast<int>(v);
       if (flag.kind == Kind::kUint64)
         *static_cast<uint64_t*>(flag.value) = static_cast<uint64_t>(v);
       return OkStatus();
     }
     case Kind::kReal: {
       WEFT_ASSIGN_OR_RETURN(double v, cli::Real(name, text, flag.min_real, flag.max_real));
+      *static_cast<double*>(flag.value) = v;
+      return OkStatus();
+    }
+    case Kind::kFraction: {
+      WEFT_ASSIGN_OR_RETURN(double v, cli::Fraction(name, text, flag.min_real, flag.max_real));
       *static_cast<double*>(flag.value) = v;
       return OkStatus();
     }
@@ -154,36 +221,79 @@ Status FlagSet::Parse(const std::vector<std::string>& args) {
   return OkStatus();
 }
 
-std::string FlagSet::Help() const {
-  std::string out = absl::StrCat(about_, "\n\nOptions:\n");
-  for (const Flag& f : flags_) {
-    std::string left = absl::StrJoin(f.names, ", ");
-    switch (f.kind) {
-      case Kind::kInt64:
-      case Kind::kInt32:
-      case Kind::kUint64:
-        absl::StrAppend(&left, " N");
-        break;
-      case Kind::kReal:
-        absl::StrAppend(&left, " X");
-        break;
-      case Kind::kString:
-        absl::StrAppend(&left, " ", f.choices.empty() ? "S" : absl::StrJoin(f.choices, "|"));
-        break;
-      case Kind::kSet:
-        break;
+namespace {
+
+// `text` in lines of at most `width` columns (longer words stay whole), each after `indent`
+// spaces but the first, which continues `first`.
+std::string Wrap(const std::string& first, const std::string& text, size_t indent, size_t width) {
+  std::string out = first, line_break = "\n" + std::string(indent, ' ');
+  const size_t last_line = first.rfind('\n');
+  size_t column = last_line == std::string::npos ? first.size() : first.size() - last_line - 1;
+  bool line_empty = true;
+  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    if (!line_empty && column + 1 + word.size() > width) {
+      out += line_break;
+      column = indent;
+      line_empty = true;
     }
+    if (!line_empty) {
+      out += ' ';
+      ++column;
+    }
+    absl::StrAppend(&out, word);
+    column += word.size();
+    line_empty = false;
+  }
+  return out + "\n";
+}
+
+}  // namespace
+
+std::string FlagSet::Help() const {
+  constexpr size_t kHelpColumn = 28, kWidth = 92;
+  std::string out = about_ + "\n";
+  if (sections_.empty() || sections_[0].first > 0) out += "\nOptions:\n";
+  size_t next_section = 0;
+  for (size_t k = 0; k < flags_.size(); ++k) {
+    while (next_section < sections_.size() && sections_[next_section].first == k) {
+      absl::StrAppend(&out, "\n", sections_[next_section++].second, "\n");
+    }
+    const Flag& f = flags_[k];
+    std::string left = absl::StrJoin(f.names, ", ");
+    std::string value = f.placeholder;
+    if (value.empty()) {
+      switch (f.kind) {
+        case Kind::kInt64:
+        case Kind::kInt32:
+        case Kind::kUint64:
+          value = "N";
+          break;
+        case Kind::kReal:
+        case Kind::kFraction:
+          value = "X";
+          break;
+        case Kind::kString:
+          value = f.choices.empty() ? "S" : absl::StrJoin(f.choices, "|");
+          break;
+        case Kind::kSet:
+          break;
+      }
+    }
+    if (!value.empty()) absl::StrAppend(&left, " ", value);
     std::string right = f.help;
-    if (f.kind != Kind::kSet) {
+    if (f.kind != Kind::kSet && f.show_default) {
       absl::StrAppend(&right, " (default ", f.shown_default.empty() ? "none" : f.shown_default,
                       ")");
     }
-    if (left.size() < 26) {
-      absl::StrAppend(&out, "  ", left, std::string(26 - left.size(), ' '), right, "\n");
+    std::string first = "  " + left;
+    if (first.size() + 1 < kHelpColumn) {
+      first += std::string(kHelpColumn - first.size(), ' ');
     } else {
-      absl::StrAppend(&out, "  ", left, "\n", std::string(28, ' '), right, "\n");
+      first += "\n" + std::string(kHelpColumn, ' ');
     }
+    out += Wrap(first, right, kHelpColumn, kWidth);
   }
+  if (!epilogue_.empty()) absl::StrAppend(&out, "\n", epilogue_);
   return out;
 }
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -40,6 +41,10 @@ class FlagSet {
   FlagSet& Real(const std::string& name, double* value, std::string help,
                 double min = -std::numeric_limits<double>::max(),
                 double max = std::numeric_limits<double>::max());
+  // Like Real, also given as a fraction ("--alpha 1/3").
+  FlagSet& Fraction(const std::string& name, double* value, std::string help,
+                    double min = -std::numeric_limits<double>::max(),
+                    double max = std::numeric_limits<double>::max());
   // Any text; with `choices`, one of them.
   FlagSet& String(const std::string& name, std::string* value, std::string help,
                   std::vector<std::string> choices = {});
@@ -48,6 +53,15 @@ class FlagSet {
   FlagSet& Set(const std::string& name, bool* value, bool to, std::string help);
   // Another name for the option declared last ("-b" for "--min-bytes").
   FlagSet& Alias(const std::string& alias);
+  // For the option declared last: what --help shows for its value ("--model NAME") instead
+  // of N, X or S, and what it shows as its default, where the initial value would mislead
+  // ("--k0 ... (default: --devices)"; "" shows none).
+  FlagSet& Value(const std::string& placeholder);
+  FlagSet& ShownDefault(const std::string& text);
+  // --help lists the options declared from here on under `title`.
+  FlagSet& Section(const std::string& title);
+  // Text --help prints after the options.
+  FlagSet& Epilogue(const std::string& text);
 
   // Reads the options in `args` (argv without the program). OK, or InvalidArgument naming
   // the option; "--help" or "-h" sets help_requested() and stops reading.
@@ -55,7 +69,8 @@ class FlagSet {
   bool help_requested() const { return help_requested_; }
   // Whether the option was given (by any of its names) in the last Parse.
   bool given(const std::string& name) const;
-  // The --help text: `about`, then one line per option with its default.
+  // The --help text: `about`, then each option with its default (wrapped to 92 columns),
+  // then the epilogue.
   std::string Help() const;
 
   // For main(): Parse(argv[1..]); on --help prints Help() to stdout and exits 0; on an
@@ -65,13 +80,15 @@ class FlagSet {
   [[noreturn]] void Fail(const std::string& why) const;
 
  private:
-  enum class Kind { kInt64, kInt32, kUint64, kReal, kString, kSet };
+  enum class Kind { kInt64, kInt32, kUint64, kReal, kFraction, kString, kSet };
   struct Flag {
     std::vector<std::string> names;
     Kind kind;
     void* value;
     std::string help;
     std::string shown_default;
+    bool show_default = true;
+    std::string placeholder;  // empty: by kind
     int64_t min_int = 0, max_int = 0;
     double min_real = 0, max_real = 0;
     std::vector<std::string> choices;
@@ -83,8 +100,9 @@ class FlagSet {
   const Flag* Find(const std::string& name) const;
   Status Assign(Flag& flag, const std::string& name, const std::string& text);
 
-  std::string program_, about_;
+  std::string program_, about_, epilogue_;
   std::vector<Flag> flags_;
+  std::vector<std::pair<size_t, std::string>> sections_;  // (first flag's index, title)
   bool help_requested_ = false;
 };
 

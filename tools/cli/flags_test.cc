@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 
 namespace weft {
@@ -90,6 +91,47 @@ TEST_F(FlagSetTest, HelpListsOptionsWithDefaults) {
   EXPECT_NE(help.find("--optimizer awc|atc"), std::string::npos);
   EXPECT_NE(help.find("where to spill (default none)"), std::string::npos);
   EXPECT_NE(help.find("--static"), std::string::npos);
+}
+
+TEST(FlagSetLayoutTest, FractionsSectionsPlaceholdersAndWrapping) {
+  double alpha = 1.0 / 3.0;
+  int k0 = 0;
+  std::string model;
+  FlagSet flags("weft-plan", "Plans a pipeline.");
+  flags.Section("model")
+      .String("--model", &model, "a preset")
+      .Value("NAME")
+      .Section("plan")
+      .Fraction("--alpha", &alpha, "freeze rate", 0, 1)
+      .Int("--k0", &k0,
+           "the initial pipeline length, a number of stages that the planner caps "
+           "at the world and at the number of units of the model",
+           1)
+      .ShownDefault("--devices")
+      .Epilogue("The cost model: ...\n");
+  ASSERT_TRUE(flags.Parse({"--alpha", "1/4", "--k0=3", "--model", "gpt2"}).ok());
+  EXPECT_DOUBLE_EQ(alpha, 0.25);
+  EXPECT_EQ(k0, 3);
+  EXPECT_EQ(std::string(flags.Parse({"--alpha", "3/2"}).message()),
+            "--alpha: 1.5 is out of range; expected 0..1");
+  EXPECT_EQ(std::string(flags.Parse({"--k0", "0"}).message()),
+            "--k0: 0 is out of range; expected >= 1");
+  const std::string help = flags.Help();
+  EXPECT_EQ(help.find("Plans a pipeline.\n\nmodel\n  --model NAME "), 0u) << help;
+  EXPECT_NE(help.find("\nplan\n  --alpha X"), std::string::npos) << help;
+  // Defaults read back exactly: 1/3 as 0.3333333333333333, not 0.333333.
+  EXPECT_NE(help.find("freeze rate (default 0.3333333333333333)"), std::string::npos) << help;
+  EXPECT_NE(help.find("(default --devices)"), std::string::npos) << help;
+  EXPECT_EQ(help.find("Options:"), std::string::npos) << help;
+  EXPECT_NE(help.find("\n\nThe cost model: ...\n"), std::string::npos) << help;
+  for (absl::string_view line : absl::StrSplit(help, '\n')) {
+    EXPECT_LE(line.size(), 92u) << line;
+  }
+  // The long help continues under its column.
+  EXPECT_NE(help.find("\n" + std::string(28, ' ') + "caps at the world"), std::string::npos)
+      << help;
+  EXPECT_EQ(std::string(flags.Parse({"--k0", "9999999999"}).message()),
+            "--k0: 9999999999 is out of range; expected 1..2147483647");
 }
 
 }  // namespace
