@@ -28,7 +28,7 @@ expect() {
 
 expect 1 "expected --alpha in (0, 1]" --model vit-b16 --alpha 1.5
 expect 1 "expected --alpha in (0, 1]" --model vit-b16 --alpha 0
-expect 2 "expected --k0 >= 1" --model vit-b16 --k0 0
+expect 2 "--k0: 0 is out of range; expected >= 1" --model vit-b16 --k0 0
 expect 1 "expected at most as many stages as units, found K0 = 32 stages for 26 units" \
   --model vit-b16 --machines 4 --k0 32
 expect 1 "expected --devices in [1, 16384]" --model vit-b16 --devices -8
@@ -36,7 +36,7 @@ expect 1 "line 3: expected params >= 0 (a parameter count), found -4000000" \
   --layers pipe/planner/testdata/bad_params.csv
 expect 1 "bad_syntax.json: line 3, column 40: expected a key after ','" \
   --layers pipe/planner/testdata/bad_syntax.json
-expect 2 "unknown option '--bogus'" --model vit-b16 --bogus
+expect 2 "unknown option --bogus (weft-plan --help lists them)" --model vit-b16 --bogus
 expect 2 "expected --model NAME or --layers FILE"
 
 # And a good run exits 0.
