@@ -30,6 +30,15 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 
+# The generator's readers of SWIG's tree (its attributes, its type notation): one reading of
+# SWIG's XML; what the test checks against it (the type mapping, capi.jl) is its own.
+# (Bazel runs the test from the runfiles root, as a copy named after the target.)
+sys.dont_write_bytecode = True  # no __pycache__ beside the generator
+sys.path.insert(0, os.path.join(os.getcwd(), "bindings", "julia", "gen")
+                if os.environ.get("TEST_SRCDIR") else
+                os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gen"))
+from generate import attributes, matching_paren, split_swig_type  # noqa: E402
+
 HEADER_REL = "capi/include/weft/weft.h"
 TRAINER_HEADER_REL = "capi/include/weft/trainer.h"
 CAPI_REL = "bindings/julia/Weft/src/capi.jl"
@@ -133,13 +142,6 @@ def run_swig(header, workdir, module):
     return ET.parse(out).getroot()
 
 
-def attributes(node):
-    found = node.find("attributelist")
-    if found is None:
-        return {}
-    return {a.get("name"): a.get("value") for a in found.findall("attribute")}
-
-
 class CModel:
     """Functions, structs, enums and constants of one header, from SWIG's tree."""
 
@@ -183,15 +185,6 @@ class CModel:
                 self.opaque.append(a["name"])
 
 
-def matching_paren(text, open_index):
-    depth = 0
-    for k in range(open_index, len(text)):
-        depth += {"(": 1, ")": -1}.get(text[k], 0)
-        if depth == 0:
-            return k
-    raise ValueError("unbalanced %r" % text)
-
-
 def eval_int(expr, names):
     """An integer expression of literals, names and + - * / ( ): its value."""
     tree = ast.parse(re.sub(r"(\d+)[uUlL]+\b", r"\1", expr.strip()), mode="eval")
@@ -227,26 +220,12 @@ SWIG_BASE_TO_JULIA = {
 }
 
 
-def split_swig(t):
-    parts, depth, cur = [], 0, ""
-    for c in t:
-        if c == "." and depth == 0:
-            parts.append(cur)
-            cur = ""
-            continue
-        depth += {"(": 1, ")": -1}.get(c, 0)
-        cur += c
-    if cur:
-        parts.append(cur)
-    return parts
-
-
 def julia_type_for(swig_type, role, enums, known_structs):
     """The Julia type capi.jl must use for a C type in SWIG notation. role: 'param',
     'return' or 'field'. A const char* parameter is a Cstring; returned strings, char**
     and char* buffers the callee writes stay pointers (they may be NULL, and out-parameters
     are written by C)."""
-    parts = split_swig(swig_type)
+    parts = split_swig_type(swig_type)
     depth = 0
     const = False  # the pointee (the innermost qualifier SWIG lists) is const
     while parts and (parts[0] == "p" or parts[0].startswith("q(")):
