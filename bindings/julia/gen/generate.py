@@ -18,7 +18,7 @@ become the docs, and each function's declaration as written, for its "C:" line. 
 construct the mapping does not know (an array parameter, an unknown type, a value it
 cannot translate) stops the script with an error naming it: a binding generated from a
 half-understood header is worse than none. The output depends on the headers and SWIG
-alone (4.0, Debian 12's), so it is deterministic.
+alone (4.1, Debian 12's), so it is deterministic.
 """
 
 import argparse
@@ -233,6 +233,9 @@ def read_with_swig(headers):
                                      dir=os.environ.get("TEST_TMPDIR")) as workdir:
         root = run_swig(interface, workdir)
         structs = [attributes(n)["name"] for n in root.iter("class")]
+        struct_path = {attributes(n)["name"]: attributes(include).get("name")
+                       for include in root.iter("include") for n in include
+                       if n.tag == "class"}
         probes = "".join(
             "#ifdef %s_INIT\nstatic const %s %s%s = %s_INIT;\n#endif\n" % (
                 s.upper(), s, INIT_PROBE, s, s.upper()) for s in structs)
@@ -251,8 +254,9 @@ def read_with_swig(headers):
         if a.get("name", "").startswith(INIT_PROBE):
             value = a.get("value", "").strip()
             if not (value.startswith("{") and value.endswith("}")):
+                struct = a["name"][len(INIT_PROBE):]
                 raise HeaderError(0, "%s_INIT is not a brace initializer: %r" % (
-                    a["name"][len(INIT_PROBE):].upper(), value))
+                    struct.upper(), value), struct_path.get(struct))
             inits[a["name"][len(INIT_PROBE):]] = split_top_level(value[1:-1])
     return files, inits
 
@@ -299,6 +303,12 @@ class HeaderText:
                 if code[k] != "\n":
                     code[k] = " "
         self.code = "".join(code)
+        line_comment = self.code.find("//")
+        if line_comment >= 0:
+            # Docs come from /* */ comments; a // comment would be lost without a word.
+            raise self.error(line_comment, "a // comment: write comments as /* ... */, which "
+                                           "this generator reads as docs")
+        self.bodies = []  # (start, end) of the struct and enum bodies read so far
         # The file's opening comment describes the header; capi.jl points at it instead.
         self.preamble = self.comments[0] if self.comments and \
             not text[:self.comments[0][0]].strip() else None
@@ -319,9 +329,11 @@ class HeaderText:
         return found[0]
 
     def sections(self):
-        """[(offset, title)] of the section banners."""
+        """[(offset, title)] of the section banners (outside struct and enum bodies)."""
         found = []
         for start, end in self.comments:
+            if any(b_start <= start < b_end for b_start, b_end in self.bodies):
+                continue
             lines = comment_lines(self.text[start:end])
             m = SECTION_RE.match(lines[0]) if len(lines) == 1 else None
             if m:
@@ -342,15 +354,37 @@ class HeaderText:
             return lines
         return []
 
-    def body(self, match, what):
-        """The text between the braces that follow `match`, comments included."""
-        open_at = self.code.index("{", match.end() - 1)
-        depth = 0
-        for k in range(open_at, len(self.code)):
-            depth += {"{": 1, "}": -1}.get(self.code[k], 0)
-            if depth == 0:
-                return self.text[open_at + 1:k]
-        raise self.error(open_at, "%s: unbalanced braces" % what)
+    def braced_typedef(self, keyword, tag, name):
+        """`typedef <keyword> <tag> { ... } <name>;` (tag None: an anonymous one): the
+        offset where it starts, and the text between its braces, comments included."""
+        what = "%s %s" % (keyword, name)
+        if tag is not None:
+            open_at = self.find(r"\btypedef\s+%s\s+%s\s*\{" % (keyword, tag), what).end() - 1
+            depth = 0
+            for k in range(open_at, len(self.code)):
+                depth += {"{": 1, "}": -1}.get(self.code[k], 0)
+                if depth == 0:
+                    close_at = k
+                    break
+            else:
+                raise self.error(open_at, "%s: unbalanced braces" % what)
+        else:
+            close_at = self.find(r"\}\s*%s\s*;" % name, what).start()
+            depth = 0
+            for k in range(close_at, -1, -1):
+                depth += {"}": 1, "{": -1}.get(self.code[k], 0)
+                if depth == 0:
+                    open_at = k
+                    break
+            else:
+                raise self.error(close_at, "%s: unbalanced braces" % what)
+        start = self.code.rfind("typedef", 0, open_at)
+        if start < 0 or not re.fullmatch(r"typedef\s+%s(\s+\w+)?\s*" % keyword,
+                                         self.code[start:open_at]):
+            raise self.error(open_at, "%s: expected typedef %s { ... } %s;" % (
+                what, keyword, name))
+        self.bodies.append((open_at, close_at))
+        return start, self.text[open_at + 1:close_at]
 
 
 def members_with_comments(body):
@@ -434,14 +468,29 @@ def julia_float_expr(value):
     return all(re.fullmatch(FLOAT_LITERAL, t) or t in "+-*/()" for t in tokens)
 
 
+# A C integer literal: hexadecimal, octal (a leading 0) or decimal, with any suffix.
+C_INT_LITERAL = re.compile(r"\b(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)[uUlL]*\b")
+
+
 def int_value(text, where):
-    """An integer constant expression SWIG expanded ('(0*10000+1*100+0)'): its value."""
-    tree = ast.parse(re.sub(r"(\d+)[uUlL]+\b", r"\1", text.strip()), mode="eval")
+    """The value of an integer constant expression as SWIG expanded it
+    ('(0*10000+1*100+0)', '010', '0x10u'), read with C's rules for literals."""
+    def literal(m):
+        digits = m.group(1)
+        if digits[:2] in ("0x", "0X"):
+            return str(int(digits, 16))
+        return str(int(digits, 8) if len(digits) > 1 and digits[0] == "0" else int(digits))
+
+    try:
+        tree = ast.parse(C_INT_LITERAL.sub(literal, text.strip()), mode="eval")
+    except SyntaxError:
+        tree = None
 
     def value(n):
         if isinstance(n, ast.Expression):
             return value(n.body)
-        if isinstance(n, ast.Constant) and isinstance(n.value, int):
+        if isinstance(n, ast.Constant) and isinstance(n.value, int) and \
+                not isinstance(n.value, bool):
             return n.value
         if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
             return -value(n.operand) if isinstance(n.op, ast.USub) else value(n.operand)
@@ -449,7 +498,8 @@ def int_value(text, where):
             a, b = value(n.left), value(n.right)
             return a + b if isinstance(n.op, ast.Add) else \
                 a - b if isinstance(n.op, ast.Sub) else a * b
-        raise HeaderError(0, "%s: cannot translate the value %r" % (where, text))
+        raise HeaderError(0, "%s: cannot translate the value %r (integer literals and + - * "
+                             "only)" % (where, text))
 
     return value(tree)
 
@@ -472,9 +522,9 @@ def build_model(headers, texts):
             elif node.tag == "enum":
                 types.enums.update(a[k] for k in ("name", "tdname") if a.get(k))
     entries = []  # (file index, offset, kind, payload): sorted into header order below
+    struct_path = {}
     for index, path in enumerate(headers):
         header = HeaderText(path, texts[path])
-        entries += [(index, offset, "section", title) for offset, title in header.sections()]
         for node in files[path]:
             try:
                 entry = model_entry(model, header, node, inits, trainer=index > 0)
@@ -483,6 +533,25 @@ def build_model(headers, texts):
                 raise
             if entry is not None:
                 entries.append((index,) + entry)
+                if entry[1] == "struct":
+                    struct_path[entry[2][0]] = path
+        # After the bodies are known: a banner inside one is no section.
+        entries += [(index, offset, "section", title) for offset, title in header.sections()]
+        # Every _INIT macro belongs to a struct of its name: a misspelt one would
+        # otherwise lose its keyword constructor without a word.
+        for m in re.finditer(r"^[ \t]*#[ \t]*define[ \t]+(\w+)_INIT\b", header.code, re.M):
+            if m.group(1).lower() not in model.bodied:
+                raise header.error(m.start(), "%s_INIT: there is no struct %s" % (
+                    m.group(1), m.group(1).lower()))
+    # The _INIT values, now that every constant and enumerator is known.
+    for _, _, kind, payload in entries:
+        if kind == "struct" and payload[3] is not None:
+            try:
+                payload[3] = (payload[0].upper() + "_INIT",
+                              init_values(model, payload[0], payload[1], payload[3]))
+            except HeaderError as e:
+                e.path = e.path or struct_path[payload[0]]
+                raise
     entries.sort(key=lambda e: (e[0], e[1]))
     for _, _, kind, payload in entries:
         model.add(kind, payload)
@@ -497,55 +566,57 @@ def model_entry(model, header, node, inits, trainer):
     name = a.get("name")
     if node.tag == "constant":
         m = header.find(r"^[ \t]*#[ \t]*define[ \t]+%s\b" % name, "#define " + name)
-        value = a["value"].strip()
-        if re.fullmatch(r"-?\d+", value):
-            expr = value
-        else:
-            expr = str(int_value(value, "#define " + name))
-        model.constants[name] = int(expr)
-        return m.start(), "const", (name, expr, header.doc_before(m.start()))
+        try:
+            value = int_value(a["value"], "#define " + name)
+        except HeaderError as e:
+            raise header.error(m.start(), str(e))
+        model.constants[name] = value
+        return m.start(), "const", (name, str(value), header.doc_before(m.start()))
     if node.tag == "enum":
-        m = header.find(r"\btypedef\s+enum\s+%s\s*\{" % name, "enum " + name)
+        name = a.get("tdname") or name
+        start, body = header.braced_typedef("enum", None if a.get("unnamed") else a["name"],
+                                            name)
         items = node.findall("enumitem")
-        members = members_with_comments(header.body(m, "enum " + name))
+        members = members_with_comments(body)
         if len(members) != len(items):
-            raise header.error(m.start(), "enum %s: %d members in the text, %d "
+            raise header.error(start, "enum %s: %d members in the text, %d "
                               "read by SWIG" % (name, len(members), len(items)))
         values, next_value = [], 0
         for item, (code, comment) in zip(items, members):
             ia = attributes(item)
             if not re.match(r"%s\b" % ia["name"], code):
-                raise header.error(m.start(), "enum %s: member %r is not %s" % (
+                raise header.error(start, "enum %s: member %r is not %s" % (
                     name, code, ia["name"]))
             if ia.get("enumvalue") is not None:
-                next_value = int_value(ia["enumvalue"], ia["name"])
+                try:
+                    next_value = int_value(ia["enumvalue"], ia["name"])
+                except HeaderError as e:
+                    raise header.error(start, str(e))
             values.append((ia["name"], next_value, comment))
             next_value += 1
         model.enum_members.update(v[0] for v in values)
-        return m.start(), "enum", (a.get("tdname") or name, values, header.doc_before(m.start()))
+        return start, "enum", (name, values, header.doc_before(start))
     if node.tag == "class":
         if a.get("kind") != "struct":
             raise HeaderError(0, "%s: unsupported %s" % (name, a.get("kind")))
-        m = header.find(r"\btypedef\s+struct\s+%s\s*\{" % name, "struct " + name)
+        start, body = header.braced_typedef("struct", None if a.get("unnamed") else name, name)
         fields_swig = [attributes(f) for f in node.findall("cdecl")
                        if attributes(f).get("kind") == "variable"]
-        members = members_with_comments(header.body(m, "struct " + name))
+        members = members_with_comments(body)
         if len(members) != len(fields_swig):
-            raise header.error(m.start(), "struct %s: %d fields in the text, %d "
+            raise header.error(start, "struct %s: %d fields in the text, %d "
                               "read by SWIG" % (name, len(members), len(fields_swig)))
         fields = []
         for fa, (code, comment) in zip(fields_swig, members):
             if not re.search(r"\b%s\b" % fa["name"], code):
-                raise header.error(m.start(), "struct %s: field %r is not %s" % (
+                raise header.error(start, "struct %s: field %r is not %s" % (
                     name, code, fa["name"]))
             ftype = types.julia_type(fa.get("decl", "") + fa["type"], "field",
                                      "%s.%s" % (name, fa["name"]))
             fields.append((fa["name"], ftype, comment))
-        init = None
-        if name in inits:
-            init = (name.upper() + "_INIT", init_values(model, name, fields, inits[name]))
-        # [name, fields, doc, init]
-        return m.start(), "struct", [name, fields, header.doc_before(m.start()), init]
+        # [name, fields, doc, init]: the _INIT's values, as SWIG expanded them, until
+        # build_model translates them (they may name constants declared further down).
+        return start, "struct", [name, fields, header.doc_before(start), inits.get(name)]
     if node.tag != "cdecl":
         return None
     kind = a.get("kind")
@@ -559,7 +630,9 @@ def model_entry(model, header, node, inits, trainer):
         return None
     if kind != "function":
         raise HeaderError(0, "%s: unsupported declaration (%s)" % (name, kind))
-    m = header.find(r"\bWEFT_API\b[^;]*?\b%s\s*\(" % name, "function " + name)
+    # At the start of a line, and no directive in between: `#define WEFT_API` is no
+    # declaration.
+    m = header.find(r"^[ \t]*WEFT_API\b[^;#]*?\b%s\s*\(" % name, "function " + name)
     decl = header.code[m.start():header.code.index(";", m.end())]
     # The function's "C:" line: its declaration as written, on one line.
     code = " ".join(decl.split())
@@ -599,6 +672,8 @@ def init_values(model, struct, fields, values):
     """Julia values for a struct's _INIT macro, as SWIG expanded it; `version` is written
     as the struct's version macro."""
     init_name = struct.upper() + "_INIT"
+    if values and values[-1] == "":
+        values = values[:-1]  # a trailing comma
     if len(values) != len(fields):
         raise HeaderError(0, "%s has %d values for %d fields of %s" % (
             init_name, len(values), len(fields), struct))
@@ -606,17 +681,26 @@ def init_values(model, struct, fields, values):
     for (fname, _, _), v in zip(fields, values):
         if fname == "version":
             version = struct.upper() + "_VERSION"
-            if model.constants.get(version) is None or \
-                    not re.fullmatch(r"\d+", v) or int(v) != model.constants[version]:
-                raise HeaderError(0, "%s: version is %s, not %s" % (init_name, v, version))
+            if version not in model.constants:
+                raise HeaderError(0, "%s: %s is not defined" % (init_name, version))
+            try:
+                same = int_value(v, init_name) == model.constants[version]
+            except HeaderError:
+                same = False
+            if not same:
+                raise HeaderError(0, "%s: version is %s, not %s (%d)" % (
+                    init_name, v, version, model.constants[version]))
             translated.append(version)
         elif v == "NULL":
             translated.append("C_NULL")
-        elif re.fullmatch(r"-?\d+(\.\d*)?([eE][-+]?\d+)?", v) or v in model.enum_members \
-                or julia_float_expr(v):
+        elif re.fullmatch(r"-?\d+\.\d*([eE][-+]?\d+)?|-?\d+[eE][-+]?\d+", v) or \
+                v in model.enum_members or julia_float_expr(v):
             translated.append(v)
         else:
-            raise HeaderError(0, "cannot translate %r in %s" % (v, init_name))
+            try:
+                translated.append(str(int_value(v, init_name)))  # 0, (1), 0x10, 010
+            except HeaderError:
+                raise HeaderError(0, "cannot translate %r in %s" % (v, init_name))
     return translated
 
 

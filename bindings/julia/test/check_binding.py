@@ -12,7 +12,8 @@
   (d) the checks above fail on corrupted copies (a ccall with an argument dropped, a wrong
       type, a missing wrapper, syntax errors), so the test cannot pass vacuously;
   (e) the generator refuses, naming the declaration, headers it cannot map (an array
-      parameter, an unknown type, an integer division in an _INIT, a syntax error).
+      parameter, an unknown type, an integer division in an _INIT, a syntax error, a
+      misspelt _INIT, a // comment).
 
 Run by Bazel (//bindings/julia:julia_binding_test) or by hand from the repository root:
     WEFT_NODE_MODULES=~/.cache/weft/node/node_modules /usr/bin/python3 \\
@@ -565,6 +566,11 @@ def refusal_test(root, workdir):
          "cannot translate '1 / 3' in WEFT_PIPE_FREEZE_OPTIONS_INIT"),
         ("a syntax error", "WEFT_API int weft_size(void);", "WEFT_API int weft_size(void",
          "swig could not read the header"),
+        ("a misspelt _INIT", "#define WEFT_WIN_CREATE_OPTIONS_INIT",
+         "#define WEFT_WIN_CREATE_OPTION_INIT",
+         "WEFT_WIN_CREATE_OPTION_INIT: there is no struct weft_win_create_option"),
+        ("a // comment", "/* These return -1 before weft_init(). */",
+         "// These return -1 before weft_init().", "a // comment"),
     ]
     failures, report = [], []
     for k, (label, old, new, needle) in enumerate(cases):
