@@ -7,11 +7,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "core/status.h"
 
@@ -20,18 +22,40 @@ namespace cli {
 
 namespace internal {
 
+// The number as text alone: no spaces, no leading '+', no hexadecimal (which the absl
+// readers would otherwise take: " 8", "+8", "0x10").
+inline bool Plain(absl::string_view text) {
+  if (text.empty() || text[0] == '+') return false;
+  for (char c : text) {
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f') return false;
+  }
+  absl::string_view digits = text[0] == '-' ? text.substr(1) : text;
+  return !(digits.size() > 1 && digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X'));
+}
+
+// The shortest text that reads back as `v` (1281167, not 1.28117e+06).
+inline std::string ShowReal(double v) {
+  for (int digits = 6; digits < 17; ++digits) {
+    std::string text = absl::StrFormat("%.*g", digits, v);
+    if (std::strtod(text.c_str(), nullptr) == v) return text;
+  }
+  return absl::StrFormat("%.17g", v);
+}
+inline std::string Show(int64_t v) { return absl::StrCat(v); }
+inline std::string Show(double v) { return ShowReal(v); }
+
 // What an out-of-range value should have been: "1..10", ">= 1" (no upper bound but the
 // type's), "<= 10".
 template <typename T>
 std::string RangeText(T min, T max, T lowest, T highest) {
-  if (min == lowest && max != highest) return absl::StrCat("<= ", max);
-  if (max == highest && min != lowest) return absl::StrCat(">= ", min);
-  return absl::StrCat(min, "..", max);
+  if (min == lowest && max != highest) return absl::StrCat("<= ", Show(max));
+  if (max == highest && min != lowest) return absl::StrCat(">= ", Show(min));
+  return absl::StrCat(Show(min), "..", Show(max));
 }
 
 template <typename T>
 Status OutOfRange(absl::string_view option, T v, T min, T max, T lowest, T highest) {
-  return InvalidArgument(option, ": ", v, " is out of range; expected ",
+  return InvalidArgument(option, ": ", Show(v), " is out of range; expected ",
                          RangeText(min, max, lowest, highest));
 }
 
@@ -42,7 +66,7 @@ inline StatusOr<int64_t> Int(absl::string_view option, absl::string_view text,
                              int64_t min = std::numeric_limits<int64_t>::min(),
                              int64_t max = std::numeric_limits<int64_t>::max()) {
   int64_t v = 0;
-  if (!absl::SimpleAtoi(text, &v)) {
+  if (!internal::Plain(text) || !absl::SimpleAtoi(text, &v)) {
     return InvalidArgument(option, ": expected an integer, got '", text, "'");
   }
   if (v < min || v > max) {
@@ -57,7 +81,7 @@ inline StatusOr<double> Real(absl::string_view option, absl::string_view text,
                              double min = -std::numeric_limits<double>::max(),
                              double max = std::numeric_limits<double>::max()) {
   double v = 0;
-  if (!absl::SimpleAtod(text, &v) || !std::isfinite(v)) {
+  if (!internal::Plain(text) || !absl::SimpleAtod(text, &v) || !std::isfinite(v)) {
     return InvalidArgument(option, ": expected a number, got '", text, "'");
   }
   if (v < min || v > max) {
@@ -76,10 +100,11 @@ inline StatusOr<double> Fraction(absl::string_view option, absl::string_view tex
   double v = 0;
   bool ok = false;
   if (slash == absl::string_view::npos) {
-    ok = absl::SimpleAtod(text, &v) && std::isfinite(v);
+    ok = internal::Plain(text) && absl::SimpleAtod(text, &v) && std::isfinite(v);
   } else {
     double num = 0, den = 0;
-    ok = absl::SimpleAtod(text.substr(0, slash), &num) &&
+    ok = internal::Plain(text.substr(0, slash)) && internal::Plain(text.substr(slash + 1)) &&
+         absl::SimpleAtod(text.substr(0, slash), &num) &&
          absl::SimpleAtod(text.substr(slash + 1), &den) && std::isfinite(num) &&
          std::isfinite(den) && den != 0;
     v = ok ? num / den : 0;

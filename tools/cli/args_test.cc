@@ -39,6 +39,24 @@ TEST(CliArgs, RealsFiniteAndInRange) {
   EXPECT_EQ(Message(Real("--lr", "-1", 0).status()), "--lr: -1 is out of range; expected >= 0");
 }
 
+TEST(CliArgs, TheNumberAlone) {
+  // What the absl readers would take but a number on a command line is not.
+  for (const char* text : {"+8", " 8", "8 ", "0x10", "-0x10", ""}) {
+    EXPECT_FALSE(Int("--n", text).ok()) << "'" << text << "'";
+    EXPECT_FALSE(Real("--x", text).ok()) << "'" << text << "'";
+    EXPECT_FALSE(Fraction("--x", text).ok()) << "'" << text << "'";
+  }
+  EXPECT_FALSE(Fraction("--alpha", " 1/3").ok());
+  EXPECT_FALSE(Fraction("--alpha", "1/ 3").ok());
+  EXPECT_FALSE(Fraction("--alpha", "1/+3").ok());
+  EXPECT_DOUBLE_EQ(*Real("--flops", "1e+10"), 1e10);
+  EXPECT_DOUBLE_EQ(*Fraction("--x", "1/-4"), -0.25);
+  EXPECT_EQ(*Int("--n", "-0"), 0);
+  // Out-of-range numbers are shown as given, not rounded to six digits.
+  EXPECT_EQ(Message(Real("--x", "1.0000001", 0, 1).status()),
+            "--x: 1.0000001 is out of range; expected 0..1");
+}
+
 TEST(CliArgs, FractionsOrNumbers) {
   EXPECT_DOUBLE_EQ(*Fraction("--alpha", "1/3"), 1.0 / 3.0);
   EXPECT_DOUBLE_EQ(*Fraction("--alpha", "0.25"), 0.25);

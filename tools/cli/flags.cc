@@ -13,19 +13,6 @@
 namespace weft {
 namespace cli {
 
-namespace {
-
-// The shortest text that reads back as `v` (1281167, not 1.28117e+06).
-std::string ShowReal(double v) {
-  for (int digits = 6; digits < 17; ++digits) {
-    std::string text = absl::StrFormat("%.*g", digits, v);
-    if (std::strtod(text.c_str(), nullptr) == v) return text;
-  }
-  return absl::StrFormat("%.17g", v);
-}
-
-}  // namespace
-
 FlagSet::FlagSet(std::string program, std::string about)
     : program_(std::move(program)), about_(std::move(about)) {}
 
@@ -58,7 +45,7 @@ FlagSet& FlagSet::Uint(const std::string& name, uint64_t* value, std::string hel
 
 FlagSet& FlagSet::Real(const std::string& name, double* value, std::string help, double min,
                        double max) {
-  Flag f{{name}, Kind::kReal, value, std::move(help), ShowReal(*value)};
+  Flag f{{name}, Kind::kReal, value, std::move(help), internal::ShowReal(*value)};
   f.min_real = min;
   f.max_real = max;
   return Add(std::move(f));
@@ -66,7 +53,7 @@ FlagSet& FlagSet::Real(const std::string& name, double* value, std::string help,
 
 FlagSet& FlagSet::Fraction(const std::string& name, double* value, std::string help, double min,
                            double max) {
-  Flag f{{name}, Kind::kFraction, value, std::move(help), ShowReal(*value)};
+  Flag f{{name}, Kind::kFraction, value, std::move(help), internal::ShowReal(*value)};
   f.min_real = min;
   f.max_real = max;
   return Add(std::move(f));
@@ -223,28 +210,45 @@ Status FlagSet::Parse(const std::vector<std::string>& args) {
 
 namespace {
 
-// `text` in lines of at most `width` columns (longer words stay whole), each after `indent`
-// spaces but the first, which continues `first`.
-std::string Wrap(const std::string& first, const std::string& text, size_t indent, size_t width) {
+// `words` in lines of at most `width` columns (a longer word stays whole), each after
+// `indent` spaces but the first, which continues `first`. A word "\n" breaks the line.
+std::string Wrap(const std::string& first, const std::vector<std::string>& words, size_t indent,
+                 size_t width) {
   std::string out = first, line_break = "\n" + std::string(indent, ' ');
   const size_t last_line = first.rfind('\n');
   size_t column = last_line == std::string::npos ? first.size() : first.size() - last_line - 1;
   bool line_empty = true;
-  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
-    if (!line_empty && column + 1 + word.size() > width) {
+  for (const std::string& word : words) {
+    if (word == "\n" || (!line_empty && column + 1 + word.size() > width)) {
       out += line_break;
       column = indent;
       line_empty = true;
+      if (word == "\n") continue;
     }
     if (!line_empty) {
       out += ' ';
       ++column;
     }
-    absl::StrAppend(&out, word);
+    out += word;
     column += word.size();
     line_empty = false;
   }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
   return out + "\n";
+}
+
+// The words of `text`; a newline in it is a word of its own.
+std::vector<std::string> Words(const std::string& text) {
+  std::vector<std::string> words;
+  bool first_line = true;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!first_line) words.push_back("\n");
+    first_line = false;
+    for (absl::string_view w : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
+      words.emplace_back(w);
+    }
+  }
+  return words;
 }
 
 }  // namespace
@@ -280,10 +284,16 @@ std::string FlagSet::Help() const {
       }
     }
     if (!value.empty()) absl::StrAppend(&left, " ", value);
-    std::string right = f.help;
+    std::vector<std::string> words = Words(f.help);
     if (f.kind != Kind::kSet && f.show_default) {
-      absl::StrAppend(&right, " (default ", f.shown_default.empty() ? "none" : f.shown_default,
-                      ")");
+      const std::string shown = f.shown_default.empty() ? "none" : f.shown_default;
+      if (shown.find(' ') == std::string::npos) {
+        words.push_back(absl::StrCat("(default ", shown, ")"));  // on one line
+      } else {
+        for (std::string& w : Words(absl::StrCat("(default ", shown, ")"))) {
+          words.push_back(std::move(w));
+        }
+      }
     }
     std::string first = "  " + left;
     if (first.size() + 1 < kHelpColumn) {
@@ -291,7 +301,7 @@ std::string FlagSet::Help() const {
     } else {
       first += "\n" + std::string(kHelpColumn, ' ');
     }
-    out += Wrap(first, right, kHelpColumn, kWidth);
+    out += Wrap(first, words, kHelpColumn, kWidth);
   }
   if (!epilogue_.empty()) absl::StrAppend(&out, "\n", epilogue_);
   return out;

@@ -55,7 +55,7 @@ class FlagSet {
   FlagSet& Alias(const std::string& alias);
   // For the option declared last: what --help shows for its value ("--model NAME") instead
   // of N, X or S, and what it shows as its default, where the initial value would mislead
-  // ("--k0 ... (default: --devices)"; "" shows none).
+  // ("--k0 ... (default --devices)"; "" shows none).
   FlagSet& Value(const std::string& placeholder);
   FlagSet& ShownDefault(const std::string& text);
   // --help lists the options declared from here on under `title`.

@@ -93,6 +93,15 @@ TEST_F(FlagSetTest, HelpListsOptionsWithDefaults) {
   EXPECT_NE(help.find("--static"), std::string::npos);
 }
 
+TEST(FlagSetLayoutTest, ANewlineInHelpStartsALineUnderTheColumn) {
+  int n = 3;
+  FlagSet flags("p", "About.");
+  flags.Int("--n", &n, "first line\nsecond line");
+  EXPECT_NE(flags.Help().find("first line\n" + std::string(28, ' ') + "second line (default 3)\n"),
+            std::string::npos)
+      << flags.Help();
+}
+
 TEST(FlagSetLayoutTest, FractionsSectionsPlaceholdersAndWrapping) {
   double alpha = 1.0 / 3.0;
   int k0 = 0;
@@ -127,6 +136,9 @@ TEST(FlagSetLayoutTest, FractionsSectionsPlaceholdersAndWrapping) {
   for (absl::string_view line : absl::StrSplit(help, '\n')) {
     EXPECT_LE(line.size(), 92u) << line;
   }
+  // A default without spaces is never split from "(default".
+  EXPECT_EQ(help.find("(default\n"), std::string::npos) << help;
+  EXPECT_EQ(help.find(" \n"), std::string::npos) << help;  // no trailing spaces
   // The long help continues under its column.
   EXPECT_NE(help.find("\n" + std::string(28, ' ') + "caps at the world"), std::string::npos)
       << help;
