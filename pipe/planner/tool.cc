@@ -75,8 +75,8 @@ cli::FlagSet Flags(CommandLine* cl, Raw* raw) {
       .String("--layers", &cl->layers,
               "per-unit parameter counts and optional measured times: CSV with the header "
               "\"name,params\" or \"name,params,time\", or JSON [{\"name\": \"embed\", "
-              "\"params\": 742656, \"time\": 0.0012}, ...]. time = forward + backward seconds "
-              "per sample of the unit, trainable.")
+              "\"params\": 742656, \"time\": 0.0012}, ...]. time: the forward and backward "
+              "seconds per sample of the unit, trainable.")
       .Value("FILE")
       .ShownDefault("")
       .Set("--list-models", &cl->list_models, true,
@@ -87,8 +87,8 @@ cli::FlagSet Flags(CommandLine* cl, Raw* raw) {
       .Int("--k0", &o.k0, "the initial pipeline length", 1)
       .ShownDefault("--devices, capped at the world and at the number of units")
       .Fraction("--alpha", &o.alpha,
-                "freeze rate in (0, 1]: after freeze point T the first ceil(L (1 - (1 - "
-                "alpha)^T)) units are frozen, the last never; a fraction such as 1/3 is "
+                "freeze rate in (0, 1]: after freeze point T the first ceil(L(1-(1-alpha)^T)) "
+                "of the L units are frozen, the last never; a fraction such as 1/3 is "
                 "accepted")
       .ShownDefault("1/3")
       .Int("--epochs", &o.epochs,
@@ -155,7 +155,8 @@ std::string HelpText() {
   std::string help = Flags(&cl, &raw).Help();
   // FlagSet lists -h, --help itself nowhere: say it where the options end.
   const size_t end = help.find("\n\nThe cost model");
-  help.insert(end, "\n  -h, --help                this text");
+  help.insert(end == std::string::npos ? help.size() : end,
+              "\n  -h, --help                this text");
   return help;
 }
 
