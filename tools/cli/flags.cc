@@ -283,7 +283,7 @@ std::string FlagSet::Help() const {
           break;
       }
     }
-    if (!value.empty()) absl::StrAppend(&left, " ", value);
+    if (!value.empty() && f.kind != Kind::kSet) absl::StrAppend(&left, " ", value);
     std::vector<std::string> words = Words(f.help);
     if (f.kind != Kind::kSet && f.show_default) {
       const std::string shown = f.shown_default.empty() ? "none" : f.shown_default;
@@ -302,6 +302,9 @@ std::string FlagSet::Help() const {
       first += "\n" + std::string(kHelpColumn, ' ');
     }
     out += Wrap(first, words, kHelpColumn, kWidth);
+  }
+  for (; next_section < sections_.size(); ++next_section) {  // sections left empty
+    absl::StrAppend(&out, "\n", sections_[next_section].second, "\n");
   }
   if (!epilogue_.empty()) absl::StrAppend(&out, "\n", epilogue_);
   return out;

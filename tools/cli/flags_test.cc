@@ -93,6 +93,15 @@ TEST_F(FlagSetTest, HelpListsOptionsWithDefaults) {
   EXPECT_NE(help.find("--static"), std::string::npos);
 }
 
+TEST(FlagSetLayoutTest, SwitchesTakeNoPlaceholderAndTrailingSectionsShow) {
+  bool quiet = false;
+  FlagSet flags("p", "About.");
+  flags.Set("--quiet", &quiet, true, "less output").Value("X").Section("notes");
+  const std::string help = flags.Help();
+  EXPECT_NE(help.find("  --quiet                   less output\n"), std::string::npos) << help;
+  EXPECT_NE(help.find("\nnotes\n"), std::string::npos) << help;
+}
+
 TEST(FlagSetLayoutTest, ANewlineInHelpStartsALineUnderTheColumn) {
   int n = 3;
   FlagSet flags("p", "About.");
