@@ -302,6 +302,20 @@ void claim_call_order() {
   if (auto state = Current()) state->engine->ClaimCallOrder();
 }
 
+void group_start() { ++comm::t_group_depth; }
+
+Status group_end() {
+  if (comm::t_group_depth == 0) {
+    return FailedPrecondition(
+        "group_end: no group is open on this thread (group_start and group_end must pair, on "
+        "one thread)");
+  }
+  if (--comm::t_group_depth == 0) {
+    if (auto state = Current()) state->engine->Wake();
+  }
+  return OkStatus();
+}
+
 Status finalize() {
   Status status;
   if (Current() != nullptr) status = shutdown();

@@ -216,6 +216,18 @@ Status pair_gossip(const TensorView& in, const TensorView& out, int peer,
 StatusOr<Handle> barrier_nonblocking();
 Status barrier();
 
+// Groups, as NCCL's ncclGroupStart/ncclGroupEnd: the ops this thread starts between
+// group_start() and group_end() reach weft's engine together, when the group ends (or
+// earlier, when this thread waits for one of them), so that a burst of nonblocking ops
+// (one per parameter, say) is negotiated and fused as one instead of the first op waking
+// the engine thread, which would start it alone. Ops in a group are matched, numbered and
+// checked as any others; a group only changes when the engine hears of them. Groups nest:
+// the outermost group_end() hands the ops over. group_end() on a thread with no open group
+// is a FailedPrecondition error. Neither needs init(). An op left in a group that is never
+// ended still runs, at the engine thread's next idle check (within 100 ms).
+void group_start();
+Status group_end();
+
 // --- one-sided windows ------------------------------------------------------------------
 // One-sided windows. A window associates a tensor x with a name;
 // every rank holds one receive buffer per in-neighbor (of the topology in force at

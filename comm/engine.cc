@@ -384,6 +384,15 @@ int64_t Engine::WaitSpinMicros() const {
       spin, std::min(2 * last_run_us_.load(std::memory_order_relaxed), kWaitSpinMaxMicros.Get()));
 }
 
+void Engine::Wake() {
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    wake = !queue_.empty() && sleeping_;
+  }
+  if (wake) queue_cv_.notify_one();
+}
+
 void Engine::HandBack() {
   {
     std::lock_guard<std::mutex> lock(queue_mu_);

@@ -205,9 +205,11 @@ std::shared_ptr<Request> NewRequest(const State& state, OpType op, const TensorV
 }
 
 thread_local bool t_caller_waits = false;
+thread_local int t_group_depth = 0;
 
 StatusOr<Handle> Submit(State& state, std::shared_ptr<Request> r) {
-  return state.engine->Submit(std::move(r), t_caller_waits);
+  // In a group the ops wait for group_end (or this thread's wait) to reach the engine.
+  return state.engine->Submit(std::move(r), t_caller_waits || t_group_depth > 0);
 }
 
 // Hands a request to the engine, or, when this rank's own checks refused its arguments,

@@ -71,6 +71,8 @@ std::shared_ptr<Request> NewRequest(const State& state, OpType op, const TensorV
 
 // Set while a blocking form submits its op: it waits at once, so it drives the engine itself.
 extern thread_local bool t_caller_waits;
+// Open groups on this thread (group_start): their ops do not wake the engine thread.
+extern thread_local int t_group_depth;
 struct CallerWaits {
   CallerWaits() { t_caller_waits = true; }
   ~CallerWaits() { t_caller_waits = false; }

@@ -1,7 +1,9 @@
 // Every op under real mpirun, with exact expected values from rank-filled tensors.
 // Run on 1, 2, 4 and 8 ranks (tests/BUILD.bazel).
+#include <chrono>
 #include <cmath>
 #include <functional>
+#include <thread>
 
 #include "comm/comm.h"
 #include "comm/topology.h"
@@ -132,6 +134,56 @@ TEST(Allreduce, InPlaceNamedAndNonblocking) {
     EXPECT_TRUE(poll(handles[k]));
     ExpectAll(bufs[k], (n - 1) / 2.0 * (k + 1), "nonblocking");
   }
+}
+
+TEST(Group, OpsStartedInAGroupCompleteWithTheRightValues) {
+  const int n = size();
+  std::vector<Buffer> bufs;
+  std::vector<Handle> handles;
+  for (int k = 0; k < 24; ++k) bufs.emplace_back(DType::kFloat32, std::vector<int64_t>{256});
+  group_start();
+  for (int k = 0; k < 24; ++k) {
+    bufs[k].Fill(rank() + k);
+    // Named and unnamed ops, and a nested group: only the outermost end hands them over.
+    if (k == 12) group_start();
+    auto h = allreduce_nonblocking(bufs[k].view(), bufs[k].view(), false,
+                                   k % 2 == 0 ? "group." + std::to_string(k) : "");
+    ASSERT_TRUE(h.ok()) << h.status();
+    handles.push_back(*h);
+    if (k == 15) {
+      ASSERT_TRUE(group_end().ok());
+    }
+  }
+  // Waiting inside the group hands its ops over at once (this wait would never end if it
+  // waited for the group to end).
+  ASSERT_TRUE(wait(handles[3]).ok());
+  ExpectAll(bufs[3], n * (n - 1) / 2.0 + n * 3, "waited for inside the group");
+  ASSERT_TRUE(group_end().ok());
+  for (int k = 0; k < 24; ++k) {
+    ASSERT_TRUE(wait(handles[k]).ok());
+    ExpectAll(bufs[k], n * (n - 1) / 2.0 + n * k, "started in a group");
+  }
+  const Status unpaired = group_end();
+  EXPECT_EQ(unpaired.code(), absl::StatusCode::kFailedPrecondition) << unpaired;
+  EXPECT_TRUE(testing::Contains(unpaired, "no group is open on this thread")) << unpaired;
+}
+
+TEST(Group, ANonblockingOpLeftInAnOpenGroupStillRuns) {
+  // The group stays open until the op has completed: poll() makes progress itself, as the
+  // engine thread does at its next idle check (within 100 ms).
+  Buffer a(DType::kFloat64, {8});
+  a.Fill(rank());
+  group_start();
+  auto h = allreduce_nonblocking(a.view(), a.view(), false, "group.left.open");
+  ASSERT_TRUE(h.ok()) << h.status();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!poll(*h) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(poll(*h)) << "an op in an open group never ran";
+  ASSERT_TRUE(group_end().ok());
+  ASSERT_TRUE(wait(*h).ok());
+  ExpectAll(a, size() * (size() - 1) / 2.0, "left in an open group");
 }
 
 TEST(Broadcast, FromEveryRoot) {
