@@ -792,6 +792,17 @@ weft_status weft_comm_refuse(weft_op op, const char* name, const int* ranks, siz
   });
 }
 
+weft_status weft_comm_group_start(void) {
+  return Guard("weft_comm_group_start", [] {
+    weft::group_start();
+    return weft::OkStatus();
+  });
+}
+
+weft_status weft_comm_group_end(void) {
+  return Guard("weft_comm_group_end", [] { return weft::group_end(); });
+}
+
 weft_status weft_comm_barrier(void) {
   return Guard("weft_comm_barrier", [] { return weft::barrier(); });
 }

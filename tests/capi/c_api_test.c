@@ -23,6 +23,9 @@ static void TestBeforeInit(void) {
   CHECK(weft_rank() == -1 && weft_size() == -1 && weft_machine_size() == -1);
   CHECK(weft_is_homogeneous() == -1 && weft_timeline_active() == 0);
   weft_comm_claim_call_order(); /* does nothing before init */
+  OK(weft_comm_group_start());  /* groups need no init */
+  OK(weft_comm_group_end());
+  FAILS(weft_comm_group_end(), WEFT_ERR_FAILED_PRECONDITION, "no group is open");
   {
     int unified = -1;
     FAILS(weft_unified_mpi_window_model(&unified), WEFT_ERR_FAILED_PRECONDITION, "init");

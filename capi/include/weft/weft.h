@@ -420,6 +420,16 @@ WEFT_API weft_status weft_comm_recv_any_nonblocking(weft_request** request, int 
 WEFT_API weft_status weft_comm_barrier(void);
 WEFT_API weft_status weft_comm_barrier_nonblocking(weft_request** request);
 
+/* Groups, as NCCL's ncclGroupStart/ncclGroupEnd: the ops this thread starts between
+ * weft_comm_group_start() and weft_comm_group_end() reach weft's engine together when the
+ * outermost group ends (or earlier, when this thread waits for one of them), so that a burst
+ * of nonblocking ops is negotiated and fused as one instead of the first op starting alone.
+ * Ops in a group are matched and checked as any others. Groups nest and belong to the
+ * calling thread: start and end a group on one thread. weft_comm_group_end() with no group
+ * open on the thread is WEFT_ERR_FAILED_PRECONDITION. Neither needs weft_init(). */
+WEFT_API weft_status weft_comm_group_start(void);
+WEFT_API weft_status weft_comm_group_end(void);
+
 /* For a binding or program that rejects an op's arguments before it can call the op (a
  * value it cannot convert to a DLTensor, say): takes that op's place in the call order, as
  * weft's own argument checks do, so that the op's other ranks fail with `message` instead

@@ -203,6 +203,8 @@ extern swig_intgo _wrap_weft_comm_recv_any_cweft_6cb5596b1560e098(swig_voidp arg
 extern swig_intgo _wrap_weft_comm_recv_any_nonblocking_cweft_6cb5596b1560e098(swig_voidp arg1, swig_intgo arg2, swig_type_15 arg3);
 extern swig_intgo _wrap_weft_comm_barrier_cweft_6cb5596b1560e098(void);
 extern swig_intgo _wrap_weft_comm_barrier_nonblocking_cweft_6cb5596b1560e098(swig_voidp arg1);
+extern swig_intgo _wrap_weft_comm_group_start_cweft_6cb5596b1560e098(void);
+extern swig_intgo _wrap_weft_comm_group_end_cweft_6cb5596b1560e098(void);
 extern swig_intgo _wrap_WEFT_OP_ALLREDUCE_cweft_6cb5596b1560e098(void);
 extern swig_intgo _wrap_WEFT_OP_BROADCAST_cweft_6cb5596b1560e098(void);
 extern swig_intgo _wrap_WEFT_OP_ALLGATHER_cweft_6cb5596b1560e098(void);
@@ -1084,6 +1086,18 @@ func Weft_comm_barrier_nonblocking(arg1 *SwigcptrStruct_SS_weft_request) (_swig_
 	var swig_r Enum_SS_weft_status
 	_swig_i_0 := arg1
 	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_barrier_nonblocking_cweft_6cb5596b1560e098(C.swig_voidp(_swig_i_0)))
+	return swig_r
+}
+
+func Weft_comm_group_start() (_swig_ret Enum_SS_weft_status) {
+	var swig_r Enum_SS_weft_status
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_group_start_cweft_6cb5596b1560e098())
+	return swig_r
+}
+
+func Weft_comm_group_end() (_swig_ret Enum_SS_weft_status) {
+	var swig_r Enum_SS_weft_status
+	swig_r = (Enum_SS_weft_status)(C._wrap_weft_comm_group_end_cweft_6cb5596b1560e098())
 	return swig_r
 }
 

@@ -1842,6 +1842,28 @@ intgo _wrap_weft_comm_barrier_nonblocking_cweft_6cb5596b1560e098(weft_request **
 }
 
 
+intgo _wrap_weft_comm_group_start_cweft_6cb5596b1560e098() {
+  weft_status result;
+  intgo _swig_go_result;
+  
+  
+  result = (weft_status)weft_comm_group_start();
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_weft_comm_group_end_cweft_6cb5596b1560e098() {
+  weft_status result;
+  intgo _swig_go_result;
+  
+  
+  result = (weft_status)weft_comm_group_end();
+  _swig_go_result = (intgo)result; 
+  return _swig_go_result;
+}
+
+
 intgo _wrap_WEFT_OP_ALLREDUCE_cweft_6cb5596b1560e098() {
   enum weft_op result;
   intgo _swig_go_result;

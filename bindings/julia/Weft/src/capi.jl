@@ -940,6 +940,23 @@ function weft_comm_barrier_nonblocking(request)
           (Ptr{Ptr{weft_request}},),
           request)
 end
+
+# Groups, as NCCL's ncclGroupStart/ncclGroupEnd: the ops this thread starts between
+# weft_comm_group_start() and weft_comm_group_end() reach weft's engine together when the
+# outermost group ends (or earlier, when this thread waits for one of them), so that a burst
+# of nonblocking ops is negotiated and fused as one instead of the first op starting alone.
+# Ops in a group are matched and checked as any others. Groups nest and belong to the
+# calling thread: start and end a group on one thread. weft_comm_group_end() with no group
+# open on the thread is WEFT_ERR_FAILED_PRECONDITION. Neither needs weft_init().
+# C: weft_status weft_comm_group_start(void)
+function weft_comm_group_start()
+    ccall((:weft_comm_group_start, libweft()), Cint, ())
+end
+
+# C: weft_status weft_comm_group_end(void)
+function weft_comm_group_end()
+    ccall((:weft_comm_group_end, libweft()), Cint, ())
+end
 # For a binding or program that rejects an op's arguments before it can call the op (a
 # value it cannot convert to a DLTensor, say): takes that op's place in the call order, as
 # weft's own argument checks do, so that the op's other ranks fail with `message` instead
@@ -1868,22 +1885,23 @@ export libweft, libweft_trainer, kDLCPU, kDLInt, kDLUInt, kDLFloat, kDLBfloat, D
     weft_comm_pair_gossip_nonblocking, weft_comm_send, weft_comm_send_nonblocking,
     weft_comm_recv, weft_comm_recv_nonblocking, weft_comm_recv_any,
     weft_comm_recv_any_nonblocking, weft_comm_barrier, weft_comm_barrier_nonblocking,
-    WEFT_OP_ALLREDUCE, WEFT_OP_BROADCAST, WEFT_OP_ALLGATHER, WEFT_OP_NEIGHBOR_ALLGATHER,
-    WEFT_OP_NEIGHBOR_ALLREDUCE, WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE,
-    WEFT_OP_PAIR_GOSSIP, WEFT_OP_SEND, WEFT_OP_RECV, WEFT_OP_WIN_CREATE, weft_comm_refuse,
-    WEFT_WIN_PUT_OPTIONS_VERSION, weft_win_put_options, weft_win_put_options_init,
-    WEFT_WIN_GET_OPTIONS_VERSION, weft_win_get_options, weft_win_get_options_init,
-    WEFT_WIN_UPDATE_OPTIONS_VERSION, weft_win_update_options, weft_win_update_options_init,
-    WEFT_WIN_CREATE_OPTIONS_VERSION, weft_win_create_options, weft_win_create_options_init,
-    weft_win_create, weft_win_free, weft_win_put, weft_win_put_nonblocking,
-    weft_win_accumulate, weft_win_accumulate_nonblocking, weft_win_get,
-    weft_win_get_nonblocking, weft_win_update, weft_win_update_then_collect,
-    weft_win_version, weft_win_associated_p, weft_win_set_associated_p_ops,
-    weft_win_associated_p_ops, weft_win_mutex_acquire, weft_win_mutex_release,
-    weft_step_counter, WEFT_COUNT_FORWARD, WEFT_COUNT_BACKWARD, WEFT_COMPUTATION_IGNORED,
-    WEFT_COMPUTATION_COUNTED, WEFT_COMPUTATION_COMMUNICATE, WEFT_COMPUTATION_MISUSE,
-    weft_step_counter_create, weft_step_counter_destroy, weft_step_counter_computation,
-    weft_step_counter_step, weft_step_counter_set_steps_per_communication,
+    weft_comm_group_start, weft_comm_group_end, WEFT_OP_ALLREDUCE, WEFT_OP_BROADCAST,
+    WEFT_OP_ALLGATHER, WEFT_OP_NEIGHBOR_ALLGATHER, WEFT_OP_NEIGHBOR_ALLREDUCE,
+    WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE, WEFT_OP_PAIR_GOSSIP, WEFT_OP_SEND,
+    WEFT_OP_RECV, WEFT_OP_WIN_CREATE, weft_comm_refuse, WEFT_WIN_PUT_OPTIONS_VERSION,
+    weft_win_put_options, weft_win_put_options_init, WEFT_WIN_GET_OPTIONS_VERSION,
+    weft_win_get_options, weft_win_get_options_init, WEFT_WIN_UPDATE_OPTIONS_VERSION,
+    weft_win_update_options, weft_win_update_options_init, WEFT_WIN_CREATE_OPTIONS_VERSION,
+    weft_win_create_options, weft_win_create_options_init, weft_win_create, weft_win_free,
+    weft_win_put, weft_win_put_nonblocking, weft_win_accumulate,
+    weft_win_accumulate_nonblocking, weft_win_get, weft_win_get_nonblocking,
+    weft_win_update, weft_win_update_then_collect, weft_win_version, weft_win_associated_p,
+    weft_win_set_associated_p_ops, weft_win_associated_p_ops, weft_win_mutex_acquire,
+    weft_win_mutex_release, weft_step_counter, WEFT_COUNT_FORWARD, WEFT_COUNT_BACKWARD,
+    WEFT_COMPUTATION_IGNORED, WEFT_COMPUTATION_COUNTED, WEFT_COMPUTATION_COMMUNICATE,
+    WEFT_COMPUTATION_MISUSE, weft_step_counter_create, weft_step_counter_destroy,
+    weft_step_counter_computation, weft_step_counter_step,
+    weft_step_counter_set_steps_per_communication,
     weft_step_counter_steps_per_communication, weft_step_counter_countdown,
     weft_step_counter_computations, weft_step_counter_misuse_warning,
     weft_pipe_freeze_bound, WEFT_PIPE_FREEZE_OPTIONS_VERSION, weft_pipe_freeze_options,
