@@ -3,6 +3,7 @@ package weft
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"sort"
 	"unsafe"
 
@@ -289,6 +290,30 @@ func PairGossip[T Element](in, out []T, peer int, opts ...PairGossipOptions) err
 
 // Barrier returns once every rank has called it.
 func Barrier() error { return ordered("", cweft.Weft_comm_barrier) }
+
+// GroupStart opens a group, as NCCL's ncclGroupStart: the ops this goroutine starts until
+// GroupEnd reach weft's engine together, so that a burst of nonblocking ops is negotiated
+// and fused as one instead of the first op starting alone; waiting for one of them inside
+// the group hands them over at once. Groups belong to an OS thread in the C library, so
+// GroupStart locks the goroutine to its thread until the matching GroupEnd. Groups nest.
+func GroupStart() error {
+	runtime.LockOSThread()
+	if err := call(cweft.Weft_comm_group_start); err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	return nil
+}
+
+// GroupEnd closes the group GroupStart opened on this goroutine; the outermost one hands
+// its ops to the engine. Without an open group it fails with FailedPrecondition.
+func GroupEnd() error {
+	if err := call(cweft.Weft_comm_group_end); err != nil {
+		return err
+	}
+	runtime.UnlockOSThread()
+	return nil
+}
 
 // ---- nonblocking ops ------------------------------------------------------------------------
 //

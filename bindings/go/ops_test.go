@@ -1,6 +1,7 @@
 package weft_test
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -106,6 +107,33 @@ func testAllreduce[T weft.Element](t *testing.T) {
 	must(t, err, "AllreduceNonblocking in place")
 	must(t, req.Wait(), "the nonblocking in-place allreduce")
 	expectValues(t, "nonblocking in-place average", y, scale(sumOverRanks(n), 1/float64(size)))
+}
+
+func TestGroup(t *testing.T) {
+	const n = 4
+	must(t, weft.GroupStart(), "GroupStart")
+	var reqs []*weft.Request
+	var outs [][]float64
+	for k := 0; k < 8; k++ {
+		out := make([]float64, n)
+		// Unnamed ones too: they run on the goroutine's locked thread, inside the group.
+		o := weft.AllreduceOptions{Op: weft.Sum}
+		if k%2 == 0 {
+			o.Name = fmt.Sprintf("group.%d", k)
+		}
+		req, err := weft.AllreduceNonblocking(fill[float64](rank, n), out, o)
+		must(t, err, "AllreduceNonblocking in a group")
+		reqs = append(reqs, req)
+		outs = append(outs, out)
+	}
+	must(t, weft.GroupEnd(), "GroupEnd")
+	for k, req := range reqs {
+		must(t, req.Wait(), "an op of the group")
+		expectValues(t, "an op of the group", outs[k], sumOverRanks(n))
+	}
+	if err := weft.GroupEnd(); !errors.Is(err, weft.ErrFailedPrecondition) {
+		t.Fatalf("GroupEnd without a group: got %v, want FailedPrecondition", err)
+	}
 }
 
 func TestBroadcast(t *testing.T) {

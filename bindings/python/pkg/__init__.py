@@ -1338,6 +1338,47 @@ def barrier_nonblocking():
     """
     return Handle(_c.weft_comm_barrier_nonblocking(), None, _NUMPY)
 
+
+def group_start():
+    """Open a group: the ops this thread starts until group_end() reach weft's engine together.
+
+    As NCCL's ncclGroupStart: a burst of nonblocking ops (one per parameter, say) started in
+    a group is negotiated and fused as one, instead of the first op waking weft's engine
+    thread and starting alone. The ops are matched and checked as any others; waiting for
+    one of them inside the group hands them over at once. Groups nest and belong to the
+    calling thread. Does not need init(). The `group()` context manager pairs the calls.
+    """
+    _c.weft_comm_group_start()
+
+
+def group_end():
+    """Close the group group_start() opened on this thread; the outermost one hands its ops
+    to weft's engine.
+
+    Raises
+    ------
+    FailedPreconditionError
+        No group is open on this thread.
+    """
+    _c.weft_comm_group_end()
+
+
+@_contextlib.contextmanager
+def group():
+    """A group (group_start() ... group_end()) as a context manager.
+
+    Examples
+    --------
+    >>> with weft.group():
+    ...     handles = [weft.allreduce_nonblocking(g, name=n) for n, g in grads.items()]
+    >>> results = [weft.synchronize(h) for h in handles]
+    """
+    group_start()
+    try:
+        yield
+    finally:
+        group_end()
+
 # ---- configuration and timeline -----------------------------------------------------------
 
 

@@ -57,6 +57,32 @@ def test_allreduce_in_place_and_nonblocking(kind):
     assert weft.synchronize(h) is x and np.allclose(as_numpy(x), [n * (n - 1) / 2, n * (n - 1)])
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_group_hands_its_ops_over_together(kind):
+    r, n = weft.rank(), weft.size()
+    xs = [make(kind, np.full(4, (r + 1) * (k + 1))) for k in range(16)]
+    with weft.group():
+        handles = [weft.allreduce_nonblocking(x, average=False, name=f"group.{kind}.{k}")
+                   for k, x in enumerate(xs)]
+        with weft.group():  # nested: only the outermost end hands them over
+            handles.append(weft.allreduce_nonblocking(xs[0], average=False))
+        # Waiting inside the group hands the ops over at once instead of waiting for the end.
+        first = weft.synchronize(handles[0])
+    assert np.all(as_numpy(first) == n * (n + 1) // 2)
+    for k, h in enumerate(handles[1:16], start=1):
+        assert np.all(as_numpy(weft.synchronize(h)) == (k + 1) * n * (n + 1) // 2)
+    assert np.all(as_numpy(weft.synchronize(handles[16])) == n * (n + 1) // 2)
+    with pytest.raises(weft.FailedPreconditionError, match="no group is open on this thread"):
+        weft.group_end()
+    # A blocking op inside a group runs at once: its caller drives the engine.
+    weft.group_start()
+    try:
+        y = weft.allreduce(xs[1], average=False, name=f"group.after.{kind}")
+    finally:
+        weft.group_end()
+    assert np.all(as_numpy(y) == 2 * n * (n + 1) // 2)
+
+
 def test_bfloat16_torch():
     n = weft.size()
     x = torch.full((4,), 1.5, dtype=torch.bfloat16)

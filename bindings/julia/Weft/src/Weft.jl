@@ -36,6 +36,7 @@ export WeftError, Topology, Schedule, Handle,
     load_machine_topology, in_neighbor_ranks, out_neighbor_ranks,
     # ops (broadcast and broadcast! are Weft.-qualified)
     allreduce, allreduce!, allreduce_nonblocking, allreduce_nonblocking!,
+    group_start, group_end,
     broadcast_nonblocking, broadcast_nonblocking!,
     # point to point (send, recv and recv! are Weft.-qualified)
     send_nonblocking, recv_nonblocking, recv_nonblocking!,
@@ -1013,6 +1014,32 @@ end
 barrier() = _check(weft_comm_barrier())
 
 barrier_nonblocking() = _start(weft_comm_barrier_nonblocking, nothing, _ -> nothing)
+
+"""
+    group_start()
+
+Groups, as NCCL's `ncclGroupStart`/`ncclGroupEnd`: the ops this thread starts between
+`group_start()` and `group_end()` reach weft's engine together when the outermost group
+ends (or when this thread waits for one of them), so that a burst of nonblocking ops is
+negotiated and fused as one. Groups nest and belong to the OS thread: start and end a group
+on one thread, and do not yield inside it from a task that may migrate between threads.
+`group_end()` with no group open throws a `WEFT_ERR_FAILED_PRECONDITION` `WeftError`.
+`Weft.group(f)` runs `f()` inside a group (`Weft.group() do ... end`).
+"""
+group_start() = _check(weft_comm_group_start())
+
+"Closes the group `group_start()` opened on this thread (see `group_start`)."
+group_end() = _check(weft_comm_group_end())
+
+"Runs `f()` inside a group (see `group_start`): `Weft.group() do ... end`."
+function group(f)
+    group_start()
+    try
+        return f()
+    finally
+        group_end()
+    end
+end
 
 # ---- one-sided windows -------------------------------------------------------------------
 # One-sided windows. A window associates an array with a name:

@@ -291,6 +291,13 @@ end
     @test Weft.synchronize(h) == fill(Float16(n), 8)  # waiting again: the same result
     @test poll(h)
 
+    # A group: its ops reach the engine together at the end; waiting inside hands them over.
+    hs = Weft.group() do
+        [allreduce_nonblocking(fill(Float64(k), 4); average=false, name="group.$k") for k in 1:8]
+    end
+    @test [wait(h) for h in hs] == [fill(Float64(k * n), 4) for k in 1:8]
+    @test_throws WeftError group_end()
+
     # A dropped handle: its arrays must stay alive until the op completes.
     allreduce_nonblocking(rand(1000); name="dropped")
     GC.gc()
