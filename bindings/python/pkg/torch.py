@@ -595,10 +595,12 @@ class DistributedAdaptWithCombineOptimizer(_CombiningOptimizer):
         super().__init__(optimizer, model, communication_type, num_steps_per_communication)
 
     def _launch(self, indices):
-        for i in indices:
-            p = self._named[i][1]
-            # A snapshot: nothing the training loop does before step() can race the op.
-            self._pending[i] = self._combine_nonblocking(p.data.clone(), self._names[i])
+        # One group: the parameters' combinations reach weft's engine together and fuse.
+        with _weft.group():
+            for i in indices:
+                p = self._named[i][1]
+                # A snapshot: nothing the training loop does before step() can race the op.
+                self._pending[i] = self._combine_nonblocking(p.data.clone(), self._names[i])
 
     def _install(self):
         self._install_combined()
@@ -991,9 +993,10 @@ def broadcast_parameters(params, root_rank):
     >>> wt.broadcast_parameters(model.state_dict(), root_rank=0)
     """
     items = _named_tensors(params, "broadcast_parameters")
-    handles = [_weft.broadcast_nonblocking_(_inplace_view(t), root_rank,
-                                            name=f"weft.broadcast_parameters.{i}.{name}")
-               for i, (name, t) in enumerate(items)]
+    with _weft.group():
+        handles = [_weft.broadcast_nonblocking_(_inplace_view(t), root_rank,
+                                                name=f"weft.broadcast_parameters.{i}.{name}")
+                   for i, (name, t) in enumerate(items)]
     for h in handles:
         _weft.synchronize(h)
 
@@ -1019,9 +1022,10 @@ def allreduce_parameters(params):
     """
     items = [(name, t) for name, t in _named_tensors(params, "allreduce_parameters")
              if t.is_floating_point()]
-    handles = [_weft.allreduce_nonblocking_(_inplace_view(t), average=True,
-                                            name=f"weft.allreduce_parameters.{i}.{name}")
-               for i, (name, t) in enumerate(items)]
+    with _weft.group():
+        handles = [_weft.allreduce_nonblocking_(_inplace_view(t), average=True,
+                                                name=f"weft.allreduce_parameters.{i}.{name}")
+                   for i, (name, t) in enumerate(items)]
     for h in handles:
         _weft.synchronize(h)
 
