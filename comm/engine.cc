@@ -240,7 +240,8 @@ StatusOr<Handle> Engine::Submit(std::shared_ptr<Request> r, bool caller_waits) {
     in_flight_.fetch_add(1);
     // Only the first request of a burst wakes a sleeping engine thread (it drains the whole
     // queue); a futex wake per request was measurable in 64-op bursts.
-    wake = !caller_waits && queue_.empty() && sleeping_;
+    wake = !caller_waits && sleeping_ && !wake_sent_;
+    wake_sent_ = wake_sent_ || wake;
     queue_.push_back(r);
   }
   if (wake) queue_cv_.notify_one();
@@ -261,7 +262,8 @@ Status Engine::Refuse(std::shared_ptr<Request> r, Status why) {
     r->submitted_us = NowMicros();
     // The other ranks wait for this message: the engine thread sends it even if nothing
     // else happens on this rank.
-    wake = queue_.empty() && sleeping_;
+    wake = sleeping_ && !wake_sent_;
+    wake_sent_ = wake_sent_ || wake;
     queue_.push_back(std::move(r));
   }
   if (wake) queue_cv_.notify_one();
@@ -321,6 +323,7 @@ void Engine::Loop() {
     queue_cv_.wait_for(lock, std::chrono::microseconds(sleep_us),
                        [this] { return !queue_.empty() || kick_; });
     sleeping_ = false;
+    wake_sent_ = false;
     kick_ = false;
   }
   // Let the last messages (the shutdown response) reach their ranks. A rank that died
@@ -388,7 +391,8 @@ void Engine::Wake() {
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
-    wake = !queue_.empty() && sleeping_;
+    wake = !queue_.empty() && sleeping_ && !wake_sent_;
+    wake_sent_ = wake_sent_ || wake;
   }
   if (wake) queue_cv_.notify_one();
 }

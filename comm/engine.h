@@ -225,6 +225,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool stopping_ = false;  // no more submissions
   bool kick_ = false;      // a driving caller handed progress back to the engine thread
   bool sleeping_ = false;  // the engine thread waits on queue_cv_
+  // A submission has woken the sleeping engine thread (reset when it wakes): later ones need
+  // not. Not "the queue is non-empty": a group's requests wait in the queue unannounced, and
+  // another thread's op behind them must still wake it.
+  bool wake_sent_ = false;
   int64_t next_unnamed_ = 0;
   std::map<std::vector<int32_t>, int64_t> next_unnamed_in_group_;
   std::set<std::string> names_in_flight_;
