@@ -217,14 +217,15 @@ StatusOr<Handle> barrier_nonblocking();
 Status barrier();
 
 // Groups, as NCCL's ncclGroupStart/ncclGroupEnd: the ops this thread starts between
-// group_start() and group_end() reach weft's engine together, when the group ends (or
-// earlier, when this thread waits for one of them), so that a burst of nonblocking ops
-// (one per parameter, say) is negotiated and fused as one instead of the first op waking
-// the engine thread, which would start it alone. Ops in a group are matched, numbered and
-// checked as any others; a group only changes when the engine hears of them. Groups nest:
-// the outermost group_end() hands the ops over. group_end() on a thread with no open group
-// is a FailedPrecondition error. Neither needs init(). An op left in a group that is never
-// ended still runs, at the engine thread's next idle check (within 100 ms).
+// group_start() and group_end() do not wake weft's engine thread; the outermost
+// group_end() does. A burst of nonblocking ops (one per parameter, say) then reaches the
+// engine whole and is negotiated and fused as one, instead of the first op waking the
+// engine thread, which would start it alone. This is a hint, not a barrier: an engine
+// thread that is awake anyway, or another thread's poll() or wait(), takes the ops as they
+// come, and this thread's own wait() inside the group takes them at once. Ops in a group
+// are matched, numbered and checked as any others. Groups nest; group_end() on a thread
+// with no open group is a FailedPrecondition error. Neither needs init(). An op left in a
+// group that is never ended still runs, at the engine thread's next timed check.
 void group_start();
 Status group_end();
 

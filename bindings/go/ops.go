@@ -292,9 +292,10 @@ func PairGossip[T Element](in, out []T, peer int, opts ...PairGossipOptions) err
 func Barrier() error { return ordered("", cweft.Weft_comm_barrier) }
 
 // GroupStart opens a group, as NCCL's ncclGroupStart: the ops this goroutine starts until
-// GroupEnd reach weft's engine together, so that a burst of nonblocking ops is negotiated
-// and fused as one instead of the first op starting alone; waiting for one of them inside
-// the group hands them over at once. Groups belong to an OS thread in the C library, so
+// GroupEnd do not wake weft's engine thread, so that a burst of nonblocking ops reaches it
+// whole and is negotiated and fused as one instead of the first op starting alone (a hint:
+// an engine thread awake anyway takes them as they come; waiting for one of them inside
+// the group hands them over at once). Groups belong to an OS thread in the C library, so
 // GroupStart locks the goroutine to its thread until the matching GroupEnd. Groups nest.
 func GroupStart() error {
 	runtime.LockOSThread()

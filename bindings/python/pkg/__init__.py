@@ -1340,13 +1340,15 @@ def barrier_nonblocking():
 
 
 def group_start():
-    """Open a group: the ops this thread starts until group_end() reach weft's engine together.
+    """Open a group: the ops this thread starts until group_end() do not wake weft's engine.
 
     As NCCL's ncclGroupStart: a burst of nonblocking ops (one per parameter, say) started in
-    a group is negotiated and fused as one, instead of the first op waking weft's engine
-    thread and starting alone. The ops are matched and checked as any others; waiting for
-    one of them inside the group hands them over at once. Groups nest and belong to the
-    calling thread. Does not need init(). The `group()` context manager pairs the calls.
+    a group reaches the engine whole at group_end() and is negotiated and fused as one,
+    instead of the first op waking weft's engine thread and starting alone. A hint, not a
+    barrier: an engine thread awake anyway, or a wait or poll, takes the ops as they come
+    (waiting for one of them inside the group hands them over at once). The ops are matched
+    and checked as any others. Groups nest and belong to the calling thread. Does not need
+    init(). The `group()` context manager pairs the calls.
     """
     _c.weft_comm_group_start()
 

@@ -1019,10 +1019,11 @@ barrier_nonblocking() = _start(weft_comm_barrier_nonblocking, nothing, _ -> noth
     group_start()
 
 Groups, as NCCL's `ncclGroupStart`/`ncclGroupEnd`: the ops this thread starts between
-`group_start()` and `group_end()` reach weft's engine together when the outermost group
-ends (or when this thread waits for one of them), so that a burst of nonblocking ops is
-negotiated and fused as one. Groups nest and belong to the OS thread: start and end a group
-on one thread, and do not yield inside it from a task that may migrate between threads.
+`group_start()` and `group_end()` do not wake weft's engine thread; the outermost
+`group_end()` does, so that a burst of nonblocking ops reaches it whole and is negotiated
+and fused as one (a hint: an engine thread awake anyway takes them as they come). Groups
+nest and belong to the OS thread: start and end a group on one thread, from a task that
+stays on its thread (the main task, or one started with `@async`).
 `group_end()` with no group open throws a `WEFT_ERR_FAILED_PRECONDITION` `WeftError`.
 `Weft.group(f)` runs `f()` inside a group (`Weft.group() do ... end`).
 """
@@ -1034,11 +1035,18 @@ group_end() = _check(weft_comm_group_end())
 "Runs `f()` inside a group (see `group_start`): `Weft.group() do ... end`."
 function group(f)
     group_start()
+    local result
     try
-        return f()
-    finally
-        group_end()
+        result = f()
+    catch
+        try
+            group_end()
+        catch  # f's error is the one to report
+        end
+        rethrow()
     end
+    group_end()
+    return result
 end
 
 # ---- one-sided windows -------------------------------------------------------------------

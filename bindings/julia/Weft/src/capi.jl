@@ -942,12 +942,13 @@ function weft_comm_barrier_nonblocking(request)
 end
 
 # Groups, as NCCL's ncclGroupStart/ncclGroupEnd: the ops this thread starts between
-# weft_comm_group_start() and weft_comm_group_end() reach weft's engine together when the
-# outermost group ends (or earlier, when this thread waits for one of them), so that a burst
-# of nonblocking ops is negotiated and fused as one instead of the first op starting alone.
-# Ops in a group are matched and checked as any others. Groups nest and belong to the
-# calling thread: start and end a group on one thread. weft_comm_group_end() with no group
-# open on the thread is WEFT_ERR_FAILED_PRECONDITION. Neither needs weft_init().
+# weft_comm_group_start() and weft_comm_group_end() do not wake weft's engine thread; the
+# outermost group end does. A burst of nonblocking ops then reaches the engine whole and is
+# negotiated and fused as one, instead of the first op starting alone. A hint, not a
+# barrier: an engine thread awake anyway, or a wait or poll, takes the ops as they come. Ops
+# in a group are matched and checked as any others. Groups nest and belong to the calling
+# thread: start and end a group on one thread. weft_comm_group_end() with no group open on
+# the thread is WEFT_ERR_FAILED_PRECONDITION. Neither needs weft_init().
 # C: weft_status weft_comm_group_start(void)
 function weft_comm_group_start()
     ccall((:weft_comm_group_start, libweft()), Cint, ())
