@@ -320,8 +320,13 @@ void Engine::Loop() {
     }
     std::unique_lock<std::mutex> lock(queue_mu_);
     sleeping_ = true;
-    queue_cv_.wait_for(lock, std::chrono::microseconds(sleep_us),
-                       [this] { return !queue_.empty() || kick_; });
+    queue_cv_.wait_for(lock, std::chrono::microseconds(sleep_us), [this] {
+      if (!queue_.empty() || kick_) return true;
+      // Woken for requests a driving caller took first (or not at all): the wake-up is
+      // spent, and the next submission must send another.
+      wake_sent_ = false;
+      return false;
+    });
     sleeping_ = false;
     wake_sent_ = false;
     kick_ = false;
