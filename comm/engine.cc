@@ -240,8 +240,7 @@ StatusOr<Handle> Engine::Submit(std::shared_ptr<Request> r, bool caller_waits) {
     in_flight_.fetch_add(1);
     // Only the first request of a burst wakes a sleeping engine thread (it drains the whole
     // queue); a futex wake per request was measurable in 64-op bursts.
-    wake = !caller_waits && sleeping_ && !wake_sent_;
-    wake_sent_ = wake_sent_ || wake;
+    wake = !caller_waits && TakeWakeUp();
     queue_.push_back(r);
   }
   if (wake) queue_cv_.notify_one();
@@ -262,8 +261,7 @@ Status Engine::Refuse(std::shared_ptr<Request> r, Status why) {
     r->submitted_us = NowMicros();
     // The other ranks wait for this message: the engine thread sends it even if nothing
     // else happens on this rank.
-    wake = sleeping_ && !wake_sent_;
-    wake_sent_ = wake_sent_ || wake;
+    wake = TakeWakeUp();
     queue_.push_back(std::move(r));
   }
   if (wake) queue_cv_.notify_one();
@@ -392,12 +390,17 @@ int64_t Engine::WaitSpinMicros() const {
       spin, std::min(2 * last_run_us_.load(std::memory_order_relaxed), kWaitSpinMaxMicros.Get()));
 }
 
+bool Engine::TakeWakeUp() {
+  if (!sleeping_ || wake_sent_) return false;
+  wake_sent_ = true;
+  return true;
+}
+
 void Engine::Wake() {
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
-    wake = !queue_.empty() && sleeping_ && !wake_sent_;
-    wake_sent_ = wake_sent_ || wake;
+    wake = !queue_.empty() && TakeWakeUp();
   }
   if (wake) queue_cv_.notify_one();
 }

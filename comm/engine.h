@@ -108,8 +108,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Starts the engine thread and the watchdog.
   void Start();
   // Validated requests only. Fails if the engine is stopping. `caller_waits`: the caller
-  // waits for it right away and so makes the progress itself; the engine thread is not
-  // woken (it would run the op on whatever core it gets, often one another rank needs).
+  // waits for it right away and so makes the progress itself, or its thread is in a group
+  // (group_start) that hands its requests over at the end; the engine thread is not woken
+  // (it would run the op on whatever core it gets, often one another rank needs).
   StatusOr<Handle> Submit(std::shared_ptr<Request> request, bool caller_waits = false);
   // A request this rank refused before submitting it (a bad argument): it still takes its
   // place in the call order (an unnamed op's number), and the other ranks of the op get
@@ -180,6 +181,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Wakes the engine thread after a caller stopped driving with work left (it sleeps while
   // a caller drives).
   void HandBack();
+  // Whether the caller should notify queue_cv_: the engine thread sleeps and no wake-up is
+  // on its way yet (records that one is). Requires queue_mu_.
+  bool TakeWakeUp();
   // How long a caller waiting for its op polls before it sleeps and hands progress back:
   // WEFT_ENGINE_SPIN_MICROS, or twice as long as the last op took to run if that is longer
   // (up to WEFT_ENGINE_WAIT_SPIN_MAX_MICROS; not when the first is 0). When ops take milliseconds,
