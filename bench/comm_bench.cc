@@ -656,30 +656,23 @@ void BenchFused() {
              [=](size_t) { return n * (n + 1) / 2; });
     }
   };
-  auto weft_fused = [&] {
+  // 64 nonblocking allreduces, then their waits; `grouped`: started in a group
+  // (group_start/group_end), which hands them to the engine together.
+  auto burst = [&](bool grouped) {
     std::vector<weft::Handle> handles;
     handles.reserve(kTensors);
-    for (int t = 0; t < kTensors; ++t) {
-      auto h = weft::allreduce_nonblocking(View(ins[t].data(), kCount), View(outs[t].data(), kCount), false);
-      Check(h.status(), "weft::allreduce_nonblocking");
-      handles.push_back(*h);
-    }
-    for (auto& h : handles) Check(weft::wait(h), "weft::wait (fused allreduce)");
-  };
-  // The same burst in a group (group_start/group_end): the ops reach the engine together.
-  auto weft_grouped = [&] {
-    std::vector<weft::Handle> handles;
-    handles.reserve(kTensors);
-    weft::group_start();
+    if (grouped) weft::group_start();
     for (int t = 0; t < kTensors; ++t) {
       auto h = weft::allreduce_nonblocking(View(ins[t].data(), kCount),
                                            View(outs[t].data(), kCount), false);
-      Check(h.status(), "weft::allreduce_nonblocking (grouped)");
+      Check(h.status(), "weft::allreduce_nonblocking");
       handles.push_back(*h);
     }
-    Check(weft::group_end(), "weft::group_end");
-    for (auto& h : handles) Check(weft::wait(h), "weft::wait (grouped fused allreduce)");
+    if (grouped) Check(weft::group_end(), "weft::group_end");
+    for (auto& h : handles) Check(weft::wait(h), "weft::wait (fused allreduce)");
   };
+  auto weft_fused = [&] { burst(false); };
+  auto weft_grouped = [&] { burst(true); };
   auto weft_blocking = [&] {
     for (int t = 0; t < kTensors; ++t) {
       Check(weft::allreduce(View(ins[t].data(), kCount), View(outs[t].data(), kCount), false),
