@@ -5,12 +5,14 @@
 #ifndef WEFT_TOOLS_CLI_ARGS_H_
 #define WEFT_TOOLS_CLI_ARGS_H_
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -26,9 +28,7 @@ namespace internal {
 // readers would otherwise take: " 8", "+8", "0x10").
 inline bool Plain(absl::string_view text) {
   if (text.empty() || text[0] == '+') return false;
-  for (char c : text) {
-    if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f') return false;
-  }
+  if (std::any_of(text.begin(), text.end(), absl::ascii_isspace)) return false;
   absl::string_view digits = text[0] == '-' ? text.substr(1) : text;
   return !(digits.size() > 1 && digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X'));
 }
