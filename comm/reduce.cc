@@ -79,10 +79,23 @@ void WeightedSumImpl(void* out, size_t count, const std::vector<WeightedTerm>& t
   }
 }
 
+// Floating point: in the accumulation type, rounded once to T. Integers: in T itself, exact
+// and wrapping on overflow as MPI_SUM does (a trip through double would lose the low bits
+// of int64 values past 2^53).
 template <typename T>
-void AddImpl(void* dst, const void* src, size_t count) {
-  for (size_t i = 0; i < count; ++i) {
-    Elem<T>::Store(dst, i, Elem<T>::Load(dst, i) + Elem<T>::Load(src, i));
+void AddImpl(void* out, const void* a, const void* b, size_t count) {
+  if constexpr (std::is_integral<T>::value) {
+    using U = std::make_unsigned_t<T>;
+    const T* x = static_cast<const T*>(a);
+    const T* y = static_cast<const T*>(b);
+    T* o = static_cast<T*>(out);
+    for (size_t i = 0; i < count; ++i) {
+      o[i] = static_cast<T>(static_cast<U>(static_cast<U>(x[i]) + static_cast<U>(y[i])));
+    }
+  } else {
+    for (size_t i = 0; i < count; ++i) {
+      Elem<T>::Store(out, i, Elem<T>::Load(a, i) + Elem<T>::Load(b, i));
+    }
   }
 }
 
@@ -113,7 +126,9 @@ struct WeightedSumOp {
 
 template <typename T>
 struct AddOp {
-  static void Run(void* dst, const void* src, size_t count) { AddImpl<T>(dst, src, count); }
+  static void Run(void* out, const void* a, const void* b, size_t count) {
+    AddImpl<T>(out, a, b, count);
+  }
 };
 
 }  // namespace
@@ -138,8 +153,12 @@ void Divide(void* data, DType dtype, size_t count, double divisor) {
   Dispatch<WeightedSumOp>(dtype, data, count, std::vector<WeightedTerm>{{data, 1.0}}, divisor);
 }
 
+void Add(void* out, const void* a, const void* b, DType dtype, size_t count) {
+  Dispatch<AddOp>(dtype, out, a, b, count);
+}
+
 void AddInPlace(void* dst, const void* src, DType dtype, size_t count) {
-  Dispatch<AddOp>(dtype, dst, src, count);
+  Add(dst, dst, src, dtype, count);
 }
 
 }  // namespace comm

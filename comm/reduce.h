@@ -1,9 +1,10 @@
 // CPU kernels the engine applies after moving bytes: weighted sums of buffers of one
 // dtype, and the MPI reduction for float16/bfloat16 (which MPI has no type for).
 //
-// Floating-point dtypes accumulate in float (float32, float16, bfloat16) or double
-// (float64). Integer dtypes accumulate in double and round to nearest (halves away from
-// zero), so averaging an int tensor gives the nearest integer to the true average.
+// Weighted sums of floating-point dtypes accumulate in float (float32, float16, bfloat16)
+// or double (float64). Weighted sums of integer dtypes accumulate in double and round to
+// nearest (halves away from zero), so averaging an int tensor gives the nearest integer to
+// the true average. Plain sums (Add) of integers are exact.
 #ifndef WEFT_COMM_REDUCE_H_
 #define WEFT_COMM_REDUCE_H_
 
@@ -34,7 +35,12 @@ void Scale(void* data, DType dtype, size_t count, double factor);
 // data[i] /= divisor (integers round to nearest): an average after a sum.
 void Divide(void* data, DType dtype, size_t count, double divisor);
 
-// dst[i] += src[i] (plain sum, the MPI reduction for 16-bit floats).
+// out[i] = a[i] + b[i]: a plain sum, as MPI_SUM computes it. Floating-point dtypes round
+// the sum once to the dtype; integers are exact and wrap on overflow. `out` may alias `a`
+// or `b` (but not overlap them otherwise).
+void Add(void* out, const void* a, const void* b, DType dtype, size_t count);
+
+// dst[i] += src[i] (Add in place; also the MPI reduction for 16-bit floats).
 void AddInPlace(void* dst, const void* src, DType dtype, size_t count);
 
 }  // namespace comm

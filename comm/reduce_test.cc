@@ -476,6 +476,53 @@ TEST(AddInPlaceTest, ExactValuesEveryDType) {
   EXPECT_EQ(big, (std::vector<int32_t>{2147483647, -2147483647 - 1}));
 }
 
+TEST(AddInPlaceTest, IntegersAreExactAndWrapLikeMpiSum) {
+  // Past 2^53 a double has no odd integers: a sum through double would drop the low bit.
+  const int64_t big = (int64_t{1} << 53) + 1;
+  std::vector<int64_t> dst = {big, big, std::numeric_limits<int64_t>::max(), -3};
+  const std::vector<int64_t> src = {0, big, 1, 5};
+  AddInPlace(dst.data(), src.data(), DType::kInt64, dst.size());
+  EXPECT_EQ(dst, (std::vector<int64_t>{big, 2 * big, std::numeric_limits<int64_t>::min(), 2}));
+  std::vector<int32_t> i32 = {std::numeric_limits<int32_t>::max()};
+  const std::vector<int32_t> one = {1};
+  AddInPlace(i32.data(), one.data(), DType::kInt32, 1);
+  EXPECT_EQ(i32[0], std::numeric_limits<int32_t>::min());
+  std::vector<uint8_t> u8 = {250};
+  const std::vector<uint8_t> ten = {10};
+  AddInPlace(u8.data(), ten.data(), DType::kUInt8, 1);
+  EXPECT_EQ(u8[0], 4);
+}
+
+TEST(AddTest, OutOfPlaceLeavesBothInputs) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const size_t count = 3001;
+    const Buffer a = Pattern(dtype, count, PatternA);
+    const Buffer b = Pattern(dtype, count, PatternB);
+    Buffer out = Pattern(dtype, count + 1, PatternB);
+    const double last = out.Get(count);
+    Add(out.data(), a.data(), b.data(), dtype, count);
+    int wrong = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const double want = PatternA(dtype, i) + PatternB(dtype, i);
+      if (out.Get(i) != want && ++wrong <= 5) {
+        ADD_FAILURE() << "element " << i << ": got " << out.Get(i) << ", want " << want;
+      }
+      if ((a.Get(i) != PatternA(dtype, i) || b.Get(i) != PatternB(dtype, i)) && ++wrong <= 5) {
+        ADD_FAILURE() << "element " << i << ": an input changed";
+      }
+    }
+    EXPECT_EQ(wrong, 0);
+    EXPECT_EQ(out.Get(count), last) << "wrote past count";
+    // out may alias the second input as well as the first.
+    Buffer c = Pattern(dtype, count, PatternB);
+    Add(c.data(), a.data(), c.data(), dtype, count);
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(c.Get(i), PatternA(dtype, i) + PatternB(dtype, i)) << "element " << i;
+    }
+  }
+}
+
 TEST(AddInPlaceTest, LongBuffersEveryDType) {
   for (DType dtype : kAllDTypes) {
     SCOPED_TRACE(DTypeName(dtype));
