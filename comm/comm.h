@@ -4,7 +4,8 @@
 //
 // Every op has a blocking form (returns Status) and a nonblocking form (returns a Handle at
 // once; poll() or wait() on it). Ops are matched across ranks by `name`, or by call order
-// when unnamed, and every rank must call every op. `out` may be `in` (in place).
+// when unnamed, and every rank must call every op. `out` may be `in` (in place), but may not
+// share only part of its memory (refused as an invalid argument).
 //
 // Threads: any thread may call any function after init(), with one rule. Unnamed ops are
 // matched by their order on the thread that called init(), and are refused (an

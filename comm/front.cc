@@ -55,6 +55,16 @@ Status CheckSameLayout(const TensorView& in, const TensorView& out, const char* 
     return InvalidArgument(op, ": the output must be on the input's device: input ", in.ToString(),
                            ", output ", out.ToString());
   }
+  // The same memory is in place; memory shared in part would be read after it was written.
+  const auto* i = static_cast<const char*>(in.data());
+  const auto* o = static_cast<const char*>(out.data());
+  const size_t n = in.nbytes();
+  if (i != o && n > 0 && i < o + n && o < i + n) {
+    return InvalidArgument(op, ": the output overlaps the input without being the same memory (",
+                           in.ToString(), ", the output starting ", static_cast<int64_t>(o - i),
+                           " bytes from the input); pass the same tensor twice for in place, or "
+                           "separate tensors");
+  }
   return OkStatus();
 }
 

@@ -93,6 +93,24 @@ TEST_F(Errors, WeightArgumentsAreCheckedLocally) {
   st = neighbor_allreduce(x.view(), wrong_out.view());
   EXPECT_TRUE(Contains(st, "the output must have the input's dtype and shape")) << st;
 
+  // An output sharing part of the input's memory is refused (the same memory is in place).
+  Buffer wide(DType::kFloat32, {3});
+  wide.Fill(1);
+  auto* base = static_cast<float*>(wide.view().data());
+  const TensorView head(base, DType::kFloat32, {2}), tail(base + 1, DType::kFloat32, {2});
+  st = allreduce(head, tail, false);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(Contains(st, "the output overlaps the input without being the same memory")) << st;
+  st = neighbor_allreduce(tail, head);
+  EXPECT_TRUE(Contains(st, "the output overlaps the input")) << st;
+  EXPECT_EQ(wide.Get(0), 1);
+  EXPECT_EQ(wide.Get(2), 1);
+  // Adjacent is not overlapping.
+  const TensorView first(base, DType::kFloat32, {1}), second(base + 1, DType::kFloat32, {1});
+  st = allreduce(first, second, false);
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(wide.Get(1), size());
+
   EXPECT_FALSE(pair_gossip(x.view(), x.view(), rank()).ok());
   Status reserved = allreduce(x.view(), x.view(), true, "#3");
   EXPECT_TRUE(Contains(reserved, "reserved")) << reserved;

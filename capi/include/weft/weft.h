@@ -22,7 +22,8 @@
  *    that a program compiled against an older header keeps working. NULL options means the
  *    defaults.
  *  - Ops are matched across ranks by name, or by call order when name is NULL or "".
- *    Every rank must call every op. The output may be the input (in place). An op refused
+ *    Every rank must call every op. The output may be the input (in place), but may not
+ *    share only part of the input's memory (WEFT_ERR_INVALID_ARGUMENT). An op refused
  *    on one rank (a bad argument) still takes its place in the call order: the other
  *    ranks' op fails with that rank's reason instead of waiting for it.
  *  - Thread-safe: any thread may call any function after weft_init(), except that unnamed
