@@ -399,6 +399,10 @@ std::vector<Response> Coordinator::TakeReady(int64_t fusion_threshold) {
         r.first_dims.push_back({static_cast<int64_t>(rd.dtype)});
       }
     }
+    if (d.op == OpType::kAllreduce) {
+      r.out_of_place = std::none_of(entry.by_rank.begin(), entry.by_rank.end(),
+                                    [](const auto& rd) { return rd.second.in_place; });
+    }
     if (d.op == OpType::kAllgather || d.op == OpType::kNeighborAllgather) {
       std::vector<int64_t> dims(size_);
       for (const auto& [rank, rd] : entry.by_rank) dims[rank] = rd.shape.empty() ? 1 : rd.shape[0];

@@ -113,6 +113,7 @@ Descriptor FullDescriptor() {
   d.shape = {4, 0, 7, 1LL << 40};
   d.root = 5;
   d.average = true;
+  d.in_place = true;
   d.send_ranks = {1, 2, -7};
   d.recv_ranks = {3, 2147483647};
   d.machine = 6;
@@ -136,6 +137,7 @@ void ExpectSameDescriptor(const Descriptor& a, const Descriptor& b) {
   EXPECT_EQ(a.shape, b.shape);
   EXPECT_EQ(a.root, b.root);
   EXPECT_EQ(a.average, b.average);
+  EXPECT_EQ(a.in_place, b.in_place);
   EXPECT_EQ(a.send_ranks, b.send_ranks);
   EXPECT_EQ(a.recv_ranks, b.recv_ranks);
   EXPECT_EQ(a.machine, b.machine);
@@ -208,13 +210,13 @@ TEST(ProtocolTest, ManyMinimalItemsParse) {
   // The smallest items: the parsers' bounds on counts must not reject them.
   const std::vector<Descriptor> ds(1000);
   const std::string d_bytes = SerializeDescriptors(ds);
-  EXPECT_EQ(d_bytes.size(), 4u + 1000u * 77u);
+  EXPECT_EQ(d_bytes.size(), 4u + 1000u * 78u);
   auto d_out = ParseDescriptors(d_bytes);
   ASSERT_TRUE(d_out.ok()) << d_out.status();
   EXPECT_EQ(d_out->size(), 1000u);
   const std::vector<Response> rs(1000);
   const std::string r_bytes = SerializeResponses(rs);
-  EXPECT_EQ(r_bytes.size(), 4u + 1000u * 21u);
+  EXPECT_EQ(r_bytes.size(), 4u + 1000u * 22u);
   auto r_out = ParseResponses(r_bytes);
   ASSERT_TRUE(r_out.ok()) << r_out.status();
   EXPECT_EQ(r_out->size(), 1000u);
@@ -232,6 +234,10 @@ std::vector<Response> SampleResponses() {
   Response fused;
   fused.op = OpType::kAllreduce;
   fused.keys = {"a", "b", "#12"};
+  Response lone;
+  lone.op = OpType::kAllreduce;
+  lone.keys = {"x"};
+  lone.out_of_place = true;
   Response gathered;
   gathered.op = OpType::kNeighborAllgather;
   gathered.keys = {"ag"};
@@ -242,7 +248,7 @@ std::vector<Response> SampleResponses() {
   error.error_code = kDeadlineExceededCode;
   error.error_message = std::string("timed out\n\0 after 30 s", 22);
   error.ranks = {0, 2, 7};
-  return {fused, gathered, error, Response()};
+  return {fused, gathered, error, Response(), lone};
 }
 
 TEST(ProtocolTest, ResponsesRoundTripEveryField) {
@@ -258,7 +264,9 @@ TEST(ProtocolTest, ResponsesRoundTripEveryField) {
     EXPECT_EQ((*out)[i].error_message, in[i].error_message);
     EXPECT_EQ((*out)[i].first_dims, in[i].first_dims);
     EXPECT_EQ((*out)[i].ranks, in[i].ranks);
+    EXPECT_EQ((*out)[i].out_of_place, in[i].out_of_place);
   }
+  EXPECT_TRUE((*out)[4].out_of_place);
   EXPECT_EQ((*out)[1].first_dims[0][2], 1LL << 35);
   EXPECT_EQ((*out)[2].error_message.size(), 22u);
   EXPECT_EQ((*out)[2].ranks, (std::vector<int32_t>{0, 2, 7}));
@@ -849,6 +857,18 @@ TEST(CoordinatorTest, FusionSplitsAtTheThreshold) {
     EXPECT_EQ(r.error_code, 0);
     EXPECT_TRUE(r.ranks.empty());
   }
+}
+
+TEST(CoordinatorTest, OutOfPlaceOnlyWhenEveryRankIs) {
+  Descriptor d = Allreduce("g");
+  EXPECT_TRUE(RunAgreeing({d, d, d})[0].out_of_place);
+  Descriptor in_place = d;
+  in_place.in_place = true;
+  EXPECT_FALSE(RunAgreeing({d, in_place, d})[0].out_of_place);
+  EXPECT_FALSE(RunAgreeing({in_place, in_place})[0].out_of_place);
+  // Only allreduce reads it.
+  Descriptor b = Make(OpType::kBroadcast, "b");
+  EXPECT_FALSE(RunAgreeing({b, b})[0].out_of_place);
 }
 
 TEST(CoordinatorTest, FusionThresholdZeroMeansNoFusion) {

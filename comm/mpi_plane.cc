@@ -72,17 +72,32 @@ Status AllreduceSum(const void* in, void* out, size_t count, DType dtype, MPI_Co
 const config::IntSetting kRingAllreduceBytes(
     "WEFT_RING_ALLREDUCE_BYTES", -1,
     "CPU allreduces of at least this many bytes run weft's ring over the peer transport "
-    "(WEFT_EXCHANGE_TRANSPORT) when the job spans several machines; smaller ones, and all on "
-    "one machine, run MPI_Allreduce. -1: 256 KiB over tcp, 8 MiB over mpi or ucx; 0: always "
-    "MPI_Allreduce. Every rank must see the same value.",
+    "(WEFT_EXCHANGE_TRANSPORT) instead of MPI_Allreduce: every one when the job spans several "
+    "machines; on one machine, over the mpi transport, only an unfused op whose output is not "
+    "its input on any rank. -1: across machines 256 KiB over tcp and 8 MiB over mpi or ucx, "
+    "on one machine 128 KiB per rank of the op; 0: always MPI_Allreduce. Every rank must see "
+    "the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
-// WEFT_RING_ALLREDUCE_BYTES's -1. Over weft's TCP transport the ring reached 0.90 of a
-// 1 Gbit/s link from 256 KiB up (MPI_Allreduce: 0.09); over MPI it gained only from 8 MiB.
-int64_t RingAllreduceBytes(PeerTransportKind kind) {
-  const int64_t value = kRingAllreduceBytes.Get();
-  if (value >= 0) return value;
-  return kind == PeerTransportKind::kTcp ? int64_t{256} << 10 : int64_t{8} << 20;
+// Whether an allreduce of `bytes` over `members` ranks runs weft's ring. Across machines,
+// over weft's TCP transport the ring reached 0.90 of a 1 Gbit/s link from 256 KiB up
+// (MPI_Allreduce: 0.09); over MPI it gained only from 8 MiB. On one machine MPI_Allreduce
+// is as fast in place, but out of place Open MPI first copies the whole input into the
+// output, while the ring reads the input where it is and receives into the output: as fast
+// as in place from 2 MiB, faster below, and 1.4-1.6x faster than MPI's out-of-place
+// allreduce at 8-16 MiB on 2 ranks (bench/README.md).
+bool UseRing(PeerTransportKind kind, int machines, int members, size_t bytes, bool out_of_place) {
+  if (members <= 1) return false;
+  if (machines == 1 && !(out_of_place && kind == PeerTransportKind::kMpi)) return false;
+  int64_t threshold = kRingAllreduceBytes.Get();
+  if (threshold < 0) {
+    if (machines == 1) {
+      threshold = (int64_t{128} << 10) * members;
+    } else {
+      threshold = kind == PeerTransportKind::kTcp ? int64_t{256} << 10 : int64_t{8} << 20;
+    }
+  }
+  return threshold > 0 && bytes >= static_cast<uint64_t>(threshold);
 }
 
 // The ring moves segments in chunks of this size: a chunk goes on to the next rank as soon
@@ -111,7 +126,7 @@ class MpiPlane : public HostPlane {
   void Close() override;
 
  private:
-  Status RunAllreduce(Group& group);
+  Status RunAllreduce(Group& group, const Response& response);
   Status RunBroadcast(Group& group);
   Status RunAllgather(Group& group, const Response& response);
   Status RunNeighborAllgather(std::shared_ptr<Request>& r, const std::vector<int64_t>& dims);
@@ -154,7 +169,7 @@ class MpiPlane : public HostPlane {
 std::optional<Status> MpiPlane::Run(const Response& response, Group& group) {
   switch (response.op) {
     case OpType::kAllreduce:
-      return RunAllreduce(group);
+      return RunAllreduce(group, response);
     case OpType::kBroadcast:
       return RunBroadcast(group);
     case OpType::kAllgather:
@@ -279,7 +294,7 @@ Status MpiPlane::RunSendRecv(Group& group, const Response& response) {
   return OkStatus();
 }
 
-Status MpiPlane::RunAllreduce(Group& group) {
+Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
   InitTypes();
   const DType dtype = group[0]->in.dtype();
   const std::vector<int32_t>& ranks = group[0]->desc.group;
@@ -292,17 +307,16 @@ Status MpiPlane::RunAllreduce(Group& group) {
   void* buf = group[0]->out.data();
   if (group.size() > 1) send = buf = Pack(group, &count);
   int64_t start = Timeline::NowMicros();
-  const int64_t ring_bytes = RingAllreduceBytes(peers_->kind());
-  if (ctx_.machine_size > 1 && members > 1 && ring_bytes > 0 &&
-      count * DTypeSize(dtype) >= static_cast<size_t>(ring_bytes)) {
-    if (send != buf) std::memcpy(buf, send, count * DTypeSize(dtype));
+  // A fused group reads its packed buffer in place.
+  const bool out_of_place = response.out_of_place && group.size() == 1;
+  if (UseRing(peers_->kind(), ctx_.machine_size, members, count * DTypeSize(dtype), out_of_place)) {
     std::vector<int> ring(ranks.begin(), ranks.end());
     if (ranks.empty()) {
       for (int r = 0; r < ctx_.size; ++r) ring.push_back(r);
     }
     const int me = ranks.empty() ? ctx_.rank : IndexIn(ranks, ctx_.rank);
-    WEFT_RETURN_IF_ERROR(
-        RingAllreduceSum(*peers_, ring, me, buf, count, dtype, kRingChunkBytes, &ring_scratch_));
+    WEFT_RETURN_IF_ERROR(RingAllreduceSum(*peers_, ring, me, send, buf, count, dtype,
+                                          kRingChunkBytes, &ring_scratch_));
     for (auto& member : group) member->backend = peers_->name();
   } else {
     WEFT_RETURN_IF_ERROR(AllreduceSum(send, buf, count, dtype, comm));

@@ -63,6 +63,7 @@ StatusOr<Handle> allreduce_nonblocking(const TensorView& in, const TensorView& o
   WEFT_ASSIGN_OR_RETURN(auto set, ProcessSet(*state, ranks, "allreduce"));
   auto r = NewRequest(*state, OpType::kAllreduce, in, out, name);
   r->desc.average = average;
+  r->desc.in_place = in.data() == out.data();
   r->desc.fusion_signature = average ? "avg" : "sum";
   r->desc.group = std::move(set);
   Status checks = CheckTensor(in, "allreduce", "input");

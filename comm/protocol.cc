@@ -55,6 +55,7 @@ std::string SerializeDescriptors(const std::vector<Descriptor>& ds) {
     w.Vec(d.shape);
     w.Put(d.root);
     w.Put(d.average);
+    w.Put(d.in_place);
     w.Vec(d.send_ranks);
     w.Vec(d.recv_ranks);
     w.Put(d.machine);
@@ -85,6 +86,7 @@ Status ReadDescriptor(codec::Reader& r, Descriptor* d) {
   WEFT_RETURN_IF_ERROR(r.Vec("shape", &d->shape));
   WEFT_RETURN_IF_ERROR(r.Get("root", &d->root));
   WEFT_RETURN_IF_ERROR(r.Get("average", &d->average));
+  WEFT_RETURN_IF_ERROR(r.Get("in place", &d->in_place));
   WEFT_RETURN_IF_ERROR(r.Vec("send ranks", &d->send_ranks));
   WEFT_RETURN_IF_ERROR(r.Vec("recv ranks", &d->recv_ranks));
   WEFT_RETURN_IF_ERROR(r.Get("machine", &d->machine));
@@ -121,7 +123,8 @@ Status ReadResponse(codec::Reader& r, Response* resp) {
   WEFT_RETURN_IF_ERROR(r.Count("first dims count", sizeof(uint32_t), 0, &ndims));
   resp->first_dims.resize(ndims);
   for (auto& dims : resp->first_dims) WEFT_RETURN_IF_ERROR(r.Vec("first dims", &dims));
-  return r.Vec("ranks", &resp->ranks);
+  WEFT_RETURN_IF_ERROR(r.Vec("ranks", &resp->ranks));
+  return r.Get("out of place", &resp->out_of_place);
 }
 
 // A batch: a u32 count of items of at least `min_bytes` each, every item read by `read`, and
@@ -149,7 +152,7 @@ StatusOr<std::vector<T>> ParseBatch(const std::string& bytes, const char* what, 
 
 StatusOr<std::vector<Descriptor>> ParseDescriptors(const std::string& bytes) {
   // The smallest encoding of one descriptor: every fixed field, empty strings and vectors.
-  constexpr size_t kMinDescriptorBytes = 77;
+  constexpr size_t kMinDescriptorBytes = 78;
   return ParseBatch<Descriptor>(bytes, "descriptor batch", kMinDescriptorBytes, ReadDescriptor);
 }
 
@@ -166,14 +169,15 @@ std::string SerializeResponses(const std::vector<Response>& rs) {
     w.Put(static_cast<uint32_t>(resp.first_dims.size()));
     for (const auto& dims : resp.first_dims) w.Vec(dims);
     w.Vec(resp.ranks);
+    w.Put(resp.out_of_place);
   }
   return out;
 }
 
 StatusOr<std::vector<Response>> ParseResponses(const std::string& bytes) {
   // The smallest encoding of one response: op, key count, code, empty message, first_dims
-  // count, empty ranks.
-  constexpr size_t kMinResponseBytes = 21;
+  // count, empty ranks, out_of_place.
+  constexpr size_t kMinResponseBytes = 22;
   return ParseBatch<Response>(bytes, "response batch", kMinResponseBytes, ReadResponse);
 }
 

@@ -48,6 +48,10 @@ struct Descriptor {
   int32_t root = -1;     // broadcast: the root; win_create: the transport (comm::Transport)
   bool average = false;  // allreduce
 
+  // allreduce: this rank's output is its input. Not checked across ranks: it only decides,
+  // with the others', whether the op may read its inputs where they are (Response).
+  bool in_place = false;
+
   // Point-to-point pattern (neighbor ops, pair gossip): ranks; for the hierarchical op,
   // machine indices (only local rank 0's count).
   std::vector<int32_t> send_ranks;
@@ -92,6 +96,10 @@ struct Response {
   // Ranks this response is for (errors for some ranks; a process set's op); empty means
   // every rank.
   std::vector<int32_t> ranks;
+  // A lone allreduce whose output is separate from its input on every rank: it may run an
+  // algorithm that reads the inputs where they are (an in-place one needs a copy first).
+  // Every rank must choose the same algorithm, so they choose by this, not by their own op.
+  bool out_of_place = false;
 
   Status status() const;
 };

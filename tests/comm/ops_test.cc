@@ -109,8 +109,41 @@ TEST(Allreduce, ElementsKeepTheirPlaceAtAnySize) {
       }
       EXPECT_EQ(wrong, 0) << DTypeName(d) << " x " << count << ": first wrong at " << first
                           << " (" << out.Get(first < 0 ? 0 : first) << ")";
+      int64_t changed = 0;
+      for (int64_t i = 0; i < count; ++i) changed += in.Get(i) != (rank() + 1) * (i % 7 + 1);
+      EXPECT_EQ(changed, 0) << DTypeName(d) << " x " << count << ": the input changed";
     }
   }
+}
+
+// On one machine a large out-of-place allreduce runs weft's ring and an in-place one
+// MPI_Allreduce; every rank must still run the same algorithm when only some reduce in
+// place. Also averages, and int64 sums past 2^53, which a double would round.
+TEST(Allreduce, LargeOpsInPlaceOnSomeRanksOnly) {
+  const int n = size();
+  const int64_t count = int64_t{1} << 18;  // 1 MiB of float32
+  for (int in_place_rank : {-1, 0, n - 1}) {
+    SCOPED_TRACE(in_place_rank);
+    const bool in_place = rank() == in_place_rank;
+    Buffer in(DType::kFloat32, {count}), out(DType::kFloat32, {count});
+    for (int64_t i = 0; i < count; ++i) in.Set(i, (rank() + 1) * (i % 5 + 1));
+    ASSERT_TRUE(allreduce(in.view(), in_place ? in.view() : out.view(), true).ok());
+    const Buffer& result = in_place ? in : out;
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < count; ++i) wrong += result.Get(i) != (n + 1) / 2.0 * (i % 5 + 1);
+    EXPECT_EQ(wrong, 0);
+    if (!in_place) {
+      for (int64_t i = 0; i < count; ++i) wrong += in.Get(i) != (rank() + 1) * (i % 5 + 1);
+      EXPECT_EQ(wrong, 0) << "the input changed";
+    }
+  }
+  const int64_t base = int64_t{1} << 53;
+  std::vector<int64_t> big(count / 2, base + rank() + 1), sum(count / 2, 0);
+  ASSERT_TRUE(allreduce(TensorView(big.data(), DType::kInt64, {count / 2}),
+                        TensorView(sum.data(), DType::kInt64, {count / 2}), false)
+                  .ok());
+  const int64_t want = n * base + n * (n + 1) / 2;
+  EXPECT_EQ(std::count(sum.begin(), sum.end(), want), count / 2) << sum[0] << " vs " << want;
 }
 
 TEST(Allreduce, InPlaceNamedAndNonblocking) {
