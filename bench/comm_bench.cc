@@ -47,8 +47,9 @@ struct Options {
   std::string weft_version = "unknown";
 };
 
-const char* const kAllOps[] = {"allreduce", "broadcast", "allgather", "neighbor_allreduce",
-                               "neighbor_allreduce_onepeer", "fused"};
+const char* const kAllOps[] = {"allreduce", "allreduce_inplace",  "broadcast",
+                               "allgather", "neighbor_allreduce", "neighbor_allreduce_onepeer",
+                               "fused"};
 // Run only when named: it needs several machines of several ranks each.
 const char* const kNamedOnlyOps[] = {"hierarchical_neighbor_allreduce"};
 
@@ -333,6 +334,35 @@ void BenchAllreduce(Buffers& b) {
     c.poison = [=] { std::fill(out, out + count, kPoison); };
     c.check = [=](const std::string& what) {
       Verify(what, out, CheckIndices(count), [&](size_t) { return n * (n + 1) / 2; });
+    };
+    RunCase(c);
+  }
+}
+
+void BenchAllreduceInPlace(Buffers& b) {
+  PrintTableHeader("allreduce_inplace: sum, float32, in place; busbw = algbw * 2(n-1)/n");
+  const double n = g_size;
+  for (size_t bytes : Sizes()) {
+    const size_t count = bytes / sizeof(float);
+    float* buf = b.out.data();
+    Case c;
+    c.op = "allreduce_inplace";
+    c.bytes = count * sizeof(float);
+    c.elements = count;
+    c.bus_factor = 2.0 * (n - 1) / n;
+    c.weft = [=] {
+      Check(weft::allreduce(View(buf, count), View(buf, count), false), "weft::allreduce");
+    };
+    c.raw = [=] {
+      CheckMpi(MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                             MPI_COMM_WORLD),
+               "MPI_Allreduce");
+    };
+    // The timed loops sum the buffer into itself over and over (it overflows to infinity,
+    // which costs the same); the check starts again from every rank's own value.
+    c.poison = [=] { std::fill(buf, buf + count, static_cast<float>(g_rank + 1)); };
+    c.check = [=](const std::string& what) {
+      Verify(what, buf, CheckIndices(count), [&](size_t) { return n * (n + 1) / 2; });
     };
     RunCase(c);
   }
@@ -865,6 +895,7 @@ int main(int argc, char** argv) {
   if (Wants("hierarchical_neighbor_allreduce")) BenchHierarchical(b);
 
   if (Wants("allreduce")) BenchAllreduce(b);
+  if (Wants("allreduce_inplace")) BenchAllreduceInPlace(b);
   if (Wants("broadcast")) BenchBroadcast(b);
   if (Wants("allgather")) BenchAllgather(b);
   if (Wants("neighbor_allreduce")) BenchNeighborStatic(b);
