@@ -37,6 +37,7 @@ __version__ = _c.weft_version()
 
 _prepare = _tensors.prepare
 _empty_like = _tensors.empty_like
+_result = _tensors.result
 _NUMPY, _TORCH = _tensors.NUMPY, _tensors.TORCH
 
 # ---- process model -------------------------------------------------------------------------
@@ -629,6 +630,7 @@ def allreduce(tensor, average=True, name=None, ranks=None):
     x, cx, kind = _prepare(tensor)
     y, cy = _empty_like(x, cx, kind)
     _allreduce(cx, cy, average, name, ranks)
+    y = _result(y, cy, kind)
     return y
 
 
@@ -678,6 +680,7 @@ def allreduce_nonblocking(tensor, average=True, name=None, ranks=None):
     x, cx, kind = _prepare(tensor)
     y, cy = _empty_like(x, cx, kind)
     request = _allreduce_nonblocking(cx, cy, average, name, ranks)
+    y = _result(y, cy, kind)
     return _start(request, (x, cx, y, cy), y, kind)
 
 
@@ -760,6 +763,7 @@ def broadcast(tensor, root_rank, name=None, ranks=None):
     x, cx, kind = _prepare(tensor)
     y, cy = _empty_like(x, cx, kind)
     _broadcast(cx, cy, root_rank, name, ranks)
+    y = _result(y, cy, kind)
     return y
 
 
@@ -797,6 +801,7 @@ def broadcast_nonblocking(tensor, root_rank, name=None, ranks=None):
     x, cx, kind = _prepare(tensor)
     y, cy = _empty_like(x, cx, kind)
     request = _broadcast_nonblocking(cx, cy, root_rank, name, ranks)
+    y = _result(y, cy, kind)
     return _start(request, (x, cx, y, cy), y, kind)
 
 
@@ -1158,6 +1163,7 @@ def neighbor_allreduce(tensor, self_weight=None, src_weights=None, dst_weights=N
     _c.weft_comm_neighbor_allreduce(
         cx, cy, _allreduce_options(self_weight, src_weights, dst_weights, enable_topo_check),
         _name(name))
+    y = _result(y, cy, kind)
     return y
 
 
@@ -1178,6 +1184,7 @@ def neighbor_allreduce_nonblocking(tensor, self_weight=None, src_weights=None,
     request = _c.weft_comm_neighbor_allreduce_nonblocking(
         cx, cy, _allreduce_options(self_weight, src_weights, dst_weights, enable_topo_check),
         _name(name))
+    y = _result(y, cy, kind)
     return _start(request, (x, cx, y, cy), y, kind)
 
 
@@ -1232,6 +1239,7 @@ def hierarchical_neighbor_allreduce(tensor, self_weight=None, src_machine_weight
     _c.weft_comm_hierarchical_neighbor_allreduce(
         cx, cy, _hierarchical_options(self_weight, src_machine_weights, dst_machine_weights),
         _name(name))
+    y = _result(y, cy, kind)
     return y
 
 
@@ -1254,6 +1262,7 @@ def hierarchical_neighbor_allreduce_nonblocking(tensor, self_weight=None,
     request = _c.weft_comm_hierarchical_neighbor_allreduce_nonblocking(
         cx, cy, _hierarchical_options(self_weight, src_machine_weights, dst_machine_weights),
         _name(name))
+    y = _result(y, cy, kind)
     return _start(request, (x, cx, y, cy), y, kind)
 
 
@@ -1294,6 +1303,7 @@ def pair_gossip(tensor, target_rank, self_weight=0.5, pair_weight=0.5, name=None
     y, cy = _empty_like(x, cx, kind)
     _c.weft_comm_pair_gossip(cx, cy, int(target_rank), float(self_weight), float(pair_weight),
                              _name(name))
+    y = _result(y, cy, kind)
     return y
 
 
@@ -1310,6 +1320,7 @@ def pair_gossip_nonblocking(tensor, target_rank, self_weight=0.5, pair_weight=0.
     y, cy = _empty_like(x, cx, kind)
     request = _c.weft_comm_pair_gossip_nonblocking(
         cx, cy, int(target_rank), float(self_weight), float(pair_weight), _name(name))
+    y = _result(y, cy, kind)
     return _start(request, (x, cx, y, cy), y, kind)
 
 

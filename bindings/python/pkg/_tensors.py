@@ -27,14 +27,28 @@ class _Owned:
         self.__array_interface__ = _c.weft_py_array_interface(capsule)
 
 
-# Outputs of at least this many bytes come from weft (weft_tensor_empty_like), which hands
-# out the memory of freed outputs again: fresh pages from the system cost a page fault
-# each, and a loop of out-of-place ops on large tensors ran 2-4x slower than in place.
+# NumPy outputs of at least this many bytes, and every torch output on the host, come from
+# weft (weft_tensor_empty_like), which hands out the memory of freed outputs of 64 KiB and
+# more again: fresh pages from the system cost a page fault each, and a loop of
+# out-of-place ops on large tensors ran 2-4x slower than in place.
 _POOLED_BYTES = 64 << 10
 
 
 def _torch():
     return sys.modules.get("torch")
+
+
+_torch_dlpack = None
+
+
+def _dlpack():
+    """torch.utils.dlpack, looked up once (per call, the attribute chain costs as much as a
+    small op's allocation)."""
+    global _torch_dlpack
+    if _torch_dlpack is None:
+        from torch.utils import dlpack
+        _torch_dlpack = dlpack
+    return _torch_dlpack
 
 
 class _LazyNumpy:
@@ -92,7 +106,7 @@ def prepare(x, what="tensor"):
         if not x.is_contiguous():
             x = x.contiguous()
         try:
-            return x, torch.utils.dlpack.to_dlpack(x), TORCH
+            return x, _dlpack().to_dlpack(x), TORCH
         except (RuntimeError, BufferError) as e:
             raise _unsupported(x, what, e) from None
     if hasattr(x, "__dlpack__"):
@@ -108,14 +122,16 @@ def prepare(x, what="tensor"):
 
 def empty_like(x, cx, kind):
     """An uninitialized output with x's type, dtype and shape, and its capsule; cx is x's
-    capsule. Large host outputs come from weft's cache of freed outputs."""
+    capsule. Large host outputs come from weft's cache of freed outputs. The output is None
+    for a torch.Tensor on the host: weft allocates it, and result() wraps the capsule once
+    the op has started (which needs the capsule unconsumed), at half the cost of torch's
+    empty_like and to_dlpack."""
     if kind == TORCH:
+        if x.is_cpu:
+            return None, _c.weft_tensor_empty_like(cx)
         torch = _torch()
-        if x.device.type == "cpu" and x.numel() * x.element_size() >= _POOLED_BYTES:
-            out = torch.utils.dlpack.from_dlpack(_c.weft_tensor_empty_like(cx))
-        else:
-            out = torch.empty_like(x, memory_format=torch.contiguous_format)
-        return out, torch.utils.dlpack.to_dlpack(out)
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+        return out, _dlpack().to_dlpack(out)
     if x.nbytes >= _POOLED_BYTES:
         capsule = _c.weft_tensor_empty_like(cx)
         return numpy.asarray(_Owned(capsule)), capsule
@@ -123,11 +139,19 @@ def empty_like(x, cx, kind):
     return out, out.__dlpack__()
 
 
+def result(y, cy, kind):
+    """The output empty_like made, for an op that has started: y, or the torch.Tensor that
+    takes over cy's memory."""
+    if y is not None:
+        return y
+    return _dlpack().from_dlpack(cy)
+
+
 def from_capsule(capsule, kind):
     """Wraps a capsule weft allocated (no copy) as the input kind's array type (a NumPy
     array is writable)."""
     if kind == TORCH:
-        return _torch().utils.dlpack.from_dlpack(capsule)
+        return _dlpack().from_dlpack(capsule)
     return numpy.asarray(_Owned(capsule))
 
 
