@@ -116,6 +116,47 @@ TEST(Allreduce, ElementsKeepTheirPlaceAtAnySize) {
   }
 }
 
+// Out of place from 128 KiB per rank, one machine's allreduces run weft's ring: every dtype
+// (integers exact, 16-bit floats through the ring's own sum), averages, and a process set.
+TEST(Allreduce, LargeOutOfPlaceEveryDTypeAndProcessSet) {
+  const int n = size();
+  // (i % 3 + 1) keeps every sum within int8 at 8 ranks.
+  for (DType d : kAllDTypes) {
+    const bool integral = d == DType::kInt32 || d == DType::kInt64 || d == DType::kInt16 ||
+                          d == DType::kInt8 || d == DType::kUInt8;
+    const int64_t count = (int64_t{256} << 10) * n / static_cast<int64_t>(DTypeSize(d)) + 3;
+    for (bool average : {false, true}) {
+      Buffer in(d, {count}), out(d, {count});
+      for (int64_t i = 0; i < count; ++i) in.Set(i, (rank() + 1) * (i % 3 + 1));
+      ASSERT_TRUE(allreduce(in.view(), out.view(), average).ok()) << DTypeName(d);
+      int64_t wrong = 0, first = -1;
+      for (int64_t i = 0; i < count; ++i) {
+        double want = n * (n + 1) / 2.0 * (i % 3 + 1);
+        if (average) want = integral ? std::round(want / n) : want / n;
+        if (out.Get(i) != want && wrong++ == 0) first = i;
+      }
+      EXPECT_EQ(wrong, 0) << DTypeName(d) << (average ? " average" : " sum") << ": first wrong at "
+                          << first << " (" << out.Get(first < 0 ? 0 : first) << ")";
+    }
+  }
+  if (n < 3) return;
+  // The first and last rank only; the others run an op of their own meanwhile.
+  const std::vector<int> pair = {0, n - 1};
+  const bool member = rank() == 0 || rank() == n - 1;
+  const int64_t count = int64_t{1} << 17;  // 512 KiB of float32
+  Buffer in(DType::kFloat32, {count}), out(DType::kFloat32, {count});
+  in.Fill(rank() + 1);
+  if (member) {
+    ASSERT_TRUE(allreduce(in.view(), out.view(), false, "pair", pair).ok());
+    ExpectAll(out, 1 + n, "process set of the first and last rank");
+  } else {
+    std::vector<int> rest;
+    for (int r = 1; r < n - 1; ++r) rest.push_back(r);
+    ASSERT_TRUE(allreduce(in.view(), out.view(), false, "rest", rest).ok());
+    ExpectAll(out, (n - 2) * (n + 1) / 2.0, "process set of the middle ranks");
+  }
+}
+
 // On one machine a large out-of-place allreduce runs weft's ring and an in-place one
 // MPI_Allreduce; every rank must still run the same algorithm when only some reduce in
 // place. Also averages, and int64 sums past 2^53, which a double would round.
