@@ -314,55 +314,31 @@ std::vector<size_t> CheckIndices(size_t count) {
 
 // --- the ops -----------------------------------------------------------------------------
 
-void BenchAllreduce(Buffers& b) {
-  PrintTableHeader("allreduce: sum, float32, out of place; busbw = algbw * 2(n-1)/n");
+// Out of place, or in place (whose timed loops sum the buffer into itself over and over:
+// it overflows to infinity, which costs the same; the check starts again from every rank's
+// own value).
+void BenchAllreduce(Buffers& b, bool in_place) {
+  PrintTableHeader(in_place ? "allreduce_inplace: sum, float32, in place; busbw = algbw * 2(n-1)/n"
+                            : "allreduce: sum, float32, out of place; busbw = algbw * 2(n-1)/n");
   const double n = g_size;
   for (size_t bytes : Sizes()) {
     const size_t count = bytes / sizeof(float);
-    float* in = b.in.data();
+    float* in = in_place ? b.out.data() : b.in.data();
     float* out = b.out.data();
     Case c;
-    c.op = "allreduce";
+    c.op = in_place ? "allreduce_inplace" : "allreduce";
     c.bytes = count * sizeof(float);
     c.elements = count;
     c.bus_factor = 2.0 * (n - 1) / n;
     c.weft = [=] { Check(weft::allreduce(View(in, count), View(out, count), false), "weft::allreduce"); };
     c.raw = [=] {
-      CheckMpi(MPI_Allreduce(in, out, static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+      CheckMpi(MPI_Allreduce(in_place ? MPI_IN_PLACE : in, out, static_cast<int>(count), MPI_FLOAT,
+                             MPI_SUM, MPI_COMM_WORLD),
                "MPI_Allreduce");
     };
-    c.poison = [=] { std::fill(out, out + count, kPoison); };
+    c.poison = [=] { std::fill(out, out + count, in_place ? g_rank + 1 : kPoison); };
     c.check = [=](const std::string& what) {
       Verify(what, out, CheckIndices(count), [&](size_t) { return n * (n + 1) / 2; });
-    };
-    RunCase(c);
-  }
-}
-
-void BenchAllreduceInPlace(Buffers& b) {
-  PrintTableHeader("allreduce_inplace: sum, float32, in place; busbw = algbw * 2(n-1)/n");
-  const double n = g_size;
-  for (size_t bytes : Sizes()) {
-    const size_t count = bytes / sizeof(float);
-    float* buf = b.out.data();
-    Case c;
-    c.op = "allreduce_inplace";
-    c.bytes = count * sizeof(float);
-    c.elements = count;
-    c.bus_factor = 2.0 * (n - 1) / n;
-    c.weft = [=] {
-      Check(weft::allreduce(View(buf, count), View(buf, count), false), "weft::allreduce");
-    };
-    c.raw = [=] {
-      CheckMpi(MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
-                             MPI_COMM_WORLD),
-               "MPI_Allreduce");
-    };
-    // The timed loops sum the buffer into itself over and over (it overflows to infinity,
-    // which costs the same); the check starts again from every rank's own value.
-    c.poison = [=] { std::fill(buf, buf + count, static_cast<float>(g_rank + 1)); };
-    c.check = [=](const std::string& what) {
-      Verify(what, buf, CheckIndices(count), [&](size_t) { return n * (n + 1) / 2; });
     };
     RunCase(c);
   }
@@ -894,8 +870,8 @@ int main(int argc, char** argv) {
   }
   if (Wants("hierarchical_neighbor_allreduce")) BenchHierarchical(b);
 
-  if (Wants("allreduce")) BenchAllreduce(b);
-  if (Wants("allreduce_inplace")) BenchAllreduceInPlace(b);
+  if (Wants("allreduce")) BenchAllreduce(b, /*in_place=*/false);
+  if (Wants("allreduce_inplace")) BenchAllreduce(b, /*in_place=*/true);
   if (Wants("broadcast")) BenchBroadcast(b);
   if (Wants("allgather")) BenchAllgather(b);
   if (Wants("neighbor_allreduce")) BenchNeighborStatic(b);
