@@ -12,7 +12,8 @@
 %module(package="weft") lowlevel
 
 %{
-/* How many calls returning a weft_status this thread has made (weft_py_calls). */
+/* How many calls returning a weft_status this thread has made, allocations aside
+ * (weft_py_calls). */
 static __thread unsigned long weft_py_call_count = 0;
 #define WEFT_PY_ON_CALL ++weft_py_call_count
 %}
@@ -663,6 +664,17 @@ PyObject* weft_py_plan_defaults(void) {
   "The index of this rank's machine, machines ordered by their lowest rank; -1 before init().";
 %feature("docstring") weft_machine_size "The number of machines in the job; -1 before init().";
 
+/* Allocating an output places no op: it does not count as a call weft saw (weft_py_calls),
+ * so an argument error after it is still refused in the op's place. */
+%typemap(out) weft_status weft_tensor_empty_like {
+  if ($1 != WEFT_OK) {
+    weft_py_raise($1);
+    SWIG_fail;
+  }
+  $result = Py_None;
+  Py_INCREF(Py_None);
+}
+
 %include "weft/weft.h"
 
 /* These touch Python objects: they must keep the GIL (every other call releases it). */
@@ -671,8 +683,9 @@ PyObject* weft_py_plan_defaults(void) {
 %nothread weft_py_array_interface;
 
 %inline %{
-/* How many calls returning a weft_status this thread has made: a function that sees it
- * unchanged after an exception knows that weft never saw the call. */
+/* How many calls returning a weft_status this thread has made, except allocations
+ * (weft_tensor_empty_like): a function that sees it unchanged after an exception knows
+ * that weft never saw the op. */
 unsigned long weft_py_calls(void) { return weft_py_call_count; }
 
 /* NumPy's __array_interface__ for a host tensor in a capsule weft allocated (not yet

@@ -501,6 +501,18 @@ def _start(request, keep, result, kind, gather=False, target=None):
     _c.weft_py_keep_alive(request, keep)
     return Handle(request, result, kind, gather, target)
 
+
+def _start_into(request, x, cx, y, cy, kind):
+    """_start for an op into an output from _empty_like, which may still be a bare capsule
+    (y None): it is wrapped only once the request holds the capsule, so that nothing can
+    free the memory the op writes in between."""
+    keep = [x, cx, y, cy]
+    _c.weft_py_keep_alive(request, keep)
+    if y is None:
+        y = _result(None, cy, kind)
+        keep.append(y)
+    return Handle(request, y, kind)
+
 # ---- ops ---------------------------------------------------------------------------------
 
 # The weft_status a Python exception stands for when an op is refused before weft sees it
@@ -680,8 +692,7 @@ def allreduce_nonblocking(tensor, average=True, name=None, ranks=None):
     x, cx, kind = _prepare(tensor)
     y, cy = _empty_like(x, cx, kind)
     request = _allreduce_nonblocking(cx, cy, average, name, ranks)
-    y = _result(y, cy, kind)
-    return _start(request, (x, cx, y, cy), y, kind)
+    return _start_into(request, x, cx, y, cy, kind)
 
 
 @_refused_in_place(_c.WEFT_OP_ALLREDUCE)
@@ -801,8 +812,7 @@ def broadcast_nonblocking(tensor, root_rank, name=None, ranks=None):
     x, cx, kind = _prepare(tensor)
     y, cy = _empty_like(x, cx, kind)
     request = _broadcast_nonblocking(cx, cy, root_rank, name, ranks)
-    y = _result(y, cy, kind)
-    return _start(request, (x, cx, y, cy), y, kind)
+    return _start_into(request, x, cx, y, cy, kind)
 
 
 @_refused_in_place(_c.WEFT_OP_BROADCAST)
@@ -1184,8 +1194,7 @@ def neighbor_allreduce_nonblocking(tensor, self_weight=None, src_weights=None,
     request = _c.weft_comm_neighbor_allreduce_nonblocking(
         cx, cy, _allreduce_options(self_weight, src_weights, dst_weights, enable_topo_check),
         _name(name))
-    y = _result(y, cy, kind)
-    return _start(request, (x, cx, y, cy), y, kind)
+    return _start_into(request, x, cx, y, cy, kind)
 
 
 def _hierarchical_options(self_weight, src_machine_weights, dst_machine_weights):
@@ -1262,8 +1271,7 @@ def hierarchical_neighbor_allreduce_nonblocking(tensor, self_weight=None,
     request = _c.weft_comm_hierarchical_neighbor_allreduce_nonblocking(
         cx, cy, _hierarchical_options(self_weight, src_machine_weights, dst_machine_weights),
         _name(name))
-    y = _result(y, cy, kind)
-    return _start(request, (x, cx, y, cy), y, kind)
+    return _start_into(request, x, cx, y, cy, kind)
 
 
 @_refused_in_place(_c.WEFT_OP_PAIR_GOSSIP)
@@ -1320,8 +1328,7 @@ def pair_gossip_nonblocking(tensor, target_rank, self_weight=0.5, pair_weight=0.
     y, cy = _empty_like(x, cx, kind)
     request = _c.weft_comm_pair_gossip_nonblocking(
         cx, cy, int(target_rank), float(self_weight), float(pair_weight), _name(name))
-    y = _result(y, cy, kind)
-    return _start(request, (x, cx, y, cy), y, kind)
+    return _start_into(request, x, cx, y, cy, kind)
 
 
 def barrier():

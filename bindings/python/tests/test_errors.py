@@ -85,6 +85,17 @@ def test_a_refusal_before_weft_sees_the_call_still_takes_the_op_place():
         (lambda: weft.broadcast_nonblocking_(object() if r == refuser else x, 0,
                                              name="py.refused.named"),
          "expected a NumPy array"),
+        # After weft allocated the output (host torch tensors, NumPy arrays from 64 KiB):
+        # the allocation is not the op.
+        (lambda: weft.neighbor_allreduce(torch.ones(4), self_weight=0.5,
+                                         src_weights=[1] if r == refuser else {}),
+         "src_weights must be a dict"),
+        (lambda: weft.neighbor_allreduce_nonblocking(torch.ones(4), self_weight=0.5,
+                                                     src_weights=[1] if r == refuser else {}),
+         "src_weights must be a dict"),
+        (lambda: weft.neighbor_allreduce(np.ones(1 << 15, dtype=np.float32), self_weight=0.5,
+                                         src_weights=[1] if r == refuser else {}),
+         "src_weights must be a dict"),
     ]
     for call, reason in cases:
         start = time.monotonic()
