@@ -1,6 +1,7 @@
 #include "comm/front.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/match.h"
@@ -56,8 +57,8 @@ Status CheckSameLayout(const TensorView& in, const TensorView& out, const char* 
                            ", output ", out.ToString());
   }
   // The same memory is in place; memory shared in part would be read after it was written.
-  const auto* i = static_cast<const char*>(in.data());
-  const auto* o = static_cast<const char*>(out.data());
+  const auto i = reinterpret_cast<uintptr_t>(in.data());
+  const auto o = reinterpret_cast<uintptr_t>(out.data());
   const size_t n = in.nbytes();
   if (i != o && n > 0 && i < o + n && o < i + n) {
     return InvalidArgument(op, ": the output overlaps the input without being the same memory (",

@@ -96,9 +96,10 @@ struct Response {
   // Ranks this response is for (errors for some ranks; a process set's op); empty means
   // every rank.
   std::vector<int32_t> ranks;
-  // A lone allreduce whose output is separate from its input on every rank: it may run an
-  // algorithm that reads the inputs where they are (an in-place one needs a copy first).
-  // Every rank must choose the same algorithm, so they choose by this, not by their own op.
+  // allreduce: every rank's output is separate from its input, so a lone op (not a fused
+  // group, which reduces its packed buffer in place) may run an algorithm that reads the
+  // inputs where they are (an in-place one needs a copy first). Every rank must choose the
+  // same algorithm, so they choose by this, not by their own op.
   bool out_of_place = false;
 
   Status status() const;

@@ -120,7 +120,7 @@ Status RingAllreduceSum(PeerTransport& transport, const std::vector<int>& member
   }
   Status status = Ring(transport, members, me, static_cast<const char*>(in),
                        static_cast<char*>(out), count, dtype, chunk_bytes, scratch);
-  // Whatever happened, nothing may still refer to buf or scratch.
+  // Whatever happened, nothing may still refer to in, out or scratch.
   Status rest = transport.WaitAll();
   return status.ok() ? rest : status;
 }
