@@ -84,7 +84,7 @@ const config::IntSetting kRingAllreduceBytes(
 // (MPI_Allreduce: 0.09); over MPI it gained only from 8 MiB. On one machine MPI_Allreduce
 // is as fast in place, but out of place Open MPI first copies the whole input into the
 // output, while the ring reads the input where it is and receives into the output: as fast
-// as in place from 2 MiB, faster below, and 1.4-1.6x faster than MPI's out-of-place
+// as in place from 2 MiB, faster below, and 1.4-1.7x faster than MPI's out-of-place
 // allreduce at 8-16 MiB on 2 ranks (bench/README.md).
 bool UseRing(PeerTransportKind kind, int machines, int members, size_t bytes, bool out_of_place) {
   if (members <= 1) return false;
