@@ -99,6 +99,19 @@ void AddImpl(void* out, const void* a, const void* b, size_t count) {
   }
 }
 
+// int64 values divided by a whole divisor in int64: the quotient rounded to nearest, halves
+// away from zero, as the double path rounds, but exact at any magnitude (through double,
+// values past 2^53 would lose their low bits; narrower integers fit a double exactly).
+void DivideInt64(int64_t* x, size_t count, int64_t d) {
+  for (size_t i = 0; i < count; ++i) {
+    int64_t q = x[i] / d;
+    const int64_t r = x[i] % d;  // the sign of x[i]; |r| < d
+    const int64_t magnitude = r < 0 ? -r : r;
+    if (magnitude != 0 && magnitude >= d - magnitude) q += r < 0 ? -1 : 1;
+    x[i] = q;
+  }
+}
+
 template <template <typename> class F, typename... Args>
 void Dispatch(DType dtype, Args&&... args) {
   switch (dtype) {
@@ -150,6 +163,10 @@ void Scale(void* data, DType dtype, size_t count, double factor) {
 }
 
 void Divide(void* data, DType dtype, size_t count, double divisor) {
+  if (dtype == DType::kInt64 && divisor >= 1 && divisor <= 1e18 && divisor == std::floor(divisor)) {
+    DivideInt64(static_cast<int64_t*>(data), count, static_cast<int64_t>(divisor));
+    return;
+  }
   Dispatch<WeightedSumOp>(dtype, data, count, std::vector<WeightedTerm>{{data, 1.0}}, divisor);
 }
 

@@ -32,7 +32,8 @@ void WeightedSum(void* out, DType dtype, size_t count, const std::vector<Weighte
 // data[i] *= factor (integers round to nearest).
 void Scale(void* data, DType dtype, size_t count, double factor);
 
-// data[i] /= divisor (integers round to nearest): an average after a sum.
+// data[i] /= divisor (integers round to nearest, halves away from zero; int64 by a whole
+// divisor exactly at any magnitude): an average after a sum.
 void Divide(void* data, DType dtype, size_t count, double divisor);
 
 // out[i] = a[i] + b[i]: a plain sum, as MPI_SUM computes it. Floating-point dtypes round

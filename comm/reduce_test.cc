@@ -380,6 +380,24 @@ TEST(DivideTest, AnAverageAfterASum) {
   EXPECT_EQ(i.Values(), (std::vector<double>{4, -4, 3}));  // halves away from zero
 }
 
+TEST(DivideTest, Int64IsExactPastTwoToThe53) {
+  // 2^60 + 3 has no double; halved it is 2^59 + 1.5, which rounds away from zero.
+  const int64_t big = (int64_t{1} << 60) + 3;
+  std::vector<int64_t> x = {big, -big, big, (int64_t{1} << 62) + 1, 5, -5, 4, 1, -1};
+  const std::vector<int64_t> want = {(int64_t{1} << 59) + 2, -((int64_t{1} << 59) + 2)};
+  Divide(x.data(), DType::kInt64, 2, 2);
+  EXPECT_EQ(std::vector<int64_t>(x.begin(), x.begin() + 2), want);
+  Divide(x.data() + 2, DType::kInt64, 2, 3);
+  // (2^60 + 3) / 3 = 384307168202282326.33..; (2^62 + 1) / 3 = 1537228672809129301.66..
+  EXPECT_EQ(x[2], 384307168202282326);
+  EXPECT_EQ(x[3], 1537228672809129302);
+  Divide(x.data() + 4, DType::kInt64, 5, 3);  // 5/3, -5/3, 4/3, 1/3, -1/3
+  EXPECT_EQ(std::vector<int64_t>(x.begin() + 4, x.end()), (std::vector<int64_t>{2, -2, 1, 0, 0}));
+  std::vector<int64_t> halves = {3, -3, 1, -1};  // / 2: 1.5, -1.5, 0.5, -0.5
+  Divide(halves.data(), DType::kInt64, 4, 2);
+  EXPECT_EQ(halves, (std::vector<int64_t>{2, -2, 1, -1}));
+}
+
 // ---------------------------------------------------------------------------------------
 // Scale
 

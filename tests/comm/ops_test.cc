@@ -116,6 +116,21 @@ TEST(Allreduce, ElementsKeepTheirPlaceAtAnySize) {
   }
 }
 
+// Averages of int64 values round to nearest (halves away from zero) exactly, also past 2^53.
+TEST(Allreduce, Int64AverageIsExact) {
+  const int n = size();
+  const int64_t base = int64_t{1} << 58;  // the sum of 8 ranks still fits
+  for (int64_t count : {int64_t{4}, int64_t{1} << 17}) {  // MPI_Allreduce, and the ring
+    std::vector<int64_t> x(count, base + rank() + 1), y(count, 0);
+    ASSERT_TRUE(allreduce(TensorView(x.data(), DType::kInt64, {count}),
+                          TensorView(y.data(), DType::kInt64, {count}), true)
+                    .ok());
+    // The mean is base + (n + 1) / 2; a half rounds up.
+    const int64_t want = base + (n + 2) / 2;
+    EXPECT_EQ(std::count(y.begin(), y.end(), want), count) << y[0] << " vs " << want;
+  }
+}
+
 // Out of place from 128 KiB per rank, one machine's allreduces run weft's ring: every dtype
 // (integers exact, 16-bit floats through the ring's own sum), averages, and a process set.
 TEST(Allreduce, LargeOutOfPlaceEveryDTypeAndProcessSet) {
