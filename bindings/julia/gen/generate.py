@@ -354,30 +354,26 @@ class HeaderText:
             return lines
         return []
 
+    def matching_brace(self, at, step, what):
+        """The offset of the brace matching the one at `at`: scanning forward from a "{"
+        (step 1) or backward from a "}" (step -1)."""
+        depth = 0
+        for k in range(at, len(self.code) if step > 0 else -1, step):
+            depth += {"{": step, "}": -step}.get(self.code[k], 0)
+            if depth == 0:
+                return k
+        raise self.error(at, "%s: unbalanced braces" % what)
+
     def braced_typedef(self, keyword, tag, name):
         """`typedef <keyword> <tag> { ... } <name>;` (tag None: an anonymous one): the
         offset where it starts, and the text between its braces, comments included."""
         what = "%s %s" % (keyword, name)
         if tag is not None:
             open_at = self.find(r"\btypedef\s+%s\s+%s\s*\{" % (keyword, tag), what).end() - 1
-            depth = 0
-            for k in range(open_at, len(self.code)):
-                depth += {"{": 1, "}": -1}.get(self.code[k], 0)
-                if depth == 0:
-                    close_at = k
-                    break
-            else:
-                raise self.error(open_at, "%s: unbalanced braces" % what)
+            close_at = self.matching_brace(open_at, 1, what)
         else:
             close_at = self.find(r"\}\s*%s\s*;" % name, what).start()
-            depth = 0
-            for k in range(close_at, -1, -1):
-                depth += {"}": 1, "{": -1}.get(self.code[k], 0)
-                if depth == 0:
-                    open_at = k
-                    break
-            else:
-                raise self.error(close_at, "%s: unbalanced braces" % what)
+            open_at = self.matching_brace(close_at, -1, what)
         start = self.code.rfind("typedef", 0, open_at)
         if start < 0 or not re.fullmatch(r"typedef\s+%s(\s+\w+)?\s*" % keyword,
                                          self.code[start:open_at]):
