@@ -84,9 +84,8 @@ Options ParseArgs(int argc, char** argv) {
       "comm_bench",
       "Times weft's ops against the same operations written with MPI, in one run "
       "(bench/README.md).\nops: allreduce, allreduce_inplace, broadcast, allgather, "
-      "neighbor_allreduce (static "
-      "exponential graph), neighbor_allreduce_onepeer (dynamic one-peer schedule), fused "
-      "(64 x 4 KiB allreduce); default: all of these; and, when named, "
+      "neighbor_allreduce (static exponential graph), neighbor_allreduce_onepeer (dynamic "
+      "one-peer schedule), fused (64 x 4 KiB allreduce); default: all of these; and, when named, "
       "hierarchical_neighbor_allreduce (several machines of several ranks)");
   flags.Int("--min-bytes", &o.min_bytes, "smallest size (at least 4); sizes double", 0)
       .Alias("-b")

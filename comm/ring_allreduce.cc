@@ -70,8 +70,8 @@ Status Ring(PeerTransport& transport, const std::vector<int>& members, int me, c
       // t - (n - 1): that send must be complete first (out of place, step 0 sent `in`).
       WEFT_RETURN_IF_ERROR(wait_all(sends[t - (n - 1)]));
     }
-    char* into = t < n - 1 ? partial(t, seg_begin(seg)) : data + seg_begin(seg) * item;
     const size_t begin = seg_begin(seg);
+    char* into = t < n - 1 ? partial(t, begin) : data + begin * item;
     WEFT_RETURN_IF_ERROR(for_chunks(seg, [&](size_t, size_t at, size_t len) -> Status {
       WEFT_ASSIGN_OR_RETURN(Ticket ticket,
                             transport.Recv(prev, into + (at - begin) * item, len * item));
