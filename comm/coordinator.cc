@@ -4,22 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/types/span.h"
 
 namespace weft {
 namespace comm {
-
-std::string RankList(const std::vector<int>& ranks) {
-  std::vector<int> sorted = ranks;
-  std::sort(sorted.begin(), sorted.end());
-  std::vector<std::string> parts;
-  for (size_t i = 0; i < sorted.size();) {
-    size_t j = i;
-    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
-    parts.push_back(j == i ? absl::StrCat(sorted[i]) : absl::StrCat(sorted[i], "-", sorted[j]));
-    i = j + 1;
-  }
-  return absl::StrJoin(parts, ", ");
-}
 
 std::string DescribeDisagreement(const std::vector<std::pair<int, std::string>>& by_rank) {
   std::vector<std::pair<std::string, std::vector<int>>> groups;  // in order of first rank
@@ -42,12 +30,6 @@ std::string DescribeDisagreement(const std::vector<std::pair<int, std::string>>&
 }
 
 namespace {
-
-// Unnamed ops' keys are "#<number>" and, in a process set, "#<number>@<ranks>"; internal
-// ops' fixed keys ("#shutdown", window ops) have no number.
-bool IsUnnamedKey(const std::string& key) {
-  return key.size() > 1 && key[0] == '#' && key[1] >= '0' && key[1] <= '9';
-}
 
 std::string ScopeOf(const std::string& key) {
   const size_t at = key.find('@');
@@ -84,7 +66,7 @@ void Coordinator::Add(Descriptor d, int64_t now_us) {
       // A refusing rank already has its own error; nobody waits for this key.
       if (d.refused_code == 0) {
         immediate_.push_back(ErrorFor({d.key}, d.op, absl::StatusCode::kFailedPrecondition,
-                                      LostOrderMessage(d.display, lost->second), {d.rank}));
+                                      LostOrderMessage(Describe(d), lost->second), {d.rank}));
       }
       return;
     }
@@ -97,10 +79,10 @@ void Coordinator::Add(Descriptor d, int64_t now_us) {
   Entry& e = pending->second;
   if (e.by_rank.empty()) e.first_seen_us = now_us;
   if (e.by_rank.count(d.rank)) {
-    immediate_.push_back(ErrorFor({d.key}, d.op, absl::StatusCode::kInvalidArgument,
-                                  absl::StrCat(d.display, ": rank ", d.rank,
-                                               " submitted it twice before it completed"),
-                                  {d.rank}));
+    immediate_.push_back(ErrorFor(
+        {d.key}, d.op, absl::StatusCode::kInvalidArgument,
+        absl::StrCat(Describe(d), ": rank ", d.rank, " submitted it twice before it completed"),
+        {d.rank}));
     return;
   }
   const int32_t rank = d.rank;
@@ -124,7 +106,7 @@ void Coordinator::Refuse(const Descriptor& d) {
     pending_.erase(pending);
   }
   Response error = ErrorFor({d.key}, d.op, static_cast<absl::StatusCode>(d.refused_code),
-                            absl::StrCat(d.display, " failed on rank ", d.rank,
+                            absl::StrCat(Describe(d), " failed on rank ", d.rank,
                                          ", which refused it: ", d.refused_message),
                             present);
   std::set<int> owed;
@@ -168,11 +150,16 @@ std::vector<int64_t> Tail(const std::vector<int64_t>& shape) {
   return std::vector<int64_t>(shape.begin() + (shape.empty() ? 0 : 1), shape.end());
 }
 
+// The same, without a copy: what agreement is checked on.
+absl::Span<const int64_t> TailSpan(const std::vector<int64_t>& shape) {
+  return absl::MakeConstSpan(shape).subspan(shape.empty() ? 0 : 1);
+}
+
 }  // namespace
 
 std::string Coordinator::Validate(const Entry& e) const {
   const Descriptor& first = e.by_rank.begin()->second;
-  const std::string& what = first.display;
+  const auto what = [&first] { return Describe(first); };  // for errors only
   const auto& all = e.by_rank;
   std::string diff = Disagreement(
       all, [](const Descriptor& d) { return d.op; },
@@ -193,24 +180,23 @@ std::string Coordinator::Validate(const Entry& e) const {
   diff = Disagreement(
       fixed, [](const Descriptor& d) { return d.dtype; },
       [](const Descriptor& d) { return std::string(DTypeName(d.dtype)); });
-  if (!diff.empty()) return absl::StrCat(what, ": dtype differs across ranks: ", diff);
+  if (!diff.empty()) return absl::StrCat(what(), ": dtype differs across ranks: ", diff);
   diff = Disagreement(
       all, [](const Descriptor& d) { return d.device.type; },
       [](const Descriptor& d) { return d.device.ToString(); });
   // The kind of device must agree (one backend runs the op everywhere); its index need not:
   // with one GPU per process, rank r usually holds cuda:r.
-  if (!diff.empty()) return absl::StrCat(what, ": device type differs across ranks: ", diff);
+  if (!diff.empty()) return absl::StrCat(what(), ": device type differs across ranks: ", diff);
   const OpType op = first.op;
   if (op == OpType::kAllgather || op == OpType::kNeighborAllgather) {
     diff = Disagreement(
-        all, [](const Descriptor& d) { return Tail(d.shape); },
+        all, [](const Descriptor& d) { return TailSpan(d.shape); },
         [](const Descriptor& d) {
           const std::vector<int64_t> tail = Tail(d.shape);
           return absl::StrCat("[*", tail.empty() ? "" : ", ", absl::StrJoin(tail, ", "), "]");
         });
     if (!diff.empty()) {
-      return absl::StrCat(what, ": shapes must agree in every dimension but the first: ",
-                          diff);
+      return absl::StrCat(what(), ": shapes must agree in every dimension but the first: ", diff);
     }
     // The gathered tensor (at most every rank's rows) must have a representable size; an
     // empty one (no rows, or rows without elements) has none, whatever its other dims.
@@ -230,45 +216,44 @@ std::string Coordinator::Validate(const Entry& e) const {
     int64_t total = 0;
     if (rows != 0 &&
         (row_bytes < 0 || rows < 0 || __builtin_mul_overflow(rows, row_bytes, &total))) {
-      return absl::StrCat(what, ": the gathered tensor would have more than 2^63 bytes");
+      return absl::StrCat(what(), ": the gathered tensor would have more than 2^63 bytes");
     }
   } else if (op == OpType::kSendRecv) {
     if (fixed.size() > 1) {
       diff = Disagreement(
-          fixed, [](const Descriptor& d) { return d.shape; },
+          fixed, [](const Descriptor& d) -> const std::vector<int64_t>& { return d.shape; },
           [](const Descriptor& d) { return ShapeToString(d.shape); });
       if (!diff.empty()) {
-        return absl::StrCat(what, ": the receiver's tensor does not have the sent shape: ",
-                            diff);
+        return absl::StrCat(what(), ": the receiver's tensor does not have the sent shape: ", diff);
       }
     }
   } else if (op != OpType::kBarrier && op != OpType::kSetTopology &&
              op != OpType::kShutdown && op != OpType::kWinFree) {
     diff = Disagreement(
-        all, [](const Descriptor& d) { return d.shape; },
+        all, [](const Descriptor& d) -> const std::vector<int64_t>& { return d.shape; },
         [](const Descriptor& d) { return ShapeToString(d.shape); });
-    if (!diff.empty()) return absl::StrCat(what, ": shape differs across ranks: ", diff);
+    if (!diff.empty()) return absl::StrCat(what(), ": shape differs across ranks: ", diff);
   }
   if (op == OpType::kBroadcast) {
     diff = Disagreement(
         all, [](const Descriptor& d) { return d.root; },
         [](const Descriptor& d) { return absl::StrCat("root ", d.root); });
-    if (!diff.empty()) return absl::StrCat(what, ": root rank differs across ranks: ", diff);
+    if (!diff.empty()) return absl::StrCat(what(), ": root rank differs across ranks: ", diff);
   }
   if (op == OpType::kWinCreate) {
     diff = Disagreement(
         all, [](const Descriptor& d) { return d.root; },
         [](const Descriptor& d) { return std::string(d.root == 1 ? "ucx" : "mpi"); });
     if (!diff.empty()) {
-      return absl::StrCat(what, ": the window transport (WEFT_TRANSPORT) differs across ranks: ",
-                          diff);
+      return absl::StrCat(what(),
+                          ": the window transport (WEFT_TRANSPORT) differs across ranks: ", diff);
     }
   }
   if (op == OpType::kAllreduce) {
     diff = Disagreement(
         all, [](const Descriptor& d) { return d.average; },
         [](const Descriptor& d) { return std::string(d.average ? "average" : "sum"); });
-    if (!diff.empty()) return absl::StrCat(what, ": average/sum differs across ranks: ", diff);
+    if (!diff.empty()) return absl::StrCat(what(), ": average/sum differs across ranks: ", diff);
   }
   if (op == OpType::kSetTopology) {
     std::vector<int> busy;
@@ -336,11 +321,9 @@ std::string Coordinator::Validate(const Entry& e) const {
     if (!problems.empty()) {
       const size_t shown = std::min<size_t>(problems.size(), 8);
       std::vector<std::string> head(problems.begin(), problems.begin() + shown);
-      return absl::StrCat(what, ": send and receive ranks do not match: ",
-                          absl::StrJoin(head, "; "),
-                          problems.size() > shown
-                              ? absl::StrCat(" (and ", problems.size() - shown, " more)")
-                              : "");
+      return absl::StrCat(
+          what(), ": send and receive ranks do not match: ", absl::StrJoin(head, "; "),
+          problems.size() > shown ? absl::StrCat(" (and ", problems.size() - shown, " more)") : "");
     }
   }
   return "";
@@ -454,9 +437,9 @@ Coordinator::StallReport Coordinator::CheckStalls(int64_t now_us, double warning
     if (warn_us > 0 && waited >= warn_us && now_us - e.last_warned_us >= warn_us) {
       e.last_warned_us = now_us;
       report.warnings.push_back(absl::StrCat(
-          d.display, " has waited ", waited / 1000000, " s for rank",
-          Members(e).size() - present.size() > 1 ? "s " : " ", MissingRanks(e), " (submitted by rank",
-          present.size() > 1 ? "s " : " ", RankList(present),
+          Describe(d), " has waited ", waited / 1000000, " s for rank",
+          Members(e).size() - present.size() > 1 ? "s " : " ", MissingRanks(e),
+          " (submitted by rank", present.size() > 1 ? "s " : " ", RankList(present),
           "): a rank that never calls it stalls every rank; check that all ranks run the same "
           "ops in the same order"));
     }
@@ -472,13 +455,13 @@ Coordinator::StallReport Coordinator::CheckStalls(int64_t now_us, double warning
     }
     Response error = ErrorFor(
         {key}, d.op, absl::StatusCode::kDeadlineExceeded,
-        absl::StrCat(d.display, " timed out after ", timeout_s, " s (WEFT_STALL_TIMEOUT_SECONDS)",
+        absl::StrCat(Describe(d), " timed out after ", timeout_s, " s (WEFT_STALL_TIMEOUT_SECONDS)",
                      " waiting for rank", owed.size() > 1 ? "s " : " ", MissingRanks(e)),
         present);
     report.errors.push_back(error);
     if (IsUnnamedKey(key) && !lost_order_.count(ScopeOf(key))) {
       lost_now = true;
-      lost_order_[ScopeOf(key)] = absl::StrCat(d.display, " timed out waiting for rank",
+      lost_order_[ScopeOf(key)] = absl::StrCat(Describe(d), " timed out waiting for rank",
                                                owed.size() > 1 ? "s " : " ", MissingRanks(e));
     }
     failed_[key] = Failed{error, owed};
@@ -496,7 +479,7 @@ Coordinator::StallReport Coordinator::CheckStalls(int64_t now_us, double warning
     std::vector<int32_t> present;
     for (const auto& entry : it->second.by_rank) present.push_back(entry.first);
     report.errors.push_back(ErrorFor({it->first}, d.op, absl::StatusCode::kFailedPrecondition,
-                                     LostOrderMessage(d.display, lost->second), present));
+                                     LostOrderMessage(Describe(d), lost->second), present));
     it = pending_.erase(it);
   }
   return report;

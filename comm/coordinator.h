@@ -82,8 +82,6 @@ class Coordinator {
 
 // "v1 on ranks 0-1, 3; v2 on rank 2", or "" when every value is the same.
 std::string DescribeDisagreement(const std::vector<std::pair<int, std::string>>& by_rank);
-// "0-2, 5"
-std::string RankList(const std::vector<int>& ranks);
 
 }  // namespace comm
 }  // namespace weft

@@ -197,10 +197,10 @@ TEST(ProtocolTest, EveryOpAndDTypeRoundTrips) {
 }
 
 TEST(ProtocolTest, EmptyBatchesRoundTrip) {
-  auto ds = ParseDescriptors(SerializeDescriptors({}));
+  auto ds = ParseDescriptors(SerializeDescriptors(std::vector<Descriptor>{}));
   ASSERT_TRUE(ds.ok()) << ds.status();
   EXPECT_TRUE(ds->empty());
-  EXPECT_EQ(SerializeDescriptors({}).size(), 4u);
+  EXPECT_EQ(SerializeDescriptors(std::vector<Descriptor>{}).size(), 4u);
   auto rs = ParseResponses(SerializeResponses({}));
   ASSERT_TRUE(rs.ok()) << rs.status();
   EXPECT_TRUE(rs->empty());
@@ -397,6 +397,42 @@ TEST(ProtocolTest, RandomGarbageNeverCrashes) {
 
 // ---------------------------------------------------------------------------------------
 // Readiness
+
+TEST(ProtocolTest, DescribeNamesTheOpFromItsKey) {
+  Descriptor d;
+  d.op = OpType::kAllgather;
+  EXPECT_EQ(Describe(d), "allgather");  // not numbered yet
+  d.key = "#7";
+  EXPECT_EQ(Describe(d), "unnamed allgather #7");
+  d.group = {0, 2, 3};
+  d.key.clear();
+  EXPECT_EQ(Describe(d), "allgather over ranks 0, 2-3");
+  d.key = "#7@0,2,3";
+  EXPECT_EQ(Describe(d), "unnamed allgather #7 over ranks 0, 2-3");
+  // A name that itself ends like a scope loses only the scope the engine appended.
+  d.key = "g@0,2,3@0,2,3";
+  EXPECT_EQ(Describe(d), "allgather 'g@0,2,3' over ranks 0, 2-3");
+  d.group.clear();
+  d.key = "grad.w";
+  EXPECT_EQ(Describe(d), "allgather 'grad.w'");
+  d.key = "#shutdown";
+  d.op = OpType::kShutdown;
+  EXPECT_EQ(Describe(d), "shutdown");
+
+  Descriptor p2p;
+  p2p.op = OpType::kSendRecv;
+  p2p.group = {1, 4};
+  p2p.send_ranks = {4};
+  p2p.key = "x@1,4";
+  EXPECT_EQ(Describe(p2p), "send 'x' to rank 4");
+  p2p.send_ranks.clear();
+  p2p.recv_ranks = {1};
+  p2p.key = "#0@1,4";
+  EXPECT_EQ(Describe(p2p), "unnamed recv #0 from rank 1");
+
+  p2p.display = "win_put 'w'";  // set by the op: used as is
+  EXPECT_EQ(Describe(p2p), "win_put 'w'");
+}
 
 TEST(CoordinatorTest, NothingReadyUntilEveryRankAdded) {
   for (int size : {1, 3, 4}) {

@@ -9,10 +9,10 @@ namespace weft {
 namespace comm {
 namespace {
 
-std::string EventName(const char* phase, const Request& r) {
-  // The op as the display names it: "neighbor_allreduce 'g'", "unnamed allreduce #3",
+std::string EventName(const char* phase, const Request& r, absl::string_view described) {
+  // The op as Describe names it: "neighbor_allreduce 'g'", "unnamed allreduce #3",
   // "win_accumulate 'x'" -> NEIGHBOR_ALLREDUCE, ALLREDUCE, WIN_ACCUMULATE.
-  absl::string_view op = r.desc.display;
+  absl::string_view op = described;
   if (absl::StartsWith(op, "unnamed ")) op.remove_prefix(8);
   op = op.substr(0, op.find(' '));
   const std::string upper = absl::AsciiStrToUpper(op);
@@ -29,7 +29,9 @@ std::string EventName(const char* phase, const Request& r) {
 
 void TraceSpan(Timeline* timeline, const Request& r, const char* phase, int64_t start_us,
                int64_t end_us, const std::string& detail) {
-  timeline->Span(r.desc.display, EventName(phase, r), phase, start_us, end_us, detail);
+  if (!timeline->enabled()) return;
+  const std::string described = Describe(r.desc);
+  timeline->Span(described, EventName(phase, r, described), phase, start_us, end_us, detail);
 }
 
 void TraceGroup(Timeline* timeline, const Group& group, const char* phase, int64_t start_us) {

@@ -134,7 +134,7 @@ class NcclPlane : public DevicePlane {
   // host plane, copies back.
   Status RunStaged(const Response& response, Group& group);
   void Finish(const Group& group, const Status& status) {
-    for (auto& r : group) finish_(r, Annotate(status, r->desc.display));
+    for (auto& r : group) finish_(r, Annotate(status, Describe(r->desc)));
   }
 
   const Context ctx_;
@@ -371,7 +371,7 @@ class UnbuiltDevicePlane : public DevicePlane {
 
   std::optional<Status> Run(const Response&, Group& group) override {
     for (auto& r : group) {
-      finish_(r, Unimplemented(r->desc.display,
+      finish_(r, Unimplemented(Describe(r->desc),
                                ": CUDA tensors need weft's NCCL backend, which this build does "
                                "not include"));
     }

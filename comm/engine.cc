@@ -137,7 +137,7 @@ void Engine::Watchdog() {
       const std::string fused = running_fused_with_ > 0
                                     ? absl::StrCat(" (fused with ", running_fused_with_, " more)")
                                     : "";
-      why = absl::StrCat(running_->desc.display, fused, " has been in its transfers for ",
+      why = absl::StrCat(Describe(running_->desc), fused, " has been in its transfers for ",
                          (now - since) / 1000000, " s, longer than WEFT_STALL_TIMEOUT_SECONDS (",
                          timeout_s,
                          " s) and a margin: a rank or the network between ranks is likely gone");
@@ -168,18 +168,11 @@ void Engine::Watchdog() {
 
 Status Engine::AssignKey(Descriptor& d, bool refusing) {
   // A process set's ops are matched among its ranks only: their keys carry the set, and
-  // unnamed ones count calls per set (the other ranks never see them).
-  const std::string scope = d.group.empty() ? "" : absl::StrCat("@", absl::StrJoin(d.group, ","));
-  // For messages: "send 'x' to rank 1", "allreduce 'g' over ranks 0, 2".
-  std::string what = OpName(d.op), where;
-  if (d.op == OpType::kSendRecv) {
-    const bool sending = !d.send_ranks.empty();
-    what = sending ? "send" : "recv";
-    where = absl::StrCat(sending ? " to rank " : " from rank ",
-                         sending ? d.send_ranks[0] : d.recv_ranks[0]);
-  } else if (!d.group.empty()) {
-    where = absl::StrCat(" over ranks ", RankList({d.group.begin(), d.group.end()}));
-  }
+  // unnamed ones count calls per set (the other ranks never see them). Messages name the op
+  // from the key (Describe), so nothing else is built here for an op that goes well.
+  const auto scope = [&d] {
+    return d.group.empty() ? std::string() : absl::StrCat("@", absl::StrJoin(d.group, ","));
+  };
   if (d.key.empty()) {
     // Call order is only defined on one thread: unnamed ops from two threads would be
     // numbered in whatever order the threads happen to reach this point, differently on
@@ -189,7 +182,7 @@ Status Engine::AssignKey(Descriptor& d, bool refusing) {
     if (std::this_thread::get_id() != order_thread_.load()) {
       const bool nameless = d.op == OpType::kBarrier || d.op == OpType::kSetTopology;
       return InvalidArgument(
-          what, where,
+          Describe(d),
           ": unnamed ops are matched across ranks by their order on the thread "
           "that called init() (or claimed that order since), and this call comes from "
           "another thread, where that order "
@@ -198,20 +191,14 @@ Status Engine::AssignKey(Descriptor& d, bool refusing) {
                    : "give the op a name (named ops are matched by name, from any thread)");
     }
     const int64_t seq = d.group.empty() ? next_unnamed_++ : next_unnamed_in_group_[d.group]++;
-    d.key = absl::StrCat("#", seq, scope);
-    d.display = absl::StrCat("unnamed ", what, " #", seq, where);
-  } else if (d.key[0] == '#') {  // internal ops with a fixed key (shutdown, window ops)
-    if (d.display.empty()) d.display = OpName(d.op);
-  } else {
-    const std::string name = d.key;
-    d.key += scope;
+    d.key = d.group.empty() ? absl::StrCat("#", seq) : absl::StrCat("#", seq, scope());
+  } else if (d.key[0] != '#') {  // '#': internal ops with a fixed key (shutdown, window ops)
+    if (!d.group.empty()) d.key += scope();
     if (!refusing && !names_in_flight_.insert(d.key).second) {
-      return InvalidArgument(what, " '", name, "'", where,
-                             ": an op with this name is already in flight ",
-                             scope.empty() ? "" : "in this process set ", "on rank ", ctx_.rank,
+      return InvalidArgument(Describe(d), ": an op with this name is already in flight ",
+                             d.group.empty() ? "" : "in this process set ", "on rank ", ctx_.rank,
                              "; wait for it before reusing the name");
     }
-    d.display = absl::StrCat(what, " '", name, "'", where);
   }
   return OkStatus();
 }
@@ -437,7 +424,7 @@ bool Engine::Progress() {
     batch.swap(queue_);
   }
   if (!batch.empty()) {
-    std::vector<Descriptor> descriptors;
+    std::vector<const Descriptor*> descriptors;  // in `batch`
     const int64_t now = NowMicros();
     for (auto& r : batch) {
       r->dequeued_us = now;
@@ -448,14 +435,11 @@ bool Engine::Progress() {
         local_.push_back(r);
         continue;
       }
-      if (r->desc.refused_code != 0) {  // nothing runs here: only the others are told
-        descriptors.push_back(r->desc);
-        continue;
-      }
-      outstanding_[r->desc.key] = r;
-      descriptors.push_back(r->desc);
+      descriptors.push_back(&r->desc);
+      // A refused op runs nothing here: only the others are told.
+      if (r->desc.refused_code == 0) outstanding_[r->desc.key] = r;
     }
-    if (!descriptors.empty()) SendDescriptors(std::move(descriptors));
+    if (!descriptors.empty()) SendDescriptors(descriptors);
     // outstanding_ owns them now; holding them here would outlive their completion below
     // (and with it whatever Handle::keep_alive tied to them).
     batch.clear();
@@ -504,10 +488,10 @@ bool Engine::RunLocal() {
   return progressed;
 }
 
-void Engine::SendDescriptors(std::vector<Descriptor> batch) {
+void Engine::SendDescriptors(const std::vector<const Descriptor*>& batch) {
   if (coordinator_ != nullptr) {
     const int64_t now = NowMicros();
-    for (Descriptor& d : batch) coordinator_->Add(std::move(d), now);
+    for (const Descriptor* d : batch) coordinator_->Add(*d, now);
     return;
   }
   auto bytes = std::make_shared<const std::string>(SerializeDescriptors(batch));
@@ -694,7 +678,7 @@ void Engine::Finish(const std::shared_ptr<Request>& r, Status s) {
     names_in_flight_.erase(r->desc.key);
   }
   if (!s.ok() && timeline_->enabled()) {
-    timeline_->Instant(r->desc.display, "ERROR", "error", NowMicros(), std::string(s.message()));
+    timeline_->Instant(Describe(r->desc), "ERROR", "error", NowMicros(), std::string(s.message()));
   }
   in_flight_.fetch_sub(1);
   r->Complete(std::move(s));
@@ -705,13 +689,13 @@ void Engine::FailAll(const Status& status) {
   auto pending = std::move(outstanding_);
   outstanding_.clear();
   for (auto& entry : pending) {
-    Status s(status.code(), absl::StrCat(entry.second->desc.display, ": ", status.message()));
+    Status s(status.code(), absl::StrCat(Describe(entry.second->desc), ": ", status.message()));
     Finish(entry.second, s);
   }
   auto local = std::move(local_);
   local_.clear();
   for (auto& r : local) {
-    Finish(r, Status(status.code(), absl::StrCat(r->desc.display, ": ", status.message())));
+    Finish(r, Status(status.code(), absl::StrCat(Describe(r->desc), ": ", status.message())));
   }
 }
 

@@ -174,8 +174,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
     Engine* engine_;
   };
   // Turns the name into the key that matches the op across ranks (the unnamed ones are
-  // numbered) and fills the display string; refuses unnamed ops from threads other than
-  // the one that created the engine (init()). Requires queue_mu_.
+  // numbered; messages name the op from it, see Describe); refuses unnamed ops from threads
+  // other than the one that created the engine (init()). Requires queue_mu_.
   Status AssignKey(Descriptor& d, bool refusing);
   void Loop();
   // Wakes the engine thread after a caller stopped driving with work left (it sleeps while
@@ -193,7 +193,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   int64_t WaitSpinMicros() const;
   bool Progress();  // requires progress_mu_
   bool Busy() const;  // requires progress_mu_: ops outstanding or messages in flight
-  void SendDescriptors(std::vector<Descriptor> batch);
+  void SendDescriptors(const std::vector<const Descriptor*>& batch);
   bool PollDescriptors();    // rank 0
   bool RunCoordinator();     // rank 0
   bool PollResponses();      // ranks != 0

@@ -252,7 +252,7 @@ Status MpiPlane::RunSendRecv(Group& group, const Response& response) {
   if (!sending && r.alloc) {
     // The coordinator passed on the sender's shape and dtype (protocol.h).
     if (response.first_dims.size() != 2 || response.first_dims[1].size() != 1) {
-      return Internal(r.desc.display, ": the coordinator did not send the sender's shape");
+      return Internal(Describe(r.desc), ": the coordinator did not send the sender's shape");
     }
     const std::vector<int64_t>& shape = response.first_dims[0];
     const DType dtype = static_cast<DType>(response.first_dims[1][0]);
@@ -281,10 +281,9 @@ Status MpiPlane::RunSendRecv(Group& group, const Response& response) {
       if (timeout_s > 0 && Timeline::NowMicros() > deadline) {
         // The request stays with MPI (cancelling a send is unreliable); so does the buffer,
         // which is why the op fails rather than completing.
-        return DeadlineExceeded(r.desc.display, ": rank ", peer, " agreed to it but its data ",
-                                sending ? "was not taken" : "did not arrive", " within ",
-                                timeout_s, " s (WEFT_STALL_TIMEOUT_SECONDS); did rank ", peer,
-                                " die?");
+        return DeadlineExceeded(Describe(r.desc), ": rank ", peer, " agreed to it but its data ",
+                                sending ? "was not taken" : "did not arrive", " within ", timeout_s,
+                                " s (WEFT_STALL_TIMEOUT_SECONDS); did rank ", peer, " die?");
       }
       std::this_thread::yield();
     }
@@ -367,7 +366,7 @@ Status MpiPlane::RunAllgather(Group& group, const Response& response) {
     shape[0] += dims[i];
     const size_t bytes = static_cast<size_t>(dims[i]) * row_bytes;
     if (total + bytes > static_cast<size_t>(INT_MAX)) {
-      return Unimplemented(r.desc.display, ": outputs over 2 GiB are not supported");
+      return Unimplemented(Describe(r.desc), ": outputs over 2 GiB are not supported");
     }
     counts[i] = static_cast<int>(bytes);
     displs[i] = static_cast<int>(total);
@@ -405,7 +404,7 @@ Status MpiPlane::RunNeighborAllgather(std::shared_ptr<Request>& rp,
   r.out = *out;
   if (r.in.nbytes() > static_cast<size_t>(INT_MAX) ||
       r.out.nbytes() > static_cast<size_t>(INT_MAX)) {
-    return Unimplemented(r.desc.display, ": tensors over 2 GiB are not supported");
+    return Unimplemented(Describe(r.desc), ": tensors over 2 GiB are not supported");
   }
   const int64_t start = Timeline::NowMicros();
   std::vector<MPI_Request> reqs;

@@ -1,5 +1,10 @@
 #include "comm/protocol.h"
 
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/codec.h"
 
 namespace weft {
@@ -29,6 +34,48 @@ bool IsWireOp(uint8_t op) {
          op != static_cast<uint8_t>(OpType::kWinLocal);
 }
 
+std::string RankList(const std::vector<int>& ranks) {
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    parts.push_back(j == i ? absl::StrCat(sorted[i]) : absl::StrCat(sorted[i], "-", sorted[j]));
+    i = j + 1;
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+bool IsUnnamedKey(const std::string& key) {
+  return key.size() > 1 && key[0] == '#' && key[1] >= '0' && key[1] <= '9';
+}
+
+std::string Describe(const Descriptor& d) {
+  if (!d.display.empty()) return d.display;
+  // "send 'x' to rank 1", "allreduce 'g' over ranks 0, 2".
+  absl::string_view what = OpName(d.op);
+  std::string where;
+  if (d.op == OpType::kSendRecv) {
+    const bool sending = !d.send_ranks.empty();
+    what = sending ? "send" : "recv";
+    const std::vector<int32_t>& peer = sending ? d.send_ranks : d.recv_ranks;
+    if (!peer.empty()) where = absl::StrCat(sending ? " to rank " : " from rank ", peer[0]);
+  } else if (!d.group.empty()) {
+    where = absl::StrCat(" over ranks ", RankList({d.group.begin(), d.group.end()}));
+  }
+  // The key is the name (or "#<number>") and, in a process set, "@<ranks>" (Engine::AssignKey).
+  absl::string_view name = d.key;
+  if (!d.group.empty()) {
+    const std::string scope = absl::StrCat("@", absl::StrJoin(d.group, ","));
+    if (absl::EndsWith(name, scope)) name.remove_suffix(scope.size());
+  }
+  if (d.key.empty()) return absl::StrCat(what, where);  // not numbered yet
+  if (IsUnnamedKey(d.key)) return absl::StrCat("unnamed ", what, " ", name, where);
+  if (d.key[0] == '#') return OpName(d.op);  // internal ops
+  return absl::StrCat(what, " '", name, "'", where);
+}
+
 size_t Descriptor::nbytes() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -41,10 +88,18 @@ Status Response::status() const {
 }
 
 std::string SerializeDescriptors(const std::vector<Descriptor>& ds) {
+  std::vector<const Descriptor*> ptrs;
+  ptrs.reserve(ds.size());
+  for (const Descriptor& d : ds) ptrs.push_back(&d);
+  return SerializeDescriptors(ptrs);
+}
+
+std::string SerializeDescriptors(const std::vector<const Descriptor*>& ds) {
   std::string out;
   codec::Writer w(&out);
   w.Put(static_cast<uint32_t>(ds.size()));
-  for (const Descriptor& d : ds) {
+  for (const Descriptor* dp : ds) {
+    const Descriptor& d = *dp;
     w.Put(d.rank);
     w.Put(static_cast<uint8_t>(d.op));
     w.Str(d.key);

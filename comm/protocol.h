@@ -38,8 +38,10 @@ const char* OpName(OpType op);
 struct Descriptor {
   int32_t rank = 0;
   OpType op = OpType::kAllreduce;
-  std::string key;      // what matches requests across ranks: the name, or "#<seq>"
-  std::string display;  // for messages: "allreduce 'grad.w'" or "unnamed allreduce #3"
+  std::string key;  // what matches requests across ranks: the name, or "#<seq>"
+  // For messages, where Describe's words do not fit (window ops); usually empty, and
+  // Describe names the op from its key.
+  std::string display;
   DType dtype = DType::kFloat32;
   Device device;
   std::vector<int64_t> shape;
@@ -105,7 +107,20 @@ struct Response {
   Status status() const;
 };
 
+// The op as messages name it: its display if set, otherwise from the key and the pattern:
+// "allreduce 'grad.w'", "unnamed allgather #3 over ranks 0, 2", "send 'x' to rank 1"; before
+// an unnamed op has its number, "allgather over ranks 0, 2".
+// Built only when needed: every op carries the facts, few ever need the words.
+std::string Describe(const Descriptor& d);
+// "0-2, 5"
+std::string RankList(const std::vector<int>& ranks);
+// Unnamed ops' keys are "#<number>" and, in a process set, "#<number>@<ranks>"; internal
+// ops' fixed keys ("#shutdown", window ops) have no number.
+bool IsUnnamedKey(const std::string& key);
+
 std::string SerializeDescriptors(const std::vector<Descriptor>& ds);
+// The same encoding, from descriptors held elsewhere (the engine's requests).
+std::string SerializeDescriptors(const std::vector<const Descriptor*>& ds);
 StatusOr<std::vector<Descriptor>> ParseDescriptors(const std::string& bytes);
 std::string SerializeResponses(const std::vector<Response>& rs);
 StatusOr<std::vector<Response>> ParseResponses(const std::string& bytes);
