@@ -7,8 +7,9 @@
 #                                      # go to comm_bench (see comm_bench --help)
 #
 # Environment: COMM_BENCH_TIMEOUT (seconds per mpirun, default 900), BAZEL (default bazel),
-# GLIBC_TUNABLES (default glibc.malloc.hugetlb=1, what tools/weftrun gives every rank;
-# set it to glibc.malloc.hugetlb=0 to measure without transparent huge pages).
+# GLIBC_TUNABLES (default: what tools/weftrun gives every rank, `tools/weftrun
+# --glibc-tunables`; a tunable you name wins, e.g. glibc.malloc.hugetlb=0 to measure without
+# transparent huge pages).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -32,9 +33,8 @@ version=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
 # tests/mpirun_test.sh is the one place that knows how weft runs mpirun on this machine
 # (session directory, root, oversubscription, shared memory and loopback only).
 export WEFT_TEST_MPI_TIMEOUT=${COMM_BENCH_TIMEOUT:-900}
-if [[ ${GLIBC_TUNABLES:-} != *glibc.malloc.hugetlb=* ]]; then
-  export GLIBC_TUNABLES=${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1
-fi
+GLIBC_TUNABLES=$(tools/weftrun --glibc-tunables)
+export GLIBC_TUNABLES
 
 status=0
 for np in "${ranks[@]}"; do

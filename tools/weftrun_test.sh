@@ -70,7 +70,9 @@ expect_words "$out" "-x NCCL_DEBUG" "NCCL_* forwarded"
 expect_words "$out" "-x PATH" "PATH forwarded"
 expect_words "$out" "-x WEFTRUN_STDOUT_IS_TTY=0" "output not a terminal"
 expect_no_words "$out" "-x WEFTRUN_TEST_UNRELATED" "unrelated variables are not forwarded"
-expect_words "$out" "-x GLIBC_TUNABLES=glibc.malloc.hugetlb=1" "huge pages for malloc by default"
+expect_words "$out" \
+  "-x GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=67108864" \
+  "weft's malloc settings by default"
 expect_words "$out" "./train --steps 3" "program and its arguments come last"
 if ((4 > NCPU)); then
   expect_words "$out" "--oversubscribe" "-np 4 on $NCPU CPUs"
@@ -106,11 +108,26 @@ fi
 run "$WEFTRUN" --dry-run --timeline "$WORK/time line.json" -np 2 true
 expect_text "$out" "-x 'WEFT_TIMELINE=$WORK/time line.json'" "--timeline"
 GLIBC_TUNABLES=glibc.malloc.arena_max=2 run "$WEFTRUN" --dry-run -np 2 true
-expect_words "$out" "-x GLIBC_TUNABLES=glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1" \
-  "the user's tunables kept, huge pages added"
-GLIBC_TUNABLES=glibc.malloc.hugetlb=0 run "$WEFTRUN" --dry-run -np 2 true
-expect_words "$out" "-x GLIBC_TUNABLES" "the user's hugetlb choice forwarded as is"
-expect_no_words "$out" "-x GLIBC_TUNABLES=glibc.malloc.hugetlb=1" "the user's hugetlb choice wins"
+expect_words "$out" \
+  "-x GLIBC_TUNABLES=glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=67108864" \
+  "the user's tunables kept, weft's added"
+GLIBC_TUNABLES=glibc.malloc.hugetlb=0:glibc.malloc.trim_threshold=1 run "$WEFTRUN" --dry-run -np 2 true
+expect_words "$out" \
+  "-x GLIBC_TUNABLES=glibc.malloc.hugetlb=0:glibc.malloc.trim_threshold=1:glibc.malloc.mmap_threshold=33554432" \
+  "the user's choices win, the tunable they do not name is added"
+GLIBC_TUNABLES=glibc.malloc.hugetlb=0:glibc.malloc.mmap_threshold=1:glibc.malloc.trim_threshold=1 \
+  run "$WEFTRUN" --dry-run -np 2 true
+expect_words "$out" "-x GLIBC_TUNABLES" "tunables that name every setting forwarded as they are"
+expect_no_words "$out" "33554432" "tunables that name every setting forwarded as they are"
+GLIBC_TUNABLES= MALLOC_MMAP_THRESHOLD_=65536 MALLOC_TRIM_THRESHOLD_=65536 run "$WEFTRUN" --glibc-tunables
+expect_status 0 "--glibc-tunables"
+checks=$((checks + 1))
+[[ $out == "glibc.malloc.hugetlb=1" ]] ||
+  fail "glibc's older variables keep their thresholds: got '$out'"
+GLIBC_TUNABLES=glibc.malloc.arena_max=2 run "$WEFTRUN" --glibc-tunables
+expect_text "$out" \
+  "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=67108864" \
+  "--glibc-tunables prints what the ranks get"
 run "$WEFTRUN" --dry-run --verbose -np 2 true
 expect_words "$out" "-x WEFT_LOG_LEVEL=debug" "--verbose"
 
