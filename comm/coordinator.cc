@@ -425,7 +425,9 @@ Coordinator::StallReport Coordinator::CheckStalls(int64_t now_us, double warning
   const int64_t timeout_us = static_cast<int64_t>(timeout_s * 1e6);
   std::vector<std::string> timed_out;
   bool lost_now = false;
-  for (auto& [key, e] : pending_) {
+  for (const auto& [key_p, e_p] : SortedPending()) {
+    const std::string& key = *key_p;
+    Entry& e = *e_p;
     const int64_t waited = now_us - e.first_seen_us;
     const Descriptor& d = e.by_rank.begin()->second;
     std::vector<int> present;
@@ -469,20 +471,30 @@ Coordinator::StallReport Coordinator::CheckStalls(int64_t now_us, double warning
   }
   // The scopes' other unnamed ops in flight: their numbers may pair different ops. (Later
   // ones never get here: Add fails them.)
-  for (auto it = pending_.begin(); lost_now && it != pending_.end();) {
-    auto lost = lost_order_.find(ScopeOf(it->first));
-    if (!IsUnnamedKey(it->first) || lost == lost_order_.end()) {
-      ++it;
-      continue;
-    }
-    const Descriptor& d = it->second.by_rank.begin()->second;
+  std::vector<std::string> lost_keys;
+  for (const auto& [key_p, e_p] : lost_now ? SortedPending() : decltype(SortedPending())()) {
+    const std::string& key = *key_p;
+    const Entry& e = *e_p;
+    auto lost = lost_order_.find(ScopeOf(key));
+    if (!IsUnnamedKey(key) || lost == lost_order_.end()) continue;
+    const Descriptor& d = e.by_rank.begin()->second;
     std::vector<int32_t> present;
-    for (const auto& entry : it->second.by_rank) present.push_back(entry.first);
-    report.errors.push_back(ErrorFor({it->first}, d.op, absl::StatusCode::kFailedPrecondition,
+    for (const auto& entry : e.by_rank) present.push_back(entry.first);
+    report.errors.push_back(ErrorFor({key}, d.op, absl::StatusCode::kFailedPrecondition,
                                      LostOrderMessage(Describe(d), lost->second), present));
-    it = pending_.erase(it);
+    lost_keys.push_back(key);
   }
+  for (const std::string& key : lost_keys) pending_.erase(key);
   return report;
+}
+
+std::vector<std::pair<const std::string*, Coordinator::Entry*>> Coordinator::SortedPending() {
+  std::vector<std::pair<const std::string*, Entry*>> sorted;
+  sorted.reserve(pending_.size());
+  for (auto& [key, e] : pending_) sorted.emplace_back(&key, &e);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return *a.first < *b.first; });
+  return sorted;
 }
 
 }  // namespace comm

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "comm/protocol.h"
 
 namespace weft {
@@ -71,8 +72,11 @@ class Coordinator {
   Response ErrorFor(const std::vector<std::string>& keys, OpType op, absl::StatusCode code,
                     const std::string& message, std::vector<int32_t> ranks) const;
 
+  // Pending keys in key order, so that warnings and errors come out the same every time.
+  std::vector<std::pair<const std::string*, Entry*>> SortedPending();
+
   int size_;
-  std::map<std::string, Entry> pending_;
+  absl::flat_hash_map<std::string, Entry> pending_;  // entered and left by every op
   std::deque<std::pair<std::string, Entry>> ready_;
   std::map<std::string, Failed> failed_;
   // Scopes ("" or "@ranks") whose call order was lost, with the timeout that lost it.

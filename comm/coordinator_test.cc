@@ -1,5 +1,6 @@
 #include "comm/coordinator.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -1195,6 +1196,24 @@ TEST(CoordinatorTest, ARefusalInAProcessSetOwesOnlyItsMembers) {
   ASSERT_EQ(rs.size(), 1u);
   EXPECT_EQ(rs[0].ranks, std::vector<int32_t>{1});
   EXPECT_EQ(c.pending(), 0u);
+}
+
+TEST(CoordinatorTest, StallsAreReportedInKeyOrder) {
+  // The pending keys live in a hash map; reports still list them in key order.
+  Coordinator c(2);
+  const std::vector<std::string> names = {"m", "c", "x", "a", "q", "k", "b", "z", "e", "t"};
+  for (const std::string& n : names) c.Add(WithRank(Allreduce(n), 0), 0);
+  c.Add(WithRank(Allreduce("late"), 0), 9 * kSecond);  // waited 1 s: warned about
+  c.Add(WithRank(Allreduce("later"), 0), 9 * kSecond);
+  auto report = c.CheckStalls(10 * kSecond, 1, 5);
+  std::vector<std::string> sorted = names;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::string> failed;
+  for (const Response& e : report.errors) failed.push_back(e.keys.at(0));
+  EXPECT_EQ(failed, sorted);
+  ASSERT_EQ(report.warnings.size(), 2u);
+  EXPECT_EQ(report.warnings[0].rfind("allreduce 'late' has waited", 0), 0u) << report.warnings[0];
+  EXPECT_EQ(report.warnings[1].rfind("allreduce 'later' has waited", 0), 0u) << report.warnings[1];
 }
 
 TEST(CoordinatorTest, StallTimeoutFailsTheKey) {

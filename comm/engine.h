@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "comm/comm.h"
 #include "comm/coordinator.h"
 #include "comm/peer_transport.h"
@@ -240,7 +241,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   std::mutex progress_mu_;
   // Engine state (progress_mu_).
-  std::map<std::string, std::shared_ptr<Request>> outstanding_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Request>> outstanding_;
   std::deque<std::shared_ptr<Request>> local_;  // kWinLocal, in submission order
   bool RunLocal();
   std::unique_ptr<Coordinator> coordinator_;  // rank 0
