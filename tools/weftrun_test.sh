@@ -60,6 +60,8 @@ NCPU=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 # --- the local command line -----------------------------------------------------------
 
 export WEFT_FOO=bar NCCL_DEBUG=INFO WEFTRUN_TEST_UNRELATED=1
+# The malloc settings' checks below assume none of the caller's.
+unset GLIBC_TUNABLES MALLOC_MMAP_THRESHOLD_ MALLOC_TRIM_THRESHOLD_
 
 run "$WEFTRUN" --dry-run -np 4 ./train --steps 3
 expect_status 0 "--dry-run -np 4"
@@ -124,6 +126,10 @@ expect_status 0 "--glibc-tunables"
 checks=$((checks + 1))
 [[ $out == "glibc.malloc.hugetlb=1" ]] ||
   fail "glibc's older variables keep their thresholds: got '$out'"
+MALLOC_TRIM_THRESHOLD_=65536 run "$WEFTRUN" --dry-run -np 2 true
+expect_words "$out" "-x MALLOC_TRIM_THRESHOLD_" "glibc's older variable forwarded to remote ranks"
+expect_words "$out" "-x GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=33554432" \
+  "no trim threshold of weft's beside the caller's"
 GLIBC_TUNABLES=glibc.malloc.arena_max=2 run "$WEFTRUN" --glibc-tunables
 expect_text "$out" \
   "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=67108864" \
