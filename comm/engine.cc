@@ -686,11 +686,15 @@ void Engine::Finish(const std::shared_ptr<Request>& r, Status s) {
 
 void Engine::FailAll(const Status& status) {
   device_->Drain();  // started on the device: it completes on its own, with its own status
-  auto pending = std::move(outstanding_);
+  // In key order, the same on every run (outstanding_ is a hash map).
+  std::vector<std::shared_ptr<Request>> pending;
+  pending.reserve(outstanding_.size());
+  for (auto& entry : outstanding_) pending.push_back(std::move(entry.second));
   outstanding_.clear();
-  for (auto& entry : pending) {
-    Status s(status.code(), absl::StrCat(Describe(entry.second->desc), ": ", status.message()));
-    Finish(entry.second, s);
+  std::sort(pending.begin(), pending.end(),
+            [](const auto& a, const auto& b) { return a->desc.key < b->desc.key; });
+  for (auto& r : pending) {
+    Finish(r, Status(status.code(), absl::StrCat(Describe(r->desc), ": ", status.message())));
   }
   auto local = std::move(local_);
   local_.clear();
