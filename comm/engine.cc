@@ -6,7 +6,6 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "comm/data_plane.h"
 #include "comm/window.h"
 #include "core/config.h"
@@ -170,9 +169,6 @@ Status Engine::AssignKey(Descriptor& d, bool refusing) {
   // A process set's ops are matched among its ranks only: their keys carry the set, and
   // unnamed ones count calls per set (the other ranks never see them). Messages name the op
   // from the key (Describe), so nothing else is built here for an op that goes well.
-  const auto scope = [&d] {
-    return d.group.empty() ? std::string() : absl::StrCat("@", absl::StrJoin(d.group, ","));
-  };
   if (d.key.empty()) {
     // Call order is only defined on one thread: unnamed ops from two threads would be
     // numbered in whatever order the threads happen to reach this point, differently on
@@ -191,9 +187,9 @@ Status Engine::AssignKey(Descriptor& d, bool refusing) {
                    : "give the op a name (named ops are matched by name, from any thread)");
     }
     const int64_t seq = d.group.empty() ? next_unnamed_++ : next_unnamed_in_group_[d.group]++;
-    d.key = d.group.empty() ? absl::StrCat("#", seq) : absl::StrCat("#", seq, scope());
+    d.key = absl::StrCat("#", seq, KeyScope(d.group));
   } else if (d.key[0] != '#') {  // '#': internal ops with a fixed key (shutdown, window ops)
-    if (!d.group.empty()) d.key += scope();
+    d.key += KeyScope(d.group);
     if (!refusing && !names_in_flight_.insert(d.key).second) {
       return InvalidArgument(Describe(d), ": an op with this name is already in flight ",
                              d.group.empty() ? "" : "in this process set ", "on rank ", ctx_.rank,

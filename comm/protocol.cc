@@ -51,6 +51,10 @@ bool IsUnnamedKey(const std::string& key) {
   return key.size() > 1 && key[0] == '#' && key[1] >= '0' && key[1] <= '9';
 }
 
+std::string KeyScope(const std::vector<int32_t>& group) {
+  return group.empty() ? std::string() : absl::StrCat("@", absl::StrJoin(group, ","));
+}
+
 std::string Describe(const Descriptor& d) {
   if (!d.display.empty()) return d.display;
   // "send 'x' to rank 1", "allreduce 'g' over ranks 0, 2".
@@ -64,12 +68,10 @@ std::string Describe(const Descriptor& d) {
   } else if (!d.group.empty()) {
     where = absl::StrCat(" over ranks ", RankList({d.group.begin(), d.group.end()}));
   }
-  // The key is the name (or "#<number>") and, in a process set, "@<ranks>" (Engine::AssignKey).
+  // The key is the name (or "#<number>") and its KeyScope.
   absl::string_view name = d.key;
-  if (!d.group.empty()) {
-    const std::string scope = absl::StrCat("@", absl::StrJoin(d.group, ","));
-    if (absl::EndsWith(name, scope)) name.remove_suffix(scope.size());
-  }
+  const std::string scope = KeyScope(d.group);
+  if (absl::EndsWith(name, scope)) name.remove_suffix(scope.size());
   if (d.key.empty()) return absl::StrCat(what, where);  // not numbered yet
   if (IsUnnamedKey(d.key)) return absl::StrCat("unnamed ", what, " ", name, where);
   if (d.key[0] == '#') return OpName(d.op);  // internal ops

@@ -117,6 +117,8 @@ std::string RankList(const std::vector<int>& ranks);
 // Unnamed ops' keys are "#<number>" and, in a process set, "#<number>@<ranks>"; internal
 // ops' fixed keys ("#shutdown", window ops) have no number.
 bool IsUnnamedKey(const std::string& key);
+// What a process set's ops append to their keys: "@0,2,3"; "" for every rank.
+std::string KeyScope(const std::vector<int32_t>& group);
 
 std::string SerializeDescriptors(const std::vector<Descriptor>& ds);
 // The same encoding, from descriptors held elsewhere (the engine's requests).
