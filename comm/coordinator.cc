@@ -146,12 +146,8 @@ std::string Disagreement(const Map& by_rank, Key key, Show show) {
   return DescribeDisagreement(values);
 }
 
-std::vector<int64_t> Tail(const std::vector<int64_t>& shape) {
-  return std::vector<int64_t>(shape.begin() + (shape.empty() ? 0 : 1), shape.end());
-}
-
-// The same, without a copy: what agreement is checked on.
-absl::Span<const int64_t> TailSpan(const std::vector<int64_t>& shape) {
+// Every dimension but the first (a view into `shape`).
+absl::Span<const int64_t> Tail(const std::vector<int64_t>& shape) {
   return absl::MakeConstSpan(shape).subspan(shape.empty() ? 0 : 1);
 }
 
@@ -190,9 +186,9 @@ std::string Coordinator::Validate(const Entry& e) const {
   const OpType op = first.op;
   if (op == OpType::kAllgather || op == OpType::kNeighborAllgather) {
     diff = Disagreement(
-        all, [](const Descriptor& d) { return TailSpan(d.shape); },
+        all, [](const Descriptor& d) { return Tail(d.shape); },
         [](const Descriptor& d) {
-          const std::vector<int64_t> tail = Tail(d.shape);
+          const absl::Span<const int64_t> tail = Tail(d.shape);
           return absl::StrCat("[*", tail.empty() ? "" : ", ", absl::StrJoin(tail, ", "), "]");
         });
     if (!diff.empty()) {
@@ -200,7 +196,7 @@ std::string Coordinator::Validate(const Entry& e) const {
     }
     // The gathered tensor (at most every rank's rows) must have a representable size; an
     // empty one (no rows, or rows without elements) has none, whatever its other dims.
-    const std::vector<int64_t> tail = Tail(first.shape);
+    const absl::Span<const int64_t> tail = Tail(first.shape);
     const bool empty_rows = std::find(tail.begin(), tail.end(), 0) != tail.end();
     int64_t row_bytes = empty_rows ? 0 : static_cast<int64_t>(DTypeSize(first.dtype));
     for (int64_t d : tail) {
@@ -471,15 +467,15 @@ Coordinator::StallReport Coordinator::CheckStalls(int64_t now_us, double warning
   }
   // The scopes' other unnamed ops in flight: their numbers may pair different ops. (Later
   // ones never get here: Add fails them.)
+  if (!lost_now) return report;
   std::vector<std::string> lost_keys;
-  for (const auto& [key_p, e_p] : lost_now ? SortedPending() : decltype(SortedPending())()) {
+  for (const auto& [key_p, e_p] : SortedPending()) {
     const std::string& key = *key_p;
-    const Entry& e = *e_p;
     auto lost = lost_order_.find(ScopeOf(key));
     if (!IsUnnamedKey(key) || lost == lost_order_.end()) continue;
-    const Descriptor& d = e.by_rank.begin()->second;
+    const Descriptor& d = e_p->by_rank.begin()->second;
     std::vector<int32_t> present;
-    for (const auto& entry : e.by_rank) present.push_back(entry.first);
+    for (const auto& entry : e_p->by_rank) present.push_back(entry.first);
     report.errors.push_back(ErrorFor({key}, d.op, absl::StatusCode::kFailedPrecondition,
                                      LostOrderMessage(Describe(d), lost->second), present));
     lost_keys.push_back(key);
