@@ -5,6 +5,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "comm/rounded_division.h"
+
 namespace weft {
 namespace comm {
 namespace {
@@ -99,17 +101,10 @@ void AddImpl(void* out, const void* a, const void* b, size_t count) {
   }
 }
 
-// int64 values divided by a whole divisor in int64: the quotient rounded to nearest, halves
-// away from zero, as the double path rounds, but exact at any magnitude (through double,
-// values past 2^53 would lose their low bits; narrower integers fit a double exactly).
+// int64 values divided by a whole divisor in int64: the quotient rounded as the double path
+// rounds, but exact at any magnitude (narrower integers fit a double exactly).
 void DivideInt64(int64_t* x, size_t count, int64_t d) {
-  for (size_t i = 0; i < count; ++i) {
-    int64_t q = x[i] / d;
-    const int64_t r = x[i] % d;  // the sign of x[i]; |r| < d
-    const int64_t magnitude = r < 0 ? -r : r;
-    if (magnitude != 0 && magnitude >= d - magnitude) q += r < 0 ? -1 : 1;
-    x[i] = q;
-  }
+  for (size_t i = 0; i < count; ++i) x[i] = DivideRounded(x[i], d);
 }
 
 template <template <typename> class F, typename... Args>

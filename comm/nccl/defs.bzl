@@ -25,6 +25,7 @@ def weft_nccl_backend():
         srcs = [
             "kernels.cu",
             "kernels.h",
+            "//comm:rounded_division.h",
         ],
         # Bazel links .pic.a archives into PIC links (the default here) and .a into the
         # others; both are the same -fPIC archive.
@@ -55,6 +56,7 @@ def weft_nccl_backend():
         srcs = [":kernels_lib"],
         linkstatic = True,
         hdrs = ["kernels.h"],
+        visibility = ["//tests/gpu:__pkg__"],  # kernels_test: against the CPU kernels
         deps = ["@cuda//:lib"],
     )
 

@@ -1,11 +1,14 @@
-// Weighted sums on the device (see kernels.h). Built with --fmad=false so that the sums
-// round like the CPU kernels' (a fused multiply-add would differ in the last bit).
+// Weighted sums and averages on the device (see kernels.h). Built with --fmad=false so that
+// the sums round like the CPU kernels' (a fused multiply-add would differ in the last bit).
 #include "comm/nccl/kernels.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
+
+#include "comm/rounded_division.h"
 
 namespace weft {
 namespace comm {
@@ -77,13 +80,38 @@ __global__ void WeightedSumKernel(void* out, size_t count, Terms terms) {
   }
 }
 
+// As the CPU's Divide: in the accumulation type, int64 exactly in int64.
+template <typename T>
+__global__ void DivideKernel(void* data, size_t count, int64_t divisor) {
+  using Acc = typename Elem<T>::Acc;
+  const size_t stride = static_cast<size_t>(blockDim.x) * gridDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    if constexpr (std::is_same<T, int64_t>::value) {
+      int64_t* x = static_cast<int64_t*>(data);
+      x[i] = DivideRounded(x[i], divisor);
+    } else {
+      Elem<T>::Store(data, i, Elem<T>::Load(data, i) / static_cast<Acc>(divisor));
+    }
+  }
+}
+
+constexpr int kThreads = 256;
+
+// A grid-stride loop: enough blocks to fill any current GPU, no more.
+unsigned Blocks(size_t count) {
+  const size_t wanted = (count + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(wanted < 4096 ? (wanted == 0 ? 1 : wanted) : 4096);
+}
+
 template <typename T>
 void Launch(void* out, size_t count, const Terms& terms, cudaStream_t stream) {
-  constexpr int kThreads = 256;
-  // A grid-stride loop: enough blocks to fill any current GPU, no more.
-  const size_t wanted = (count + kThreads - 1) / kThreads;
-  const unsigned blocks = static_cast<unsigned>(wanted < 4096 ? (wanted == 0 ? 1 : wanted) : 4096);
-  WeightedSumKernel<T><<<blocks, kThreads, 0, stream>>>(out, count, terms);
+  WeightedSumKernel<T><<<Blocks(count), kThreads, 0, stream>>>(out, count, terms);
+}
+
+template <typename T>
+void LaunchDivideAs(void* data, size_t count, int64_t divisor, cudaStream_t stream) {
+  DivideKernel<T><<<Blocks(count), kThreads, 0, stream>>>(data, count, divisor);
 }
 
 cudaError_t LaunchOne(void* out, DeviceType type, size_t count, const Terms& terms,
@@ -117,6 +145,25 @@ size_t TypeSize(DeviceType type) {
 }
 
 }  // namespace
+
+cudaError_t LaunchDivide(void* data, DeviceType type, size_t count, int64_t divisor,
+                         cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (divisor <= 0) return cudaErrorInvalidValue;
+  switch (type) {
+    case DeviceType::kFloat32: LaunchDivideAs<float>(data, count, divisor, stream); break;
+    case DeviceType::kFloat64: LaunchDivideAs<double>(data, count, divisor, stream); break;
+    case DeviceType::kFloat16: LaunchDivideAs<__half>(data, count, divisor, stream); break;
+    case DeviceType::kBFloat16: LaunchDivideAs<__nv_bfloat16>(data, count, divisor, stream); break;
+    case DeviceType::kInt32: LaunchDivideAs<int32_t>(data, count, divisor, stream); break;
+    case DeviceType::kInt64: LaunchDivideAs<int64_t>(data, count, divisor, stream); break;
+    case DeviceType::kInt8: LaunchDivideAs<int8_t>(data, count, divisor, stream); break;
+    case DeviceType::kUInt8: LaunchDivideAs<uint8_t>(data, count, divisor, stream); break;
+    case DeviceType::kInt16: LaunchDivideAs<int16_t>(data, count, divisor, stream); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchWeightedSum(void* out, DeviceType type, size_t count, const DeviceTerm* terms,
                               int num_terms, cudaStream_t stream) {

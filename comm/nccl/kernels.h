@@ -1,14 +1,16 @@
 // Device kernels the NCCL backend needs besides NCCL itself: the weighted sums that combine
-// received buffers and scale averages. They follow the CPU kernels' rules (comm/reduce.h):
-// float32/float16/bfloat16 accumulate in float, float64 and integers in double, integers
-// round to nearest with halves away from zero. Compiled by nvcc (kernels.cu), so this
-// header uses no CUDA-only syntax and no weft headers.
+// received buffers, and the division that ends an average. They follow the CPU kernels'
+// rules (comm/reduce.h) and give the same numbers: float32/float16/bfloat16 accumulate in
+// float, float64 and integers in double, integers round to nearest with halves away from
+// zero, and int64 divides exactly in int64. Compiled by nvcc (kernels.cu), so this header
+// uses no CUDA-only syntax and no weft headers.
 #ifndef WEFT_COMM_NCCL_KERNELS_H_
 #define WEFT_COMM_NCCL_KERNELS_H_
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace weft {
 namespace comm {
@@ -38,6 +40,12 @@ struct DeviceTerm {
 constexpr int kMaxTermsPerLaunch = 32;
 cudaError_t LaunchWeightedSum(void* out, DeviceType type, size_t count, const DeviceTerm* terms,
                               int num_terms, cudaStream_t stream);
+
+// data[i] /= divisor (> 0) for i < count, enqueued on `stream`: an average after a sum, as
+// the CPU's Divide computes it (a weight of 1/divisor would round differently, and would
+// lose the low bits of int64 values past 2^53).
+cudaError_t LaunchDivide(void* data, DeviceType type, size_t count, int64_t divisor,
+                         cudaStream_t stream);
 
 }  // namespace nccl
 }  // namespace comm

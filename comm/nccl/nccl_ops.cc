@@ -258,10 +258,9 @@ Status NcclBackend::Allreduce(const void* in, void* out, size_t count, DType dty
       s.data.nccl, "ncclAllReduce"));
   const int size = CommSize(s.data.mpi);
   if (average && size > 1) {
-    // Sum then scale, as the MPI path does (ncclAvg would round integers differently).
-    const DeviceTerm term{out, 1.0 / size};
-    WEFT_RETURN_IF_ERROR(CudaError(
-        LaunchWeightedSum(out, KernelType(dtype), count, &term, 1, s.stream), "averaging"));
+    // Sum then divide, as the MPI path does (ncclAvg would round integers differently).
+    WEFT_RETURN_IF_ERROR(
+        CudaError(LaunchDivide(out, KernelType(dtype), count, size, s.stream), "averaging"));
   }
   return OkStatus();
 }
@@ -397,9 +396,8 @@ Status NcclBackend::Hierarchical(const void* in, void* out, size_t count, DType 
       ncclBroadcast(out, out, count * DTypeSize(dtype), ncclUint8, 0, s.local.nccl, s.stream),
       s.local.nccl, "ncclBroadcast (inside the machine)"));
   if (local_size > 1) {
-    const DeviceTerm term{out, 1.0 / local_size};
-    WEFT_RETURN_IF_ERROR(CudaError(
-        LaunchWeightedSum(out, KernelType(dtype), count, &term, 1, s.stream), "averaging"));
+    WEFT_RETURN_IF_ERROR(
+        CudaError(LaunchDivide(out, KernelType(dtype), count, local_size, s.stream), "averaging"));
   }
   return OkStatus();
 }

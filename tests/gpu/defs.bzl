@@ -1,7 +1,7 @@
 """GPU tests, defined only when CUDA and NCCL were found (`@cuda//:defs.bzl`)."""
 
 load("@cuda//:defs.bzl", "FOUND")
-load("//tools/bazel:weft.bzl", "weft_mpi_program_test", "weft_mpi_test")
+load("//tools/bazel:weft.bzl", "weft_cc_test", "weft_mpi_program_test", "weft_mpi_test")
 
 # Every op that has a WEFT_<OP>_BY_MPI switch: the two-rank variant forces them all, since
 # NCCL refuses two ranks on one GPU.
@@ -17,9 +17,23 @@ _ALL_BY_MPI = {
 }
 
 def weft_gpu_tests():
-    """nccl_test_np1 (NCCL, one rank) and nccl_staged_test_np2 (MPI staging, two ranks)."""
+    """kernels_test (the device kernels against the CPU's), nccl_test_np1 (NCCL, one rank)
+    and nccl_staged_test_np2 (MPI staging, two ranks)."""
     if not FOUND:
         return
+    weft_cc_test(
+        name = "kernels_test",
+        size = "small",
+        srcs = ["kernels_test.cc"],
+        tags = ["gpu"],
+        deps = [
+            "//comm:reduce",
+            "//comm/nccl:kernels",
+            "//core",
+            "@cuda//:lib",
+        ],
+    )
+
     weft_mpi_test(
         name = "nccl_test",
         srcs = [

@@ -5,11 +5,14 @@
 #   tests/gpu/run.sh [extra bazel test flags...]
 #
 # What runs (tests/gpu/BUILD.bazel):
+#   kernels_test           the backend's device kernels (averages, weighted sums) against
+#                          the CPU kernels, byte for byte;
 #   nccl_test_np1          every op on CUDA tensors through the NCCL backend, one rank;
 #   nccl_staged_test_np2   the same tests on two ranks with every WEFT_<OP>_BY_MPI=1, i.e.
 #                          CUDA tensors staged through host memory and run on MPI.
 # NCCL refuses two ranks on one GPU, and every rank uses cuda:0 (the coordinator requires
-# the same device on every rank), so multi-rank NCCL is not exercised here.
+# the same device on every rank), so multi-rank NCCL is not exercised here; kernels_test
+# covers the arithmetic such runs would add (the average's division).
 #
 # Exit status: 0 if every test passed and none skipped for want of a device, 1 otherwise. Needs CUDA and NCCL where the build looks for them (WEFT_CUDA_HOME, default
 # /usr/local/cuda); without them the GPU targets do not exist and this says so.
