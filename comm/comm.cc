@@ -4,6 +4,8 @@
 #include "comm/comm.h"
 
 #include <mpi.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +19,7 @@
 #include "comm/engine.h"
 #include "comm/front.h"
 #include "comm/refuse.h"
+#include "comm/spin.h"
 #include "comm/window.h"
 #ifdef WEFT_WITH_UCX
 #include "comm/ucx_context.h"
@@ -53,6 +56,24 @@ const config::IntSetting kRanksPerMachine(
 
 bool g_own_mpi = false;
 bool g_atexit_registered = false;
+
+// How many ranks share this host, and how many CPUs they may run on together: the union of
+// their affinity masks (the online CPUs where a mask cannot be read). Collective.
+std::pair<int, int> RanksAndCpusOnHost() {
+  MPI_Comm host = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
+  int ranks = 1;
+  MPI_Comm_size(host, &ranks);
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof cpus, &cpus) != 0) {  // over CPU_SETSIZE CPUs
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    for (long c = 0; c < online && c < CPU_SETSIZE; ++c) CPU_SET(c, &cpus);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &cpus, static_cast<int>(sizeof cpus), MPI_BYTE, MPI_BOR, host);
+  MPI_Comm_free(&host);
+  return {ranks, CPU_COUNT(&cpus)};
+}
 
 void AtExit() {
   Status s = finalize();
@@ -232,6 +253,11 @@ Status init() {
   auto machine_topo = ExponentialGraph(ctx.machine_size);
   state->topology = std::make_shared<const Topology>(std::move(*topo));
   state->machine_topology = std::make_shared<const Topology>(std::move(*machine_topo));
+
+  const auto [ranks_on_host, cpus_on_host] = RanksAndCpusOnHost();
+  const bool yield = comm::ChooseIdleWait(ranks_on_host, cpus_on_host);
+  WEFT_LOG(Debug) << ranks_on_host << " rank(s) on this host, on " << cpus_on_host
+                  << " CPU(s): waiting callers " << (yield ? "yield" : "pause") << " between polls";
 
   state->engine = std::make_shared<comm::Engine>(ctx, &state->timeline);
   auto transport = comm::DefaultTransport();

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/data_plane.h"
+#include "comm/spin.h"
 #include "comm/window.h"
 #include "core/config.h"
 #include "core/logging.h"
@@ -350,7 +351,7 @@ Status Engine::DriveUntilDone(Request& r) {
     } else if (NowMicros() - last_progress_us >= WaitSpinMicros()) {
       break;  // a long wait: sleep instead, and let the engine thread poll
     } else {
-      std::this_thread::yield();
+      IdleWait(last_progress_us);  // spin.h: yields only when ranks share cores
     }
   }
   // Hand progress back to the engine thread, unless nothing is left to make (waking it for

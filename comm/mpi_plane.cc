@@ -8,7 +8,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +15,7 @@
 #include "comm/mpi_util.h"
 #include "comm/reduce.h"
 #include "comm/ring_allreduce.h"
+#include "comm/spin.h"
 #include "core/config.h"
 
 namespace weft {
@@ -273,7 +273,8 @@ Status MpiPlane::RunSendRecv(Group& group, const Response& response) {
         MpiCheck(sending ? MPI_Isend(data + done, n, MPI_BYTE, peer, kDataTag, ctx_.data, &req)
                          : MPI_Irecv(data + done, n, MPI_BYTE, peer, kDataTag, ctx_.data, &req),
                  sending ? "MPI_Isend" : "MPI_Irecv"));
-    const int64_t deadline = Timeline::NowMicros() + static_cast<int64_t>(timeout_s * 1e6);
+    const int64_t posted = Timeline::NowMicros();
+    const int64_t deadline = posted + static_cast<int64_t>(timeout_s * 1e6);
     for (;;) {
       int finished = 0;
       WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Test(&req, &finished, MPI_STATUS_IGNORE), "MPI_Test"));
@@ -285,7 +286,7 @@ Status MpiPlane::RunSendRecv(Group& group, const Response& response) {
                                 sending ? "was not taken" : "did not arrive", " within ", timeout_s,
                                 " s (WEFT_STALL_TIMEOUT_SECONDS); did rank ", peer, " die?");
       }
-      std::this_thread::yield();
+      IdleWait(posted);
     }
     if (bytes == 0) break;
   }

@@ -1,0 +1,70 @@
+#include "comm/spin.h"
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+#include <thread>
+
+#include "core/config.h"
+#include "core/timeline.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace weft {
+namespace comm {
+namespace {
+
+const config::StringSetting kYieldWhenIdle(
+    "WEFT_ENGINE_YIELD_WHEN_IDLE", "auto",
+    "Whether a thread polling for its op's progress gives up its core (sched_yield) between "
+    "polls that find nothing, or pauses on it and yields only every 100 us; auto: yield when "
+    "this host's ranks outnumber the CPUs they may run on.",
+    {"auto", "on", "off"});
+
+// While pausing, still yield this often: a thread of the program (or another process) that
+// wants this core gets it within a scheduler round, at one system call per interval.
+constexpr int64_t kYieldEveryMicros = 100;
+
+std::atomic<bool> g_yield{true};
+thread_local int64_t t_last_yield_us = 0;
+
+// A few hundred cycles: long enough to leave an SMT sibling the core's resources, short
+// next to a poll.
+inline void CpuPause() {
+  for (int i = 0; i < 16; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield" ::: "memory");
+#endif
+  }
+}
+
+}  // namespace
+
+bool YieldsWhenIdle(const std::string& mode, int ranks_on_host, int cpus) {
+  return mode == "on" || (mode == "auto" && ranks_on_host > cpus);
+}
+
+bool ChooseIdleWait(int ranks_on_host, int cpus) {
+  const bool yield = YieldsWhenIdle(kYieldWhenIdle.Get(), ranks_on_host, cpus);
+  g_yield.store(yield, std::memory_order_relaxed);
+  return yield;
+}
+
+void IdleWait(int64_t idle_since_us) {
+  if (!g_yield.load(std::memory_order_relaxed)) {
+    const int64_t now = Timeline::NowMicros();
+    if (now - std::max(idle_since_us, t_last_yield_us) < kYieldEveryMicros) {
+      CpuPause();
+      return;
+    }
+    t_last_yield_us = now;
+  }
+  std::this_thread::yield();
+}
+
+}  // namespace comm
+}  // namespace weft

@@ -1,0 +1,33 @@
+// How a thread that polls for progress and finds none waits before it polls again: a caller
+// waiting for its op (it runs the engine itself, engine.h) and a transfer waiting on its
+// peer (mpi_plane.cc). Giving up the core (sched_yield) lets another process that shares it
+// run, the rank whose message is awaited among them, but costs a system call each time
+// (1.1-1.5 us on the development VM, where yielding at every poll made a 4 B allreduce on 2
+// ranks take 9-19 us instead of 5-7); when every rank has a CPU of its own, pausing on the
+// CPU is cheaper. Internal to comm/.
+#ifndef WEFT_COMM_SPIN_H_
+#define WEFT_COMM_SPIN_H_
+
+#include <cstdint>
+#include <string>
+
+namespace weft {
+namespace comm {
+
+// Whether idle polls yield under WEFT_ENGINE_YIELD_WHEN_IDLE=`mode` ("on", "off", or "auto":
+// when this host's ranks outnumber the CPUs they may run on).
+bool YieldsWhenIdle(const std::string& mode, int ranks_on_host, int cpus);
+// Decides it for this process, at init(), from the setting in force; until then idle polls
+// yield. Returns the choice.
+bool ChooseIdleWait(int ranks_on_host, int cpus);
+
+// Between two polls that found nothing, the first of them at `idle_since_us`
+// (Timeline::NowMicros): sched_yield, or, when not yielding, a short pause on the CPU, and
+// a yield once the polls have found nothing for 100 us and every 100 us after, so that
+// another thread wanting the core gets it.
+void IdleWait(int64_t idle_since_us);
+
+}  // namespace comm
+}  // namespace weft
+
+#endif  // WEFT_COMM_SPIN_H_
