@@ -104,28 +104,33 @@ unsigned Blocks(size_t count) {
   return static_cast<unsigned>(wanted < 4096 ? (wanted == 0 ? 1 : wanted) : 4096);
 }
 
+// Launchers of one element type, for Dispatch.
 template <typename T>
-void Launch(void* out, size_t count, const Terms& terms, cudaStream_t stream) {
-  WeightedSumKernel<T><<<Blocks(count), kThreads, 0, stream>>>(out, count, terms);
-}
-
+struct WeightedSumLauncher {
+  static void Run(void* out, size_t count, const Terms& terms, cudaStream_t stream) {
+    WeightedSumKernel<T><<<Blocks(count), kThreads, 0, stream>>>(out, count, terms);
+  }
+};
 template <typename T>
-void LaunchDivideAs(void* data, size_t count, int64_t divisor, cudaStream_t stream) {
-  DivideKernel<T><<<Blocks(count), kThreads, 0, stream>>>(data, count, divisor);
-}
+struct DivideLauncher {
+  static void Run(void* data, size_t count, int64_t divisor, cudaStream_t stream) {
+    DivideKernel<T><<<Blocks(count), kThreads, 0, stream>>>(data, count, divisor);
+  }
+};
 
-cudaError_t LaunchOne(void* out, DeviceType type, size_t count, const Terms& terms,
-                      cudaStream_t stream) {
+// F<T>::Run(args...) with T the element type of `type`; the launch's error, if any.
+template <template <typename> class F, typename... Args>
+cudaError_t Dispatch(DeviceType type, Args... args) {
   switch (type) {
-    case DeviceType::kFloat32: Launch<float>(out, count, terms, stream); break;
-    case DeviceType::kFloat64: Launch<double>(out, count, terms, stream); break;
-    case DeviceType::kFloat16: Launch<__half>(out, count, terms, stream); break;
-    case DeviceType::kBFloat16: Launch<__nv_bfloat16>(out, count, terms, stream); break;
-    case DeviceType::kInt32: Launch<int32_t>(out, count, terms, stream); break;
-    case DeviceType::kInt64: Launch<int64_t>(out, count, terms, stream); break;
-    case DeviceType::kInt8: Launch<int8_t>(out, count, terms, stream); break;
-    case DeviceType::kUInt8: Launch<uint8_t>(out, count, terms, stream); break;
-    case DeviceType::kInt16: Launch<int16_t>(out, count, terms, stream); break;
+    case DeviceType::kFloat32: F<float>::Run(args...); break;
+    case DeviceType::kFloat64: F<double>::Run(args...); break;
+    case DeviceType::kFloat16: F<__half>::Run(args...); break;
+    case DeviceType::kBFloat16: F<__nv_bfloat16>::Run(args...); break;
+    case DeviceType::kInt32: F<int32_t>::Run(args...); break;
+    case DeviceType::kInt64: F<int64_t>::Run(args...); break;
+    case DeviceType::kInt8: F<int8_t>::Run(args...); break;
+    case DeviceType::kUInt8: F<uint8_t>::Run(args...); break;
+    case DeviceType::kInt16: F<int16_t>::Run(args...); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
@@ -150,19 +155,7 @@ cudaError_t LaunchDivide(void* data, DeviceType type, size_t count, int64_t divi
                          cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   if (divisor <= 0) return cudaErrorInvalidValue;
-  switch (type) {
-    case DeviceType::kFloat32: LaunchDivideAs<float>(data, count, divisor, stream); break;
-    case DeviceType::kFloat64: LaunchDivideAs<double>(data, count, divisor, stream); break;
-    case DeviceType::kFloat16: LaunchDivideAs<__half>(data, count, divisor, stream); break;
-    case DeviceType::kBFloat16: LaunchDivideAs<__nv_bfloat16>(data, count, divisor, stream); break;
-    case DeviceType::kInt32: LaunchDivideAs<int32_t>(data, count, divisor, stream); break;
-    case DeviceType::kInt64: LaunchDivideAs<int64_t>(data, count, divisor, stream); break;
-    case DeviceType::kInt8: LaunchDivideAs<int8_t>(data, count, divisor, stream); break;
-    case DeviceType::kUInt8: LaunchDivideAs<uint8_t>(data, count, divisor, stream); break;
-    case DeviceType::kInt16: LaunchDivideAs<int16_t>(data, count, divisor, stream); break;
-    default: return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  return Dispatch<DivideLauncher>(type, data, count, divisor, stream);
 }
 
 cudaError_t LaunchWeightedSum(void* out, DeviceType type, size_t count, const DeviceTerm* terms,
@@ -185,7 +178,7 @@ cudaError_t LaunchWeightedSum(void* out, DeviceType type, size_t count, const De
       ++t.count;
       ++next;
     }
-    const cudaError_t err = LaunchOne(out, type, count, t, stream);
+    const cudaError_t err = Dispatch<WeightedSumLauncher>(type, out, count, t, stream);
     if (err != cudaSuccess) return err;
     first = false;
   }
