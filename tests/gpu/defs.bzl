@@ -24,7 +24,10 @@ def weft_gpu_tests():
     weft_cc_test(
         name = "kernels_test",
         size = "small",
-        srcs = ["kernels_test.cc"],
+        srcs = [
+            "cuda_device.h",
+            "kernels_test.cc",
+        ],
         tags = ["gpu"],
         deps = [
             "//comm:reduce",
@@ -37,6 +40,7 @@ def weft_gpu_tests():
     weft_mpi_test(
         name = "nccl_test",
         srcs = [
+            "cuda_device.h",
             "nccl_test.cc",
             "//tests:comm/test_util.h",
         ],

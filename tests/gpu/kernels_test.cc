@@ -15,6 +15,7 @@
 #include "comm/reduce.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
+#include "tests/gpu/cuda_device.h"
 
 namespace weft {
 namespace comm {
@@ -23,22 +24,10 @@ namespace {
 using nccl::DeviceTerm;
 using nccl::DeviceType;
 
-std::string NoDeviceReason() {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) return std::string("cudaGetDeviceCount: ") + cudaGetErrorString(err);
-  if (count == 0) return "cudaGetDeviceCount found 0 devices";
-  return "";
-}
-
 class Kernels : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string why = NoDeviceReason();
-    if (!why.empty()) {
-      GTEST_SKIP() << "no CUDA device: " << why << " (tests/gpu/run.sh runs these on a GPU "
-                   << "machine)";
-    }
+    SKIP_WITHOUT_DEVICE();
     ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   }
 };

@@ -18,6 +18,7 @@
 #include "comm/topology.h"
 #include "gtest/gtest.h"
 #include "tests/comm/test_util.h"
+#include "tests/gpu/cuda_device.h"
 
 namespace weft {
 namespace {
@@ -29,24 +30,6 @@ const auto* const kEnv = weft::testing::InitWeftForAllTests();
 // Every rank uses device 0: the coordinator requires equal devices (index included) on all
 // ranks, and the one-GPU machines these run on have no other.
 constexpr int kDevice = 0;
-
-// Empty if a CUDA device is usable, else why not.
-std::string NoDeviceReason() {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) return std::string("cudaGetDeviceCount: ") + cudaGetErrorString(err);
-  if (count == 0) return "cudaGetDeviceCount found 0 devices";
-  return "";
-}
-
-#define SKIP_WITHOUT_DEVICE()                                                             \
-  do {                                                                                    \
-    const std::string why = NoDeviceReason();                                             \
-    if (!why.empty()) {                                                                   \
-      GTEST_SKIP() << "no CUDA device: " << why << " (tests/gpu/run.sh runs these on a "  \
-                   << "GPU machine)";                                                     \
-    }                                                                                     \
-  } while (0)
 
 #define ASSERT_CUDA(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
@@ -377,7 +360,7 @@ TEST_F(Nccl, OutputOnAnotherDeviceIsRefused) {
 void* const kFakeDevicePointer = reinterpret_cast<void*>(0x1000);
 
 TEST(CudaTensors, WithoutADeviceTheCallFailsAtOnce) {
-  const std::string why = NoDeviceReason();
+  const std::string why = gpu_testing::NoDeviceReason();
   if (why.empty()) GTEST_SKIP() << "a CUDA device is present; this checks the no-device path";
   TensorView x(kFakeDevicePointer, DType::kFloat32, {4}, Device::CUDA(kDevice));
   Status s = allreduce(x, x, /*average=*/true, "cuda.nodevice");
