@@ -58,10 +58,13 @@ bool g_own_mpi = false;
 bool g_atexit_registered = false;
 
 // How many ranks share this host, and how many CPUs they may run on together: the union of
-// their affinity masks (the online CPUs where a mask cannot be read). Collective.
-std::pair<int, int> RanksAndCpusOnHost() {
-  MPI_Comm host = MPI_COMM_NULL;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
+// their affinity masks (the online CPUs where a mask cannot be read). `local` holds this
+// host's ranks unless WEFT_RANKS_PER_MACHINE made it a simulated machine. Collective.
+std::pair<int, int> RanksAndCpusOnHost(MPI_Comm local, bool simulated) {
+  MPI_Comm host = local;
+  if (simulated) {
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
+  }
   int ranks = 1;
   MPI_Comm_size(host, &ranks);
   cpu_set_t cpus;
@@ -71,7 +74,7 @@ std::pair<int, int> RanksAndCpusOnHost() {
     for (long c = 0; c < online && c < CPU_SETSIZE; ++c) CPU_SET(c, &cpus);
   }
   MPI_Allreduce(MPI_IN_PLACE, &cpus, static_cast<int>(sizeof cpus), MPI_BYTE, MPI_BOR, host);
-  MPI_Comm_free(&host);
+  if (simulated) MPI_Comm_free(&host);
   return {ranks, CPU_COUNT(&cpus)};
 }
 
@@ -254,7 +257,7 @@ Status init() {
   state->topology = std::make_shared<const Topology>(std::move(*topo));
   state->machine_topology = std::make_shared<const Topology>(std::move(*machine_topo));
 
-  const auto [ranks_on_host, cpus_on_host] = RanksAndCpusOnHost();
+  const auto [ranks_on_host, cpus_on_host] = RanksAndCpusOnHost(ctx.local, per_machine > 0);
   const bool yield = comm::ChooseIdleWait(ranks_on_host, cpus_on_host);
   WEFT_LOG(Debug) << ranks_on_host << " rank(s) on this host, on " << cpus_on_host
                   << " CPU(s): waiting callers " << (yield ? "yield" : "pause") << " between polls";
