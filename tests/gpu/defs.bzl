@@ -27,9 +27,11 @@ def weft_gpu_tests():
         srcs = [
             "cuda_device.h",
             "kernels_test.cc",
+            "//tests:comm/test_util.h",
         ],
         tags = ["gpu"],
         deps = [
+            "//comm",
             "//comm:reduce",
             "//comm/nccl:kernels",
             "//core",

@@ -7,7 +7,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "comm/reduce.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
+#include "tests/comm/test_util.h"
 #include "tests/gpu/cuda_device.h"
 
 namespace weft {
@@ -55,69 +55,22 @@ class DeviceBytes {
   void* data_ = nullptr;
 };
 
-// Element i as `dtype`, from a double (exact for every value used below).
-void Put(std::vector<uint8_t>& bytes, DType dtype, size_t i, double v) {
-  uint8_t* p = bytes.data() + i * DTypeSize(dtype);
-  switch (dtype) {
-    case DType::kFloat32: {
-      const float x = static_cast<float>(v);
-      std::memcpy(p, &x, 4);
-      break;
-    }
-    case DType::kFloat64:
-      std::memcpy(p, &v, 8);
-      break;
-    case DType::kFloat16: {
-      const uint16_t x = FloatToHalf(static_cast<float>(v));
-      std::memcpy(p, &x, 2);
-      break;
-    }
-    case DType::kBFloat16: {
-      const uint16_t x = FloatToBFloat16(static_cast<float>(v));
-      std::memcpy(p, &x, 2);
-      break;
-    }
-    case DType::kInt32: {
-      const int32_t x = static_cast<int32_t>(v);
-      std::memcpy(p, &x, 4);
-      break;
-    }
-    case DType::kInt64: {
-      const int64_t x = static_cast<int64_t>(v);
-      std::memcpy(p, &x, 8);
-      break;
-    }
-    case DType::kInt8: {
-      const int8_t x = static_cast<int8_t>(v);
-      std::memcpy(p, &x, 1);
-      break;
-    }
-    case DType::kUInt8: {
-      const uint8_t x = static_cast<uint8_t>(v);
-      std::memcpy(p, &x, 1);
-      break;
-    }
-    case DType::kInt16: {
-      const int16_t x = static_cast<int16_t>(v);
-      std::memcpy(p, &x, 2);
-      break;
-    }
-  }
-}
-
 // Values that make rounding differences show: halves after division by an even divisor,
 // thirds, negatives (not for uint8), and for int64 magnitudes past 2^53 and (with
 // `extremes`) its ends.
 std::vector<uint8_t> Values(DType dtype, size_t count, int salt, bool extremes = true) {
-  std::vector<uint8_t> bytes(count * DTypeSize(dtype));
+  testing::Buffer buffer(dtype, {static_cast<int64_t>(count)});
   const bool is_unsigned = dtype == DType::kUInt8;
   const bool is_float = IsFloatingPoint(dtype);
   for (size_t i = 0; i < count; ++i) {
     const int64_t n = static_cast<int64_t>((i * 7 + static_cast<size_t>(salt) * 13) % 101);
     double v = static_cast<double>(is_unsigned ? n * 2 : n - 50);  // fits int8 and uint8
     if (is_float) v = v * 0.75 + static_cast<double>(i % 7) / 8.0;
-    Put(bytes, dtype, i, v);
+    buffer.Set(static_cast<int64_t>(i), v);
   }
+  const TensorView view = buffer.view();
+  const uint8_t* data = static_cast<const uint8_t*>(view.data());
+  std::vector<uint8_t> bytes(data, data + view.nbytes());
   if (dtype == DType::kInt64) {
     int64_t* x = reinterpret_cast<int64_t*>(bytes.data());
     const int64_t big = (int64_t{1} << 55) + salt;
