@@ -29,13 +29,19 @@ std::string EventName(const char* phase, const Request& r, absl::string_view des
 
 void TraceSpan(Timeline* timeline, const Request& r, const char* phase, int64_t start_us,
                int64_t end_us, const std::string& detail) {
-  if (!timeline->enabled()) return;
+  // A start of 0 was taken while the timeline was off (TraceStart): the op began before
+  // timeline_start(), and its span would reach back to the clock's epoch.
+  if (!timeline->enabled() || start_us == 0) return;
   const std::string described = Describe(r.desc);
   timeline->Span(described, EventName(phase, r, described), phase, start_us, end_us, detail);
 }
 
+int64_t TraceStart(const Timeline* timeline) {
+  return timeline->enabled() ? Timeline::NowMicros() : 0;
+}
+
 void TraceGroup(Timeline* timeline, const Group& group, const char* phase, int64_t start_us) {
-  if (!timeline->enabled()) return;
+  if (!timeline->enabled() || start_us == 0) return;
   const int64_t end = Timeline::NowMicros();
   const std::string detail = group.size() > 1 ? absl::StrCat("fused x", group.size()) : "";
   for (const auto& r : group) TraceSpan(timeline, *r, phase, start_us, end, detail);

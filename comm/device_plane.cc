@@ -173,7 +173,7 @@ std::optional<Status> NcclPlane::Run(const Response& response, Group& group) {
     Finish(group, RunStaged(response, group));
     return std::nullopt;
   }
-  const int64_t start = Timeline::NowMicros();
+  const int64_t start = TraceStart(timeline_);
   // No fusion on the device: a fused group runs as its members, one after the other (the
   // same order on every rank), under one completion. Saves the packing copies' kernels.
   Status status;
@@ -280,7 +280,7 @@ Status NcclPlane::Enqueue(const Response& response, Request& r) {
 }
 
 Status NcclPlane::RunStaged(const Response& response, Group& group) {
-  const int64_t start = Timeline::NowMicros();
+  const int64_t start = TraceStart(timeline_);
   // Each request's device views are swapped for host buffers while the MPI path runs.
   struct Staged {
     TensorView in, out;  // the caller's, on the device

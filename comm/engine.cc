@@ -219,7 +219,7 @@ StatusOr<Handle> Engine::Submit(std::shared_ptr<Request> r, bool caller_waits) {
     WEFT_RETURN_IF_ERROR(AssignKey(d, /*refusing=*/false));
     if (d.op == OpType::kSetTopology) d.in_flight = in_flight_.load();
     if (d.op == OpType::kShutdown) stopping_ = true;
-    r->submitted_us = NowMicros();
+    r->submitted_us = TraceStart(timeline_);
     r->engine = weak_from_this();
     in_flight_.fetch_add(1);
     // Only the first request of a burst wakes a sleeping engine thread (it drains the whole
@@ -242,7 +242,7 @@ Status Engine::Refuse(std::shared_ptr<Request> r, Status why) {
     if (!AssignKey(d, /*refusing=*/true).ok()) return why;
     d.refused_code = static_cast<int32_t>(why.code());
     d.refused_message = std::string(why.message());
-    r->submitted_us = NowMicros();
+    r->submitted_us = TraceStart(timeline_);
     // The other ranks wait for this message: the engine thread sends it even if nothing
     // else happens on this rank.
     wake = TakeWakeUp();
@@ -422,7 +422,7 @@ bool Engine::Progress() {
   }
   if (!batch.empty()) {
     std::vector<const Descriptor*> descriptors;  // in `batch`
-    const int64_t now = NowMicros();
+    const int64_t now = TraceStart(timeline_);
     for (auto& r : batch) {
       r->dequeued_us = now;
       if (timeline_->enabled()) {
@@ -525,8 +525,9 @@ bool Engine::PollDescriptors() {
 
 bool Engine::RunCoordinator() {
   std::vector<Response> responses;
-  const int64_t now = NowMicros();
-  if (now - last_stall_check_us_ >= 100000 && coordinator_->pending() > 0) {
+  // Stalls need keys that wait for ranks; without them the clock is not read.
+  const int64_t now = coordinator_->pending() > 0 ? NowMicros() : 0;
+  if (now != 0 && now - last_stall_check_us_ >= 100000) {
     last_stall_check_us_ = now;
     auto report = coordinator_->CheckStalls(now, kStallWarning.Get(), kStallTimeout.Get());
     for (const std::string& w : report.warnings) WEFT_LOG(Warning) << "stall: " << w;
@@ -585,7 +586,7 @@ void Engine::Process(const std::vector<Response>& responses) {
       continue;
     }
     std::vector<std::shared_ptr<Request>> group;
-    const int64_t now = NowMicros();
+    const int64_t now = TraceStart(timeline_);
     for (const std::string& key : resp.keys) {
       auto it = outstanding_.find(key);
       if (it == outstanding_.end()) {

@@ -61,6 +61,7 @@ struct Request {
   // "UCX_WIN_PUT").
   const char* backend = "MPI";
 
+  // Timeline only: 0 while it is off (TraceStart).
   int64_t submitted_us = 0;
   int64_t dequeued_us = 0;
 

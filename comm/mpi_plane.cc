@@ -195,7 +195,7 @@ void MpiPlane::Close() {
 }
 
 void* MpiPlane::Pack(Group& group, size_t* count) {
-  const int64_t start = Timeline::NowMicros();
+  const int64_t start = TraceStart(timeline_);
   if (group.size() == 1) {
     Request& r = *group[0];
     *count = static_cast<size_t>(r.in.numel());
@@ -246,7 +246,7 @@ int MpiPlane::IndexIn(const std::vector<int32_t>& ranks, int rank) {
 
 Status MpiPlane::RunSendRecv(Group& group, const Response& response) {
   Request& r = *group[0];
-  const int64_t start = Timeline::NowMicros();
+  const int64_t start = TraceStart(timeline_);
   const bool sending = !r.send.empty();
   const int peer = sending ? r.send[0].first : r.recv[0].first;
   if (!sending && r.alloc) {
@@ -306,7 +306,7 @@ Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
   const void* send = group[0]->in.data();
   void* buf = group[0]->out.data();
   if (group.size() > 1) send = buf = Pack(group, &count);
-  int64_t start = Timeline::NowMicros();
+  int64_t start = TraceStart(timeline_);
   // A fused group reads its packed buffer in place.
   const bool out_of_place = response.out_of_place && group.size() == 1;
   if (UseRing(peers_->kind(), ctx_.machine_size, members, count * DTypeSize(dtype), out_of_place)) {
@@ -322,7 +322,7 @@ Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
     WEFT_RETURN_IF_ERROR(AllreduceSum(send, buf, count, dtype, comm));
   }
   Trace(group, "communicate", start);
-  start = Timeline::NowMicros();
+  start = TraceStart(timeline_);
   if (group[0]->desc.average && members > 1) Divide(buf, dtype, count, members);
   Unpack(group, buf);
   Trace(group, "combine", start);
@@ -348,7 +348,7 @@ Status MpiPlane::RunBroadcast(Group& group) {
     buf = fusion_.data();
     count = bytes / group[0]->out.itemsize();
   }
-  const int64_t start = Timeline::NowMicros();
+  const int64_t start = TraceStart(timeline_);
   WEFT_RETURN_IF_ERROR(Bcast(buf, count * group[0]->out.itemsize(), root_in_comm, comm));
   Trace(group, "communicate", start);
   Unpack(group, buf);
@@ -376,7 +376,7 @@ Status MpiPlane::RunAllgather(Group& group, const Response& response) {
   auto out = r.alloc(r.in.dtype(), shape);
   WEFT_RETURN_IF_ERROR(CheckAllocated(out, r.in.dtype(), shape, r.in.device()));
   r.out = *out;
-  const int64_t start = Timeline::NowMicros();
+  const int64_t start = TraceStart(timeline_);
   // Equal parts are the common case, and MPI's algorithms for it are better tuned.
   const bool equal = std::all_of(counts.begin(), counts.end(), [&](int c) { return c == counts[0]; });
   if (equal) {
@@ -407,7 +407,7 @@ Status MpiPlane::RunNeighborAllgather(std::shared_ptr<Request>& rp,
       r.out.nbytes() > static_cast<size_t>(INT_MAX)) {
     return Unimplemented(Describe(r.desc), ": tensors over 2 GiB are not supported");
   }
-  const int64_t start = Timeline::NowMicros();
+  const int64_t start = TraceStart(timeline_);
   std::vector<MPI_Request> reqs;
   size_t offset = 0;
   for (const auto& src : r.recv) {
@@ -506,7 +506,7 @@ Status MpiPlane::ExchangeAndCombine(Group& group, const std::vector<std::pair<in
     out = static_cast<char*>(Pack(group, &count));
     send_buf = out;
   }
-  int64_t start = Timeline::NowMicros();
+  int64_t start = TraceStart(timeline_);
   // out = self_weight * in + sum_k w_k * recv_k, a chunk at a time as the chunks arrive.
   std::vector<WeightedTerm> terms;
   WEFT_RETURN_IF_ERROR(Exchange(
@@ -520,7 +520,7 @@ Status MpiPlane::ExchangeAndCombine(Group& group, const std::vector<std::pair<in
       }));
   for (auto& member : group) member->backend = peers_->name();
   Trace(group, "communicate", start);
-  start = Timeline::NowMicros();
+  start = TraceStart(timeline_);
   Unpack(group, out);
   Trace(group, "combine", start);
   return OkStatus();
@@ -536,7 +536,7 @@ Status MpiPlane::RunHierarchical(Group& group) {
   const DType dtype = r.in.dtype();
   size_t count = 0;
   void* buf = Pack(group, &count);
-  int64_t start = Timeline::NowMicros();
+  int64_t start = TraceStart(timeline_);
   WEFT_RETURN_IF_ERROR(AllreduceSum(buf, buf, count, dtype, ctx_.local));
   if (ctx_.local_rank == 0) {
     WEFT_RETURN_IF_ERROR(
@@ -549,7 +549,7 @@ Status MpiPlane::RunHierarchical(Group& group) {
   }
   WEFT_RETURN_IF_ERROR(Bcast(buf, count * DTypeSize(dtype), 0, ctx_.local));
   Trace(group, "communicate", start);
-  start = Timeline::NowMicros();
+  start = TraceStart(timeline_);
   if (ctx_.local_size > 1) Divide(buf, dtype, count, ctx_.local_size);
   Unpack(group, buf);
   Trace(group, "combine", start);

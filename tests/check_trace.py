@@ -23,6 +23,9 @@ def main():
         if e["ph"] == "X":
             if not isinstance(e.get("ts"), int) or not isinstance(e.get("dur"), int) or e["dur"] < 0:
                 sys.exit(f"complete event {i} needs integer ts and dur >= 0: {e}")
+            # Times are on the monotonic clock: a span from 0 began before the trace did.
+            if e["ts"] <= 0:
+                sys.exit(f"complete event {i} starts at the clock's epoch: {e}")
         elif e["ph"] == "i":
             if not isinstance(e.get("ts"), int):
                 sys.exit(f"instant event {i} needs an integer ts: {e}")
