@@ -363,13 +363,13 @@ std::vector<Response> Coordinator::TakeReady(int64_t fusion_threshold) {
     const int64_t bytes = static_cast<int64_t>(d.nbytes());
     if (group_head != nullptr && CanFuse(*group_head, entry) &&
         group_bytes + bytes <= fusion_threshold) {
-      out.back().keys.push_back(key);
+      out.back().keys.push_back(std::move(key));  // ready_ is cleared below
       group_bytes += bytes;
       continue;
     }
     Response r;
     r.op = d.op;
-    r.keys = {key};
+    r.keys.push_back(std::move(key));
     r.ranks = d.group;
     if (d.op == OpType::kSendRecv) {
       for (const auto& [rank, rd] : entry.by_rank) {

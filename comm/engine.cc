@@ -415,13 +415,14 @@ bool Engine::Progress() {
     ~Reset() { t_making_progress = false; }
   } reset;
   bool progressed = false;
-  std::deque<std::shared_ptr<Request>> batch;
+  std::vector<std::shared_ptr<Request>>& batch = drained_;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     batch.swap(queue_);
   }
   if (!batch.empty()) {
     std::vector<const Descriptor*> descriptors;  // in `batch`
+    descriptors.reserve(batch.size());
     const int64_t now = TraceStart(timeline_);
     for (auto& r : batch) {
       r->dequeued_us = now;
@@ -536,8 +537,11 @@ bool Engine::RunCoordinator() {
       responses.push_back(std::move(e));
     }
   }
-  for (Response& r : coordinator_->TakeReady(kFusionThreshold.Get())) {
-    responses.push_back(std::move(r));
+  std::vector<Response> ready = coordinator_->TakeReady(kFusionThreshold.Get());
+  if (responses.empty()) {
+    responses = std::move(ready);
+  } else {
+    for (Response& r : ready) responses.push_back(std::move(r));
   }
   if (responses.empty()) return false;
   if (ctx_.size > 1) {
@@ -586,6 +590,7 @@ void Engine::Process(const std::vector<Response>& responses) {
       continue;
     }
     std::vector<std::shared_ptr<Request>> group;
+    group.reserve(resp.keys.size());
     const int64_t now = TraceStart(timeline_);
     for (const std::string& key : resp.keys) {
       auto it = outstanding_.find(key);

@@ -227,7 +227,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   std::mutex queue_mu_;
   std::condition_variable queue_cv_;
-  std::deque<std::shared_ptr<Request>> queue_;
+  // Swapped with drained_ by Progress: the two vectors keep their capacity, so draining
+  // allocates nothing (a std::deque allocates on construction, in every round of polling).
+  std::vector<std::shared_ptr<Request>> queue_;
   bool stopping_ = false;  // no more submissions
   bool kick_ = false;      // a driving caller handed progress back to the engine thread
   bool sleeping_ = false;  // the engine thread waits on queue_cv_
@@ -243,6 +245,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::mutex progress_mu_;
   // Engine state (progress_mu_).
   absl::flat_hash_map<std::string, std::shared_ptr<Request>> outstanding_;
+  std::vector<std::shared_ptr<Request>> drained_;  // Progress's batch from queue_; empty between
   std::deque<std::shared_ptr<Request>> local_;  // kWinLocal, in submission order
   bool RunLocal();
   std::unique_ptr<Coordinator> coordinator_;  // rank 0
