@@ -310,6 +310,7 @@ std::vector<std::string> win_names();
 // --- timeline ---------------------------------------------------------------------------
 // Starts writing this rank's Chrome trace to `path` (named as WEFT_TIMELINE is: one file per
 // rank when several run, '%r' replaced by the rank). Fails if one is already being written.
+// Ops already started show only the phases that begin after it.
 Status timeline_start(const std::string& path);
 // Finishes and closes the trace; nothing to do when none is being written.
 Status timeline_stop();

@@ -101,6 +101,7 @@ func ConfigDescribe() string { return cweft.Weft_config_describe() }
 
 // TimelineStart starts writing this rank's trace to path (one file per rank when Size() > 1,
 // named as for WEFT_TIMELINE). Needs Init; fails if a timeline is already being written.
+// Ops already started show only the phases that begin after it.
 func TimelineStart(path string) error {
 	return call(func() cstatus { return cweft.Weft_timeline_start(path) })
 }

@@ -1488,6 +1488,8 @@ def config_describe():
 def timeline_start(path):
     """Start writing this rank's Chrome trace (open it in Perfetto).
 
+    Ops already started show only the phases that begin after this call.
+
     Parameters
     ----------
     path : str or os.PathLike

@@ -752,7 +752,8 @@ WEFT_API const char* weft_config_describe(void);
 /* ---- timeline (Chrome trace) --------------------------------------------------------- */
 
 /* Starts writing this rank's trace to `path` (WEFT_TIMELINE's naming: one file per rank
- * when size > 1). Needs weft_init(); fails if a timeline is already being written. */
+ * when size > 1). Needs weft_init(); fails if a timeline is already being written. Ops
+ * already started show only the phases that begin after it. */
 WEFT_API weft_status weft_timeline_start(const char* path);
 /* Finishes and closes the trace; no-op when none is being written. */
 WEFT_API weft_status weft_timeline_stop(void);

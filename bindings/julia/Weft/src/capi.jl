@@ -1600,7 +1600,8 @@ end
 # ---- timeline (Chrome trace) -------------------------------------------------------------
 
 # Starts writing this rank's trace to `path` (WEFT_TIMELINE's naming: one file per rank
-# when size > 1). Needs weft_init(); fails if a timeline is already being written.
+# when size > 1). Needs weft_init(); fails if a timeline is already being written. Ops
+# already started show only the phases that begin after it.
 # C: weft_status weft_timeline_start(const char* path)
 function weft_timeline_start(path)
     ccall((:weft_timeline_start, libweft()), Cint, (Cstring,), path)
