@@ -83,7 +83,7 @@ std::unique_ptr<DevicePlane> MakeDevicePlane(const Context& ctx, Timeline* timel
 void TraceSpan(Timeline* timeline, const Request& r, const char* phase, int64_t start_us,
                int64_t end_us, const std::string& detail = "");
 // Where a span that ends later starts: now while the timeline records, otherwise 0 without
-// reading the clock (a read costs ~26 ns in the VMs measured, and an op's path had a dozen).
+// reading the clock (a read costs ~26 ns on the development VM; an op's path had a dozen).
 int64_t TraceStart(const Timeline* timeline);
 // One span per request of `group`, from `start_us` to now, noting the fusion.
 void TraceGroup(Timeline* timeline, const Group& group, const char* phase, int64_t start_us);

@@ -96,11 +96,13 @@ std::string SerializeDescriptors(const std::vector<Descriptor>& ds) {
   return SerializeDescriptors(ptrs);
 }
 
+// What a descriptor with empty strings and vectors takes on the wire.
+constexpr size_t kMinDescriptorBytes = 78;
+
 std::string SerializeDescriptors(const std::vector<const Descriptor*>& ds) {
   std::string out;
-  // A descriptor's fixed fields take kMinDescriptorBytes; its key and shape usually fit in
-  // the rest of this guess, so a burst's message is written without regrowing.
-  out.reserve(sizeof(uint32_t) + ds.size() * 112);
+  // Room for short keys and shapes too: a burst's message is written without regrowing.
+  out.reserve(sizeof(uint32_t) + ds.size() * (kMinDescriptorBytes + 32));
   codec::Writer w(&out);
   w.Put(static_cast<uint32_t>(ds.size()));
   for (const Descriptor* dp : ds) {
@@ -132,9 +134,6 @@ std::string SerializeDescriptors(const std::vector<const Descriptor*>& ds) {
 }
 
 namespace {
-
-// What a descriptor with empty strings and vectors takes on the wire.
-constexpr size_t kMinDescriptorBytes = 78;
 
 Status ReadDescriptor(codec::Reader& r, Descriptor* d) {
   uint8_t op, dtype, device_type;
@@ -214,7 +213,6 @@ StatusOr<std::vector<T>> ParseBatch(const std::string& bytes, const char* what, 
 }  // namespace
 
 StatusOr<std::vector<Descriptor>> ParseDescriptors(const std::string& bytes) {
-  // The smallest encoding of one descriptor: every fixed field, empty strings and vectors.
   return ParseBatch<Descriptor>(bytes, "descriptor batch", kMinDescriptorBytes, ReadDescriptor);
 }
 

@@ -53,11 +53,9 @@ class Writer {
   template <typename T>
   void Put(T v) {
     const auto bits = internal::ToBits(v);
-    // Little-endian into a local buffer, appended at once (the compiler makes the loop one
-    // store): a byte-by-byte push_back cost several microseconds per 64-descriptor message.
-    char le[sizeof(T)];
-    for (size_t i = 0; i < sizeof(T); ++i) le[i] = static_cast<char>((bits >> (8 * i)) & 0xFFu);
-    out_->append(le, sizeof(T));
+    for (size_t i = 0; i < sizeof(T); ++i) {
+      out_->push_back(static_cast<char>((bits >> (8 * i)) & 0xFFu));
+    }
   }
   void Bytes(const void* data, size_t size) {
     out_->append(static_cast<const char*>(data), size);
