@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <new>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -198,9 +199,35 @@ Timing Measure(const std::function<void()>& fn) {
 
 // --- buffers -----------------------------------------------------------------------------
 
+// Every buffer starts on a 64-byte boundary, as PyTorch's CPU allocator places tensors. A
+// std::vector's start depends on the heap (16 or 32 bytes past a boundary, or on one), and
+// on such buffers Open MPI's out-of-place allreduce took 1.5-1.7 times as long from 2 MiB:
+// raw MPI looked slower than PyTorch users see it (bench/README.md, "Buffer alignment").
+template <typename T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <typename U>
+  Aligned64(const Aligned64<U>&) {}
+  T* allocate(size_t n) {
+    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64)));
+  }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+  template <typename U>
+  bool operator==(const Aligned64<U>&) const {
+    return true;
+  }
+  template <typename U>
+  bool operator!=(const Aligned64<U>&) const {
+    return false;
+  }
+};
+
+using FloatBuffer = std::vector<float, Aligned64<float>>;
+
 struct Buffers {
-  std::vector<float> in, out;
-  std::vector<std::vector<float>> recv;  // raw neighbor_allreduce receive buffers
+  FloatBuffer in, out;
+  std::vector<FloatBuffer> recv;  // raw neighbor_allreduce receive buffers
 };
 
 weft::TensorView View(float* p, size_t count) {
@@ -429,8 +456,8 @@ void BenchAllgather(Buffers& b) {
 // what weft adds around the exchange, not by the arithmetic.
 void RawNeighborAllreduce(const float* in, float* out, size_t count, const std::vector<int>& send,
                           const std::vector<int>& recv, double self_weight,
-                          const std::vector<double>& recv_weights,
-                          std::vector<std::vector<float>>& bufs, MPI_Comm comm = MPI_COMM_WORLD) {
+                          const std::vector<double>& recv_weights, std::vector<FloatBuffer>& bufs,
+                          MPI_Comm comm = MPI_COMM_WORLD) {
   std::vector<MPI_Request> reqs(send.size() + recv.size());
   size_t k = 0;
   for (size_t j = 0; j < recv.size(); ++j) {
@@ -608,7 +635,7 @@ void BenchHierarchical(Buffers& b) {
   want /= local_size;
   const std::vector<double> weights(in_m.size(), w);
   if (b.recv.size() < in_m.size()) {
-    b.recv.resize(in_m.size(), std::vector<float>(b.in.size(), 0.0f));
+    b.recv.resize(in_m.size(), FloatBuffer(b.in.size(), 0.0f));
   }
   for (size_t bytes : Sizes()) {
     const size_t count = bytes / sizeof(float);
@@ -650,8 +677,8 @@ void BenchHierarchical(Buffers& b) {
 void BenchFused() {
   constexpr int kTensors = 64;
   constexpr size_t kCount = 4096 / sizeof(float);
-  std::vector<std::vector<float>> ins(kTensors, std::vector<float>(kCount, static_cast<float>(g_rank + 1)));
-  std::vector<std::vector<float>> outs(kTensors, std::vector<float>(kCount, 0.0f));
+  std::vector<FloatBuffer> ins(kTensors, FloatBuffer(kCount, static_cast<float>(g_rank + 1)));
+  std::vector<FloatBuffer> outs(kTensors, FloatBuffer(kCount, 0.0f));
   const double n = g_size;
   auto poison = [&] {
     for (auto& o : outs) std::fill(o.begin(), o.end(), kPoison);
@@ -709,8 +736,8 @@ void BenchFused() {
   raw();
   check("raw MPI 64 blocking allreduce");
   // The ideal: the 64 tensors already in one buffer, one MPI_Allreduce (no packing).
-  std::vector<float> whole_in(kTensors * kCount, static_cast<float>(g_rank + 1));
-  std::vector<float> whole_out(kTensors * kCount, 0.0f);
+  FloatBuffer whole_in(kTensors * kCount, static_cast<float>(g_rank + 1));
+  FloatBuffer whole_out(kTensors * kCount, 0.0f);
   auto ideal = [&] {
     CheckMpi(MPI_Allreduce(whole_in.data(), whole_out.data(), static_cast<int>(whole_in.size()),
                            MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
@@ -866,7 +893,7 @@ int main(int argc, char** argv) {
     for (int k = 0; k < 64; ++k) max_recv = std::max(max_recv, probe->Next().recv_ranks.size());
   }
   if (Wants("neighbor_allreduce") || Wants("neighbor_allreduce_onepeer")) {
-    b.recv.assign(max_recv, std::vector<float>(max_count, 0.0f));
+    b.recv.assign(max_recv, FloatBuffer(max_count, 0.0f));
   }
   if (Wants("hierarchical_neighbor_allreduce")) BenchHierarchical(b);
 
