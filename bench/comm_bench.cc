@@ -17,7 +17,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <new>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -25,6 +24,7 @@
 #include "comm/comm.h"
 #include "comm/reduce.h"
 #include "comm/topology.h"
+#include "core/aligned.h"
 #include "core/tensor.h"
 #include "tools/cli/flags.h"
 
@@ -203,27 +203,7 @@ Timing Measure(const std::function<void()>& fn) {
 // std::vector's start depends on the heap (16 or 32 bytes past a boundary, or on one), and
 // on such buffers Open MPI's out-of-place allreduce took 1.5-1.7 times as long from 2 MiB:
 // raw MPI looked slower than PyTorch users see it (bench/README.md, "Buffer alignment").
-template <typename T>
-struct Aligned64 {
-  using value_type = T;
-  Aligned64() = default;
-  template <typename U>
-  Aligned64(const Aligned64<U>&) {}
-  T* allocate(size_t n) {
-    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64)));
-  }
-  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
-  template <typename U>
-  bool operator==(const Aligned64<U>&) const {
-    return true;
-  }
-  template <typename U>
-  bool operator!=(const Aligned64<U>&) const {
-    return false;
-  }
-};
-
-using FloatBuffer = std::vector<float, Aligned64<float>>;
+using FloatBuffer = weft::AlignedVector<float>;
 
 struct Buffers {
   FloatBuffer in, out;
