@@ -16,6 +16,7 @@
 #include "comm/reduce.h"
 #include "comm/ring_allreduce.h"
 #include "comm/spin.h"
+#include "core/aligned.h"
 #include "core/config.h"
 
 namespace weft {
@@ -158,11 +159,12 @@ class MpiPlane : public HostPlane {
   const Context ctx_;
   Timeline* const timeline_;
   PeerTransport* const peers_;
-  std::vector<char> fusion_;
+  // MPI writes into these: they start on 64-byte boundaries (core/aligned.h).
+  AlignedVector<char> fusion_;
   // Reused across ops: fresh multi-MiB buffers per call cost a page fault per page.
-  std::vector<std::vector<char>> recv_scratch_;
-  std::vector<char> ring_scratch_;  // the ring allreduce's incoming segment
-  std::vector<std::vector<char>> send_scratch_;
+  std::vector<AlignedVector<char>> recv_scratch_;
+  AlignedVector<char> ring_scratch_;  // the ring allreduce's incoming segment
+  std::vector<AlignedVector<char>> send_scratch_;
   std::map<std::vector<int32_t>, MPI_Comm> group_comms_;  // CommOf
 };
 
@@ -467,7 +469,7 @@ Status MpiPlane::Exchange(const std::vector<int>* to_data, const void* send_buf,
     const char* data = static_cast<const char*>(send_buf);
     if (scale != 1.0) {
       if (send_scratch_.size() <= scaled) send_scratch_.resize(scaled + 1);
-      std::vector<char>& copy = send_scratch_[scaled++];
+      AlignedVector<char>& copy = send_scratch_[scaled++];
       if (copy.size() < bytes) copy.resize(bytes);
       WeightedSum(copy.data(), dtype, count, {{send_buf, scale}});
       data = copy.data();

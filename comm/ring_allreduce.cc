@@ -12,7 +12,8 @@ namespace comm {
 namespace {
 
 Status Ring(PeerTransport& transport, const std::vector<int>& members, int me, const char* in,
-            char* data, size_t count, DType dtype, size_t chunk_bytes, std::vector<char>* scratch) {
+            char* data, size_t count, DType dtype, size_t chunk_bytes,
+            AlignedVector<char>* scratch) {
   using Ticket = PeerTransport::Ticket;
   const int n = static_cast<int>(members.size());
   const size_t item = DTypeSize(dtype);
@@ -112,7 +113,7 @@ Status Ring(PeerTransport& transport, const std::vector<int>& members, int me, c
 
 Status RingAllreduceSum(PeerTransport& transport, const std::vector<int>& members, int me,
                         const void* in, void* out, size_t count, DType dtype, size_t chunk_bytes,
-                        std::vector<char>* scratch) {
+                        AlignedVector<char>* scratch) {
   if (count == 0) return OkStatus();
   if (members.size() <= 1) {
     if (in != out) std::memcpy(out, in, count * DTypeSize(dtype));

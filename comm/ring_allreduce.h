@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "comm/peer_transport.h"
+#include "core/aligned.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -25,7 +26,7 @@ namespace comm {
 // (the transport's WaitAll), also on error.
 Status RingAllreduceSum(PeerTransport& transport, const std::vector<int>& members, int me,
                         const void* in, void* out, size_t count, DType dtype, size_t chunk_bytes,
-                        std::vector<char>* scratch);
+                        AlignedVector<char>* scratch);
 
 }  // namespace comm
 }  // namespace weft
