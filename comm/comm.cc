@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "comm/engine.h"
 #include "comm/front.h"
+#include "comm/mpi_util.h"
 #include "comm/refuse.h"
 #include "comm/spin.h"
 #include "comm/window.h"
@@ -258,9 +259,11 @@ Status init() {
   state->machine_topology = std::make_shared<const Topology>(std::move(*machine_topo));
 
   const auto [ranks_on_host, cpus_on_host] = RanksAndCpusOnHost(ctx.local, per_machine > 0);
-  const bool yield = comm::ChooseIdleWait(ranks_on_host, cpus_on_host);
+  const bool mpi_yields = comm::MpiYieldsWhenIdle();
+  const bool yield = comm::ChooseIdleWait(ranks_on_host, cpus_on_host, mpi_yields);
   WEFT_LOG(Debug) << ranks_on_host << " rank(s) on this host, on " << cpus_on_host
-                  << " CPU(s): waiting callers " << (yield ? "yield" : "pause") << " between polls";
+                  << " CPU(s): waiting callers " << (yield ? "yield" : "pause") << " between polls"
+                  << (mpi_yields ? " (MPI's polls yield)" : "");
 
   state->engine = std::make_shared<comm::Engine>(ctx, &state->timeline);
   auto transport = comm::DefaultTransport();

@@ -58,5 +58,37 @@ StatusOr<std::vector<std::string>> AllgatherBytes(MPI_Comm comm, const void* dat
   return out;
 }
 
+bool MpiYieldsWhenIdle() {
+  // Open MPI 4.1's MPI_T_init_thread sets MPI's own thread level to the one it is asked
+  // for: asked for less than MPI_THREAD_MULTIPLE, it left MPI_Query_thread saying so, and
+  // the next init() refused to run. So it is asked for the level MPI runs at.
+  int level = MPI_THREAD_SINGLE, provided = 0;
+  MPI_Query_thread(&level);
+  if (MPI_T_init_thread(level, &provided) != MPI_SUCCESS) return false;
+  bool yields = false;
+  int index = -1;
+  if (MPI_T_cvar_get_index("mpi_yield_when_idle", &index) == MPI_SUCCESS) {
+    int name_length = 0, description_length = 0, verbosity = 0, bind = 0, scope = 0;
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    MPI_T_enum enumtype;
+    int size = 0;
+    MPI_T_cvar_handle handle;
+    int count = 0;
+    if (MPI_T_cvar_get_info(index, nullptr, &name_length, &verbosity, &type, &enumtype, nullptr,
+                            &description_length, &bind, &scope) == MPI_SUCCESS &&
+        bind == MPI_T_BIND_NO_OBJECT && MPI_Type_size(type, &size) == MPI_SUCCESS && size > 0 &&
+        size <= 8 && MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
+      // A bool in Open MPI 4 (one byte); any integer type reads the same way.
+      unsigned char value[8] = {};
+      if (count == 1 && MPI_T_cvar_read(handle, value) == MPI_SUCCESS) {
+        yields = std::any_of(value, value + size, [](unsigned char b) { return b != 0; });
+      }
+      MPI_T_cvar_handle_free(&handle);
+    }
+  }
+  MPI_T_finalize();
+  return yields;
+}
+
 }  // namespace comm
 }  // namespace weft

@@ -21,6 +21,10 @@ Status MpiCheck(int code, const char* what);
 // Every rank's `length` bytes at `data` (the lengths may differ), indexed by rank.
 // Collective over `comm`: how transports publish their addresses.
 StatusOr<std::vector<std::string>> AllgatherBytes(MPI_Comm comm, const void* data, size_t length);
+// Whether MPI's own progress gives up the core when a poll finds nothing: Open MPI's
+// mpi_yield_when_idle as MPI_Init left it (mpirun turns it on when it knows it oversubscribes
+// a host), read through the MPI tool interface. False where MPI has no such variable.
+bool MpiYieldsWhenIdle();
 
 }  // namespace comm
 }  // namespace weft

@@ -20,7 +20,8 @@ const config::StringSetting kYieldWhenIdle(
     "WEFT_ENGINE_YIELD_WHEN_IDLE", "auto",
     "Whether a thread polling for its op's progress gives up its core (sched_yield) between "
     "polls that find nothing, or pauses on it and yields only every 100 us; auto: yield when "
-    "this host's ranks outnumber the CPUs they may run on.",
+    "this host's ranks outnumber the CPUs they may run on and MPI's own polls do not yield "
+    "already (Open MPI's mpi_yield_when_idle).",
     {"auto", "on", "off"});
 
 // While pausing, still yield this often: a thread of the program (or another process) that
@@ -44,12 +45,12 @@ inline void CpuPause() {
 
 }  // namespace
 
-bool YieldsWhenIdle(const std::string& mode, int ranks_on_host, int cpus) {
-  return mode == "on" || (mode == "auto" && ranks_on_host > cpus);
+bool YieldsWhenIdle(const std::string& mode, int ranks_on_host, int cpus, bool mpi_yields) {
+  return mode == "on" || (mode == "auto" && ranks_on_host > cpus && !mpi_yields);
 }
 
-bool ChooseIdleWait(int ranks_on_host, int cpus) {
-  const bool yield = YieldsWhenIdle(kYieldWhenIdle.Get(), ranks_on_host, cpus);
+bool ChooseIdleWait(int ranks_on_host, int cpus, bool mpi_yields) {
+  const bool yield = YieldsWhenIdle(kYieldWhenIdle.Get(), ranks_on_host, cpus, mpi_yields);
   g_yield.store(yield, std::memory_order_relaxed);
   return yield;
 }

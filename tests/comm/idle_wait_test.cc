@@ -1,0 +1,79 @@
+// How a caller waiting for its op spends the polls that find nothing (comm/spin.h): init()
+// decides it from the ranks on the host, the CPUs they may run on, and whether Open MPI's
+// own polls already yield the core (mpi_yield_when_idle, which the BUILD rule sets both
+// ways). Every rank pins itself to the same CPU first, so that the ranks outnumber the CPUs
+// on any machine.
+#include <mpi.h>
+#include <sched.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "comm/comm.h"
+#include "core/config.h"
+#include "core/logging.h"
+#include "gtest/gtest.h"
+#include "tests/comm/test_util.h"
+
+namespace weft {
+namespace {
+
+// The lowest CPU this process may run on: the same on every rank when mpirun binds none.
+int FirstCpu(const cpu_set_t& set) {
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) return c;
+  }
+  return 0;
+}
+
+TEST(IdleWait, InitLeavesTheYieldToMpiWhenItsPollsYield) {
+  const char* setting = std::getenv("OMPI_MCA_mpi_yield_when_idle");
+  ASSERT_NE(setting, nullptr) << "the BUILD rule sets OMPI_MCA_mpi_yield_when_idle";
+  const bool mpi_yields = std::string(setting) == "1";
+
+  cpu_set_t all, one;
+  ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
+  CPU_ZERO(&one);
+  CPU_SET(FirstCpu(all), &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+
+  std::vector<std::string> lines;
+  ASSERT_TRUE(config::Registry::Global().Set("WEFT_LOG_LEVEL", "debug").ok());
+  log::SetSinkForTesting([&](LogLevel level, const std::string& line) {
+    if (level == LogLevel::kDebug) lines.push_back(line);
+  });
+  ASSERT_TRUE(init().ok());
+  log::SetSinkForTesting(nullptr);
+  config::Registry::Global().Unset("WEFT_LOG_LEVEL");
+
+  const std::string expected =
+      std::to_string(size()) + " rank(s) on this host, on 1 CPU(s): waiting callers " +
+      (size() > 1 && !mpi_yields ? "yield between polls" : "pause between polls") +
+      (mpi_yields ? " (MPI's polls yield)" : "");
+  bool found = false;
+  for (const std::string& line : lines) found |= line.find(expected) != std::string::npos;
+  EXPECT_TRUE(found) << "no debug line with \"" << expected << "\"";
+  // Reading the setting left MPI's thread level alone (Open MPI's MPI_T_init_thread sets it
+  // to the level it is given), so the engine thread may still call MPI.
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  EXPECT_EQ(level, MPI_THREAD_MULTIPLE);
+
+  // Ops still complete, and correctly, either way.
+  testing::Buffer x(DType::kFloat32, {1000});
+  for (int round = 0; round < 20; ++round) {
+    x.Fill(rank() + round);
+    ASSERT_TRUE(allreduce(x.view(), x.view(), false).ok());
+    const double sum = size() * (size() - 1) / 2.0 + size() * round;
+    ASSERT_EQ(x.Get(999), sum) << "round " << round;
+  }
+  ASSERT_TRUE(shutdown().ok());
+  // And init() again finds MPI as it needs it.
+  ASSERT_TRUE(init().ok());
+  ASSERT_TRUE(shutdown().ok());
+  ASSERT_EQ(sched_setaffinity(0, sizeof all, &all), 0);
+}
+
+}  // namespace
+}  // namespace weft
