@@ -259,7 +259,8 @@ Status init() {
   state->machine_topology = std::make_shared<const Topology>(std::move(*machine_topo));
 
   const auto [ranks_on_host, cpus_on_host] = RanksAndCpusOnHost(ctx.local, per_machine > 0);
-  const bool mpi_yields = comm::MpiYieldsWhenIdle();
+  // Only an oversubscribed host needs to know (ChooseIdleWait), and asking is slow.
+  const bool mpi_yields = ranks_on_host > cpus_on_host && comm::MpiYieldsWhenIdle();
   const bool yield = comm::ChooseIdleWait(ranks_on_host, cpus_on_host, mpi_yields);
   WEFT_LOG(Debug) << ranks_on_host << " rank(s) on this host, on " << cpus_on_host
                   << " CPU(s): waiting callers " << (yield ? "yield" : "pause") << " between polls"

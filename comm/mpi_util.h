@@ -23,7 +23,8 @@ Status MpiCheck(int code, const char* what);
 StatusOr<std::vector<std::string>> AllgatherBytes(MPI_Comm comm, const void* data, size_t length);
 // Whether MPI's own progress gives up the core when a poll finds nothing: Open MPI's
 // mpi_yield_when_idle as MPI_Init left it (mpirun turns it on when it knows it oversubscribes
-// a host), read through the MPI tool interface. False where MPI has no such variable.
+// a host), read through the MPI tool interface. False where MPI has no such variable. The
+// first call takes about a quarter of a second (Open MPI 4.1); later ones return its answer.
 bool MpiYieldsWhenIdle();
 
 }  // namespace comm
