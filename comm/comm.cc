@@ -259,9 +259,10 @@ Status init() {
   state->machine_topology = std::make_shared<const Topology>(std::move(*machine_topo));
 
   const auto [ranks_on_host, cpus_on_host] = RanksAndCpusOnHost(ctx.local, per_machine > 0);
-  // Only an oversubscribed host needs to know (ChooseIdleWait), and asking is slow.
-  const bool mpi_yields = ranks_on_host > cpus_on_host && comm::MpiYieldsWhenIdle();
-  const bool yield = comm::ChooseIdleWait(ranks_on_host, cpus_on_host, mpi_yields);
+  bool mpi_yields = false;  // asked only where the answer decides
+  const bool yield = comm::ChooseIdleWait(ranks_on_host, cpus_on_host, [&mpi_yields] {
+    return mpi_yields = comm::MpiYieldsWhenIdle();
+  });
   WEFT_LOG(Debug) << ranks_on_host << " rank(s) on this host, on " << cpus_on_host
                   << " CPU(s): waiting callers " << (yield ? "yield" : "pause") << " between polls"
                   << (mpi_yields ? " (MPI's polls yield)" : "");

@@ -45,11 +45,12 @@ inline void CpuPause() {
 
 }  // namespace
 
-bool YieldsWhenIdle(const std::string& mode, int ranks_on_host, int cpus, bool mpi_yields) {
-  return mode == "on" || (mode == "auto" && ranks_on_host > cpus && !mpi_yields);
+bool YieldsWhenIdle(const std::string& mode, int ranks_on_host, int cpus,
+                    const std::function<bool()>& mpi_yields) {
+  return mode == "on" || (mode == "auto" && ranks_on_host > cpus && !mpi_yields());
 }
 
-bool ChooseIdleWait(int ranks_on_host, int cpus, bool mpi_yields) {
+bool ChooseIdleWait(int ranks_on_host, int cpus, const std::function<bool()>& mpi_yields) {
   const bool yield = YieldsWhenIdle(kYieldWhenIdle.Get(), ranks_on_host, cpus, mpi_yields);
   g_yield.store(yield, std::memory_order_relaxed);
   return yield;

@@ -9,22 +9,25 @@
 #define WEFT_COMM_SPIN_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace weft {
 namespace comm {
 
 // Whether idle polls yield under WEFT_ENGINE_YIELD_WHEN_IDLE=`mode` ("on", "off", or "auto":
-// when this host's ranks outnumber the CPUs they may run on, unless `mpi_yields`). Every
+// when this host's ranks outnumber the CPUs they may run on, unless `mpi_yields()`). Every
 // wait IdleWait serves follows a poll that calls MPI (MPI_Iprobe, MPI_Test), and where MPI's
 // progress itself yields when it finds nothing (`mpi_yields`: Open MPI's
 // mpi_yield_when_idle, which mpirun turns on when it knows it oversubscribes a host), a
 // second yield per poll only adds context switches: on 4 ranks sharing 2 cores a 4 B
-// allreduce took 88-99 us that way and 62-76 us pausing (bench/README.md).
-bool YieldsWhenIdle(const std::string& mode, int ranks_on_host, int cpus, bool mpi_yields);
+// allreduce took 88-99 us that way and 62-76 us pausing (bench/README.md). `mpi_yields` is
+// called only where its answer decides (asking MPI is slow: mpi_util.h).
+bool YieldsWhenIdle(const std::string& mode, int ranks_on_host, int cpus,
+                    const std::function<bool()>& mpi_yields);
 // Decides it for this process, at init(), from the setting in force; until then idle polls
 // yield. Returns the choice.
-bool ChooseIdleWait(int ranks_on_host, int cpus, bool mpi_yields);
+bool ChooseIdleWait(int ranks_on_host, int cpus, const std::function<bool()>& mpi_yields);
 
 // Between two polls that found nothing, the first of them at `idle_since_us`
 // (Timeline::NowMicros): sched_yield, or, when not yielding, a short pause on the CPU, and

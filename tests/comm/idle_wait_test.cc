@@ -53,9 +53,8 @@ TEST(IdleWait, InitLeavesTheYieldToMpiWhenItsPollsYield) {
     for (const std::string& line : lines) found |= line.find(expected) != std::string::npos;
     return found;
   };
-  // One rank on its CPU pauses; several yield unless MPI does (which init() asks MPI only
-  // then).
-  // Before init() the job's size is mpirun's word.
+  // One rank on its CPU pauses; several yield unless MPI's polls do, which init() asks MPI
+  // only then. Before init() the job's size is mpirun's word.
   const char* ranks = std::getenv("OMPI_COMM_WORLD_SIZE");
   ASSERT_NE(ranks, nullptr) << "run under Open MPI's mpirun";
   const bool shared = std::string(ranks) != "1";
