@@ -88,18 +88,11 @@ class Reader {
 
   template <typename T>
   Status Get(const char* field, T* v) {
-    WEFT_RETURN_IF_ERROR(Need(field, sizeof(T)));
-    internal::Bits<T> bits = 0;
-    for (size_t i = 0; i < sizeof(T); ++i) {
-      bits |= static_cast<internal::Bits<T>>(static_cast<unsigned char>(bytes_[pos_ + i]))
-              << (8 * i);
+    if (remaining() < sizeof(T)) {
+      *v = T();                       // defined on failure too
+      return Need(field, sizeof(T));  // the error
     }
-    pos_ += sizeof(T);
-    if constexpr (std::is_same<T, bool>::value) {
-      *v = bits != 0;  // any other byte would not be a valid bool
-    } else {
-      *v = internal::FromBits<T>(bits);
-    }
+    Decode(v);
     return OkStatus();
   }
   Status Bytes(const char* field, void* data, size_t size);
@@ -109,7 +102,7 @@ class Reader {
     uint32_t n = 0;
     WEFT_RETURN_IF_ERROR(Count(field, sizeof(T), /*reserve=*/0, &n));
     v->resize(n);
-    for (T& x : *v) WEFT_RETURN_IF_ERROR(Get(field, &x));
+    for (T& x : *v) Decode(&x);  // Count checked that all n fit
     return OkStatus();
   }
   // A count (uint32_t, or int32_t where the format writes it signed: a negative one is an
@@ -133,6 +126,21 @@ class Reader {
   Status Done() const;
 
  private:
+  // Reads one value at pos_, which the caller checked fits.
+  template <typename T>
+  void Decode(T* v) {
+    internal::Bits<T> bits = 0;
+    for (size_t i = 0; i < sizeof(T); ++i) {
+      bits |= static_cast<internal::Bits<T>>(static_cast<unsigned char>(bytes_[pos_ + i]))
+              << (8 * i);
+    }
+    pos_ += sizeof(T);
+    if constexpr (std::is_same<T, bool>::value) {
+      *v = bits != 0;  // any other byte would not be a valid bool
+    } else {
+      *v = internal::FromBits<T>(bits);
+    }
+  }
   Status Need(const char* field, size_t n) const;
   Status Fits(const char* field, uint64_t n, size_t element_size, size_t reserve) const;
 

@@ -97,6 +97,7 @@ TEST(Codec, RefusesShortInputCountsThatCannotFitAndTrailingBytes) {
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Says(st, "truncated frame: expected 8 bytes for the size at offset 0, found 4"))
       << st;
+  EXPECT_EQ(too_big, 0u);  // a failed read leaves a defined value
 
   // A string or vector count larger than the rest: no allocation, an error.
   std::string lying;
@@ -108,6 +109,21 @@ TEST(Codec, RefusesShortInputCountsThatCannotFitAndTrailingBytes) {
   st = Reader(lying, "frame").Vec("the shape", &v);
   EXPECT_TRUE(Says(st, "the shape is 4294967295 but only 0 bytes remain")) << st;
   EXPECT_TRUE(v.empty());
+  // Elements are read unchecked once the count is: one element short fails before any is
+  // read, an exact fit reads them all.
+  std::string short_vec;
+  Writer sv(&short_vec);
+  sv.Put<uint32_t>(3);
+  sv.Put<int64_t>(-5);
+  sv.Put<int64_t>(6);
+  st = Reader(short_vec, "frame").Vec("the shape", &v);
+  EXPECT_TRUE(Says(st, "the shape is 3 but only 16 bytes remain")) << st;
+  EXPECT_TRUE(v.empty());
+  sv.Put<int64_t>(int64_t{1} << 40);
+  Reader exact(short_vec, "frame");
+  ASSERT_TRUE(exact.Vec("the shape", &v).ok());
+  EXPECT_EQ(v, (std::vector<int64_t>{-5, 6, int64_t{1} << 40}));
+  EXPECT_TRUE(exact.Done().ok());
 
   // Room kept for what follows.
   std::string counted;
