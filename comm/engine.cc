@@ -418,6 +418,7 @@ bool Engine::Progress() {
     ~Reset() { t_making_progress = false; }
   } reset;
   bool progressed = false;
+  bool described = false;  // this round told the coordinator about requests
   std::vector<std::shared_ptr<Request>>& batch = drained_;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
@@ -440,7 +441,10 @@ bool Engine::Progress() {
       // A refused op runs nothing here: only the others are told.
       if (r->desc.refused_code == 0) outstanding_[r->desc.key] = r;
     }
-    if (!descriptors.empty()) SendDescriptors(descriptors);
+    if (!descriptors.empty()) {
+      SendDescriptors(descriptors);
+      described = true;
+    }
     // outstanding_ owns them now; holding them here would outlive their completion below
     // (and with it whatever Handle::keep_alive tied to them).
     batch.clear();
@@ -452,8 +456,13 @@ bool Engine::Progress() {
   if (windows.load() > 0) progressed |= ProgressWindowTransports();
   progressed |= device_->Poll();
   if (coordinator_ != nullptr) {
-    progressed |= PollDescriptors();
-    progressed |= RunCoordinator();
+    // Rank 0's own descriptors may be the last an op waited for: answer before probing,
+    // for the reason PollDescriptors gives.
+    if (described) progressed |= RunCoordinator();
+    if (!shutdown_done_) {
+      progressed |= PollDescriptors();
+      progressed |= RunCoordinator();
+    }
   } else {
     progressed |= PollResponses();
   }
@@ -503,28 +512,29 @@ void Engine::SendDescriptors(const std::vector<const Descriptor*>& batch) {
 }
 
 bool Engine::PollDescriptors() {
-  bool got = false;
-  for (;;) {
-    int flag = 0;
-    MPI_Status status;
-    MPI_Iprobe(MPI_ANY_SOURCE, kDescriptorTag, ctx_.control, &flag, &status);
-    if (!flag) break;
-    int count = 0;
-    MPI_Get_count(&status, MPI_BYTE, &count);
-    std::string bytes(static_cast<size_t>(count), '\0');
-    MPI_Recv(&bytes[0], count, MPI_BYTE, status.MPI_SOURCE, kDescriptorTag, ctx_.control,
-             MPI_STATUS_IGNORE);
-    auto parsed = ParseDescriptors(bytes);
-    if (!parsed.ok()) {
-      WEFT_LOG(Error) << "dropping a message from rank " << status.MPI_SOURCE << ": "
-                      << parsed.status();
-      continue;
-    }
-    const int64_t now = NowMicros();
-    for (Descriptor& d : *parsed) coordinator_->Add(std::move(d), now);
-    got = true;
+  // One message per call: the coordinator runs right after it (Progress), so the answer
+  // to an op whose last descriptor this was leaves before another probe. A probe that
+  // finds nothing yields inside Open MPI where mpi_yield_when_idle is on (ranks
+  // outnumber cores), and that yield, with the answer still unsent, cost every op a
+  // scheduling turn of all the ranks (bench/README.md, "Waiting between polls").
+  int flag = 0;
+  MPI_Status status;
+  MPI_Iprobe(MPI_ANY_SOURCE, kDescriptorTag, ctx_.control, &flag, &status);
+  if (!flag) return false;
+  int count = 0;
+  MPI_Get_count(&status, MPI_BYTE, &count);
+  std::string bytes(static_cast<size_t>(count), '\0');
+  MPI_Recv(&bytes[0], count, MPI_BYTE, status.MPI_SOURCE, kDescriptorTag, ctx_.control,
+           MPI_STATUS_IGNORE);
+  auto parsed = ParseDescriptors(bytes);
+  if (!parsed.ok()) {
+    WEFT_LOG(Error) << "dropping a message from rank " << status.MPI_SOURCE << ": "
+                    << parsed.status();
+    return true;
   }
-  return got;
+  const int64_t now = NowMicros();
+  for (Descriptor& d : *parsed) coordinator_->Add(std::move(d), now);
+  return true;
 }
 
 bool Engine::RunCoordinator() {
@@ -561,28 +571,28 @@ bool Engine::RunCoordinator() {
 }
 
 bool Engine::PollResponses() {
-  bool got = false;
-  while (!shutdown_done_) {
-    int flag = 0;
-    MPI_Status status;
-    MPI_Iprobe(0, kResponseTag, ctx_.control, &flag, &status);
-    if (!flag) break;
-    int count = 0;
-    MPI_Get_count(&status, MPI_BYTE, &count);
-    std::string bytes(static_cast<size_t>(count), '\0');
-    MPI_Recv(&bytes[0], count, MPI_BYTE, 0, kResponseTag, ctx_.control, MPI_STATUS_IGNORE);
-    auto parsed = ParseResponses(bytes);
-    if (!parsed.ok()) {
-      // Without the coordinator's word nothing can run in step with the other ranks.
-      FailAll(Internal("corrupt message from the coordinator: ", parsed.status().message()));
-      shutdown_done_ = true;
-      return true;
-    }
-    last_answer_us_.store(NowMicros());
-    Process(*parsed);
-    got = true;
+  // One message per call, for the reason PollDescriptors gives: after running what the
+  // coordinator sent, a caller whose op is done returns without probing (and yielding)
+  // again.
+  if (shutdown_done_) return false;
+  int flag = 0;
+  MPI_Status status;
+  MPI_Iprobe(0, kResponseTag, ctx_.control, &flag, &status);
+  if (!flag) return false;
+  int count = 0;
+  MPI_Get_count(&status, MPI_BYTE, &count);
+  std::string bytes(static_cast<size_t>(count), '\0');
+  MPI_Recv(&bytes[0], count, MPI_BYTE, 0, kResponseTag, ctx_.control, MPI_STATUS_IGNORE);
+  auto parsed = ParseResponses(bytes);
+  if (!parsed.ok()) {
+    // Without the coordinator's word nothing can run in step with the other ranks.
+    FailAll(Internal("corrupt message from the coordinator: ", parsed.status().message()));
+    shutdown_done_ = true;
+    return true;
   }
-  return got;
+  last_answer_us_.store(NowMicros());
+  Process(*parsed);
+  return true;
 }
 
 void Engine::Process(const std::vector<Response>& responses) {

@@ -196,9 +196,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool Progress();  // requires progress_mu_
   bool Busy() const;  // requires progress_mu_: ops outstanding or messages in flight
   void SendDescriptors(const std::vector<const Descriptor*>& batch);
-  bool PollDescriptors();    // rank 0
+  bool PollDescriptors();    // rank 0; one message per call
   bool RunCoordinator();     // rank 0
-  bool PollResponses();      // ranks != 0
+  bool PollResponses();      // ranks != 0; one message per call
   void Process(const std::vector<Response>& responses);
   void Execute(const Response& response, std::vector<std::shared_ptr<Request>>& group);
   void FailAll(const Status& status);
