@@ -33,7 +33,6 @@ enum class Event : char {
   kReturn,      // ...and it returned
   kEmptyProbe,  // the caller's MPI_Iprobe for negotiation traffic found nothing
   kDescriptorIn,
-  kDescriptorOut,
   kAnswerIn,       // received by the caller
   kAnswerInOther,  // received by another thread (the engine thread)
   kAnswerOut,
@@ -81,7 +80,6 @@ extern "C" int MPI_Recv(void* buf, int count, MPI_Datatype type, int source, int
 
 extern "C" int MPI_Isend(const void* buf, int count, MPI_Datatype type, int dest, int tag,
                          MPI_Comm comm, MPI_Request* request) {
-  if (tag == kDescriptorTag) Record(Event::kDescriptorOut);
   if (tag == kResponseTag) Record(Event::kAnswerOut);
   return PMPI_Isend(buf, count, type, dest, tag, comm, request);
 }
