@@ -418,7 +418,6 @@ bool Engine::Progress() {
     ~Reset() { t_making_progress = false; }
   } reset;
   bool progressed = false;
-  bool described = false;  // this round told the coordinator about requests
   std::vector<std::shared_ptr<Request>>& batch = drained_;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
@@ -441,10 +440,7 @@ bool Engine::Progress() {
       // A refused op runs nothing here: only the others are told.
       if (r->desc.refused_code == 0) outstanding_[r->desc.key] = r;
     }
-    if (!descriptors.empty()) {
-      SendDescriptors(descriptors);
-      described = true;
-    }
+    if (!descriptors.empty()) SendDescriptors(descriptors);
     // outstanding_ owns them now; holding them here would outlive their completion below
     // (and with it whatever Handle::keep_alive tied to them).
     batch.clear();
@@ -456,12 +452,13 @@ bool Engine::Progress() {
   if (windows.load() > 0) progressed |= ProgressWindowTransports();
   progressed |= device_->Poll();
   if (coordinator_ != nullptr) {
-    // Rank 0's own descriptors may be the last an op waited for: answer before probing,
-    // for the reason PollDescriptors gives.
-    if (described) progressed |= RunCoordinator();
-    if (!shutdown_done_) {
-      progressed |= PollDescriptors();
-      progressed |= RunCoordinator();
+    // The coordinator answers what is ready before each probe and after each message, so
+    // that no probe stands between an op's last descriptor (this rank's own, drained above,
+    // included) and its answer (ReceiveControl says why).
+    progressed |= RunCoordinator();
+    if (!shutdown_done_ && PollDescriptors()) {
+      RunCoordinator();
+      progressed = true;
     }
   } else {
     progressed |= PollResponses();
@@ -511,25 +508,32 @@ void Engine::SendDescriptors(const std::vector<const Descriptor*>& batch) {
   sends_.emplace_back(req, std::move(bytes));
 }
 
-bool Engine::PollDescriptors() {
-  // One message per call: the coordinator runs right after it (Progress), so the answer
-  // to an op whose last descriptor this was leaves before another probe. A probe that
-  // finds nothing yields inside Open MPI where mpi_yield_when_idle is on (ranks
-  // outnumber cores), and that yield, with the answer still unsent, cost every op a
-  // scheduling turn of all the ranks (bench/README.md, "Waiting between polls").
+bool Engine::ReceiveControl(int source, int tag, int* from, std::string* bytes) {
+  // One message per call: the caller acts on it (the coordinator answers, an answered op
+  // completes) before probing again. A probe that finds nothing yields inside Open MPI
+  // where mpi_yield_when_idle is on (ranks outnumber cores), and draining until one did
+  // put that yield between an op's last descriptor and its answer on rank 0, and between
+  // the answer and the caller's return on the others: a scheduling turn of all the ranks
+  // per op (bench/README.md, "Waiting between polls").
   int flag = 0;
   MPI_Status status;
-  MPI_Iprobe(MPI_ANY_SOURCE, kDescriptorTag, ctx_.control, &flag, &status);
+  MPI_Iprobe(source, tag, ctx_.control, &flag, &status);
   if (!flag) return false;
   int count = 0;
   MPI_Get_count(&status, MPI_BYTE, &count);
-  std::string bytes(static_cast<size_t>(count), '\0');
-  MPI_Recv(&bytes[0], count, MPI_BYTE, status.MPI_SOURCE, kDescriptorTag, ctx_.control,
-           MPI_STATUS_IGNORE);
+  bytes->assign(static_cast<size_t>(count), '\0');
+  MPI_Recv(&(*bytes)[0], count, MPI_BYTE, status.MPI_SOURCE, tag, ctx_.control, MPI_STATUS_IGNORE);
+  *from = status.MPI_SOURCE;
+  return true;
+}
+
+bool Engine::PollDescriptors() {
+  int from = 0;
+  std::string bytes;
+  if (!ReceiveControl(MPI_ANY_SOURCE, kDescriptorTag, &from, &bytes)) return false;
   auto parsed = ParseDescriptors(bytes);
   if (!parsed.ok()) {
-    WEFT_LOG(Error) << "dropping a message from rank " << status.MPI_SOURCE << ": "
-                    << parsed.status();
+    WEFT_LOG(Error) << "dropping a message from rank " << from << ": " << parsed.status();
     return true;
   }
   const int64_t now = NowMicros();
@@ -571,18 +575,9 @@ bool Engine::RunCoordinator() {
 }
 
 bool Engine::PollResponses() {
-  // One message per call, for the reason PollDescriptors gives: after running what the
-  // coordinator sent, a caller whose op is done returns without probing (and yielding)
-  // again.
-  if (shutdown_done_) return false;
-  int flag = 0;
-  MPI_Status status;
-  MPI_Iprobe(0, kResponseTag, ctx_.control, &flag, &status);
-  if (!flag) return false;
-  int count = 0;
-  MPI_Get_count(&status, MPI_BYTE, &count);
-  std::string bytes(static_cast<size_t>(count), '\0');
-  MPI_Recv(&bytes[0], count, MPI_BYTE, 0, kResponseTag, ctx_.control, MPI_STATUS_IGNORE);
+  int from = 0;
+  std::string bytes;
+  if (shutdown_done_ || !ReceiveControl(0, kResponseTag, &from, &bytes)) return false;
   auto parsed = ParseResponses(bytes);
   if (!parsed.ok()) {
     // Without the coordinator's word nothing can run in step with the other ranks.

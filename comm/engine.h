@@ -196,6 +196,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool Progress();  // requires progress_mu_
   bool Busy() const;  // requires progress_mu_: ops outstanding or messages in flight
   void SendDescriptors(const std::vector<const Descriptor*>& batch);
+  // Takes one waiting message with `tag` from `source` (or MPI_ANY_SOURCE) off the control
+  // communicator: its bytes and sender. False when none waits.
+  bool ReceiveControl(int source, int tag, int* from, std::string* bytes);
   bool PollDescriptors();    // rank 0; one message per call
   bool RunCoordinator();     // rank 0
   bool PollResponses();      // ranks != 0; one message per call
