@@ -36,31 +36,33 @@ enum class Event : char {
   kAnswerIn,       // received by the caller
   kAnswerInOther,  // received by another thread (the engine thread)
   kAnswerOut,
+  kNone,  // not recorded
 };
 
 std::mutex g_mu;
 std::vector<Event>* g_events = nullptr;  // g_mu; recording while set
 std::thread::id g_caller;                // g_mu; the thread that calls the ops
 
-void Record(Event e) {
+// Records `by_caller` where the thread that calls the ops makes the call, `elsewhere` where
+// another does (the engine thread, which wakes now and then to watch for stalls, and may
+// take an answer while the caller polls); nothing for kNone.
+void RecordBy(Event by_caller, Event elsewhere) {
   std::lock_guard<std::mutex> lock(g_mu);
-  if (g_events != nullptr) g_events->push_back(e);
+  if (g_events == nullptr) return;
+  const Event e = std::this_thread::get_id() == g_caller ? by_caller : elsewhere;
+  if (e != Event::kNone) g_events->push_back(e);
 }
 
-// Probes count where the caller makes them: its turns are the op's. The engine thread's
-// own rounds (it wakes now and then to watch for stalls) are left out.
-void RecordEmptyProbe() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (g_events != nullptr && std::this_thread::get_id() == g_caller) {
-    g_events->push_back(Event::kEmptyProbe);
-  }
-}
+void Record(Event e) { RecordBy(e, e); }
 
 }  // namespace
 
 extern "C" int MPI_Iprobe(int source, int tag, MPI_Comm comm, int* flag, MPI_Status* status) {
   const int rc = PMPI_Iprobe(source, tag, comm, flag, status);
-  if (!*flag && (tag == kDescriptorTag || tag == kResponseTag)) RecordEmptyProbe();
+  // Only the caller's probes count: its turns are the op's.
+  if (!*flag && (tag == kDescriptorTag || tag == kResponseTag)) {
+    RecordBy(Event::kEmptyProbe, Event::kNone);
+  }
   return rc;
 }
 
@@ -68,13 +70,7 @@ extern "C" int MPI_Recv(void* buf, int count, MPI_Datatype type, int source, int
                         MPI_Status* status) {
   const int rc = PMPI_Recv(buf, count, type, source, tag, comm, status);
   if (tag == kDescriptorTag) Record(Event::kDescriptorIn);
-  if (tag == kResponseTag) {
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (g_events != nullptr) {
-      g_events->push_back(std::this_thread::get_id() == g_caller ? Event::kAnswerIn
-                                                                 : Event::kAnswerInOther);
-    }
-  }
+  if (tag == kResponseTag) RecordBy(Event::kAnswerIn, Event::kAnswerInOther);
   return rc;
 }
 
@@ -161,12 +157,17 @@ void CheckCallerReturnsAtOnce(const std::vector<Event>& events, int ops) {
                                "completed its op and before the op returned";
 }
 
-TEST(NegotiationOrder, AnswerAndReturnFollowTheLastDescriptorWithoutAnEmptyProbe) {
-  ASSERT_TRUE(init().ok());
-  if (size() < 2) {
-    ASSERT_TRUE(shutdown().ok());
-    GTEST_SKIP() << "one rank has no negotiation messages";
+// Each test runs in a weft of its own; one rank has no negotiation messages.
+class NegotiationOrder : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(init().ok());
+    if (size() < 2) GTEST_SKIP() << "one rank has no negotiation messages";
   }
+  void TearDown() override { EXPECT_TRUE(shutdown().ok()); }
+};
+
+TEST_F(NegotiationOrder, AnswerAndReturnFollowTheLastDescriptorWithoutAnEmptyProbe) {
   testing::Buffer x(DType::kFloat32, {16});
   const std::vector<Event> events = Recorded([&] {
     for (int op = 0; op < kOps; ++op) MarkedAllreduce(x, op);
@@ -207,18 +208,12 @@ TEST(NegotiationOrder, AnswerAndReturnFollowTheLastDescriptorWithoutAnEmptyProbe
   } else {
     CheckCallerReturnsAtOnce(events, kOps);
   }
-  ASSERT_TRUE(shutdown().ok());
 }
 
 // Rank 0's own call is the last an op waits for: the others' descriptors are in before it
 // calls (its engine takes them while it polls a named op of its own, which the others call
 // after the unnamed one), and the answer must leave without a probe first.
-TEST(NegotiationOrder, AnswerFollowsRankZerosOwnLastCallWithoutAnEmptyProbe) {
-  ASSERT_TRUE(init().ok());
-  if (size() < 2) {
-    ASSERT_TRUE(shutdown().ok());
-    GTEST_SKIP() << "one rank has no negotiation messages";
-  }
+TEST_F(NegotiationOrder, AnswerFollowsRankZerosOwnLastCallWithoutAnEmptyProbe) {
   constexpr int kLateOps = 50;
   testing::Buffer x(DType::kFloat32, {16}), y(DType::kFloat32, {16});
   const std::vector<Event> events = Recorded([&] {
@@ -280,7 +275,6 @@ TEST(NegotiationOrder, AnswerFollowsRankZerosOwnLastCallWithoutAnEmptyProbe) {
   // The other ranks wait a millisecond for each unnamed op here, long enough to hand their
   // progress to the engine thread, which then takes answers while the caller may still
   // poll: the first test checks them.
-  ASSERT_TRUE(shutdown().ok());
 }
 
 }  // namespace
