@@ -258,8 +258,7 @@ bool Engine::Busy() const {
 }
 
 void Engine::Loop() {
-  int64_t last_progress_us = NowMicros();
-  int64_t sleep_us = 0;
+  int64_t last_progress_us = NowMicros();  // this thread's own
   for (;;) {
     bool progressed = false;
     bool busy = false;
@@ -275,18 +274,19 @@ void Engine::Loop() {
         driven = true;
       }
     }
+    const int64_t now = NowMicros();
     if (progressed) {
-      last_progress_us = NowMicros();
-      sleep_us = 0;
+      last_progress_us = now;
       continue;
     }
-    if (busy && NowMicros() - last_progress_us < kSpinMicros.Get()) {
+    if (busy && now - last_progress_us < kSpinMicros.Get()) {
       std::this_thread::yield();
       continue;
     }
     // Back off: short sleeps while ops are outstanding or a caller drives (spinning beside
     // it would only take its core), long ones when idle. A new submission, or a caller
     // that stops driving, wakes the thread at once.
+    int64_t sleep_us = 0;
     if (driven) {
       // A caller runs the engine (its own op, typically). It kicks this thread when it
       // stops and leaves work behind (DriveUntilDone, TryProgress), so there is nothing to
@@ -294,7 +294,10 @@ void Engine::Loop() {
       // ranks (2 ranks on 2 cores: 10% of a 1 MiB allreduce).
       sleep_us = kDrivenSleepMicros;
     } else if (busy) {
-      sleep_us = std::min<int64_t>(std::max<int64_t>(sleep_us * 2, 10), kMaxSleepMicros.Get());
+      // From the last progress on any thread: a caller that polled for its op until it
+      // gave up has waited that long already.
+      sleep_us = BusySleepMicros(now - last_progress_us_.load(std::memory_order_relaxed),
+                                 kMaxSleepMicros.Get());
     } else if (windows.load() > 0) {
       sleep_us = kMaxSleepMicros.Get();  // others' one-sided ops may need our progress
     } else {
@@ -470,6 +473,7 @@ bool Engine::Progress() {
     if (awaiting && !awaiting_answer_.load()) last_answer_us_.store(NowMicros());
     awaiting_answer_.store(awaiting);
   }
+  if (progressed) last_progress_us_.store(NowMicros(), std::memory_order_relaxed);
   return progressed;
 }
 

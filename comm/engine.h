@@ -256,6 +256,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool shutdown_done_ = false;
   int64_t last_stall_check_us_ = 0;
   std::atomic<int64_t> last_run_us_{0};  // how long the last op took to run (Execute)
+  // When Progress() last did something, on whichever thread ran it: the engine thread's
+  // back-off counts from it (spin.h, BusySleepMicros).
+  std::atomic<int64_t> last_progress_us_{0};
   // What runs the agreed ops (data_plane.h), made by Start() (every use of them comes
   // after it; the host plane keeps `peers`, which init() sets before): host memory, and
   // CUDA tensors (whose work may complete later, through Finish).

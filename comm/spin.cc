@@ -68,5 +68,9 @@ void IdleWait(int64_t idle_since_us) {
   std::this_thread::yield();
 }
 
+int64_t BusySleepMicros(int64_t idle_us, int64_t max_us) {
+  return std::min<int64_t>(std::max<int64_t>(idle_us / 8, 10), max_us);
+}
+
 }  // namespace comm
 }  // namespace weft

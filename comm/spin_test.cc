@@ -1,5 +1,7 @@
 #include "comm/spin.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <functional>
 
 #include "core/config.h"
@@ -61,6 +63,22 @@ TEST(ChooseIdleWait, FollowsTheSetting) {
   EXPECT_EQ(yes.asked, 1);
   EXPECT_EQ(no.asked, 1);
   EXPECT_FALSE(registry.Set("WEFT_ENGINE_YIELD_WHEN_IDLE", "sometimes").ok());
+}
+
+TEST(BusySleepMicros, IsAnEighthOfTheWaitWithinItsBounds) {
+  EXPECT_EQ(BusySleepMicros(0, 1000), 10);
+  EXPECT_EQ(BusySleepMicros(80, 1000), 10);
+  EXPECT_EQ(BusySleepMicros(1000, 1000), 125);
+  EXPECT_EQ(BusySleepMicros(4000, 1000), 500);
+  EXPECT_EQ(BusySleepMicros(8000, 1000), 1000);
+  EXPECT_EQ(BusySleepMicros(1000000, 1000), 1000);
+  EXPECT_EQ(BusySleepMicros(1000000, 50), 50);
+  EXPECT_EQ(BusySleepMicros(1000, 0), 0);  // WEFT_ENGINE_MAX_SLEEP_MICROS=0: poll at once
+  // However long ranks have waited, a message is seen at most an eighth of that late, so
+  // a late rank's next op starts closer to the others' than this one did.
+  for (int64_t idle = 0; idle <= 100000; idle += 37) {
+    EXPECT_LE(BusySleepMicros(idle, 1000000), std::max<int64_t>(idle / 8, 10)) << idle;
+  }
 }
 
 }  // namespace
