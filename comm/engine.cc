@@ -258,7 +258,7 @@ bool Engine::Busy() const {
 }
 
 void Engine::Loop() {
-  int64_t last_progress_us = NowMicros();  // this thread's own
+  int64_t last_progress_us = NowMicros();  // it spins after its own progress, not a caller's
   for (;;) {
     bool progressed = false;
     bool busy = false;
