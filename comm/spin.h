@@ -38,11 +38,7 @@ void IdleWait(int64_t idle_since_us);
 // How long the engine thread sleeps before it polls again, while ops are outstanding and no
 // caller drives, `idle_us` after the last progress (by any thread): an eighth of that, from
 // 10 us up to `max_us` (WEFT_ENGINE_MAX_SLEEP_MICROS), so that a message is seen at most an
-// eighth of the wait late. A sleep that jumps to the cap, or doubles from a short one, is
-// not enough: a rank that sees the others' message a millisecond late starts its next op
-// that much after them; they wait past their own polling window and see its message late
-// in turn, and ops that do not bring the ranks together (a broadcast's root, a send) stayed
-// milliseconds long, for hundreds of ops (comm/README.md).
+// eighth of the wait late and one late rank does not keep the others late (comm/README.md).
 int64_t BusySleepMicros(int64_t idle_us, int64_t max_us);
 
 }  // namespace comm
