@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <utility>
@@ -208,10 +209,11 @@ TEST(ProtocolTest, EmptyBatchesRoundTrip) {
 }
 
 TEST(ProtocolTest, ManyMinimalItemsParse) {
-  // The smallest items: the parsers' bounds on counts must not reject them.
+  // The smallest items: the parsers' bounds on counts must not reject them. Equal
+  // descriptors after the first travel as repeats (rank, marker, empty key: 9 bytes).
   const std::vector<Descriptor> ds(1000);
   const std::string d_bytes = SerializeDescriptors(ds);
-  EXPECT_EQ(d_bytes.size(), 4u + 1000u * 78u);
+  EXPECT_EQ(d_bytes.size(), 4u + 78u + 999u * 9u);
   auto d_out = ParseDescriptors(d_bytes);
   ASSERT_TRUE(d_out.ok()) << d_out.status();
   EXPECT_EQ(d_out->size(), 1000u);
@@ -286,8 +288,107 @@ TEST(ProtocolTest, ResponseStatus) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A burst of like ops (the gradients of one model): every descriptor after the first
+// differs only in its key, and travels as a repeat of the one before with its own key.
+TEST(ProtocolTest, LikeDescriptorsTravelAsRepeats) {
+  std::vector<Descriptor> in;
+  for (int i = 0; i < 64; ++i) {
+    Descriptor d = FullDescriptor();
+    d.key = absl::StrCat("#", 1000 + i, "@0,3,9");
+    in.push_back(d);
+  }
+  const std::string bytes = SerializeDescriptors(in);
+  const std::string one = SerializeDescriptors({in[0]});
+  // The first in full, then rank, marker and key.
+  EXPECT_EQ(bytes.size(), one.size() + 63u * (4u + 1u + 4u + in[1].key.size()));
+  auto out = ParseDescriptors(bytes);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    SCOPED_TRACE(i);
+    ExpectSameDescriptor((*out)[i], in[i]);
+  }
+}
+
+// A descriptor that differs from the one before it in anything but the key is sent in
+// full: each field changed alone must arrive changed.
+TEST(ProtocolTest, DescriptorsDifferingInOneFieldTravelInFull) {
+  const Descriptor base = FullDescriptor();
+  std::vector<std::function<void(Descriptor&)>> changes = {
+      [](Descriptor& d) { d.op = OpType::kAllreduce; },
+      [](Descriptor& d) { d.display = "other"; },
+      [](Descriptor& d) { d.dtype = DType::kFloat32; },
+      [](Descriptor& d) { d.device = Device::CUDA(3); },
+      [](Descriptor& d) { d.device = Device::CPU(); },
+      [](Descriptor& d) { d.shape[1] = 1; },
+      [](Descriptor& d) { d.shape.push_back(2); },
+      [](Descriptor& d) { d.root = 4; },
+      [](Descriptor& d) { d.average = false; },
+      [](Descriptor& d) { d.in_place = false; },
+      [](Descriptor& d) {
+        d.send_ranks = {1, 2};
+      },
+      [](Descriptor& d) {
+        d.recv_ranks = {3, 2};
+      },
+      [](Descriptor& d) { d.machine = 7; },
+      [](Descriptor& d) { d.local_rank = 0; },
+      [](Descriptor& d) { d.fusion_signature = "hnar|0.25"; },
+      [](Descriptor& d) { d.fingerprint = 1; },
+      [](Descriptor& d) { d.in_flight = 0; },
+      [](Descriptor& d) {
+        d.group = {0, 3};
+      },
+      [](Descriptor& d) { d.shape_from_peer = false; },
+      [](Descriptor& d) { d.refused_code = kInvalidArgumentCode; },
+      [](Descriptor& d) { d.refused_message = "no"; },
+  };
+  for (size_t i = 0; i < changes.size(); ++i) {
+    SCOPED_TRACE(i);
+    Descriptor changed = base;
+    changed.key = "next";
+    changes[i](changed);
+    Descriptor same_again = changed;  // a repeat of the changed one
+    same_again.key = "after";
+    auto out = ParseDescriptors(SerializeDescriptors({base, changed, same_again}));
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ(out->size(), 3u);
+    ExpectSameDescriptor((*out)[0], base);
+    ExpectSameDescriptor((*out)[1], changed);
+    ExpectSameDescriptor((*out)[2], same_again);
+  }
+  // Another rank's descriptor (the coordinator's own batches hold one rank's) too.
+  Descriptor other_rank = base;
+  other_rank.rank = 4;
+  auto out = ParseDescriptors(SerializeDescriptors({base, other_rank}));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[1].rank, 4);
+}
+
+TEST(ProtocolTest, MalformedRepeatsAreErrors) {
+  Descriptor d = FullDescriptor();
+  Descriptor again = d;
+  again.key = "k2";
+  const std::string good = SerializeDescriptors({d, again});
+  const std::string first = SerializeDescriptors({d});
+  ASSERT_TRUE(ParseDescriptors(good).ok());
+  // The repeat alone, as the batch's first item: nothing to repeat.
+  std::string orphan = std::string("\x01\0\0\0", 4) + good.substr(first.size());
+  auto out = ParseDescriptors(orphan);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("repeat of nothing"), std::string::npos) << out.status();
+  // A repeat that names another rank than the descriptor it repeats.
+  std::string other_rank = good;
+  other_rank[first.size()] = 5;
+  out = ParseDescriptors(other_rank);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInternal);
+}
+
 TEST(ProtocolTest, TruncatedDescriptorsAreErrors) {
-  const std::string bytes = SerializeDescriptors({FullDescriptor(), Descriptor()});
+  Descriptor again = FullDescriptor();
+  again.key = "again";
+  const std::string bytes = SerializeDescriptors({FullDescriptor(), again, Descriptor()});
   for (size_t n = 0; n < bytes.size(); ++n) {
     auto out = ParseDescriptors(bytes.substr(0, n));
     EXPECT_FALSE(out.ok()) << "prefix of " << n << " of " << bytes.size() << " bytes";
