@@ -357,7 +357,8 @@ TEST(ProtocolTest, DescriptorsDifferingInOneFieldTravelInFull) {
     ExpectSameDescriptor((*out)[1], changed);
     ExpectSameDescriptor((*out)[2], same_again);
   }
-  // Another rank's descriptor (the coordinator's own batches hold one rank's) too.
+  // A descriptor of another rank is not a repeat either (a rank's batch holds only its own,
+  // but the encoding must not depend on that).
   Descriptor other_rank = base;
   other_rank.rank = 4;
   auto out = ParseDescriptors(SerializeDescriptors({base, other_rank}));
