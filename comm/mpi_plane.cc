@@ -29,11 +29,20 @@ constexpr size_t kMaxChunk = 1u << 30;
 
 MPI_Datatype g_half = MPI_DATATYPE_NULL;
 MPI_Datatype g_bfloat = MPI_DATATYPE_NULL;
-MPI_Op g_sum16 = MPI_OP_NULL;
+MPI_Op g_sum = MPI_OP_NULL;  // weft's own sum (SumOp)
 std::once_flag g_types_once;
 
-void Sum16(void* in, void* inout, int* len, MPI_Datatype* type) {
-  const DType dtype = *type == g_half ? DType::kFloat16 : DType::kBFloat16;
+void Sum(void* in, void* inout, int* len, MPI_Datatype* type) {
+  DType dtype = DType::kInt8;  // MPI_INT8_T; SumOp passes only the types named here
+  if (*type == g_half) {
+    dtype = DType::kFloat16;
+  } else if (*type == g_bfloat) {
+    dtype = DType::kBFloat16;
+  } else if (*type == MPI_UINT8_T) {
+    dtype = DType::kUInt8;
+  } else if (*type == MPI_INT16_T) {
+    dtype = DType::kInt16;
+  }
   AddInPlace(inout, in, dtype, static_cast<size_t>(*len));
 }
 
@@ -43,7 +52,7 @@ void InitTypes() {
     MPI_Type_commit(&g_half);
     MPI_Type_contiguous(2, MPI_BYTE, &g_bfloat);
     MPI_Type_commit(&g_bfloat);
-    MPI_Op_create(&Sum16, /*commute=*/1, &g_sum16);
+    MPI_Op_create(&Sum, /*commute=*/1, &g_sum);
   });
 }
 
@@ -53,9 +62,8 @@ MPI_Datatype MpiType(DType dtype) {
   return BuiltinMpiType(dtype);
 }
 
-MPI_Op SumOp(DType dtype) {
-  return dtype == DType::kFloat16 || dtype == DType::kBFloat16 ? g_sum16 : MPI_SUM;
-}
+// MPI_SUM, or weft's own sum for the dtypes MPI_SUM cannot take (MpiSumType).
+MPI_Op SumOp(DType dtype) { return MpiSumType(dtype) == MPI_DATATYPE_NULL ? g_sum : MPI_SUM; }
 
 // Sums `in` over `comm` into `out`; in == out is in place.
 Status AllreduceSum(const void* in, void* out, size_t count, DType dtype, MPI_Comm comm) {

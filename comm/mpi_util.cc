@@ -29,6 +29,17 @@ MPI_Datatype BuiltinMpiType(DType dtype) {
   return MPI_DATATYPE_NULL;
 }
 
+MPI_Datatype MpiSumType(DType dtype) {
+  switch (dtype) {
+    case DType::kInt8:
+    case DType::kUInt8:
+    case DType::kInt16:
+      return MPI_DATATYPE_NULL;
+    default:
+      return BuiltinMpiType(dtype);
+  }
+}
+
 Status MpiCheck(int code, const char* what) {
   if (code == MPI_SUCCESS) return OkStatus();
   char text[MPI_MAX_ERROR_STRING];

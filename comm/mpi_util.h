@@ -13,9 +13,16 @@
 namespace weft {
 namespace comm {
 
-// The predefined MPI type of `dtype`'s elements (for sums and MPI_Accumulate), or
-// MPI_DATATYPE_NULL for the 16-bit floats, which have none.
+// The predefined MPI type of `dtype`'s elements, or MPI_DATATYPE_NULL for the 16-bit
+// floats, which have none.
 MPI_Datatype BuiltinMpiType(DType dtype);
+// The predefined MPI type to sum `dtype` with MPI_SUM (in MPI_Allreduce, MPI_Accumulate), or
+// MPI_DATATYPE_NULL where weft must add the elements itself: the 16-bit floats (no MPI type),
+// and the 8- and 16-bit integers, whose MPI_SUM Open MPI 4.1 gets wrong where the CPU has
+// AVX: its op/avx component adds them with saturating vector instructions (in int8,
+// 100 + 100 is 127 in the elements that fill whole vectors, -56 in the rest; MPI_SUM and
+// every other sum here wrap around).
+MPI_Datatype MpiSumType(DType dtype);
 // OK for MPI_SUCCESS; otherwise an internal error naming `what` and MPI's text for the code.
 Status MpiCheck(int code, const char* what);
 // Every rank's `length` bytes at `data` (the lengths may differ), indexed by rank.

@@ -341,9 +341,10 @@ Status MpiWindow::Put(const TensorView& x, const std::vector<std::pair<int, doub
   // halved the put bandwidth).
   double p_self = 0;
   std::memcpy(&p_self, base_ + kPSelfOffset, 8);
-  // MPI_Accumulate's element-wise atomic sum needs a predefined type; 16-bit floats have
-  // none and take the get-add-put path under an exclusive lock.
-  const MPI_Datatype acc_type = BuiltinMpiType(dtype);
+  // MPI_Accumulate's element-wise atomic sum needs a predefined type and an MPI_SUM that is
+  // right for it (MpiSumType); the other dtypes take the get-add-put path under an
+  // exclusive lock.
+  const MPI_Datatype acc_type = MpiSumType(dtype);
   std::vector<char> fetched;
   for (const auto& [dst, weight] : dsts) {
     const int slot = SlotAt(dst, rank_);
@@ -358,7 +359,7 @@ Status MpiWindow::Put(const TensorView& x, const std::vector<std::pair<int, doub
     const int n = static_cast<int>(nbytes_);
     const double p = weight * p_self;
     const int64_t one = 1;
-    // 16-bit floats accumulate by get-add-put, which needs the target to itself.
+    // Get-add-put (see acc_type) needs the target to itself.
     const bool exclusive = accumulate && acc_type == MPI_DATATYPE_NULL;
     WEFT_RETURN_IF_ERROR(
         MpiCheck(MPI_Win_lock(exclusive ? MPI_LOCK_EXCLUSIVE : MPI_LOCK_SHARED, dst, 0, data_win_),

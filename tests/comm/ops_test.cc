@@ -2,8 +2,11 @@
 // Run on 1, 2, 4 and 8 ranks (tests/BUILD.bazel).
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "comm/comm.h"
 #include "comm/topology.h"
@@ -128,6 +131,78 @@ TEST(Allreduce, Int64AverageIsExact) {
     // The mean is base + (n + 1) / 2; a half rounds up.
     const int64_t want = base + (n + 2) / 2;
     EXPECT_EQ(std::count(y.begin(), y.end(), want), count) << y[0] << " vs " << want;
+  }
+}
+
+// Integer sums wrap around on overflow (as MPI_SUM defines them and torch computes them), at
+// every length: Open MPI 4.1's vectorized MPI_SUM saturates 8- and 16-bit integers in the
+// part of a buffer that fills whole vectors, so 31, 32 and 64 elements (and more) each
+// mixed the two before weft summed those dtypes itself. In place and not, fused and alone.
+TEST(Allreduce, IntegerSumsWrapOnOverflowAtEverySize) {
+  const int n = size();
+  // A value near each dtype's top, and the wrapped sum of n of them.
+  struct Case {
+    DType dtype;
+    double value;
+    double sum;
+  };
+  const auto wrap = [n](DType d, int64_t v) -> double {
+    const uint64_t total = static_cast<uint64_t>(v) * static_cast<uint64_t>(n);
+    switch (d) {
+      case DType::kInt8:
+        return static_cast<int8_t>(static_cast<uint8_t>(total));
+      case DType::kUInt8:
+        return static_cast<uint8_t>(total);
+      case DType::kInt16:
+        return static_cast<int16_t>(static_cast<uint16_t>(total));
+      case DType::kInt32:
+        return static_cast<int32_t>(static_cast<uint32_t>(total));
+      default:
+        return static_cast<double>(static_cast<int64_t>(total));
+    }
+  };
+  const std::vector<Case> cases = {
+      {DType::kInt8, 100, wrap(DType::kInt8, 100)},
+      {DType::kUInt8, 200, wrap(DType::kUInt8, 200)},
+      {DType::kInt16, 30000, wrap(DType::kInt16, 30000)},
+      {DType::kInt32, 2000000000, wrap(DType::kInt32, 2000000000)},
+  };
+  for (const Case& c : cases) {
+    for (int64_t count : {1, 31, 32, 64, 65, 1000, 300000}) {
+      for (bool in_place : {false, true}) {
+        Buffer in(c.dtype, {count}), out(c.dtype, {count});
+        in.Fill(c.value);
+        const TensorView dst = in_place ? in.view() : out.view();
+        ASSERT_TRUE(allreduce(in.view(), dst, /*average=*/false).ok()) << DTypeName(c.dtype);
+        const Buffer& result = in_place ? in : out;
+        int64_t wrong = 0, first = -1;
+        for (int64_t i = 0; i < count; ++i) {
+          if (result.Get(i) != c.sum && wrong++ == 0) first = i;
+        }
+        EXPECT_EQ(wrong, 0) << DTypeName(c.dtype) << " x" << count << (in_place ? " in place" : "")
+                            << ": element " << first << " is " << result.Get(first < 0 ? 0 : first)
+                            << ", expected " << c.sum;
+      }
+    }
+    // Fused: a group of small ones packed into one buffer.
+    std::vector<std::unique_ptr<Buffer>> xs;
+    std::vector<Handle> handles;
+    group_start();
+    for (int k = 0; k < 4; ++k) {
+      xs.push_back(std::make_unique<Buffer>(c.dtype, std::vector<int64_t>{40 + k}));
+      xs.back()->Fill(c.value);
+      auto h = allreduce_nonblocking(xs.back()->view(), xs.back()->view(), false);
+      ASSERT_TRUE(h.ok()) << h.status();
+      handles.push_back(*h);
+    }
+    ASSERT_TRUE(group_end().ok());
+    for (size_t k = 0; k < xs.size(); ++k) {
+      ASSERT_TRUE(wait(handles[k]).ok());
+      for (int64_t i = 0; i < xs[k]->numel(); ++i) {
+        ASSERT_EQ(xs[k]->Get(i), c.sum)
+            << DTypeName(c.dtype) << " fused, op " << k << " element " << i;
+      }
+    }
   }
 }
 
