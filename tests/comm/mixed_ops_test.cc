@@ -345,6 +345,17 @@ TEST(MixedOps, EveryResultIsRightWhateverTheOrderAndFusion) {
   std::mt19937_64 mine(seed * 1000003 + static_cast<uint64_t>(me) + 1);
   int checked = 0;
   for (int round = 0; round < Rounds(); ++round) {
+    // Now and then another topology (unweighted) for the neighbor ops, between rounds: it
+    // cannot change while ops are in flight.
+    const int topology = static_cast<int>(std::uniform_int_distribution<int>(0, 7)(shared));
+    if (topology < 4) {
+      const StatusOr<Topology> graph = topology == 0   ? ExponentialGraph(n)
+                                       : topology == 1 ? RingGraph(n)
+                                       : topology == 2 ? StarGraph(n, round % n)
+                                                       : MeshGrid2DGraph(n);
+      ASSERT_TRUE(graph.ok()) << graph.status();
+      ASSERT_TRUE(set_topology(*graph).ok());
+    }
     const std::vector<Op> ops = Draw(shared, round, n);
     // This rank's submission order: named ops shuffled among the places named ops hold.
     std::vector<int> order(ops.size());
@@ -401,6 +412,7 @@ TEST(MixedOps, EveryResultIsRightWhateverTheOrderAndFusion) {
     }
   }
   EXPECT_GT(checked, 0);
+  ASSERT_TRUE(set_topology(*ExponentialGraph(n)).ok());
 }
 
 }  // namespace
