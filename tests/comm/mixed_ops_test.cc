@@ -37,6 +37,7 @@ enum class Kind {
   kNeighborAllreduce,
   kDynamicNeighborAllreduce,  // to the rank `shift` ahead, from the one `shift` behind
   kPairGossip,                // with rank ^ 1, or the rank n / 2 away
+  kHierarchical,              // hierarchical_neighbor_allreduce on the default machine graph
   kSetAllreduce,
   kBarrier
 };
@@ -92,11 +93,14 @@ std::vector<Op> Draw(std::mt19937_64& rng, int round, int n) {
               : k < 60 ? Kind::kNeighborAllgather
               : k < 72 ? Kind::kNeighborAllreduce
               : k < 80 ? Kind::kDynamicNeighborAllreduce
-              : k < 88 ? Kind::kPairGossip
+              : k < 86 ? Kind::kPairGossip
+              : k < 90 ? Kind::kHierarchical
               : k < 97 ? Kind::kSetAllreduce
                        : Kind::kBarrier;
     if (n < 3 && op.kind == Kind::kSetAllreduce) op.kind = Kind::kAllreduce;
     if (n % 2 == 1 && op.kind == Kind::kPairGossip) op.kind = Kind::kAllreduce;  // no pairs
+    // Machines of unequal size (WEFT_RANKS_PER_MACHINE not dividing n): not simulated here.
+    if (is_homogeneous() != 1 && op.kind == Kind::kHierarchical) op.kind = Kind::kAllreduce;
     if (pick(0, 1) == 1 && op.kind != Kind::kBarrier) {
       op.name = "r" + std::to_string(round) + ".op" + std::to_string(j);
     }
@@ -227,6 +231,9 @@ Status Submit(const Op& op, Live& live, int me, bool in_place) {
       if (op.blocking) return pair_gossip(in, out, Peer(op, me), self, 1 - self, op.name);
       return keep(pair_gossip_nonblocking(in, out, Peer(op, me), self, 1 - self, op.name));
     }
+    case Kind::kHierarchical:
+      if (op.blocking) return hierarchical_neighbor_allreduce(in, out, {}, op.name);
+      return keep(hierarchical_neighbor_allreduce_nonblocking(in, out, {}, op.name));
     case Kind::kBarrier:
       if (op.blocking) return barrier();
       return keep(barrier_nonblocking());
@@ -266,6 +273,21 @@ std::string Check(const Op& op, const Live& live, int me, bool in_place) {
       case Kind::kPairGossip: {
         const double self = op.weighted ? 0.25 : 0.5;
         return self * Value(me, i, live.index) + (1 - self) * Value(Peer(op, me), i, live.index);
+      }
+      case Kind::kHierarchical: {
+        // The average of this machine's ranks and of its in-neighbor machines' averages
+        // (machine m holds ranks m * local_size() on).
+        const int per = local_size();
+        const auto machine_average = [&](int m) {
+          double sum = 0;
+          for (int r = m * per; r < (m + 1) * per; ++r) sum += Value(r, i, live.index);
+          return sum / per;
+        };
+        const int m = machine_rank();
+        const std::vector<int> in = load_machine_topology().in_neighbors(m);
+        double v = machine_average(m);
+        for (int j : in) v += machine_average(j);
+        return v / static_cast<double>(in.size() + 1);
       }
       default:
         return 0;
@@ -329,6 +351,8 @@ const char* KindName(Kind k) {
       return "dynamic neighbor_allreduce";
     case Kind::kPairGossip:
       return "pair_gossip";
+    case Kind::kHierarchical:
+      return "hierarchical_neighbor_allreduce";
     case Kind::kSetAllreduce:
       return "process-set allreduce";
     case Kind::kBarrier:
