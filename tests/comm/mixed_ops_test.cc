@@ -29,6 +29,8 @@ namespace {
 using testing::Arena;
 using testing::Buffer;
 
+const auto* const kEnv = weft::testing::InitWeftForAllTests();
+
 enum class Kind {
   kAllreduce,
   kBroadcast,
@@ -441,9 +443,3 @@ TEST(MixedOps, EveryResultIsRightWhateverTheOrderAndFusion) {
 
 }  // namespace
 }  // namespace weft
-
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  weft::testing::InitWeftForAllTests();
-  return RUN_ALL_TESTS();
-}
