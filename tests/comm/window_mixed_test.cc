@@ -1,12 +1,12 @@
 // Rounds of random one-sided window traffic, every rank's tensor checked after each round
 // against a model of the whole job. Every rank replays every rank's random choices (a seed
 // shared by all), so each knows what its buffers should hold. A round: each rank puts or
-// accumulates into random subsets of its out-neighbors with random weights (several ops,
-// nonblocking, some under the mutex); a barrier; some ranks get from random subsets of their
-// in-neighbors; a barrier; each rank updates its tensor with random weights (a subset of
-// the neighbors, some with reset) and checks it; a barrier. Weights are powers of two, so
-// the model's float64 arithmetic is the ranks' to the last bit in float64, and within
-// rounding in float32.
+// accumulates into random subsets of its out-neighbors with random weights (several
+// nonblocking ops, some under the mutex, some scaling the sender's tensor after sending);
+// a barrier; some ranks get from random subsets of their in-neighbors; a barrier; each rank
+// updates its tensor with random weights (a subset of the neighbors, some with reset) and
+// checks it; a barrier. Weights are powers of two, so float64 results match the model's
+// exactly and float32 ones within rounding.
 //
 // WEFT_MIXED_OPS_SEED and WEFT_MIXED_OPS_ROUNDS as in mixed_ops_test.cc.
 #include <algorithm>
@@ -98,16 +98,21 @@ void RunRounds(DType dtype, const Topology& topo) {
         const bool accumulate = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
         const bool mutex = std::uniform_int_distribution<int>(0, 3)(rng) == 0;
         const std::map<int, double> dsts = Subset(rng, topo.out_neighbors(s));
+        // After the op, the sender's own tensor is scaled (the next op sends the result).
+        const double self = std::uniform_int_distribution<int>(0, 2)(rng) == 0 ? Weight(rng) : 1.0;
+        if (dsts.empty()) continue;
         for (const auto& [d, w] : dsts) {
           std::vector<double>& b = model.buf[d][s];
           for (int64_t i = 0; i < kLength; ++i) {
             b[i] = (accumulate ? b[i] : 0.0) + w * model.x[s][i];
           }
         }
-        if (s != me || dsts.empty()) continue;
+        for (double& v : model.x[s]) v *= self;
+        if (s != me) continue;
         WinPutOptions options;
         options.dst_weights = dsts;
         options.require_mutex = mutex;
+        options.self_weight = self;
         auto h = accumulate ? win_accumulate_nonblocking(x.view(), name, options)
                             : win_put_nonblocking(x.view(), name, options);
         ASSERT_TRUE(h.ok()) << where << ": " << h.status();
