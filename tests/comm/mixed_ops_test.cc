@@ -40,6 +40,7 @@ enum class Kind {
   kDynamicNeighborAllreduce,  // to the rank `shift` ahead, from the one `shift` behind
   kPairGossip,                // with rank ^ 1, or the rank n / 2 away
   kHierarchical,              // hierarchical_neighbor_allreduce on the default machine graph
+  kSendRecv,                  // from `root` to the rank `shift` ahead of it
   kSetAllreduce,
   kBarrier
 };
@@ -89,15 +90,16 @@ std::vector<Op> Draw(std::mt19937_64& rng, int round, int n) {
   for (size_t j = 0; j < ops.size(); ++j) {
     Op& op = ops[j];
     const int64_t k = pick(0, 99);
-    op.kind = k < 30   ? Kind::kAllreduce
-              : k < 42 ? Kind::kBroadcast
-              : k < 52 ? Kind::kAllgather
-              : k < 60 ? Kind::kNeighborAllgather
-              : k < 72 ? Kind::kNeighborAllreduce
-              : k < 80 ? Kind::kDynamicNeighborAllreduce
-              : k < 86 ? Kind::kPairGossip
-              : k < 90 ? Kind::kHierarchical
-              : k < 97 ? Kind::kSetAllreduce
+    op.kind = k < 27   ? Kind::kAllreduce
+              : k < 38 ? Kind::kBroadcast
+              : k < 47 ? Kind::kAllgather
+              : k < 55 ? Kind::kNeighborAllgather
+              : k < 66 ? Kind::kNeighborAllreduce
+              : k < 74 ? Kind::kDynamicNeighborAllreduce
+              : k < 81 ? Kind::kPairGossip
+              : k < 85 ? Kind::kHierarchical
+              : k < 92 ? Kind::kSetAllreduce
+              : k < 98 ? Kind::kSendRecv
                        : Kind::kBarrier;
     if (n < 3 && op.kind == Kind::kSetAllreduce) op.kind = Kind::kAllreduce;
     if (n % 2 == 1 && op.kind == Kind::kPairGossip) op.kind = Kind::kAllreduce;  // no pairs
@@ -150,6 +152,7 @@ bool Gathers(const Op& op) {
 }
 
 bool Member(const Op& op, int r) {
+  if (op.kind == Kind::kSendRecv) return r == op.root || r == (op.root + op.shift) % size();
   return op.kind != Kind::kSetAllreduce ||
          std::find(op.members.begin(), op.members.end(), r) != op.members.end();
 }
@@ -236,6 +239,15 @@ Status Submit(const Op& op, Live& live, int me, bool in_place) {
     case Kind::kHierarchical:
       if (op.blocking) return hierarchical_neighbor_allreduce(in, out, {}, op.name);
       return keep(hierarchical_neighbor_allreduce_nonblocking(in, out, {}, op.name));
+    case Kind::kSendRecv: {
+      if (me == op.root) {
+        const int dst = (op.root + op.shift) % size();
+        if (op.blocking) return send(in, dst, op.name);
+        return keep(send_nonblocking(in, dst, op.name));
+      }
+      if (op.blocking) return recv(out, op.root, op.name);
+      return keep(recv_nonblocking(out, op.root, op.name));
+    }
     case Kind::kBarrier:
       if (op.blocking) return barrier();
       return keep(barrier_nonblocking());
@@ -261,6 +273,7 @@ std::string Check(const Op& op, const Live& live, int me, bool in_place) {
         return op.average ? sum / count : sum;
       }
       case Kind::kBroadcast:
+      case Kind::kSendRecv:
         return Value(op.root, i, live.index);
       case Kind::kNeighborAllreduce: {
         auto [self, src] = NeighborWeights(op, me);
@@ -296,6 +309,7 @@ std::string Check(const Op& op, const Live& live, int me, bool in_place) {
     }
   };
   if (op.kind == Kind::kBarrier) return "";
+  if (op.kind == Kind::kSendRecv && me == op.root) return "";  // the receiver checks
   if (Gathers(op)) {
     // Every rank's rows in rank order (allgather), or the in-neighbors' (self excluded).
     std::vector<int> from;
@@ -355,6 +369,8 @@ const char* KindName(Kind k) {
       return "pair_gossip";
     case Kind::kHierarchical:
       return "hierarchical_neighbor_allreduce";
+    case Kind::kSendRecv:
+      return "send/recv";
     case Kind::kSetAllreduce:
       return "process-set allreduce";
     case Kind::kBarrier:
