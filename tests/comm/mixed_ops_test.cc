@@ -9,11 +9,10 @@
 // WEFT_MIXED_OPS_SEED picks another seed (the default is fixed, so that a failure repeats);
 // WEFT_MIXED_OPS_ROUNDS the number of rounds.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <memory>
-#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -59,15 +58,9 @@ struct Op {
   bool blocking = false;      // only unnamed ops, whose order every rank shares
 };
 
-uint64_t Seed() {
-  const char* s = std::getenv("WEFT_MIXED_OPS_SEED");
-  return s != nullptr ? std::strtoull(s, nullptr, 10) : 20261203;
-}
+uint64_t Seed() { return static_cast<uint64_t>(testing::EnvInt("WEFT_MIXED_OPS_SEED", 20261203)); }
 
-int Rounds() {
-  const char* s = std::getenv("WEFT_MIXED_OPS_ROUNDS");
-  return s != nullptr ? std::atoi(s) : 40;
-}
+int Rounds() { return static_cast<int>(testing::EnvInt("WEFT_MIXED_OPS_ROUNDS", 40)); }
 
 // Rank r's element i of op j: small integers, whose sums over up to 8 ranks are exact in
 // every dtype used, int8 included.

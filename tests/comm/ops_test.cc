@@ -146,21 +146,7 @@ TEST(Allreduce, IntegerSumsWrapOnOverflowAtEverySize) {
     double value;
     double sum;
   };
-  const auto wrap = [n](DType d, int64_t v) -> double {
-    const uint64_t total = static_cast<uint64_t>(v) * static_cast<uint64_t>(n);
-    switch (d) {
-      case DType::kInt8:
-        return static_cast<int8_t>(static_cast<uint8_t>(total));
-      case DType::kUInt8:
-        return static_cast<uint8_t>(total);
-      case DType::kInt16:
-        return static_cast<int16_t>(static_cast<uint16_t>(total));
-      case DType::kInt32:
-        return static_cast<int32_t>(static_cast<uint32_t>(total));
-      default:
-        return static_cast<double>(static_cast<int64_t>(total));
-    }
-  };
+  const auto wrap = [n](DType d, int64_t v) { return testing::WrappedProduct(d, v, n); };
   const std::vector<Case> cases = {
       {DType::kInt8, 100, wrap(DType::kInt8, 100)},
       {DType::kUInt8, 200, wrap(DType::kUInt8, 200)},

@@ -3,6 +3,7 @@
 #define WEFT_TESTS_COMM_TEST_UTIL_H_
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -89,6 +90,31 @@ class Arena {
  private:
   std::vector<std::unique_ptr<Buffer>> buffers_;
 };
+
+// `value` times `times` in `dtype`'s own integer arithmetic (8 to 64 bits), wrapping around
+// as weft's integer sums do.
+inline double WrappedProduct(DType dtype, int64_t value, uint64_t times) {
+  const uint64_t total = static_cast<uint64_t>(value) * times;
+  switch (dtype) {
+    case DType::kInt8:
+      return static_cast<int8_t>(static_cast<uint8_t>(total));
+    case DType::kUInt8:
+      return static_cast<uint8_t>(total);
+    case DType::kInt16:
+      return static_cast<int16_t>(static_cast<uint16_t>(total));
+    case DType::kInt32:
+      return static_cast<int32_t>(static_cast<uint32_t>(total));
+    default:
+      return static_cast<double>(static_cast<int64_t>(total));
+  }
+}
+
+// The environment variable `name` as an integer, or `fallback` where it is not set (runs
+// of the randomized tests longer, or with another seed, by hand).
+inline int64_t EnvInt(const char* name, int64_t fallback) {
+  const char* s = std::getenv(name);
+  return s != nullptr ? std::strtoll(s, nullptr, 10) : fallback;
+}
 
 // Whether `st`'s message contains `text`.
 inline bool Contains(const Status& st, const std::string& text) {

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <random>
 #include <string>
@@ -30,15 +29,9 @@ using testing::Buffer;
 
 const auto* const kEnv = weft::testing::InitWeftForAllTests();
 
-uint64_t Seed() {
-  const char* s = std::getenv("WEFT_MIXED_OPS_SEED");
-  return s != nullptr ? std::strtoull(s, nullptr, 10) : 20261203;
-}
+uint64_t Seed() { return static_cast<uint64_t>(testing::EnvInt("WEFT_MIXED_OPS_SEED", 20261203)); }
 
-int Rounds() {
-  const char* s = std::getenv("WEFT_MIXED_OPS_ROUNDS");
-  return s != nullptr ? std::atoi(s) : 30;
-}
+int Rounds() { return static_cast<int>(testing::EnvInt("WEFT_MIXED_OPS_ROUNDS", 30)); }
 
 constexpr int64_t kLength = 37;  // not a multiple of any vector width
 

@@ -156,20 +156,6 @@ TEST_F(Windows, AccumulateThenCollectSumsForEveryDType) {
 // tensor (Open MPI 4.1's vectorized MPI_SUM saturates 8- and 16-bit integers in whole
 // vectors; comm/README.md).
 TEST_F(Windows, AccumulatedIntegersWrapOnOverflow) {
-  // `value` times `times`, wrapped to the dtype.
-  const auto wrap = [](DType d, int64_t value, uint64_t times) -> double {
-    const uint64_t total = static_cast<uint64_t>(value) * times;
-    switch (d) {
-      case DType::kInt8:
-        return static_cast<int8_t>(static_cast<uint8_t>(total));
-      case DType::kUInt8:
-        return static_cast<uint8_t>(total);
-      case DType::kInt16:
-        return static_cast<int16_t>(static_cast<uint16_t>(total));
-      default:
-        return static_cast<int32_t>(static_cast<uint32_t>(total));
-    }
-  };
   const std::pair<DType, int64_t> cases[] = {{DType::kInt8, 100},
                                              {DType::kUInt8, 200},
                                              {DType::kInt16, 30000},
@@ -185,7 +171,7 @@ TEST_F(Windows, AccumulatedIntegersWrapOnOverflow) {
     // x + every in-neighbor's buffer, which holds two accumulates of `value`.
     ASSERT_TRUE(win_update_then_collect(name).ok());
     const uint64_t k = load_topology().in_neighbors(rank()).size();
-    const double want = wrap(dtype, value, 1 + 2 * k);
+    const double want = testing::WrappedProduct(dtype, value, 1 + 2 * k);
     for (int i = 0; i < 100; ++i) {
       ASSERT_EQ(x.Get(i), want) << DTypeName(dtype) << " element " << i;
     }
