@@ -2,6 +2,8 @@
 // exchanges, pair gossip, the hierarchical op, the ring allreduce) over the peer transport.
 #include <algorithm>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -32,18 +34,20 @@ MPI_Datatype g_bfloat = MPI_DATATYPE_NULL;
 MPI_Op g_sum = MPI_OP_NULL;  // weft's own sum (SumOp)
 std::once_flag g_types_once;
 
+// The dtype of the MPI types AllreduceSum passes with g_sum (MpiType, SumOp).
+DType SumDType(MPI_Datatype type) {
+  if (type == g_half) return DType::kFloat16;
+  if (type == g_bfloat) return DType::kBFloat16;
+  if (type == MPI_INT8_T) return DType::kInt8;
+  if (type == MPI_UINT8_T) return DType::kUInt8;
+  if (type == MPI_INT16_T) return DType::kInt16;
+  // A reduction cannot fail: summing bytes of unknown meaning would be a silent wrong result.
+  std::fprintf(stderr, "weft: internal error: weft's MPI sum got a type it does not know\n");
+  std::abort();
+}
+
 void Sum(void* in, void* inout, int* len, MPI_Datatype* type) {
-  DType dtype = DType::kInt8;  // MPI_INT8_T; SumOp passes only the types named here
-  if (*type == g_half) {
-    dtype = DType::kFloat16;
-  } else if (*type == g_bfloat) {
-    dtype = DType::kBFloat16;
-  } else if (*type == MPI_UINT8_T) {
-    dtype = DType::kUInt8;
-  } else if (*type == MPI_INT16_T) {
-    dtype = DType::kInt16;
-  }
-  AddInPlace(inout, in, dtype, static_cast<size_t>(*len));
+  AddInPlace(inout, in, SumDType(*type), static_cast<size_t>(*len));
 }
 
 void InitTypes() {

@@ -20,8 +20,8 @@ MPI_Datatype BuiltinMpiType(DType dtype);
 // MPI_DATATYPE_NULL where weft must add the elements itself: the 16-bit floats (no MPI type),
 // and the 8- and 16-bit integers, whose MPI_SUM Open MPI 4.1 gets wrong where the CPU has
 // AVX: its op/avx component adds them with saturating vector instructions (in int8,
-// 100 + 100 is 127 in the elements that fill whole vectors, -56 in the rest; MPI_SUM and
-// every other sum here wrap around).
+// 100 + 100 is 127 in the elements that fill whole vectors, -56 in the rest, where MPI
+// defines MPI_SUM to wrap around as every other sum here does).
 MPI_Datatype MpiSumType(DType dtype);
 // OK for MPI_SUCCESS; otherwise an internal error naming `what` and MPI's text for the code.
 Status MpiCheck(int code, const char* what);
