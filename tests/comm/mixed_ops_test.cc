@@ -415,8 +415,8 @@ TEST(MixedOps, EveryResultIsRightWhateverTheOrderAndFusion) {
       live[j].index = j;
       // Whether the output is the input is each rank's own choice (not matched).
       in_place[j] = !Gathers(op) && std::uniform_int_distribution<int>(0, 1)(mine) == 1;
-      // A blocking call inside a group waits for the group's earlier ops too (its wait
-      // hands them over); that is allowed, and so tested.
+      // A blocking call inside a group hands the group's earlier ops to the engine with its
+      // own and waits for its own; that is allowed, and so tested.
       const Status st = Submit(op, live[j], me, in_place[j]);
       ASSERT_TRUE(st.ok()) << "seed " << seed << " round " << round << " op " << j << " ("
                            << KindName(op.kind) << "): " << st;

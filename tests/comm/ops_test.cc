@@ -136,8 +136,9 @@ TEST(Allreduce, Int64AverageIsExact) {
 
 // Integer sums wrap around on overflow (as MPI_SUM defines them and torch computes them), at
 // every length: Open MPI 4.1's vectorized MPI_SUM saturates 8- and 16-bit integers in the
-// part of a buffer that fills whole vectors, so 31, 32 and 64 elements (and more) each
-// mixed the two before weft summed those dtypes itself. In place and not, fused and alone.
+// part of a buffer that fills whole vectors and wraps in the rest, so before weft summed
+// those dtypes itself 32 and 64 int8 elements saturated throughout and 31 or 65 mixed the
+// two. In place and not, fused and alone.
 TEST(Allreduce, IntegerSumsWrapOnOverflowAtEverySize) {
   const int n = size();
   // A value near each dtype's top, and the wrapped sum of n of them.
