@@ -5,8 +5,8 @@
 // nonblocking ops, some under the mutex, some scaling the sender's tensor after sending);
 // a barrier; some ranks get from random subsets of their in-neighbors; a barrier; each rank
 // updates its tensor with random weights (a subset of the neighbors, some with reset) and
-// checks it; a barrier. Weights are powers of two, so float64 results match the model's
-// exactly and float32 ones within rounding.
+// checks it; a barrier. Weights are powers of two (whole ones for integer tensors), so
+// float64 and integer results match the model's exactly and float32 ones within rounding.
 //
 // WEFT_MIXED_OPS_SEED and WEFT_MIXED_OPS_ROUNDS as in mixed_ops_test.cc.
 #include <algorithm>
@@ -42,9 +42,13 @@ std::mt19937_64 Choices(uint64_t seed, int round, int phase, int r) {
   return std::mt19937_64(seq);
 }
 
+// Integer tensors get whole weights, so that their results are exact too.
+bool g_whole_weights = false;
+
 double Weight(std::mt19937_64& rng) {
   const double weights[] = {0.25, 0.5, 1.0, 2.0};
-  return weights[std::uniform_int_distribution<int>(0, 3)(rng)];
+  const int first = g_whole_weights ? 2 : 0;
+  return weights[std::uniform_int_distribution<int>(first, 3)(rng)];
 }
 
 // A non-empty random subset of `from`, each with a weight.
@@ -63,7 +67,17 @@ struct Model {
   std::vector<std::map<int, std::vector<double>>> buf;  // by rank, then in-neighbor
 };
 
+bool IsInteger(DType d) {
+  return d == DType::kInt8 || d == DType::kUInt8 || d == DType::kInt16 || d == DType::kInt32 ||
+         d == DType::kInt64;
+}
+
 void RunRounds(DType dtype, const Topology& topo) {
+  g_whole_weights = IsInteger(dtype);
+  // Past this the values start over (float32's rounding, int16's range: a round multiplies
+  // them by at most about 700 on 8 ranks).
+  const double limit = dtype == DType::kInt16 ? 16 : 1e6;
+  const double tolerance_scale = IsInteger(dtype) ? 0 : 4;  // integers: exact
   const int n = size();
   const int me = rank();
   const uint64_t seed = Seed();
@@ -160,7 +174,8 @@ void RunRounds(DType dtype, const Topology& topo) {
     int64_t wrong = 0, first = -1;
     for (int64_t i = 0; i < kLength; ++i) {
       const double want = model.x[me][i];
-      if (std::abs(x.Get(i) - want) > testing::Tolerance(dtype, want) * 4 && wrong++ == 0) {
+      if (std::abs(x.Get(i) - want) > testing::Tolerance(dtype, want) * tolerance_scale &&
+          wrong++ == 0) {
         first = i;
       }
     }
@@ -171,9 +186,12 @@ void RunRounds(DType dtype, const Topology& topo) {
     double top = 0;
     for (int r = 0; r < n; ++r) {
       for (double v : model.x[r]) top = std::max(top, std::abs(v));
+      for (const auto& [j, b] : model.buf[r]) {
+        for (double v : b) top = std::max(top, std::abs(v));
+      }
     }
     ASSERT_TRUE(barrier().ok());
-    if (top > 1e6) {
+    if (top > limit) {
       // Starts over from fresh values: a collective re-creation of the window.
       ASSERT_TRUE(win_free(name).ok());
       for (int r = 0; r < n; ++r) {
@@ -188,6 +206,12 @@ void RunRounds(DType dtype, const Topology& topo) {
 }
 
 TEST(MixedWindowOps, ExponentialGraphFloat64) { RunRounds(DType::kFloat64, load_topology()); }
+
+// int32 accumulates through MPI_Accumulate; int16 by get-add-put on MPI windows.
+TEST(MixedWindowOps, IntegersOnTheExponentialGraph) {
+  RunRounds(DType::kInt32, load_topology());
+  RunRounds(DType::kInt16, load_topology());
+}
 
 TEST(MixedWindowOps, RingAndStarFloat32) {
   const int n = size();
