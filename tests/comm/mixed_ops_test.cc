@@ -6,8 +6,9 @@
 // engine decides: the test checks that whatever it decides, every output is exact (or
 // within the dtype's rounding for averages) and that no op fails.
 //
-// WEFT_MIXED_OPS_SEED picks another seed (the default is fixed, so that a failure repeats);
-// WEFT_MIXED_OPS_ROUNDS the number of rounds.
+// MIXED_OPS_SEED picks another seed (the default is fixed, so that a failure repeats);
+// MIXED_OPS_ROUNDS the number of rounds. (Not WEFT_ names: weft warns about those it does
+// not know.)
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -58,9 +59,9 @@ struct Op {
   bool blocking = false;      // only unnamed ops, whose order every rank shares
 };
 
-uint64_t Seed() { return static_cast<uint64_t>(testing::EnvInt("WEFT_MIXED_OPS_SEED", 20261203)); }
+uint64_t Seed() { return static_cast<uint64_t>(testing::EnvInt("MIXED_OPS_SEED", 20261203)); }
 
-int Rounds() { return static_cast<int>(testing::EnvInt("WEFT_MIXED_OPS_ROUNDS", 40)); }
+int Rounds() { return static_cast<int>(testing::EnvInt("MIXED_OPS_ROUNDS", 40)); }
 
 // Rank r's element i of op j: small integers, whose sums over up to 8 ranks are exact in
 // every dtype used, int8 included.

@@ -8,7 +8,7 @@
 // checks it; a barrier. Weights are powers of two (whole ones for integer tensors), so
 // float64 and integer results match the model's exactly and float32 ones within rounding.
 //
-// WEFT_MIXED_OPS_SEED and WEFT_MIXED_OPS_ROUNDS as in mixed_ops_test.cc.
+// MIXED_OPS_SEED and MIXED_OPS_ROUNDS as in mixed_ops_test.cc.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -29,9 +29,9 @@ using testing::Buffer;
 
 const auto* const kEnv = weft::testing::InitWeftForAllTests();
 
-uint64_t Seed() { return static_cast<uint64_t>(testing::EnvInt("WEFT_MIXED_OPS_SEED", 20261203)); }
+uint64_t Seed() { return static_cast<uint64_t>(testing::EnvInt("MIXED_OPS_SEED", 20261203)); }
 
-int Rounds() { return static_cast<int>(testing::EnvInt("WEFT_MIXED_OPS_ROUNDS", 30)); }
+int Rounds() { return static_cast<int>(testing::EnvInt("MIXED_OPS_ROUNDS", 30)); }
 
 constexpr int64_t kLength = 37;  // not a multiple of any vector width
 
