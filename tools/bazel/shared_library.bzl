@@ -45,6 +45,10 @@ def _shared_library_impl(ctx):
     args.add_all(flags)
     args.add_all(["-lstdc++", "-lm", "-pthread"])
 
+    # The build's own --linkopt flags, as Bazel's own rules pass them: --config=asan's
+    # -fsanitize=..., without which the sanitized objects' runtime calls stay undefined.
+    args.add_all(ctx.fragments.cpp.linkopts)
+
     # Installed side by side with the libraries in `link`.
     args.add("-Wl,-rpath,$ORIGIN")
     ctx.actions.run(
