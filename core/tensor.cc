@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "absl/strings/str_join.h"
 
@@ -113,13 +114,18 @@ TensorView::TensorView(void* data, DType dtype, std::vector<int64_t> shape,
 
 StatusOr<TensorView> TensorView::FromDLTensor(const DLTensor& dl) {
   WEFT_ASSIGN_OR_RETURN(DType dtype, FromDLDataType(dl.dtype));
+  // Read as the integer it is: a C caller may put any value in the enum, and loading one
+  // outside the enum's range as DLDeviceType is undefined in C++.
+  static_assert(sizeof(dl.device.device_type) == sizeof(int32_t), "DLDeviceType is 32 bits");
+  int32_t device_type = 0;
+  std::memcpy(&device_type, &dl.device.device_type, sizeof device_type);
   Device device;
-  if (dl.device.device_type == kDLCPU || dl.device.device_type == kDLCUDAHost) {
+  if (device_type == kDLCPU || device_type == kDLCUDAHost) {
     device = Device::CPU();
-  } else if (dl.device.device_type == kDLCUDA) {
+  } else if (device_type == kDLCUDA) {
     device = Device::CUDA(dl.device.device_id);
   } else {
-    return Unimplemented("unsupported device type ", static_cast<int>(dl.device.device_type),
+    return Unimplemented("unsupported device type ", device_type,
                          ": weft supports CPU and CUDA tensors");
   }
   if (dl.ndim < 0) return InvalidArgument("DLTensor has negative ndim ", dl.ndim);
@@ -179,6 +185,8 @@ DLTensor TensorView::ToDLTensor() const {
 }
 
 int64_t TensorView::numel() const {
+  // A zero anywhere makes it empty, whatever the other dims (whose product need not fit).
+  if (std::find(shape_.begin(), shape_.end(), 0) != shape_.end()) return 0;
   int64_t n = 1;
   for (int64_t d : shape_) n *= d;
   return n;
