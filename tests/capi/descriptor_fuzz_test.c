@@ -86,7 +86,8 @@ static int64_t Count(const Case* c, int64_t item) {
 
 static void Draw(Case* c, unsigned char* buffer) {
   int d, ndim;
-  int64_t item, contiguous = 1;
+  int64_t item;
+  uint64_t contiguous = 1; /* wraps for huge shapes, as it may: signed overflow is undefined */
   int compact = 1;
   memset(c, 0, sizeof(*c));
   /* Each field is a plausible value, or (one time in six) one that breaks readers. */
@@ -125,14 +126,14 @@ static void Draw(Case* c, unsigned char* buffer) {
   c->t.strides = NULL;
   if (ndim > 0 && ndim <= 64 && c->t.shape == c->shape && Next() % 4 == 0) {
     for (d = ndim - 1; d >= 0; --d) {
-      c->strides[d] = contiguous;
-      contiguous *= c->shape[d] > 0 ? c->shape[d] : 1;
+      c->strides[d] = (int64_t)contiguous;
+      contiguous *= (uint64_t)(c->shape[d] > 0 ? c->shape[d] : 1);
     }
     if (Next() % 2) {
       /* A stride off the compact layout; a dim of size 1 has no stride to keep (as in
        * PyTorch, whose tensors weft takes as they are). */
       const int bent = (int)(Next() % (unsigned)ndim);
-      c->strides[bent] += 1 + (int64_t)(Next() % 3);
+      c->strides[bent] = (int64_t)((uint64_t)c->strides[bent] + 1 + Next() % 3);
       compact = c->shape[bent] == 1;
     }
     c->t.strides = c->strides;
