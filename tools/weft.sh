@@ -150,10 +150,11 @@ install_weft() {
 
 # The sanitizers: every C++ test (single-process and under mpirun) built with
 # AddressSanitizer and UndefinedBehaviorSanitizer, then the engine's multi-threaded tests
-# with ThreadSanitizer. The bindings, benchmarks and the multi-host and consumer tests
-# load uninstrumented interpreters or build on their own, and are left out.
+# with ThreadSanitizer. The bindings, benchmarks and the multi-host, consumer and install
+# tests load uninstrumented interpreters or build on their own (the install test links a
+# program against the installed library without the sanitizer's runtime), and are left out.
 SANITIZE_TARGETS=(//core/... //comm/... //optim/... //pipe/... //capi/... //examples/...
-  //tests/...  -//tests/cluster/... -//tests:consumer_test)
+  //tests/...  -//tests/cluster/... -//tests:consumer_test -//tests/install/...)
 TSAN_TARGETS=(//comm:coordinator_test //tests:comm_errors_test_np2 //tests:comm_errors_test_np4
   //tests:comm_ops_test_np2 //tests:comm_ops_test_np4 //tests:comm_window_test_np2
   //tests:comm_p2p_test_np2 //tests:comm_ops_tcp_test_np2 //tests:comm_mixed_ops_test_np3
