@@ -29,9 +29,7 @@ struct ManagedOutput {
   static StatusOr<ManagedOutput*> New(DType dtype, const std::vector<int64_t>& shape) {
     auto out = std::make_unique<ManagedOutput>();
     out->shape = shape;
-    int64_t numel = 1;
-    for (int64_t d : shape) numel *= d;
-    out->bytes = static_cast<size_t>(numel) * DTypeSize(dtype);
+    out->bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
     // 64-byte aligned (what NumPy and vectorized kernels like), never NULL (an empty
     // result still gets a valid pointer).
     out->data = HostPool::Global().Allocate(out->bytes);

@@ -305,9 +305,7 @@ Status NcclPlane::RunStaged(const Response& response, Group& group) {
     if (st.alloc) {
       Staged* target = &st;
       r.alloc = [target](DType dtype, const std::vector<int64_t>& shape) -> StatusOr<TensorView> {
-        int64_t n = 1;
-        for (int64_t d : shape) n *= d;
-        target->host_out.resize(static_cast<size_t>(n) * DTypeSize(dtype));
+        target->host_out.resize(static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype));
         return TensorView(target->host_out.data(), dtype, shape);
       };
     } else if (st.out.data() == st.in.data()) {

@@ -79,11 +79,7 @@ std::string Describe(const Descriptor& d) {
 }
 
 size_t Descriptor::nbytes() const {
-  // Empty whatever the other dims (whose product need not fit: the tensor's checks allow it).
-  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return static_cast<size_t>(n) * DTypeSize(dtype);
+  return static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
 }
 
 Status Response::status() const {

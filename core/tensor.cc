@@ -184,13 +184,13 @@ DLTensor TensorView::ToDLTensor() const {
   return dl;
 }
 
-int64_t TensorView::numel() const {
-  // A zero anywhere makes it empty, whatever the other dims (whose product need not fit).
-  if (std::find(shape_.begin(), shape_.end(), 0) != shape_.end()) return 0;
-  int64_t n = 1;
-  for (int64_t d : shape_) n *= d;
-  return n;
+int64_t NumElements(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return static_cast<int64_t>(n);
 }
+
+int64_t TensorView::numel() const { return NumElements(shape_); }
 
 bool TensorView::is_contiguous() const {
   if (numel() == 0) return true;  // no element to be out of place (torch.empty(0, 3))

@@ -84,6 +84,10 @@ class TensorView {
 
 std::string ShapeToString(const std::vector<int64_t>& shape);  // "[4, 3]"
 std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& shape);
+// The product of the dims. Computed in uint64_t: a dim of 0 makes it 0 whatever the others,
+// whose product may pass int64 (the tensor checks allow that for an empty tensor) without
+// being undefined.
+int64_t NumElements(const std::vector<int64_t>& shape);
 
 // IEEE half and bfloat16 conversions used by the CPU reductions.
 float HalfToFloat(uint16_t h);
