@@ -14,9 +14,9 @@ namespace weft {
 namespace comm {
 namespace {
 
-const DType kAllDTypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
+const DType kAllDTypes[] = {DType::kFloat32,  DType::kFloat64, DType::kFloat16,
                             DType::kBFloat16, DType::kInt32,   DType::kInt64,
-                            DType::kInt8,    DType::kUInt8};
+                            DType::kInt8,     DType::kInt16,   DType::kUInt8};
 
 bool IsInteger(DType dtype) { return !IsFloatingPoint(dtype); }
 
@@ -576,6 +576,59 @@ TEST(AddInPlaceTest, HalfSumRoundsToNearestEven) {
   AddInPlace(bdst, bsrc, DType::kBFloat16, 2);
   EXPECT_EQ(BFloat16ToFloat(bdst[0]), 256.0f);
   EXPECT_EQ(BFloat16ToFloat(bdst[1]), 260.0f);
+}
+
+// Tensors need not start on a multiple of their element size (DLPack's byte_offset, NumPy
+// views into byte buffers): every kernel gives the same bytes at any offset as aligned.
+// Typed loads there would be undefined behaviour (UBSan, in the asan config, reports them).
+TEST(KernelsTest, UnalignedBuffersGiveTheSameBytes) {
+  for (DType dtype : kAllDTypes) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const size_t count = 3001;  // a block of WeightedSum and a tail
+    const size_t bytes = count * DTypeSize(dtype);
+    const Buffer a = Pattern(dtype, count, PatternA);
+    const Buffer b = Pattern(dtype, count, PatternB);
+    const Buffer c = Pattern(dtype, count, PatternC);
+    // Each kernel on buffers at byte offset `shift` of their storage; returns the output.
+    auto run = [&](size_t shift, int kernel) {
+      std::vector<uint8_t> sa(bytes + 8), sb(bytes + 8), sc(bytes + 8), so(bytes + 8);
+      uint8_t* pa = sa.data() + shift;
+      uint8_t* pb = sb.data() + shift;
+      uint8_t* pc = sc.data() + shift;
+      uint8_t* po = so.data() + shift;
+      std::memcpy(pa, a.data(), bytes);
+      std::memcpy(pb, b.data(), bytes);
+      std::memcpy(pc, c.data(), bytes);
+      std::memcpy(po, c.data(), bytes);
+      switch (kernel) {
+        case 0:
+          WeightedSum(po, dtype, count, {{pa, 0.5}, {pb, 0.25}, {pc, 0.25}});
+          break;
+        case 1:
+          WeightedSum(po, dtype, count, {{pa, 0.5}, {pb, 0.5}});
+          break;  // an average
+        case 2:
+          Add(po, pa, pb, dtype, count);
+          break;
+        case 3:
+          AddInPlace(po, pa, dtype, count);
+          break;
+        case 4:
+          Scale(po, dtype, count, 0.5);
+          break;
+        case 5:
+          Divide(po, dtype, count, 2.0);
+          break;
+      }
+      return std::vector<uint8_t>(po, po + bytes);
+    };
+    for (int kernel = 0; kernel < 6; ++kernel) {
+      const std::vector<uint8_t> aligned = run(0, kernel);
+      for (size_t shift = 1; shift < 8; ++shift) {
+        EXPECT_EQ(run(shift, kernel), aligned) << "kernel " << kernel << ", offset " << shift;
+      }
+    }
+  }
 }
 
 }  // namespace
