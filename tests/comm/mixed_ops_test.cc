@@ -253,6 +253,13 @@ Status Submit(const Op& op, Live& live, int me, bool in_place) {
 std::string Check(const Op& op, const Live& live, int me, bool in_place) {
   const TensorView& gathered = live.gathered;
   const int n = size();
+  // What the expected values depend on besides the element, read once per op.
+  std::pair<double, std::map<int, double>> weights;
+  if (op.kind == Kind::kNeighborAllreduce) weights = NeighborWeights(op, me);
+  std::vector<int> in_machines;
+  if (op.kind == Kind::kHierarchical) {
+    in_machines = load_machine_topology().in_neighbors(machine_rank());
+  }
   auto expect_at = [&](int64_t i) -> double {
     switch (op.kind) {
       case Kind::kAllreduce:
@@ -270,7 +277,7 @@ std::string Check(const Op& op, const Live& live, int me, bool in_place) {
       case Kind::kSendRecv:
         return Value(op.root, i, live.index);
       case Kind::kNeighborAllreduce: {
-        auto [self, src] = NeighborWeights(op, me);
+        const auto& [self, src] = weights;
         double v = self * Value(me, i, live.index);
         for (const auto& [j, w] : src) v += w * Value(j, i, live.index);
         return v;
@@ -292,11 +299,9 @@ std::string Check(const Op& op, const Live& live, int me, bool in_place) {
           for (int r = m * per; r < (m + 1) * per; ++r) sum += Value(r, i, live.index);
           return sum / per;
         };
-        const int m = machine_rank();
-        const std::vector<int> in = load_machine_topology().in_neighbors(m);
-        double v = machine_average(m);
-        for (int j : in) v += machine_average(j);
-        return v / static_cast<double>(in.size() + 1);
+        double v = machine_average(machine_rank());
+        for (int j : in_machines) v += machine_average(j);
+        return v / static_cast<double>(in_machines.size() + 1);
       }
       default:
         return 0;
