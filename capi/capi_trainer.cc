@@ -6,6 +6,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -17,6 +18,7 @@
 #include "capi/internal.h"
 #include "comm/comm.h"
 #include "comm/torch/torch_comm.h"
+#include "core/tensor.h"
 #include "pipe/runtime/runtime.h"
 #include "pipe/runtime/trainer.h"
 #include "weft/trainer.h"
@@ -192,10 +194,20 @@ weft::StatusOr<at::Tensor> Borrow(const DLTensor* t, const char* fn, const char*
                                  "); expected float32, float64, int64 or int32");
   }
   std::vector<int64_t> sizes(t->shape, t->shape + t->ndim);
-  int64_t numel = 1;
   for (int64_t d : sizes) {
     if (d < 0) return weft::InvalidArgument(fn, ": ", what, " has a negative dimension");
-    numel *= d;
+  }
+  // A zero dim makes the tensor empty whatever the others; otherwise LibTorch needs the
+  // element count to fit in int64.
+  const int64_t numel = weft::NumElements(sizes);
+  if (std::find(sizes.begin(), sizes.end(), 0) == sizes.end()) {
+    int64_t product = 1;
+    for (int64_t d : sizes) {
+      if (__builtin_mul_overflow(product, d, &product)) {
+        return weft::InvalidArgument(fn, ": ", what, " has shape ", weft::ShapeToString(sizes),
+                                     ", more elements than an int64 counts");
+      }
+    }
   }
   if (numel > 0 && t->data == nullptr) {
     return weft::InvalidArgument(fn, ": ", what, "->data is NULL");

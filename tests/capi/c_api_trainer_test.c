@@ -163,6 +163,14 @@ static void TestTrain(const char* path) {
   yshape[0] = kSamples - 1;
   FAILS(weft_pipe_trainer_train_epoch(NULL, t, &x, &y), WEFT_ERR_INVALID_ARGUMENT, "targets");
   yshape[0] = kSamples;
+  /* Shapes no tensor can have: a negative dim, and dims whose product passes int64. */
+  xshape[1] = -1;
+  FAILS(weft_pipe_trainer_train_epoch(NULL, t, &x, &y), WEFT_ERR_INVALID_ARGUMENT,
+        "negative dimension");
+  xshape[1] = (int64_t)1 << 62;
+  FAILS(weft_pipe_trainer_train_epoch(NULL, t, &x, &y), WEFT_ERR_INVALID_ARGUMENT,
+        "more elements than an int64 counts");
+  xshape[1] = kFeatures;
   FAILS(weft_pipe_trainer_train_epoch(NULL, t, NULL, &y), WEFT_ERR_INVALID_ARGUMENT, "inputs");
   m[0].version = 0;
   FAILS(weft_pipe_trainer_train_epoch(&m[0], t, &x, &y), WEFT_ERR_INVALID_ARGUMENT,
