@@ -1,7 +1,6 @@
 #include "core/tensor.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -204,63 +203,6 @@ bool TensorView::is_contiguous() const {
 
 std::string TensorView::ToString() const {
   return absl::StrCat(DTypeName(dtype_), ShapeToString(shape_), " on ", device_.ToString());
-}
-
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  uint32_t exponent = (h >> 10) & 0x1f;
-  uint32_t mantissa = h & 0x3ff;
-  uint32_t bits;
-  if (exponent == 0) {
-    if (mantissa == 0) {
-      bits = sign;
-    } else {  // subnormal: normalize
-      exponent = 127 - 15 + 1;
-      while ((mantissa & 0x400) == 0) {
-        mantissa <<= 1;
-        --exponent;
-      }
-      mantissa &= 0x3ff;
-      bits = sign | (exponent << 23) | (mantissa << 13);
-    }
-  } else if (exponent == 0x1f) {
-    bits = sign | 0x7f800000 | (mantissa << 13);
-  } else {
-    bits = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
-uint16_t FloatToHalf(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
-  const uint32_t abs = bits & 0x7fffffff;
-  if (abs >= 0x7f800000) {  // inf or nan
-    return sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0);
-  }
-  if (abs >= 0x477ff000) return sign | 0x7c00;  // rounds to >= 65520: overflow to inf
-  if (abs < 0x38800000) {                        // below the smallest normal half
-    // Subnormal half: value * 2^24 rounded to nearest even.
-    float magnitude;
-    std::memcpy(&magnitude, &abs, sizeof(magnitude));
-    const float scaled = magnitude * 16777216.0f;  // exact
-    return sign | static_cast<uint16_t>(std::nearbyint(scaled));
-  }
-  const uint32_t mantissa_odd = (abs >> 13) & 1;
-  const uint32_t rounded = abs + 0xfff + mantissa_odd;
-  return sign | static_cast<uint16_t>((rounded - (112u << 23)) >> 13);
-}
-
-uint16_t FloatToBFloat16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  if ((bits & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((bits >> 16) | 0x40);
-  const uint32_t lsb = (bits >> 16) & 1;
-  bits += 0x7fff + lsb;
-  return static_cast<uint16_t>(bits >> 16);
 }
 
 }  // namespace weft

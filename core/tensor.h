@@ -89,16 +89,68 @@ std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& shape);
 // being undefined.
 int64_t NumElements(const std::vector<int64_t>& shape);
 
-// IEEE half and bfloat16 conversions used by the CPU reductions.
-float HalfToFloat(uint16_t h);
-uint16_t FloatToHalf(float f);  // round to nearest even
-inline float BFloat16ToFloat(uint16_t b) {
-  uint32_t bits = static_cast<uint32_t>(b) << 16;
+// IEEE half and bfloat16 conversions used by the CPU reductions. Inline, so that the
+// reduction loops over 16-bit floats compile without a call per element (out of line, a
+// float16 weighted sum took 3-4x as long).
+namespace internal {
+inline float FloatFromBits(uint32_t bits) {
   float f;
   std::memcpy(&f, &bits, sizeof(f));
   return f;
 }
-uint16_t FloatToBFloat16(float f);  // round to nearest even
+inline uint32_t BitsOfFloat(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  return bits;
+}
+}  // namespace internal
+
+inline float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t rest = h & 0x7fff;
+  uint32_t bits;
+  if (rest >= 0x7c00) {  // inf, nan (payload kept)
+    bits = 0x7f800000 | ((rest & 0x3ff) << 13);
+  } else if (rest >= 0x0400) {  // normal: rebias the exponent
+    bits = (rest << 13) + ((127 - 15) << 23);
+  } else {  // zero and subnormals: mantissa * 2^-24, exact in float
+    bits = internal::BitsOfFloat(static_cast<float>(rest) * 5.9604644775390625e-08f);
+  }
+  return internal::FloatFromBits(bits | sign);
+}
+
+// Round to nearest even; overflow gives inf, nan a quiet nan.
+inline uint16_t FloatToHalf(float f) {
+  const uint32_t bits = internal::BitsOfFloat(f);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
+  const uint32_t abs = bits & 0x7fffffff;
+  if (abs >= 0x7f800000) {  // inf or nan
+    return sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0);
+  }
+  if (abs >= 0x477ff000) return sign | 0x7c00;  // rounds to >= 65520: overflow to inf
+  if (abs < 0x38800000) {  // below the smallest normal half: a subnormal one (or zero)
+    // Adding 0.5, whose last mantissa bit is worth 2^-24, leaves value * 2^24 rounded to
+    // nearest even (the FPU's rounding) in the sum's low mantissa bits.
+    const float sum = internal::FloatFromBits(abs) + 0.5f;
+    return sign | static_cast<uint16_t>(internal::BitsOfFloat(sum) - 0x3f000000u);
+  }
+  const uint32_t mantissa_odd = (abs >> 13) & 1;
+  const uint32_t rounded = abs + 0xfff + mantissa_odd;
+  return sign | static_cast<uint16_t>((rounded - (112u << 23)) >> 13);
+}
+
+inline float BFloat16ToFloat(uint16_t b) {
+  return internal::FloatFromBits(static_cast<uint32_t>(b) << 16);
+}
+
+// Round to nearest even; nan stays a (quiet) nan.
+inline uint16_t FloatToBFloat16(float f) {
+  uint32_t bits = internal::BitsOfFloat(f);
+  if ((bits & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  const uint32_t lsb = (bits >> 16) & 1;
+  bits += 0x7fff + lsb;
+  return static_cast<uint16_t>(bits >> 16);
+}
 
 }  // namespace weft
 
