@@ -6,7 +6,6 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -197,27 +196,44 @@ weft::StatusOr<at::Tensor> Borrow(const DLTensor* t, const char* fn, const char*
   for (int64_t d : sizes) {
     if (d < 0) return weft::InvalidArgument(fn, ": ", what, " has a negative dimension");
   }
-  // A zero dim makes the tensor empty whatever the others; otherwise LibTorch needs the
-  // element count to fit in int64.
-  const int64_t numel = weft::NumElements(sizes);
-  if (std::find(sizes.begin(), sizes.end(), 0) == sizes.end()) {
-    int64_t product = 1;
-    for (int64_t d : sizes) {
-      if (__builtin_mul_overflow(product, d, &product)) {
-        return weft::InvalidArgument(fn, ": ", what, " has shape ", weft::ShapeToString(sizes),
-                                     ", more elements than an int64 counts");
+  std::vector<int64_t> strides;
+  if (t->strides != nullptr) {
+    strides.assign(t->strides, t->strides + t->ndim);
+    for (int64_t s : strides) {
+      if (s < 0) return weft::InvalidArgument(fn, ": ", what, " has a negative stride");
+    }
+  }
+  // LibTorch multiplies the dims in order and refuses a product past int64 even when a
+  // later dim is 0, and needs the bytes the tensor spans to fit in an int64 too (past
+  // them, from_blob with strides ends the process).
+  int64_t numel = 1;
+  bool overflow = false;
+  for (int64_t d : sizes) overflow = overflow || __builtin_mul_overflow(numel, d, &numel);
+  if (!overflow && numel > 0) {
+    int64_t span = numel;  // elements from the first to the last, inclusive
+    if (!strides.empty()) {
+      span = 1;
+      for (size_t i = 0; i < sizes.size() && !overflow; ++i) {
+        int64_t step = 0;
+        overflow = __builtin_mul_overflow(sizes[i] - 1, strides[i], &step) ||
+                   __builtin_add_overflow(span, step, &span);
       }
     }
+    int64_t bytes = 0;
+    overflow = overflow || __builtin_mul_overflow(span, static_cast<int64_t>(bits / 8), &bytes);
+  }
+  if (overflow) {
+    return weft::InvalidArgument(fn, ": ", what, " has shape ", weft::ShapeToString(sizes),
+                                 strides.empty() ? "" : " and strides ",
+                                 strides.empty() ? "" : weft::ShapeToString(strides),
+                                 ": more elements or bytes than an int64 counts");
   }
   if (numel > 0 && t->data == nullptr) {
     return weft::InvalidArgument(fn, ": ", what, "->data is NULL");
   }
   void* data = static_cast<char*>(t->data) + t->byte_offset;
   const auto options = at::TensorOptions().dtype(type);
-  if (t->strides != nullptr) {
-    std::vector<int64_t> strides(t->strides, t->strides + t->ndim);
-    return at::from_blob(data, sizes, strides, options);
-  }
+  if (!strides.empty()) return at::from_blob(data, sizes, strides, options);
   return at::from_blob(data, sizes, options);
 }
 

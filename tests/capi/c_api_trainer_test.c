@@ -132,6 +132,9 @@ static void TestTrain(const char* path) {
   weft_pipe_plan_info info = WEFT_PIPE_PLAN_INFO_INIT;
   int64_t xshape[2] = {kSamples, kFeatures}, yshape[1] = {kSamples};
   int64_t bad_shape[2] = {kSamples, kFeatures - 1};
+  int64_t huge_shape[3] = {(int64_t)1 << 32, (int64_t)1 << 32, 0};
+  int64_t huge_strides[2] = {(int64_t)1 << 61, 1};
+  DLTensor huge;
   DLTensor x = Tensor(g_x, kDLFloat, 32, 2, xshape);
   DLTensor x64 = Tensor(g_x64, kDLFloat, 64, 2, xshape);
   DLTensor y = Tensor(g_y, kDLInt, 64, 1, yshape);
@@ -169,8 +172,24 @@ static void TestTrain(const char* path) {
         "negative dimension");
   xshape[1] = (int64_t)1 << 62;
   FAILS(weft_pipe_trainer_train_epoch(NULL, t, &x, &y), WEFT_ERR_INVALID_ARGUMENT,
-        "more elements than an int64 counts");
+        "more elements or bytes than an int64 counts");
   xshape[1] = kFeatures;
+  /* LibTorch multiplies dims in order: a zero after an overflowing product does not help. */
+  huge = Tensor(g_x, kDLFloat, 32, 3, huge_shape);
+  FAILS(weft_pipe_trainer_train_epoch(NULL, t, &huge, &y), WEFT_ERR_INVALID_ARGUMENT,
+        "more elements or bytes than an int64 counts");
+  /* 2^62 elements fit an int64, their bytes do not; nor does a stride's span. */
+  huge = Tensor(g_x, kDLFloat, 32, 1, &huge_shape[2]);
+  huge_shape[2] = (int64_t)1 << 62;
+  FAILS(weft_pipe_trainer_train_epoch(NULL, t, &huge, &y), WEFT_ERR_INVALID_ARGUMENT,
+        "more elements or bytes than an int64 counts");
+  x.strides = huge_strides;
+  FAILS(weft_pipe_trainer_train_epoch(NULL, t, &x, &y), WEFT_ERR_INVALID_ARGUMENT,
+        "more elements or bytes than an int64 counts");
+  huge_strides[0] = -1;
+  FAILS(weft_pipe_trainer_train_epoch(NULL, t, &x, &y), WEFT_ERR_INVALID_ARGUMENT,
+        "negative stride");
+  x.strides = NULL;
   FAILS(weft_pipe_trainer_train_epoch(NULL, t, NULL, &y), WEFT_ERR_INVALID_ARGUMENT, "inputs");
   m[0].version = 0;
   FAILS(weft_pipe_trainer_train_epoch(&m[0], t, &x, &y), WEFT_ERR_INVALID_ARGUMENT,
