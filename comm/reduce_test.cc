@@ -227,6 +227,25 @@ TEST(WeightedSumTest, Int32HalfOfExtremes) {
   EXPECT_EQ(out[1], 8);  // 7.5 -> 8
 }
 
+TEST(WeightedSumTest, IntegersJustBelowAHalfRoundDown) {
+  // 0.49999999999999994 (the double below 0.5) and its negative round to 0, not away; a
+  // rounding that adds 0.5 first would make them 1 and -1.
+  const double below_half = std::nextafter(0.5, 0.0);
+  for (DType dtype : {DType::kInt32, DType::kInt64, DType::kInt8, DType::kInt16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    Buffer a(dtype, {1, -1, 3, -3}), out(dtype, 4, 9);
+    WeightedSum(out.data(), dtype, 4, {{a.data(), below_half}});
+    EXPECT_EQ(out.Values(), (std::vector<double>{0, 0, 1, -1}));
+  }
+  // Large int64 values: a weighted sum of two halves, exact in double.
+  const int64_t a[] = {int64_t{1} << 62, -(int64_t{1} << 62)};
+  const int64_t b[] = {int64_t{1} << 61, -(int64_t{1} << 61)};
+  int64_t out[2] = {0, 0};
+  WeightedSum(out, DType::kInt64, 2, {{a, 0.5}, {b, 0.5}});
+  EXPECT_EQ(out[0], (int64_t{1} << 61) + (int64_t{1} << 60));
+  EXPECT_EQ(out[1], -((int64_t{1} << 61) + (int64_t{1} << 60)));
+}
+
 TEST(WeightedSumTest, InPlace) {
   for (DType dtype : kAllDTypes) {
     SCOPED_TRACE(DTypeName(dtype));
