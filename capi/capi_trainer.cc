@@ -165,76 +165,56 @@ weft::Status ToTrainerOptions(const weft_pipe_trainer_options& c, const char* fn
   return weft::OkStatus();
 }
 
-// A DLTensor borrowed as an at::Tensor (no copy): CPU, lanes 1, at least one dimension.
+// A DLTensor borrowed as an at::Tensor (no copy): a host tensor of float32, float64, int64
+// or int32 with at least one dimension.
 weft::StatusOr<at::Tensor> Borrow(const DLTensor* t, const char* fn, const char* what) {
-  WEFT_RETURN_IF_ERROR(Required(t, fn, what));
-  if (t->device.device_type != kDLCPU) {
-    return weft::InvalidArgument(fn, ": ", what, " is on device type ",
-                                 static_cast<int>(t->device.device_type),
-                                 "; the trainer takes CPU tensors (kDLCPU)");
+  // The C ABI's DLTensor checks: device, dtype, shape, the bytes it spans.
+  WEFT_ASSIGN_OR_RETURN(weft::TensorView v, weft::capi::View(t, fn, what));
+  if (v.device().type != weft::Device::Type::kCPU) {
+    return weft::InvalidArgument(fn, ": ", what, " is on ", v.device().ToString(),
+                                 "; the trainer takes CPU tensors");
   }
-  if (t->ndim < 1 || t->shape == nullptr) {
-    return weft::InvalidArgument(fn, ": ", what, " has ", t->ndim,
-                                 " dimensions; it needs a sample dimension (dim 0)");
+  if (v.ndim() < 1) {
+    return weft::InvalidArgument(fn, ": ", what,
+                                 " has 0 dimensions; it needs a sample dimension (dim 0)");
   }
-  at::ScalarType type;
-  const int code = t->dtype.code, bits = t->dtype.bits;
-  if (t->dtype.lanes == 1 && code == kDLFloat && bits == 32) {
-    type = at::kFloat;
-  } else if (t->dtype.lanes == 1 && code == kDLFloat && bits == 64) {
-    type = at::kDouble;
-  } else if (t->dtype.lanes == 1 && code == kDLInt && bits == 64) {
-    type = at::kLong;
-  } else if (t->dtype.lanes == 1 && code == kDLInt && bits == 32) {
-    type = at::kInt;
-  } else {
-    return weft::InvalidArgument(fn, ": ", what, " has DLPack dtype (code ", code, ", bits ",
-                                 bits, ", lanes ", t->dtype.lanes,
-                                 "); expected float32, float64, int64 or int32");
+  const weft::DType dtype = v.dtype();
+  if (dtype != weft::DType::kFloat32 && dtype != weft::DType::kFloat64 &&
+      dtype != weft::DType::kInt64 && dtype != weft::DType::kInt32) {
+    return weft::InvalidArgument(fn, ": ", what, " is ", weft::DTypeName(dtype),
+                                 "; expected float32, float64, int64 or int32");
   }
-  std::vector<int64_t> sizes(t->shape, t->shape + t->ndim);
-  for (int64_t d : sizes) {
-    if (d < 0) return weft::InvalidArgument(fn, ": ", what, " has a negative dimension");
+  // LibTorch's own limits beyond those: no negative strides; the dims' product, taken in
+  // order, must fit in int64 even when a later dim is 0; and so must the storage's bytes,
+  // counted to the end of the last element (past them, from_blob ends the process).
+  const std::vector<int64_t>& sizes = v.shape();
+  const std::vector<int64_t>& strides = v.strides();
+  for (int64_t s : strides) {
+    if (s < 0) return weft::InvalidArgument(fn, ": ", what, " has a negative stride");
   }
-  std::vector<int64_t> strides;
-  if (t->strides != nullptr) {
-    strides.assign(t->strides, t->strides + t->ndim);
-    for (int64_t s : strides) {
-      if (s < 0) return weft::InvalidArgument(fn, ": ", what, " has a negative stride");
-    }
-  }
-  // LibTorch multiplies the dims in order and refuses a product past int64 even when a
-  // later dim is 0, and needs the bytes the tensor spans to fit in an int64 too (past
-  // them, from_blob with strides ends the process).
   int64_t numel = 1;
   bool overflow = false;
   for (int64_t d : sizes) overflow = overflow || __builtin_mul_overflow(numel, d, &numel);
   if (!overflow && numel > 0) {
-    int64_t span = numel;  // elements from the first to the last, inclusive
-    if (!strides.empty()) {
-      span = 1;
-      for (size_t i = 0; i < sizes.size() && !overflow; ++i) {
-        int64_t step = 0;
-        overflow = __builtin_mul_overflow(sizes[i] - 1, strides[i], &step) ||
-                   __builtin_add_overflow(span, step, &span);
-      }
+    int64_t storage = 1;  // elements from the first to the end of the last
+    for (size_t i = 0; i < sizes.size() && !overflow; ++i) {
+      int64_t step = 0;
+      overflow = __builtin_mul_overflow(sizes[i] - 1, strides[i], &step) ||
+                 __builtin_add_overflow(storage, step, &storage);
     }
-    int64_t bytes = 0;
-    overflow = overflow || __builtin_mul_overflow(span, static_cast<int64_t>(bits / 8), &bytes);
+    overflow =
+        overflow || __builtin_mul_overflow(storage, static_cast<int64_t>(v.itemsize()), &storage);
   }
   if (overflow) {
     return weft::InvalidArgument(fn, ": ", what, " has shape ", weft::ShapeToString(sizes),
-                                 strides.empty() ? "" : " and strides ",
-                                 strides.empty() ? "" : weft::ShapeToString(strides),
+                                 " and strides ", weft::ShapeToString(strides),
                                  ": more elements or bytes than an int64 counts");
   }
-  if (numel > 0 && t->data == nullptr) {
+  if (numel > 0 && v.data() == nullptr) {
     return weft::InvalidArgument(fn, ": ", what, "->data is NULL");
   }
-  void* data = static_cast<char*>(t->data) + t->byte_offset;
-  const auto options = at::TensorOptions().dtype(type);
-  if (!strides.empty()) return at::from_blob(data, sizes, strides, options);
-  return at::from_blob(data, sizes, options);
+  return at::from_blob(v.data(), sizes, strides,
+                       at::TensorOptions().dtype(weft::torch_api::ToScalarType(dtype)));
 }
 
 // The training or evaluation set, converted only where the model or loss needs another

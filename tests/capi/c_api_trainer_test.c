@@ -172,7 +172,7 @@ static void TestTrain(const char* path) {
         "negative dimension");
   xshape[1] = (int64_t)1 << 62;
   FAILS(weft_pipe_trainer_train_epoch(NULL, t, &x, &y), WEFT_ERR_INVALID_ARGUMENT,
-        "more elements or bytes than an int64 counts");
+        "more than 2^63 bytes");
   xshape[1] = kFeatures;
   /* LibTorch multiplies dims in order: a zero after an overflowing product does not help. */
   huge = Tensor(g_x, kDLFloat, 32, 3, huge_shape);
@@ -182,10 +182,18 @@ static void TestTrain(const char* path) {
   huge = Tensor(g_x, kDLFloat, 32, 1, &huge_shape[2]);
   huge_shape[2] = (int64_t)1 << 62;
   FAILS(weft_pipe_trainer_train_epoch(NULL, t, &huge, &y), WEFT_ERR_INVALID_ARGUMENT,
-        "more elements or bytes than an int64 counts");
+        "more than 2^63 bytes");
   x.strides = huge_strides;
   FAILS(weft_pipe_trainer_train_epoch(NULL, t, &x, &y), WEFT_ERR_INVALID_ARGUMENT,
+        "spans more than 2^63 bytes");
+  /* Two elements 2^61 - 1 apart: the distance fits in int64 bytes, LibTorch's storage, which
+   * counts the last element's bytes too, does not. */
+  huge_shape[2] = 2;
+  huge.strides = &huge_strides[1];
+  huge_strides[1] = ((int64_t)1 << 61) - 1;
+  FAILS(weft_pipe_trainer_train_epoch(NULL, t, &huge, &y), WEFT_ERR_INVALID_ARGUMENT,
         "more elements or bytes than an int64 counts");
+  huge_strides[1] = 1;
   huge_strides[0] = -1;
   FAILS(weft_pipe_trainer_train_epoch(NULL, t, &x, &y), WEFT_ERR_INVALID_ARGUMENT,
         "negative stride");
