@@ -67,17 +67,12 @@ struct Model {
   std::vector<std::map<int, std::vector<double>>> buf;  // by rank, then in-neighbor
 };
 
-bool IsInteger(DType d) {
-  return d == DType::kInt8 || d == DType::kUInt8 || d == DType::kInt16 || d == DType::kInt32 ||
-         d == DType::kInt64;
-}
-
 void RunRounds(DType dtype, const Topology& topo) {
-  g_whole_weights = IsInteger(dtype);
+  g_whole_weights = !IsFloatingPoint(dtype);
   // Past this the values start over (float32's rounding, int16's range: a round multiplies
   // them by at most about 700 on 8 ranks).
   const double limit = dtype == DType::kInt16 ? 16 : 1e6;
-  const double tolerance_scale = IsInteger(dtype) ? 0 : 4;  // integers: exact
+  const double tolerance_scale = IsFloatingPoint(dtype) ? 4 : 0;  // integers: exact
   const int n = size();
   const int me = rank();
   const uint64_t seed = Seed();
