@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "core/status.h"
 
 namespace weft {
@@ -92,19 +93,6 @@ int64_t NumElements(const std::vector<int64_t>& shape);
 // IEEE half and bfloat16 conversions used by the CPU reductions. Inline, so that the
 // reduction loops over 16-bit floats compile without a call per element (out of line, the
 // kernels took about 2x as long on float16 and 2-3x on bfloat16).
-namespace internal {
-inline float FloatFromBits(uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-inline uint32_t BitsOfFloat(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  return bits;
-}
-}  // namespace internal
-
 inline float HalfToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
   const uint32_t rest = h & 0x7fff;
@@ -114,14 +102,14 @@ inline float HalfToFloat(uint16_t h) {
   } else if (rest >= 0x0400) {  // normal: rebias the exponent
     bits = (rest << 13) + ((127 - 15) << 23);
   } else {  // zero and subnormals: mantissa * 2^-24, exact in float
-    bits = internal::BitsOfFloat(static_cast<float>(rest) * 5.9604644775390625e-08f);
+    bits = absl::bit_cast<uint32_t>(static_cast<float>(rest) * 5.9604644775390625e-08f);
   }
-  return internal::FloatFromBits(bits | sign);
+  return absl::bit_cast<float>(bits | sign);
 }
 
 // Round to nearest even; overflow gives inf, nan a quiet nan.
 inline uint16_t FloatToHalf(float f) {
-  const uint32_t bits = internal::BitsOfFloat(f);
+  const uint32_t bits = absl::bit_cast<uint32_t>(f);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
   const uint32_t abs = bits & 0x7fffffff;
   if (abs >= 0x7f800000) {  // inf or nan
@@ -131,8 +119,8 @@ inline uint16_t FloatToHalf(float f) {
   if (abs < 0x38800000) {  // below the smallest normal half: a subnormal one (or zero)
     // Adding 0.5, whose last mantissa bit is worth 2^-24, leaves value * 2^24 rounded to
     // nearest even (the FPU's rounding) in the sum's low mantissa bits.
-    const float sum = internal::FloatFromBits(abs) + 0.5f;
-    return sign | static_cast<uint16_t>(internal::BitsOfFloat(sum) - 0x3f000000u);
+    const float sum = absl::bit_cast<float>(abs) + 0.5f;
+    return sign | static_cast<uint16_t>(absl::bit_cast<uint32_t>(sum) - 0x3f000000u);
   }
   const uint32_t mantissa_odd = (abs >> 13) & 1;
   const uint32_t rounded = abs + 0xfff + mantissa_odd;
@@ -140,12 +128,12 @@ inline uint16_t FloatToHalf(float f) {
 }
 
 inline float BFloat16ToFloat(uint16_t b) {
-  return internal::FloatFromBits(static_cast<uint32_t>(b) << 16);
+  return absl::bit_cast<float>(static_cast<uint32_t>(b) << 16);
 }
 
 // Round to nearest even; nan stays a (quiet) nan.
 inline uint16_t FloatToBFloat16(float f) {
-  uint32_t bits = internal::BitsOfFloat(f);
+  uint32_t bits = absl::bit_cast<uint32_t>(f);
   if ((bits & 0x7fffffff) > 0x7f800000) return static_cast<uint16_t>((bits >> 16) | 0x40);
   const uint32_t lsb = (bits >> 16) & 1;
   bits += 0x7fff + lsb;
