@@ -43,13 +43,34 @@ std::string LostOrderMessage(const std::string& display, const std::string& caus
                       "work; to use unnamed ones again, shut down and re-initialize weft");
 }
 
+// Messages name an op from its descriptor's key; a burst's shared descriptor has its first
+// op's.
+std::string DescribeAs(const Descriptor& d, const std::string& key) {
+  if (d.key == key) return Describe(d);
+  Descriptor keyed = d;
+  keyed.key = key;
+  return Describe(keyed);
+}
+
+bool Has(const Coordinator::ByRank& by_rank, int rank) {
+  return std::any_of(by_rank.begin(), by_rank.end(),
+                     [rank](const auto& entry) { return entry.first == rank; });
+}
+
 }  // namespace
 
 void Coordinator::Add(Descriptor d, int64_t now_us) {
+  std::string key = d.key;
+  Add(KeyedDescriptor{std::move(key), std::make_shared<const Descriptor>(std::move(d))}, now_us);
+}
+
+void Coordinator::Add(KeyedDescriptor kd, int64_t now_us) {
+  const Descriptor& d = *kd.desc;  // kd.desc keeps it alive, moved or not
+  const std::string& key = kd.key;
   // A key that failed before this rank submitted it (it timed out, or a rank refused it):
   // this submission is the owed one and fails the same way. A rank that is not owed (it
   // refused the op, then submits the same name again) starts a new round instead.
-  auto failed = failed_.find(d.key);
+  auto failed = failed_.find(key);
   if (failed != failed_.end() && failed->second.owed.count(d.rank)) {
     if (d.refused_code == 0) {
       Response error = failed->second.error;
@@ -60,37 +81,44 @@ void Coordinator::Add(Descriptor d, int64_t now_us) {
     if (failed->second.owed.empty()) failed_.erase(failed);
     return;
   }
-  if (IsUnnamedKey(d.key)) {
-    auto lost = lost_order_.find(ScopeOf(d.key));
+  if (IsUnnamedKey(key)) {
+    auto lost = lost_order_.find(ScopeOf(key));
     if (lost != lost_order_.end()) {
       // A refusing rank already has its own error; nobody waits for this key.
       if (d.refused_code == 0) {
-        immediate_.push_back(ErrorFor({d.key}, d.op, absl::StatusCode::kFailedPrecondition,
-                                      LostOrderMessage(Describe(d), lost->second), {d.rank}));
+        immediate_.push_back(ErrorFor({key}, d.op, absl::StatusCode::kFailedPrecondition,
+                                      LostOrderMessage(DescribeAs(d, key), lost->second),
+                                      {d.rank}));
       }
       return;
     }
   }
   if (d.refused_code != 0) {
-    Refuse(d);
+    Descriptor keyed = d;
+    keyed.key = key;
+    Refuse(keyed);
     return;
   }
-  auto pending = pending_.try_emplace(d.key).first;
+  auto pending = pending_.try_emplace(key).first;
   Entry& e = pending->second;
-  if (e.by_rank.empty()) e.first_seen_us = now_us;
-  if (e.by_rank.count(d.rank)) {
-    immediate_.push_back(ErrorFor(
-        {d.key}, d.op, absl::StatusCode::kInvalidArgument,
-        absl::StrCat(Describe(d), ": rank ", d.rank, " submitted it twice before it completed"),
-        {d.rank}));
+  if (e.by_rank.empty()) {
+    e.first_seen_us = now_us;
+    e.by_rank.reserve(d.group.empty() ? static_cast<size_t>(size_) : d.group.size());
+  }
+  auto at = std::lower_bound(e.by_rank.begin(), e.by_rank.end(), d.rank,
+                             [](const auto& entry, int rank) { return entry.first < rank; });
+  if (at != e.by_rank.end() && at->first == d.rank) {
+    immediate_.push_back(ErrorFor({key}, d.op, absl::StatusCode::kInvalidArgument,
+                                  absl::StrCat(DescribeAs(d, key), ": rank ", d.rank,
+                                               " submitted it twice before it completed"),
+                                  {d.rank}));
     return;
   }
-  const int32_t rank = d.rank;
-  e.by_rank.emplace(rank, std::move(d));  // one copy less per op and rank: fused bursts
+  e.by_rank.emplace(at, d.rank, std::move(kd.desc));
   // Keys carry the process set (the engine scopes them), so every descriptor of an entry
   // names the same set; ranks that disagree on it submit different keys and show up as
   // a stall of each.
-  const std::vector<int32_t>& group = e.by_rank.begin()->second.group;
+  const std::vector<int32_t>& group = e.by_rank.front().second->group;
   const size_t expected = group.empty() ? static_cast<size_t>(size_) : group.size();
   if (e.by_rank.size() == expected) {
     ready_.emplace_back(pending->first, std::move(e));
@@ -135,14 +163,14 @@ namespace {
 
 // "" when `key` agrees on every rank; otherwise who has what, shown with `show`. The
 // strings are only built for a disagreement: this runs for every op on rank 0.
-template <typename Map, typename Key, typename Show>
-std::string Disagreement(const Map& by_rank, Key key, Show show) {
-  const auto& first = key(by_rank.begin()->second);
+template <typename Key, typename Show>
+std::string Disagreement(const Coordinator::ByRank& by_rank, Key key, Show show) {
+  const auto& first = key(*by_rank.front().second);
   bool same = true;
-  for (const auto& entry : by_rank) same = same && key(entry.second) == first;
+  for (const auto& entry : by_rank) same = same && key(*entry.second) == first;
   if (same) return "";
   std::vector<std::pair<int, std::string>> values;
-  for (const auto& [rank, d] : by_rank) values.emplace_back(rank, show(d));
+  for (const auto& [rank, d] : by_rank) values.emplace_back(rank, show(*d));
   return DescribeDisagreement(values);
 }
 
@@ -153,23 +181,23 @@ absl::Span<const int64_t> Tail(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-std::string Coordinator::Validate(const Entry& e) const {
-  const Descriptor& first = e.by_rank.begin()->second;
-  const auto what = [&first] { return Describe(first); };  // for errors only
+std::string Coordinator::Validate(const std::string& key, const Entry& e) const {
+  const Descriptor& first = *e.by_rank.front().second;
+  const auto what = [&] { return DescribeAs(first, key); };  // for errors only
   const auto& all = e.by_rank;
   std::string diff = Disagreement(
       all, [](const Descriptor& d) { return d.op; },
       [](const Descriptor& d) { return std::string(OpName(d.op)); });
   if (!diff.empty()) {
-    const std::string label = first.key[0] == '#' ? absl::StrCat("unnamed op ", first.key)
-                                                  : absl::StrCat("'", first.key, "'");
+    const std::string label =
+        key[0] == '#' ? absl::StrCat("unnamed op ", key) : absl::StrCat("'", key, "'");
     return absl::StrCat(label, ": ranks submitted different operations: ", diff);
   }
   // A receiver with an Allocator takes whatever dtype and shape come.
-  std::map<int, Descriptor> fixed_only;
+  ByRank fixed_only;
   if (first.op == OpType::kSendRecv) {
-    for (const auto& [rank, d] : all) {
-      if (!d.shape_from_peer) fixed_only.emplace(rank, d);
+    for (const auto& entry : all) {
+      if (!entry.second->shape_from_peer) fixed_only.push_back(entry);
     }
   }
   const auto& fixed = first.op == OpType::kSendRecv ? fixed_only : all;
@@ -206,7 +234,7 @@ std::string Coordinator::Validate(const Entry& e) const {
     }
     int64_t rows = 0;
     for (const auto& [rank, d] : all) {
-      const int64_t mine = d.shape.empty() ? 1 : d.shape[0];
+      const int64_t mine = d->shape.empty() ? 1 : d->shape[0];
       if (rows >= 0 && __builtin_add_overflow(rows, mine, &rows)) rows = -1;
     }
     int64_t total = 0;
@@ -254,7 +282,7 @@ std::string Coordinator::Validate(const Entry& e) const {
   if (op == OpType::kSetTopology) {
     std::vector<int> busy;
     for (const auto& [rank, d] : e.by_rank) {
-      if (d.in_flight > 0) busy.push_back(rank);
+      if (d->in_flight > 0) busy.push_back(rank);
     }
     if (!busy.empty()) {
       return absl::StrCat("set_topology: ops are still in flight on rank",
@@ -281,9 +309,9 @@ std::string Coordinator::Validate(const Entry& e) const {
     std::map<int, const Descriptor*> nodes;  // rank or machine -> its descriptor
     for (const auto& [rank, d] : e.by_rank) {
       if (ranks_pattern) {
-        nodes[rank] = &d;
-      } else if (d.local_rank == 0) {
-        nodes[d.machine] = &d;
+        nodes[rank] = d.get();
+      } else if (d->local_rank == 0) {
+        nodes[d->machine] = d.get();
       }
     }
     const char* unit = ranks_pattern ? "rank" : "machine";
@@ -332,20 +360,25 @@ bool Coordinator::Fusable(OpType op) {
 }
 
 bool Coordinator::CanFuse(const Entry& a, const Entry& b) const {
-  const Descriptor& da = a.by_rank.begin()->second;
-  const Descriptor& db = b.by_rank.begin()->second;
+  const Descriptor& da = *a.by_rank.front().second;
+  const Descriptor& db = *b.by_rank.front().second;
   if (da.op != db.op || !Fusable(da.op) || da.dtype != db.dtype || da.device != db.device ||
-      da.group != db.group) {
+      da.group != db.group || a.by_rank.size() != b.by_rank.size()) {
     return false;
   }
-  for (const auto& [rank, d] : a.by_rank) {
-    const Descriptor& other = b.by_rank.at(rank);
-    if (d.fusion_signature.empty() || d.fusion_signature != other.fusion_signature) {
+  // The same ranks in the same order: both keys carry the same process set.
+  for (size_t i = 0; i < a.by_rank.size(); ++i) {
+    const Descriptor& d = *a.by_rank[i].second;
+    const Descriptor& other = *b.by_rank[i].second;
+    if (a.by_rank[i].first != b.by_rank[i].first || d.fusion_signature.empty() ||
+        (&d != &other && d.fusion_signature != other.fusion_signature)) {
       return false;
     }
   }
   return true;
 }
+
+bool Coordinator::KnownValid(const Entry& e) const { return e.by_rank == last_valid_; }
 
 std::vector<Response> Coordinator::TakeReady(int64_t fusion_threshold) {
   std::vector<Response> out = std::move(immediate_);
@@ -353,12 +386,15 @@ std::vector<Response> Coordinator::TakeReady(int64_t fusion_threshold) {
   const Entry* group_head = nullptr;  // first entry of the open fused group
   int64_t group_bytes = 0;
   for (auto& [key, entry] : ready_) {
-    const Descriptor& d = entry.by_rank.begin()->second;
-    const std::string problem = Validate(entry);
-    if (!problem.empty()) {
-      out.push_back(ErrorFor({key}, d.op, absl::StatusCode::kInvalidArgument, problem, d.group));
-      group_head = nullptr;
-      continue;
+    const Descriptor& d = *entry.by_rank.front().second;
+    if (!KnownValid(entry)) {
+      const std::string problem = Validate(key, entry);
+      if (!problem.empty()) {
+        out.push_back(ErrorFor({key}, d.op, absl::StatusCode::kInvalidArgument, problem, d.group));
+        group_head = nullptr;
+        continue;
+      }
+      last_valid_ = entry.by_rank;
     }
     const int64_t bytes = static_cast<int64_t>(d.nbytes());
     if (group_head != nullptr && CanFuse(*group_head, entry) &&
@@ -373,18 +409,20 @@ std::vector<Response> Coordinator::TakeReady(int64_t fusion_threshold) {
     r.ranks = d.group;
     if (d.op == OpType::kSendRecv) {
       for (const auto& [rank, rd] : entry.by_rank) {
-        if (rd.send_ranks.empty()) continue;
-        r.first_dims.push_back(rd.shape);
-        r.first_dims.push_back({static_cast<int64_t>(rd.dtype)});
+        if (rd->send_ranks.empty()) continue;
+        r.first_dims.push_back(rd->shape);
+        r.first_dims.push_back({static_cast<int64_t>(rd->dtype)});
       }
     }
     if (d.op == OpType::kAllreduce) {
       r.out_of_place = std::none_of(entry.by_rank.begin(), entry.by_rank.end(),
-                                    [](const auto& rd) { return rd.second.in_place; });
+                                    [](const auto& rd) { return rd.second->in_place; });
     }
     if (d.op == OpType::kAllgather || d.op == OpType::kNeighborAllgather) {
       std::vector<int64_t> dims(size_);
-      for (const auto& [rank, rd] : entry.by_rank) dims[rank] = rd.shape.empty() ? 1 : rd.shape[0];
+      for (const auto& [rank, rd] : entry.by_rank) {
+        dims[rank] = rd->shape.empty() ? 1 : rd->shape[0];
+      }
       r.first_dims.push_back(std::move(dims));
     }
     out.push_back(std::move(r));
@@ -396,7 +434,7 @@ std::vector<Response> Coordinator::TakeReady(int64_t fusion_threshold) {
 }
 
 std::vector<int> Coordinator::Members(const Entry& e) const {
-  return Members(e.by_rank.begin()->second.group);
+  return Members(e.by_rank.front().second->group);
 }
 
 std::vector<int> Coordinator::Members(const std::vector<int32_t>& group) const {
@@ -409,7 +447,7 @@ std::vector<int> Coordinator::Members(const std::vector<int32_t>& group) const {
 std::string Coordinator::MissingRanks(const Entry& e) const {
   std::vector<int> missing;
   for (int r : Members(e)) {
-    if (!e.by_rank.count(r)) missing.push_back(r);
+    if (!Has(e.by_rank, r)) missing.push_back(r);
   }
   return RankList(missing);
 }
@@ -425,7 +463,7 @@ Coordinator::StallReport Coordinator::CheckStalls(int64_t now_us, double warning
     const std::string& key = *key_p;
     Entry& e = *e_p;
     const int64_t waited = now_us - e.first_seen_us;
-    const Descriptor& d = e.by_rank.begin()->second;
+    const Descriptor& d = *e.by_rank.front().second;
     std::vector<int> present;
     for (const auto& entry : e.by_rank) present.push_back(entry.first);
     if (timeout_us > 0 && waited >= timeout_us) {
@@ -435,7 +473,7 @@ Coordinator::StallReport Coordinator::CheckStalls(int64_t now_us, double warning
     if (warn_us > 0 && waited >= warn_us && now_us - e.last_warned_us >= warn_us) {
       e.last_warned_us = now_us;
       report.warnings.push_back(absl::StrCat(
-          Describe(d), " has waited ", waited / 1000000, " s for rank",
+          DescribeAs(d, key), " has waited ", waited / 1000000, " s for rank",
           Members(e).size() - present.size() > 1 ? "s " : " ", MissingRanks(e),
           " (submitted by rank", present.size() > 1 ? "s " : " ", RankList(present),
           "): a rank that never calls it stalls every rank; check that all ranks run the same "
@@ -444,22 +482,22 @@ Coordinator::StallReport Coordinator::CheckStalls(int64_t now_us, double warning
   }
   for (const std::string& key : timed_out) {
     Entry& e = pending_[key];
-    const Descriptor& d = e.by_rank.begin()->second;
+    const Descriptor& d = *e.by_rank.front().second;
     std::vector<int32_t> present;
     std::set<int> owed;
     for (const auto& entry : e.by_rank) present.push_back(entry.first);
     for (int r : Members(e)) {
-      if (!e.by_rank.count(r)) owed.insert(r);
+      if (!Has(e.by_rank, r)) owed.insert(r);
     }
-    Response error = ErrorFor(
-        {key}, d.op, absl::StatusCode::kDeadlineExceeded,
-        absl::StrCat(Describe(d), " timed out after ", timeout_s, " s (WEFT_STALL_TIMEOUT_SECONDS)",
-                     " waiting for rank", owed.size() > 1 ? "s " : " ", MissingRanks(e)),
-        present);
+    Response error = ErrorFor({key}, d.op, absl::StatusCode::kDeadlineExceeded,
+                              absl::StrCat(DescribeAs(d, key), " timed out after ", timeout_s,
+                                           " s (WEFT_STALL_TIMEOUT_SECONDS)", " waiting for rank",
+                                           owed.size() > 1 ? "s " : " ", MissingRanks(e)),
+                              present);
     report.errors.push_back(error);
     if (IsUnnamedKey(key) && !lost_order_.count(ScopeOf(key))) {
       lost_now = true;
-      lost_order_[ScopeOf(key)] = absl::StrCat(Describe(d), " timed out waiting for rank",
+      lost_order_[ScopeOf(key)] = absl::StrCat(DescribeAs(d, key), " timed out waiting for rank",
                                                owed.size() > 1 ? "s " : " ", MissingRanks(e));
     }
     failed_[key] = Failed{error, owed};
@@ -473,11 +511,11 @@ Coordinator::StallReport Coordinator::CheckStalls(int64_t now_us, double warning
     const std::string& key = *key_p;
     auto lost = lost_order_.find(ScopeOf(key));
     if (!IsUnnamedKey(key) || lost == lost_order_.end()) continue;
-    const Descriptor& d = e_p->by_rank.begin()->second;
+    const Descriptor& d = *e_p->by_rank.front().second;
     std::vector<int32_t> present;
     for (const auto& entry : e_p->by_rank) present.push_back(entry.first);
     report.errors.push_back(ErrorFor({key}, d.op, absl::StatusCode::kFailedPrecondition,
-                                     LostOrderMessage(Describe(d), lost->second), present));
+                                     LostOrderMessage(DescribeAs(d, key), lost->second), present));
     lost_keys.push_back(key);
   }
   for (const std::string& key : lost_keys) pending_.erase(key);

@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "comm/protocol.h"
 
 namespace weft {
@@ -22,8 +24,13 @@ class Coordinator {
  public:
   explicit Coordinator(int size) : size_(size) {}
 
-  // Records one rank's descriptor, received at `now_us`. A refused one (refused_code set)
-  // fails the key on every other rank of the op.
+  // Each rank's descriptor of an op, in rank order (a rank's burst of like ops shares one:
+  // KeyedDescriptor).
+  using ByRank = absl::InlinedVector<std::pair<int, std::shared_ptr<const Descriptor>>, 4>;
+
+  // Records one rank's descriptor of the op `d.key`, received at `now_us`. A refused one
+  // (refused_code set) fails the key on every other rank of the op.
+  void Add(KeyedDescriptor d, int64_t now_us);
   void Add(Descriptor d, int64_t now_us);
 
   // Responses for every key that all ranks have submitted, in the order they became
@@ -49,7 +56,7 @@ class Coordinator {
 
  private:
   struct Entry {
-    std::map<int, Descriptor> by_rank;
+    ByRank by_rank;
     int64_t first_seen_us = 0;
     int64_t last_warned_us = 0;
   };
@@ -58,14 +65,17 @@ class Coordinator {
     std::set<int> owed;  // ranks that have not submitted it yet
   };
 
-  // Checks agreement across ranks; empty string when they agree.
-  std::string Validate(const Entry& e) const;
+  // Checks agreement across ranks; empty string when they agree. `key`: the entry's.
+  std::string Validate(const std::string& key, const Entry& e) const;
+  // Validate for an entry whose descriptors are those of the last entry that passed it (the
+  // rest of a burst) is skipped: the checks read only the descriptors, never the key.
+  bool KnownValid(const Entry& e) const;
   std::string MissingRanks(const Entry& e) const;
   // The ranks an entry's op runs on: its process set, or every rank.
   std::vector<int> Members(const Entry& e) const;
   std::vector<int> Members(const std::vector<int32_t>& group) const;
-  // A rank refused `d` locally: the ranks that submitted it get the refusal now, the others
-  // when they submit it.
+  // A rank refused `d` (keyed: its key is the op's) locally: the ranks that submitted it get
+  // the refusal now, the others when they submit it.
   void Refuse(const Descriptor& d);
   static bool Fusable(OpType op);
   bool CanFuse(const Entry& a, const Entry& b) const;
@@ -82,6 +92,7 @@ class Coordinator {
   // Scopes ("" or "@ranks") whose call order was lost, with the timeout that lost it.
   std::map<std::string, std::string> lost_order_;
   std::vector<Response> immediate_;  // errors decided in Add
+  ByRank last_valid_;                // the descriptors of the last entry that passed Validate
 };
 
 // "v1 on ranks 0-1, 3; v2 on rank 2", or "" when every value is the same.

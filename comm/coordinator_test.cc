@@ -310,6 +310,47 @@ TEST(ProtocolTest, LikeDescriptorsTravelAsRepeats) {
   }
 }
 
+// The coordinator's reading of a batch: each op with its own key, a run of repeats sharing
+// the descriptor of its first op; and rank 0's own descriptors shared the same way.
+TEST(ProtocolTest, KeyedDescriptorsShareEachRunOfRepeats) {
+  Descriptor a = FullDescriptor();
+  Descriptor b = a;
+  b.shape = {7};
+  std::vector<Descriptor> in;
+  for (const char* key : {"#1", "#2", "#3"}) {
+    in.push_back(a);
+    in.back().key = key;
+  }
+  for (const char* key : {"#4", "#5"}) {
+    in.push_back(b);
+    in.back().key = key;
+  }
+  in.push_back(a);  // like the first run again: a new run
+  in.back().key = "#6";
+  std::vector<const Descriptor*> ptrs;
+  for (const Descriptor& d : in) ptrs.push_back(&d);
+  auto parsed = ParseKeyedDescriptors(SerializeDescriptors(in));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  for (const std::vector<KeyedDescriptor>& keyed : {*parsed, ShareRepeats(ptrs)}) {
+    ASSERT_EQ(keyed.size(), in.size());
+    for (size_t i = 0; i < in.size(); ++i) {
+      SCOPED_TRACE(i);
+      EXPECT_EQ(keyed[i].key, in[i].key);
+      Descriptor own = *keyed[i].desc;
+      own.key = keyed[i].key;
+      ExpectSameDescriptor(own, in[i]);
+    }
+    EXPECT_EQ(keyed[0].desc, keyed[1].desc);
+    EXPECT_EQ(keyed[0].desc, keyed[2].desc);
+    EXPECT_NE(keyed[2].desc, keyed[3].desc);
+    EXPECT_EQ(keyed[3].desc, keyed[4].desc);
+    EXPECT_NE(keyed[4].desc, keyed[5].desc);
+    EXPECT_NE(keyed[0].desc, keyed[5].desc);
+    EXPECT_EQ(keyed[0].desc->key, "#1");
+    EXPECT_EQ(keyed[3].desc->key, "#4");
+  }
+}
+
 // A descriptor that differs from the one before it in anything but the key is sent in
 // full: each field changed alone must arrive changed.
 TEST(ProtocolTest, DescriptorsDifferingInOneFieldTravelInFull) {
@@ -1149,6 +1190,75 @@ TEST(CoordinatorTest, SameRankTwiceIsAnErrorForThatRank) {
   EXPECT_TRUE(c.TakeReady(1 << 20).empty());
   c.Add(WithRank(Allreduce("a"), 2), 0);
   ExpectOkSingle(c.TakeReady(1 << 20), "a");
+}
+
+// Bursts as the engine hands them over: each rank's like ops share one descriptor, and
+// the coordinator validates such ops once. An op of the burst that differs on one rank
+// still fails alone, and is named by its own key.
+std::vector<KeyedDescriptor> Burst(const Descriptor& d, int rank, std::vector<std::string> keys) {
+  auto shared = std::make_shared<const Descriptor>(WithRank(d, rank));
+  std::vector<KeyedDescriptor> out;
+  for (std::string& key : keys) out.push_back({std::move(key), shared});
+  return out;
+}
+
+TEST(CoordinatorTest, SharedDescriptorsAreCheckedForEveryOp) {
+  Coordinator c(2);
+  Descriptor d = Allreduce("");
+  d.display.clear();  // messages name the op from its key
+  for (KeyedDescriptor& k : Burst(d, 0, {"#0", "#1", "#2", "#3", "#4"})) c.Add(std::move(k), 0);
+  for (KeyedDescriptor& k : Burst(d, 1, {"#0", "#1"})) c.Add(std::move(k), 0);
+  Descriptor wider = d;
+  wider.shape = {5};
+  for (KeyedDescriptor& k : Burst(wider, 1, {"#2"})) c.Add(std::move(k), 0);
+  for (KeyedDescriptor& k : Burst(d, 1, {"#3", "#4"})) c.Add(std::move(k), 0);
+  std::vector<Response> rs = c.TakeReady(1 << 20);
+  ASSERT_EQ(rs.size(), 3u);
+  EXPECT_EQ(rs[0].keys, (Keys{"#0", "#1"}));
+  EXPECT_EQ(rs[0].error_code, 0) << rs[0].error_message;
+  EXPECT_EQ(rs[1].keys, Keys{"#2"});
+  EXPECT_EQ(rs[1].error_code, kInvalidArgumentCode);
+  EXPECT_EQ(rs[1].error_message,
+            "unnamed allreduce #2: shape differs across ranks: [4] on rank 0; [5] on rank 1");
+  EXPECT_EQ(rs[2].keys, (Keys{"#3", "#4"}));
+  EXPECT_EQ(rs[2].error_code, 0) << rs[2].error_message;
+  EXPECT_EQ(c.pending(), 0u);
+
+  // The same shared descriptors in the next round: checked again where they disagree.
+  Descriptor average = d;
+  average.average = true;
+  for (KeyedDescriptor& k : Burst(d, 0, {"#5", "#6"})) c.Add(std::move(k), 0);
+  for (KeyedDescriptor& k : Burst(average, 1, {"#5", "#6"})) c.Add(std::move(k), 0);
+  rs = c.TakeReady(1 << 20);
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_EQ(rs[0].error_message,
+            "unnamed allreduce #5: average/sum differs across ranks: sum on rank 0; average on "
+            "rank 1");
+  EXPECT_EQ(rs[1].error_message,
+            "unnamed allreduce #6: average/sum differs across ranks: sum on rank 0; average on "
+            "rank 1");
+}
+
+TEST(CoordinatorTest, MessagesNameTheOpOfASharedDescriptorByItsOwnKey) {
+  Coordinator c(2);
+  Descriptor d = Allreduce("");
+  d.display.clear();
+  const int64_t t0 = 10 * kSecond;
+  for (KeyedDescriptor& k : Burst(d, 0, {"#7", "#8"})) c.Add(std::move(k), t0);
+  for (KeyedDescriptor& k : Burst(d, 0, {"#8"})) c.Add(std::move(k), t0);
+  std::vector<Response> rs = c.TakeReady(1 << 20);
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].error_message,
+            "unnamed allreduce #8: rank 0 submitted it twice before it completed");
+  auto report = c.CheckStalls(t0 + 5 * kSecond, 5, 0);
+  ASSERT_EQ(report.warnings.size(), 2u);
+  EXPECT_EQ(report.warnings[1].rfind("unnamed allreduce #8 has waited 5 s for rank 1 (", 0), 0u)
+      << report.warnings[1];
+  report = c.CheckStalls(t0 + 6 * kSecond, 100, 6);
+  ASSERT_EQ(report.errors.size(), 2u);
+  EXPECT_EQ(report.errors[1].keys, Keys{"#8"});
+  EXPECT_EQ(report.errors[1].error_message.rfind("unnamed allreduce #8 timed out after 6 s", 0), 0u)
+      << report.errors[1].error_message;
 }
 
 // ---------------------------------------------------------------------------------------

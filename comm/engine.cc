@@ -502,7 +502,7 @@ bool Engine::RunLocal() {
 void Engine::SendDescriptors(const std::vector<const Descriptor*>& batch) {
   if (coordinator_ != nullptr) {
     const int64_t now = NowMicros();
-    for (const Descriptor* d : batch) coordinator_->Add(*d, now);
+    for (KeyedDescriptor& d : ShareRepeats(batch)) coordinator_->Add(std::move(d), now);
     return;
   }
   auto bytes = std::make_shared<const std::string>(SerializeDescriptors(batch));
@@ -535,13 +535,13 @@ bool Engine::PollDescriptors() {
   int from = 0;
   std::string bytes;
   if (!ReceiveControl(MPI_ANY_SOURCE, kDescriptorTag, &from, &bytes)) return false;
-  auto parsed = ParseDescriptors(bytes);
+  auto parsed = ParseKeyedDescriptors(bytes);
   if (!parsed.ok()) {
     WEFT_LOG(Error) << "dropping a message from rank " << from << ": " << parsed.status();
     return true;
   }
   const int64_t now = NowMicros();
-  for (Descriptor& d : *parsed) coordinator_->Add(std::move(d), now);
+  for (KeyedDescriptor& d : *parsed) coordinator_->Add(std::move(d), now);
   return true;
 }
 

@@ -135,24 +135,27 @@ void WriteFull(codec::Writer& w, const Descriptor& d) {
   w.Str(d.refused_message);
 }
 
-// Whether `d` may travel as a repeat of `previous`: every field but the key is the same.
+}  // namespace
+
 // Compared field by field rather than as written: writing each descriptor in full to
-// compare its bytes took 8 us for a burst of 64, most of a rank's share of the
-// negotiation of a fused group. A field added to Descriptor must be added here too (and
-// to WriteFull and ReadDescriptor); builds with assertions (Bazel's fastbuild, which the
-// tests use) check every repeat against the bytes.
-bool RepeatOf(const Descriptor& d, const Descriptor& previous) {
+// compare its bytes took 8 us for a burst of 64, most of a rank's share of the negotiation
+// of a fused group. A field added to Descriptor must be added here too (and to WriteFull
+// and ReadItem); builds with assertions (Bazel's fastbuild, which the tests use) check
+// every repeat against the bytes.
+bool SameButKey(const Descriptor& d, const Descriptor& other) {
   const auto fields = [](const Descriptor& x) {
     return std::tie(x.rank, x.op, x.display, x.dtype, x.device.type, x.device.index, x.shape,
                     x.root, x.average, x.in_place, x.send_ranks, x.recv_ranks, x.machine,
                     x.local_rank, x.group, x.shape_from_peer, x.fusion_signature, x.fingerprint,
                     x.in_flight, x.refused_code, x.refused_message);
   };
-  return fields(d) == fields(previous);
+  return fields(d) == fields(other);
 }
 
+namespace {
+
 #ifndef NDEBUG
-// The comparison RepeatOf stands for: the full encodings, keys aside.
+// The comparison SameButKey stands for: the full encodings, keys aside.
 bool SameEncodingButKey(const Descriptor& a, const Descriptor& b) {
   Descriptor a_keyless = a, b_keyless = b;
   a_keyless.key.clear();
@@ -176,7 +179,8 @@ std::string SerializeDescriptors(const std::vector<const Descriptor*>& ds) {
   const Descriptor* previous = nullptr;
   for (const Descriptor* dp : ds) {
     const Descriptor& d = *dp;
-    const bool repeat = previous != nullptr && RepeatOf(d, *previous);
+    // A repeat: every field but the key is the previous descriptor's.
+    const bool repeat = previous != nullptr && SameButKey(d, *previous);
     assert(previous == nullptr || repeat == SameEncodingButKey(d, *previous));
     previous = &d;
     if (repeat) {
@@ -192,23 +196,22 @@ std::string SerializeDescriptors(const std::vector<const Descriptor*>& ds) {
 
 namespace {
 
-// `previous`: the descriptor before this one in the batch (null for the first), which a
-// repeat copies.
-Status ReadDescriptor(codec::Reader& r, const Descriptor* previous, Descriptor* d) {
+// One item of a batch: a descriptor in full into *d, or, when the item is a repeat of
+// `previous` (the descriptor before it, null for the batch's first), only the repeat's key
+// into *repeat_key (*d untouched).
+Status ReadItem(codec::Reader& r, const Descriptor* previous, Descriptor* d, bool* repeat,
+                std::string* repeat_key) {
   uint8_t op, dtype, device_type;
   int32_t device_index, rank;
   WEFT_RETURN_IF_ERROR(r.Get("rank", &rank));
   WEFT_RETURN_IF_ERROR(r.Get("op", &op));
-  if (op == kRepeatMarker) {
+  *repeat = op == kRepeatMarker;
+  if (*repeat) {
     if (previous == nullptr) return InvalidArgument("a repeat of nothing (the batch's first)");
     if (rank != previous->rank) {
       return InvalidArgument("a repeat of rank ", previous->rank, "'s descriptor from rank ", rank);
     }
-    std::string key;
-    WEFT_RETURN_IF_ERROR(r.Str("key", &key));
-    *d = *previous;
-    d->key = std::move(key);
-    return OkStatus();
+    return r.Str("key", repeat_key);
   }
   d->rank = rank;
   WEFT_RETURN_IF_ERROR(r.Str("key", &d->key));
@@ -239,6 +242,17 @@ Status ReadDescriptor(codec::Reader& r, const Descriptor* previous, Descriptor* 
   d->op = static_cast<OpType>(op);
   d->dtype = static_cast<DType>(dtype);
   d->device = Device{static_cast<Device::Type>(device_type), device_index};
+  return OkStatus();
+}
+
+Status ReadDescriptor(codec::Reader& r, const Descriptor* previous, Descriptor* d) {
+  bool repeat = false;
+  std::string key;
+  WEFT_RETURN_IF_ERROR(ReadItem(r, previous, d, &repeat, &key));
+  if (repeat) {
+    *d = *previous;
+    d->key = std::move(key);
+  }
   return OkStatus();
 }
 
@@ -286,6 +300,43 @@ StatusOr<std::vector<T>> ParseBatch(const std::string& bytes, const char* what, 
 
 StatusOr<std::vector<Descriptor>> ParseDescriptors(const std::string& bytes) {
   return ParseBatch<Descriptor>(bytes, "descriptor batch", kMinItemBytes, ReadDescriptor);
+}
+
+namespace {
+
+Status ReadKeyed(codec::Reader& r, const KeyedDescriptor* previous, KeyedDescriptor* d) {
+  bool repeat = false;
+  Descriptor full;
+  WEFT_RETURN_IF_ERROR(
+      ReadItem(r, previous == nullptr ? nullptr : previous->desc.get(), &full, &repeat, &d->key));
+  if (repeat) {
+    d->desc = previous->desc;
+  } else {
+    d->key = full.key;
+    d->desc = std::make_shared<const Descriptor>(std::move(full));
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::vector<KeyedDescriptor>> ParseKeyedDescriptors(const std::string& bytes) {
+  return ParseBatch<KeyedDescriptor>(bytes, "descriptor batch", kMinItemBytes, ReadKeyed);
+}
+
+std::vector<KeyedDescriptor> ShareRepeats(const std::vector<const Descriptor*>& ds) {
+  std::vector<KeyedDescriptor> out;
+  out.reserve(ds.size());
+  const Descriptor* previous = nullptr;
+  for (const Descriptor* d : ds) {
+    if (previous != nullptr && SameButKey(*d, *previous)) {
+      out.push_back({d->key, out.back().desc});
+    } else {
+      out.push_back({d->key, std::make_shared<const Descriptor>(*d)});
+    }
+    previous = d;
+  }
+  return out;
 }
 
 std::string SerializeResponses(const std::vector<Response>& rs) {

@@ -5,6 +5,7 @@
 #define WEFT_COMM_PROTOCOL_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -120,10 +121,27 @@ bool IsUnnamedKey(const std::string& key);
 // What a process set's ops append to their keys: "@0,2,3"; "" for every rank.
 std::string KeyScope(const std::vector<int32_t>& group);
 
+// One rank's descriptor of one op as the coordinator keeps it. A burst of like ops (every
+// field but the key the same, the wire format's repeats) shares one Descriptor, whose key
+// is the burst's first; `key` is this op's. Sharing saves a copy per op and rank, and lets
+// the coordinator validate a burst once.
+struct KeyedDescriptor {
+  std::string key;
+  std::shared_ptr<const Descriptor> desc;
+};
+
+// Whether `d` may stand for `other` but for its key: every other field is the same.
+bool SameButKey(const Descriptor& d, const Descriptor& other);
+
 std::string SerializeDescriptors(const std::vector<Descriptor>& ds);
 // The same encoding, from descriptors held elsewhere (the engine's requests).
 std::string SerializeDescriptors(const std::vector<const Descriptor*>& ds);
 StatusOr<std::vector<Descriptor>> ParseDescriptors(const std::string& bytes);
+// The same batch, each run of repeats sharing one descriptor (KeyedDescriptor).
+StatusOr<std::vector<KeyedDescriptor>> ParseKeyedDescriptors(const std::string& bytes);
+// Descriptors held elsewhere (rank 0's own), consecutive ones that are SameButKey sharing one
+// copy.
+std::vector<KeyedDescriptor> ShareRepeats(const std::vector<const Descriptor*>& ds);
 std::string SerializeResponses(const std::vector<Response>& rs);
 StatusOr<std::vector<Response>> ParseResponses(const std::string& bytes);
 
