@@ -32,9 +32,12 @@ std::atomic<bool> g_yield{true};
 thread_local int64_t t_last_yield_us = 0;
 
 // A few hundred cycles: long enough to leave an SMT sibling the core's resources, short
-// next to a poll.
+// next to a poll. A PAUSE's length varies by CPU: on the development VM (AMD EPYC) one takes
+// about 26 ns, so 16 of them (410-750 ns measured) delayed the moment a waiting caller saw
+// its answer, on each hop of an op's negotiation; with four, 2 ranks' small ops take
+// about 0.5-1 us less (bench/README.md).
 inline void CpuPause() {
-  for (int i = 0; i < 16; ++i) {
+  for (int i = 0; i < 4; ++i) {
 #if defined(__x86_64__) || defined(__i386__)
     _mm_pause();
 #elif defined(__aarch64__)
