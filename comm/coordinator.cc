@@ -52,9 +52,11 @@ std::string DescribeAs(const Descriptor& d, const std::string& key) {
   return Describe(keyed);
 }
 
+// by_rank is in rank order.
 bool Has(const Coordinator::ByRank& by_rank, int rank) {
-  return std::any_of(by_rank.begin(), by_rank.end(),
-                     [rank](const auto& entry) { return entry.first == rank; });
+  auto at = std::lower_bound(by_rank.begin(), by_rank.end(), rank,
+                             [](const auto& entry, int r) { return entry.first < r; });
+  return at != by_rank.end() && at->first == rank;
 }
 
 }  // namespace
@@ -65,7 +67,8 @@ void Coordinator::Add(Descriptor d, int64_t now_us) {
 }
 
 void Coordinator::Add(KeyedDescriptor kd, int64_t now_us) {
-  const Descriptor& d = *kd.desc;  // kd.desc keeps it alive, moved or not
+  // Alive until the end: kd.desc holds it, and once moved into the entry, the entry does.
+  const Descriptor& d = *kd.desc;
   const std::string& key = kd.key;
   // A key that failed before this rank submitted it (it timed out, or a rank refused it):
   // this submission is the owed one and fails the same way. A rank that is not owed (it
@@ -114,6 +117,8 @@ void Coordinator::Add(KeyedDescriptor kd, int64_t now_us) {
                                   {d.rank}));
     return;
   }
+  // Kept in rank order by insertion: linear per rank, which stays small next to the rest of
+  // an op's work up to hundreds of ranks.
   e.by_rank.emplace(at, d.rank, std::move(kd.desc));
   // Keys carry the process set (the engine scopes them), so every descriptor of an entry
   // names the same set; ranks that disagree on it submit different keys and show up as

@@ -28,9 +28,9 @@ class Coordinator {
   // KeyedDescriptor).
   using ByRank = absl::InlinedVector<std::pair<int, std::shared_ptr<const Descriptor>>, 4>;
 
-  // Records one rank's descriptor of the op `d.key`, received at `now_us`. A refused one
+  // Records one rank's descriptor of the op `kd.key`, received at `now_us`. A refused one
   // (refused_code set) fails the key on every other rank of the op.
-  void Add(KeyedDescriptor d, int64_t now_us);
+  void Add(KeyedDescriptor kd, int64_t now_us);
   void Add(Descriptor d, int64_t now_us);
 
   // Responses for every key that all ranks have submitted, in the order they became
@@ -67,8 +67,10 @@ class Coordinator {
 
   // Checks agreement across ranks; empty string when they agree. `key`: the entry's.
   std::string Validate(const std::string& key, const Entry& e) const;
-  // Validate for an entry whose descriptors are those of the last entry that passed it (the
-  // rest of a burst) is skipped: the checks read only the descriptors, never the key.
+  // Whether `e` holds, rank for rank, the very descriptors of the last entry that passed
+  // Validate (the later ops of a burst): Validate's outcome depends only on the ranks and
+  // their descriptors (the key appears only in its messages), so it is skipped. last_valid_
+  // owns its descriptors, so an address cannot be reused for another one meanwhile.
   bool KnownValid(const Entry& e) const;
   std::string MissingRanks(const Entry& e) const;
   // The ranks an entry's op runs on: its process set, or every rank.

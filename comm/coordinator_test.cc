@@ -407,6 +407,25 @@ TEST(ProtocolTest, DescriptorsDifferingInOneFieldTravelInFull) {
   EXPECT_EQ((*out)[1].rank, 4);
 }
 
+// The engine's reading of a batch (ParseKeyedDescriptors) accepts and refuses exactly what
+// ParseDescriptors does, and reads the same descriptors, keys included.
+void ExpectParsersAgree(const std::string& bytes) {
+  auto plain = ParseDescriptors(bytes);
+  auto keyed = ParseKeyedDescriptors(bytes);
+  ASSERT_EQ(plain.ok(), keyed.ok()) << plain.status() << " / " << keyed.status();
+  if (!plain.ok()) {
+    EXPECT_EQ(plain.status(), keyed.status());
+    return;
+  }
+  ASSERT_EQ(plain->size(), keyed->size());
+  for (size_t i = 0; i < plain->size(); ++i) {
+    SCOPED_TRACE(i);
+    Descriptor own = *(*keyed)[i].desc;
+    own.key = (*keyed)[i].key;
+    ExpectSameDescriptor(own, (*plain)[i]);
+  }
+}
+
 TEST(ProtocolTest, MalformedRepeatsAreErrors) {
   Descriptor d = FullDescriptor();
   Descriptor again = d;
@@ -425,6 +444,7 @@ TEST(ProtocolTest, MalformedRepeatsAreErrors) {
   out = ParseDescriptors(other_rank);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInternal);
+  for (const std::string& bytes : {good, orphan, other_rank}) ExpectParsersAgree(bytes);
 }
 
 TEST(ProtocolTest, TruncatedDescriptorsAreErrors) {
@@ -434,7 +454,9 @@ TEST(ProtocolTest, TruncatedDescriptorsAreErrors) {
   for (size_t n = 0; n < bytes.size(); ++n) {
     auto out = ParseDescriptors(bytes.substr(0, n));
     EXPECT_FALSE(out.ok()) << "prefix of " << n << " of " << bytes.size() << " bytes";
+    ExpectParsersAgree(bytes.substr(0, n));
   }
+  ExpectParsersAgree(bytes + "x");
   auto trailing = ParseDescriptors(bytes + "x");
   ASSERT_FALSE(trailing.ok());
   EXPECT_EQ(trailing.status().code(), absl::StatusCode::kInternal);
@@ -505,11 +527,17 @@ TEST(ProtocolTest, HugeCountsAreErrorsNotAllocations) {
   std::string key_bomb = SerializeDescriptors({d});
   key_bomb.replace(9, 4, std::string("\xff\xff\xff\xff", 4));
   EXPECT_FALSE(ParseDescriptors(key_bomb).ok());
+  for (const std::string& bytes :
+       {all_ones, std::string("\xff\xff\xff\x7f", 4), shape_bomb, key_bomb}) {
+    ExpectParsersAgree(bytes);
+  }
 }
 
 TEST(ProtocolTest, RandomGarbageNeverCrashes) {
   std::mt19937 rng(1234);
-  const std::string good_d = SerializeDescriptors({FullDescriptor(), Descriptor()});
+  Descriptor repeat = FullDescriptor();
+  repeat.key = "repeat";
+  const std::string good_d = SerializeDescriptors({FullDescriptor(), repeat, Descriptor()});
   const std::string good_r = SerializeResponses(SampleResponses());
   int rejected = 0;
   for (int trial = 0; trial < 3000; ++trial) {
@@ -523,6 +551,7 @@ TEST(ProtocolTest, RandomGarbageNeverCrashes) {
     }
     auto d = ParseDescriptors(bytes);
     auto r = ParseResponses(bytes);
+    ExpectParsersAgree(bytes);
     if (d.ok()) {
       for (const Descriptor& x : *d) {
         EXPECT_LE(static_cast<int>(x.op), static_cast<int>(OpType::kShutdown));
@@ -1196,7 +1225,9 @@ TEST(CoordinatorTest, SameRankTwiceIsAnErrorForThatRank) {
 // the coordinator validates such ops once. An op of the burst that differs on one rank
 // still fails alone, and is named by its own key.
 std::vector<KeyedDescriptor> Burst(const Descriptor& d, int rank, std::vector<std::string> keys) {
-  auto shared = std::make_shared<const Descriptor>(WithRank(d, rank));
+  Descriptor first = WithRank(d, rank);
+  first.key = keys.front();  // as the engine shares them: the run's first op's
+  auto shared = std::make_shared<const Descriptor>(std::move(first));
   std::vector<KeyedDescriptor> out;
   for (std::string& key : keys) out.push_back({std::move(key), shared});
   return out;
@@ -1245,20 +1276,95 @@ TEST(CoordinatorTest, MessagesNameTheOpOfASharedDescriptorByItsOwnKey) {
   d.display.clear();
   const int64_t t0 = 10 * kSecond;
   for (KeyedDescriptor& k : Burst(d, 0, {"#7", "#8"})) c.Add(std::move(k), t0);
-  for (KeyedDescriptor& k : Burst(d, 0, {"#8"})) c.Add(std::move(k), t0);
+  // #8 again, this time second in its burst (whose descriptor carries #9's key).
+  for (KeyedDescriptor& k : Burst(d, 0, {"#9", "#8"})) c.Add(std::move(k), t0);
   std::vector<Response> rs = c.TakeReady(1 << 20);
   ASSERT_EQ(rs.size(), 1u);
   EXPECT_EQ(rs[0].error_message,
             "unnamed allreduce #8: rank 0 submitted it twice before it completed");
   auto report = c.CheckStalls(t0 + 5 * kSecond, 5, 0);
-  ASSERT_EQ(report.warnings.size(), 2u);
+  ASSERT_EQ(report.warnings.size(), 3u);
   EXPECT_EQ(report.warnings[1].rfind("unnamed allreduce #8 has waited 5 s for rank 1 (", 0), 0u)
       << report.warnings[1];
   report = c.CheckStalls(t0 + 6 * kSecond, 100, 6);
-  ASSERT_EQ(report.errors.size(), 2u);
+  ASSERT_EQ(report.errors.size(), 3u);
   EXPECT_EQ(report.errors[1].keys, Keys{"#8"});
   EXPECT_EQ(report.errors[1].error_message.rfind("unnamed allreduce #8 timed out after 6 s", 0), 0u)
       << report.errors[1].error_message;
+}
+
+// Rank 0's ops differ from each other while rank 1 shares one descriptor: the second op
+// is checked again (its descriptors are not those that passed), and fails alone.
+TEST(CoordinatorTest, AnOpIsCheckedAgainWhenAnyRanksDescriptorChanged) {
+  Coordinator c(2);
+  Descriptor d = Allreduce("");
+  d.display.clear();
+  Descriptor wider = d;
+  wider.shape = {5};
+  for (KeyedDescriptor& k : Burst(d, 0, {"#0"})) c.Add(std::move(k), 0);
+  for (KeyedDescriptor& k : Burst(wider, 0, {"#1"})) c.Add(std::move(k), 0);
+  for (KeyedDescriptor& k : Burst(d, 1, {"#0", "#1"})) c.Add(std::move(k), 0);
+  std::vector<Response> rs = c.TakeReady(1 << 20);
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_EQ(rs[0].keys, Keys{"#0"});
+  EXPECT_EQ(rs[0].error_code, 0) << rs[0].error_message;
+  EXPECT_EQ(rs[1].keys, Keys{"#1"});
+  EXPECT_EQ(rs[1].error_message,
+            "unnamed allreduce #1: shape differs across ranks: [5] on rank 0; [4] on rank 1");
+}
+
+// Every message about an op whose descriptor a burst shares names that op, not the burst's
+// first: different operations, a refusal, and the end of call-order matching.
+TEST(CoordinatorTest, EveryMessageAboutASharedDescriptorNamesItsOwnOp) {
+  Coordinator c(2);
+  Descriptor d = Allreduce("");
+  d.display.clear();
+  Descriptor bcast = Make(OpType::kBroadcast, "");
+  bcast.display.clear();
+  for (KeyedDescriptor& k : Burst(d, 0, {"#0", "#1"})) c.Add(std::move(k), 0);
+  for (KeyedDescriptor& k : Burst(bcast, 1, {"#0", "#1"})) c.Add(std::move(k), 0);
+  std::vector<Response> rs = c.TakeReady(1 << 20);
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_EQ(rs[1].error_message,
+            "unnamed op #1: ranks submitted different operations: allreduce on rank 0; "
+            "broadcast on rank 1");
+
+  // Rank 1 refuses a burst rank 0 submitted.
+  Descriptor refused = d;
+  refused.refused_code = static_cast<int32_t>(absl::StatusCode::kUnimplemented);
+  refused.refused_message = "not supported";
+  for (KeyedDescriptor& k : Burst(d, 0, {"#2", "#3"})) c.Add(std::move(k), 0);
+  for (KeyedDescriptor& k : Burst(refused, 1, {"#2", "#3"})) c.Add(std::move(k), 0);
+  rs = c.TakeReady(1 << 20);
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_EQ(rs[1].keys, Keys{"#3"});
+  EXPECT_EQ(rs[1].error_message,
+            "unnamed allreduce #3 failed on rank 1, which refused it: not supported");
+
+  // #5 (the second op of a burst whose first completed) times out waiting for rank 1: the
+  // next burst's #6 and #7 can no longer be matched, and neither can later ones.
+  for (KeyedDescriptor& k : Burst(d, 0, {"#4", "#5"})) c.Add(std::move(k), 0);
+  for (KeyedDescriptor& k : Burst(d, 1, {"#4"})) c.Add(std::move(k), 0);
+  ExpectOkSingle(c.TakeReady(1 << 20), "#4");
+  for (KeyedDescriptor& k : Burst(d, 0, {"#6", "#7"})) c.Add(std::move(k), 5 * kSecond);
+  auto report = c.CheckStalls(10 * kSecond, 0, 10);
+  ASSERT_EQ(report.errors.size(), 3u);
+  EXPECT_EQ(report.errors[0].error_message,
+            "unnamed allreduce #5 timed out after 10 s (WEFT_STALL_TIMEOUT_SECONDS) waiting for "
+            "rank 1");
+  EXPECT_EQ(report.errors[2].keys, Keys{"#7"});
+  EXPECT_EQ(report.errors[2].error_message.rfind(
+                "unnamed allreduce #7: unnamed ops can no longer be matched across ranks, since "
+                "unnamed allreduce #5 timed out waiting for rank 1:",
+                0),
+            0u)
+      << report.errors[2].error_message;
+  for (KeyedDescriptor& k : Burst(d, 0, {"#8", "#9"})) c.Add(std::move(k), 11 * kSecond);
+  rs = c.TakeReady(1 << 20);
+  ASSERT_EQ(rs.size(), 2u);
+  EXPECT_EQ(rs[1].keys, Keys{"#9"});
+  EXPECT_EQ(rs[1].error_message.rfind("unnamed allreduce #9: unnamed ops can no longer", 0), 0u)
+      << rs[1].error_message;
 }
 
 // ---------------------------------------------------------------------------------------

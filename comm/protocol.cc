@@ -329,7 +329,9 @@ std::vector<KeyedDescriptor> ShareRepeats(const std::vector<const Descriptor*>& 
   out.reserve(ds.size());
   const Descriptor* previous = nullptr;
   for (const Descriptor* d : ds) {
-    if (previous != nullptr && SameButKey(*d, *previous)) {
+    const bool repeat = previous != nullptr && SameButKey(*d, *previous);
+    assert(previous == nullptr || repeat == SameEncodingButKey(*d, *previous));
+    if (repeat) {
       out.push_back({d->key, out.back().desc});
     } else {
       out.push_back({d->key, std::make_shared<const Descriptor>(*d)});

@@ -124,7 +124,7 @@ std::string KeyScope(const std::vector<int32_t>& group);
 // One rank's descriptor of one op as the coordinator keeps it. A burst of like ops (every
 // field but the key the same, the wire format's repeats) shares one Descriptor, whose key
 // is the burst's first; `key` is this op's. Sharing saves a copy per op and rank, and lets
-// the coordinator validate a burst once.
+// the coordinator skip checking again ops whose descriptors it has just checked.
 struct KeyedDescriptor {
   std::string key;
   std::shared_ptr<const Descriptor> desc;
