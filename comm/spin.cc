@@ -31,11 +31,11 @@ constexpr int64_t kYieldEveryMicros = 100;
 std::atomic<bool> g_yield{true};
 thread_local int64_t t_last_yield_us = 0;
 
-// A few hundred cycles: long enough to leave an SMT sibling the core's resources, short
-// next to a poll. A PAUSE's length varies by CPU: on the development VM (AMD EPYC) one takes
-// about 26 ns, so 16 of them (410-750 ns measured) delayed the moment a waiting caller saw
-// its answer, on each hop of an op's negotiation; with four, 2 ranks' small ops take
-// about 0.5-1 us less (bench/README.md).
+// Long enough to leave an SMT sibling the core's resources, short next to a poll: a waiting
+// caller sees its answer up to one pause late, on each hop of an op's negotiation. Sized for
+// PAUSEs of 25-40 ns (AMD Zen, Intel since Skylake: about 100-160 ns for the four); on CPUs
+// with short ones (older Intel, aarch64's `yield`) it is close to a bare spin. Measured in
+// bench/README.md ("Waiting between polls").
 inline void CpuPause() {
   for (int i = 0; i < 4; ++i) {
 #if defined(__x86_64__) || defined(__i386__)
