@@ -140,7 +140,7 @@ void WriteFull(codec::Writer& w, const Descriptor& d) {
 // Compared field by field rather than as written: writing each descriptor in full to
 // compare its bytes took 8 us for a burst of 64, most of a rank's share of the negotiation
 // of a fused group. A field added to Descriptor must be added here too (and to WriteFull
-// and ReadItem); builds with assertions (Bazel's fastbuild, which the tests use) check
+// and ReadKeyed); builds with assertions (Bazel's fastbuild, which the tests use) check
 // every repeat against the bytes.
 bool SameButKey(const Descriptor& d, const Descriptor& other) {
   const auto fields = [](const Descriptor& x) {
@@ -168,6 +168,14 @@ bool SameEncodingButKey(const Descriptor& a, const Descriptor& b) {
 }
 #endif
 
+// Whether `d` is a repeat of `previous` (the descriptor before it in a batch, or null): every
+// field but the key the same.
+bool Repeats(const Descriptor& d, const Descriptor* previous) {
+  const bool repeat = previous != nullptr && SameButKey(d, *previous);
+  assert(previous == nullptr || repeat == SameEncodingButKey(d, *previous));
+  return repeat;
+}
+
 }  // namespace
 
 std::string SerializeDescriptors(const std::vector<const Descriptor*>& ds) {
@@ -179,9 +187,7 @@ std::string SerializeDescriptors(const std::vector<const Descriptor*>& ds) {
   const Descriptor* previous = nullptr;
   for (const Descriptor* dp : ds) {
     const Descriptor& d = *dp;
-    // A repeat: every field but the key is the previous descriptor's.
-    const bool repeat = previous != nullptr && SameButKey(d, *previous);
-    assert(previous == nullptr || repeat == SameEncodingButKey(d, *previous));
+    const bool repeat = Repeats(d, previous);
     previous = &d;
     if (repeat) {
       w.Put(d.rank);
@@ -196,23 +202,24 @@ std::string SerializeDescriptors(const std::vector<const Descriptor*>& ds) {
 
 namespace {
 
-// One item of a batch: a descriptor in full into *d, or, when the item is a repeat of
-// `previous` (the descriptor before it, null for the batch's first), only the repeat's key
-// into *repeat_key (*d untouched).
-Status ReadItem(codec::Reader& r, const Descriptor* previous, Descriptor* d, bool* repeat,
-                std::string* repeat_key) {
+// One item of a batch, given the item before it (null for the batch's first): a
+// descriptor in full, or a repeat of the one before, which shares its descriptor and has a
+// key of its own.
+Status ReadKeyed(codec::Reader& r, const KeyedDescriptor* previous, KeyedDescriptor* item) {
   uint8_t op, dtype, device_type;
   int32_t device_index, rank;
   WEFT_RETURN_IF_ERROR(r.Get("rank", &rank));
   WEFT_RETURN_IF_ERROR(r.Get("op", &op));
-  *repeat = op == kRepeatMarker;
-  if (*repeat) {
+  if (op == kRepeatMarker) {
     if (previous == nullptr) return InvalidArgument("a repeat of nothing (the batch's first)");
-    if (rank != previous->rank) {
-      return InvalidArgument("a repeat of rank ", previous->rank, "'s descriptor from rank ", rank);
+    if (rank != previous->desc->rank) {
+      return InvalidArgument("a repeat of rank ", previous->desc->rank, "'s descriptor from rank ",
+                             rank);
     }
-    return r.Str("key", repeat_key);
+    item->desc = previous->desc;
+    return r.Str("key", &item->key);
   }
+  auto d = std::make_shared<Descriptor>();
   d->rank = rank;
   WEFT_RETURN_IF_ERROR(r.Str("key", &d->key));
   WEFT_RETURN_IF_ERROR(r.Str("display", &d->display));
@@ -242,17 +249,8 @@ Status ReadItem(codec::Reader& r, const Descriptor* previous, Descriptor* d, boo
   d->op = static_cast<OpType>(op);
   d->dtype = static_cast<DType>(dtype);
   d->device = Device{static_cast<Device::Type>(device_type), device_index};
-  return OkStatus();
-}
-
-Status ReadDescriptor(codec::Reader& r, const Descriptor* previous, Descriptor* d) {
-  bool repeat = false;
-  std::string key;
-  WEFT_RETURN_IF_ERROR(ReadItem(r, previous, d, &repeat, &key));
-  if (repeat) {
-    *d = *previous;
-    d->key = std::move(key);
-  }
+  item->key = d->key;
+  item->desc = std::move(d);
   return OkStatus();
 }
 
@@ -298,30 +296,19 @@ StatusOr<std::vector<T>> ParseBatch(const std::string& bytes, const char* what, 
 
 }  // namespace
 
-StatusOr<std::vector<Descriptor>> ParseDescriptors(const std::string& bytes) {
-  return ParseBatch<Descriptor>(bytes, "descriptor batch", kMinItemBytes, ReadDescriptor);
-}
-
-namespace {
-
-Status ReadKeyed(codec::Reader& r, const KeyedDescriptor* previous, KeyedDescriptor* d) {
-  bool repeat = false;
-  Descriptor full;
-  WEFT_RETURN_IF_ERROR(
-      ReadItem(r, previous == nullptr ? nullptr : previous->desc.get(), &full, &repeat, &d->key));
-  if (repeat) {
-    d->desc = previous->desc;
-  } else {
-    d->key = full.key;
-    d->desc = std::make_shared<const Descriptor>(std::move(full));
-  }
-  return OkStatus();
-}
-
-}  // namespace
-
 StatusOr<std::vector<KeyedDescriptor>> ParseKeyedDescriptors(const std::string& bytes) {
   return ParseBatch<KeyedDescriptor>(bytes, "descriptor batch", kMinItemBytes, ReadKeyed);
+}
+
+StatusOr<std::vector<Descriptor>> ParseDescriptors(const std::string& bytes) {
+  WEFT_ASSIGN_OR_RETURN(std::vector<KeyedDescriptor> keyed, ParseKeyedDescriptors(bytes));
+  std::vector<Descriptor> out;
+  out.reserve(keyed.size());
+  for (KeyedDescriptor& k : keyed) {
+    out.push_back(*k.desc);
+    out.back().key = std::move(k.key);
+  }
+  return out;
 }
 
 std::vector<KeyedDescriptor> ShareRepeats(const std::vector<const Descriptor*>& ds) {
@@ -329,9 +316,7 @@ std::vector<KeyedDescriptor> ShareRepeats(const std::vector<const Descriptor*>& 
   out.reserve(ds.size());
   const Descriptor* previous = nullptr;
   for (const Descriptor* d : ds) {
-    const bool repeat = previous != nullptr && SameButKey(*d, *previous);
-    assert(previous == nullptr || repeat == SameEncodingButKey(*d, *previous));
-    if (repeat) {
+    if (Repeats(*d, previous)) {
       out.push_back({d->key, out.back().desc});
     } else {
       out.push_back({d->key, std::make_shared<const Descriptor>(*d)});

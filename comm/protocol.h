@@ -136,9 +136,10 @@ bool SameButKey(const Descriptor& d, const Descriptor& other);
 std::string SerializeDescriptors(const std::vector<Descriptor>& ds);
 // The same encoding, from descriptors held elsewhere (the engine's requests).
 std::string SerializeDescriptors(const std::vector<const Descriptor*>& ds);
-StatusOr<std::vector<Descriptor>> ParseDescriptors(const std::string& bytes);
-// The same batch, each run of repeats sharing one descriptor (KeyedDescriptor).
+// A batch as the coordinator reads it: each run of repeats sharing one descriptor.
 StatusOr<std::vector<KeyedDescriptor>> ParseKeyedDescriptors(const std::string& bytes);
+// The same batch, one Descriptor per op.
+StatusOr<std::vector<Descriptor>> ParseDescriptors(const std::string& bytes);
 // Descriptors held elsewhere (rank 0's own), consecutive ones that are SameButKey sharing one
 // copy.
 std::vector<KeyedDescriptor> ShareRepeats(const std::vector<const Descriptor*>& ds);
