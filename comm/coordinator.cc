@@ -52,10 +52,15 @@ std::string DescribeAs(const Descriptor& d, const std::string& key) {
   return Describe(keyed);
 }
 
-// by_rank is in rank order.
+// Where `rank` is or would go in `by_rank` (in rank order).
+template <typename ByRank>
+auto RankAt(ByRank& by_rank, int rank) {
+  return std::lower_bound(by_rank.begin(), by_rank.end(), rank,
+                          [](const auto& entry, int r) { return entry.first < r; });
+}
+
 bool Has(const Coordinator::ByRank& by_rank, int rank) {
-  auto at = std::lower_bound(by_rank.begin(), by_rank.end(), rank,
-                             [](const auto& entry, int r) { return entry.first < r; });
+  auto at = RankAt(by_rank, rank);
   return at != by_rank.end() && at->first == rank;
 }
 
@@ -108,8 +113,7 @@ void Coordinator::Add(KeyedDescriptor kd, int64_t now_us) {
     e.first_seen_us = now_us;
     e.by_rank.reserve(d.group.empty() ? static_cast<size_t>(size_) : d.group.size());
   }
-  auto at = std::lower_bound(e.by_rank.begin(), e.by_rank.end(), d.rank,
-                             [](const auto& entry, int rank) { return entry.first < rank; });
+  auto at = RankAt(e.by_rank, d.rank);
   if (at != e.by_rank.end() && at->first == d.rank) {
     immediate_.push_back(ErrorFor({key}, d.op, absl::StatusCode::kInvalidArgument,
                                   absl::StrCat(DescribeAs(d, key), ": rank ", d.rank,
