@@ -2,12 +2,16 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "gtest/gtest.h"
 
 namespace weft {
@@ -595,6 +599,183 @@ TEST(AddInPlaceTest, HalfSumRoundsToNearestEven) {
   AddInPlace(bdst, bsrc, DType::kBFloat16, 2);
   EXPECT_EQ(BFloat16ToFloat(bdst[0]), 256.0f);
   EXPECT_EQ(BFloat16ToFloat(bdst[1]), 260.0f);
+}
+
+// ---------------------------------------------------------------------------------------
+// 16-bit floats: the kernels convert eight elements per instruction where the CPU can
+// (VectorKernelsAvailable). Every float16 and bfloat16 value, summed with
+// a set of others and weighted, must give the bytes of the scalar conversions in
+// core/tensor.h, with the vector conversions and without.
+
+// Every 16-bit pattern once.
+std::vector<uint16_t> AllPatterns() {
+  std::vector<uint16_t> all(65536);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  return all;
+}
+
+// Second operands: zeros, the smallest and largest subnormals and normals, ones, the
+// largest finite values, infinities, quiet and signaling NaNs of both signs, and random
+// patterns.
+std::vector<uint16_t> Partners(DType dtype) {
+  std::vector<uint16_t> v;
+  if (dtype == DType::kFloat16) {
+    v = {0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x83ff, 0x0400, 0x8400, 0x3c00,
+         0xbc00, 0x3c01, 0x1000, 0x7bff, 0xfbff, 0x7bfe, 0x7c00, 0xfc00, 0x7e00,
+         0xfe00, 0x7c01, 0xfd55, 0x5800, 0xd800, 0x6800, 0x0200};
+  } else {
+    v = {0x0000, 0x8000, 0x0001, 0x8001, 0x007f, 0x0080, 0x8080, 0x3f80,
+         0xbf80, 0x3f81, 0x3b80, 0x7f7f, 0xff7f, 0x7f7e, 0x7f80, 0xff80,
+         0x7fc0, 0xffc0, 0x7f81, 0xffa5, 0x4b00, 0xcb00, 0x5f00};
+  }
+  std::mt19937 gen(11);
+  for (int i = 0; i < 200; ++i) v.push_back(static_cast<uint16_t>(gen()));
+  return v;
+}
+
+float ToFloat(DType dtype, uint16_t v) {
+  return dtype == DType::kFloat16 ? HalfToFloat(v) : BFloat16ToFloat(v);
+}
+uint16_t FromFloat(DType dtype, float f) {
+  return dtype == DType::kFloat16 ? FloatToHalf(f) : FloatToBFloat16(f);
+}
+bool IsNan(DType dtype, uint16_t v) { return std::isnan(ToFloat(dtype, v)); }
+
+// Runs `kernel` with the vector conversions on (where this CPU has them) and off; expects
+// `want(i)` from both at every element i but where `nan_only(i)`: with two NaN operands,
+// which one a sum carries (sign, and bfloat16's payload) depends on how the compiler
+// ordered the operands (it differs between the -O1 and -O2 builds), so there both must be
+// NaN.
+void ExpectBothPaths(DType dtype, const std::function<void(uint16_t* out)>& kernel,
+                     const std::function<uint16_t(size_t)>& want,
+                     const std::function<bool(size_t)>& nan_only, const std::string& what) {
+  std::vector<uint16_t> fast(65536), scalar(65536);
+  const bool was = SetVectorKernelsForTesting(true);
+  kernel(fast.data());
+  SetVectorKernelsForTesting(false);
+  kernel(scalar.data());
+  SetVectorKernelsForTesting(was);
+  int wrong = 0;
+  for (size_t i = 0; i < fast.size(); ++i) {
+    const bool ok = nan_only(i) ? IsNan(dtype, fast[i]) && IsNan(dtype, scalar[i])
+                                : fast[i] == want(i) && scalar[i] == want(i);
+    if (!ok && ++wrong <= 5) {
+      ADD_FAILURE() << what << ", element 0x" << std::hex << i << ": vector kernels 0x" << fast[i]
+                    << ", scalar 0x" << scalar[i] << ", want 0x" << want(i);
+    }
+  }
+  EXPECT_EQ(wrong, 0) << what;
+}
+
+TEST(SixteenBitFloatTest, SumsOfEveryValueMatchTheScalarConversions) {
+  std::printf("vector kernels on this CPU: %s\n", VectorKernelsAvailable() ? "yes" : "no");
+  const std::vector<uint16_t> a = AllPatterns();
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (uint16_t partner : Partners(dtype)) {
+      const std::vector<uint16_t> b(a.size(), partner);
+      auto want = [&](size_t i) {
+        return FromFloat(dtype, ToFloat(dtype, a[i]) + ToFloat(dtype, partner));
+      };
+      auto nan_only = [&](size_t i) { return IsNan(dtype, a[i]) && IsNan(dtype, partner); };
+      std::ostringstream what;
+      what << DTypeName(dtype) << " + 0x" << std::hex << partner;
+      ExpectBothPaths(
+          dtype, [&](uint16_t* out) { Add(out, a.data(), b.data(), dtype, a.size()); }, want,
+          nan_only, what.str());
+    }
+  }
+}
+
+// The conversion of the kernels' results, on floats the kernels cannot produce from 16-bit
+// inputs too (NaNs with any payload): every 251st float bit pattern (a stride prime to
+// every field boundary), and every float at a rounding tie of either format and on both
+// sides of it.
+TEST(SixteenBitFloatTest, ResultConversionMatchesTheScalarOneOnFloats) {
+  std::vector<float> floats;
+  for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 251) {
+    floats.push_back(absl::bit_cast<float>(static_cast<uint32_t>(bits)));
+  }
+  for (uint32_t dropped : {13u, 16u}) {  // float16 keeps 10 of float's 23 mantissa bits,
+                                         // bfloat16 7
+    for (uint64_t kept = 0; kept < (uint64_t{1} << (32 - dropped)); ++kept) {
+      const uint32_t tie = static_cast<uint32_t>(kept << dropped) | (1u << (dropped - 1));
+      for (uint32_t bits : {tie - 1, tie, tie + 1}) floats.push_back(absl::bit_cast<float>(bits));
+    }
+  }
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    std::vector<uint16_t> fast(floats.size()), scalar(floats.size());
+    const bool was = SetVectorKernelsForTesting(true);
+    FromFloatsForTesting(dtype, floats.data(), fast.data(), floats.size());
+    SetVectorKernelsForTesting(false);
+    FromFloatsForTesting(dtype, floats.data(), scalar.data(), floats.size());
+    SetVectorKernelsForTesting(was);
+    int wrong = 0;
+    for (size_t i = 0; i < floats.size(); ++i) {
+      const uint16_t want = FromFloat(dtype, floats[i]);
+      if ((fast[i] != want || scalar[i] != want) && ++wrong <= 5) {
+        ADD_FAILURE() << "float 0x" << std::hex << absl::bit_cast<uint32_t>(floats[i])
+                      << ": vector 0x" << fast[i] << ", scalar 0x" << scalar[i] << ", want 0x"
+                      << want;
+      }
+    }
+    EXPECT_EQ(wrong, 0);
+  }
+}
+
+TEST(SixteenBitFloatTest, WeightedSumsOfEveryValueMatchTheScalarConversions) {
+  const std::vector<uint16_t> a = AllPatterns();
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    // Rounding lands everywhere between representable values, and past the largest.
+    for (double w : {0.5, 0.1, 3.0, -1.7, 1e-4, 1.0 / 3, 65504.0, 1e30}) {
+      std::ostringstream what;
+      what << DTypeName(dtype) << " * " << w;
+      auto want = [&](size_t i) {
+        return FromFloat(dtype, static_cast<float>(w) * ToFloat(dtype, a[i]));
+      };
+      ExpectBothPaths(
+          dtype,
+          [&](uint16_t* out) {
+            std::copy(a.begin(), a.end(), out);  // Scale is in place
+            Scale(out, dtype, a.size(), w);
+          },
+          want, [](size_t) { return false; }, what.str() + " (Scale)");
+      // Out of place with a second term, and the uniform average of two.
+      const std::vector<uint16_t> b(a.rbegin(), a.rend());
+      auto want2 = [&](size_t i) {
+        float acc = static_cast<float>(w) * ToFloat(dtype, a[i]);
+        acc += static_cast<float>(0.25) * ToFloat(dtype, b[i]);
+        return FromFloat(dtype, acc);
+      };
+      auto both_nan = [&](size_t i) { return IsNan(dtype, a[i]) && IsNan(dtype, b[i]); };
+      ExpectBothPaths(
+          dtype,
+          [&](uint16_t* out) {
+            WeightedSum(out, dtype, a.size(), {{a.data(), w}, {b.data(), 0.25}});
+          },
+          want2, both_nan, what.str() + " + b * 0.25");
+    }
+    // The average of three: summed, then divided by 3 (multiplying by a rounded 1/3 would
+    // differ in the last bit for some values).
+    const std::vector<uint16_t> b(a.rbegin(), a.rend());
+    std::vector<uint16_t> c(a.size());
+    for (size_t i = 0; i < c.size(); ++i) c[i] = a[(i * 7919) % a.size()];
+    auto want_avg = [&](size_t i) {
+      float sum = ToFloat(dtype, a[i]) + ToFloat(dtype, b[i]);
+      sum += ToFloat(dtype, c[i]);
+      return FromFloat(dtype, sum / 3.0f);
+    };
+    auto any_two_nan = [&](size_t i) {
+      return IsNan(dtype, a[i]) + IsNan(dtype, b[i]) + IsNan(dtype, c[i]) >= 2;
+    };
+    ExpectBothPaths(
+        dtype,
+        [&](uint16_t* out) {
+          WeightedSum(out, dtype, a.size(),
+                      {{a.data(), 1.0 / 3}, {b.data(), 1.0 / 3}, {c.data(), 1.0 / 3}});
+        },
+        want_avg, any_two_nan, std::string(DTypeName(dtype)) + " average of three");
+  }
 }
 
 // Tensors need not start on a multiple of their element size (DLPack's byte_offset, NumPy
