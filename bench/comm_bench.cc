@@ -48,9 +48,10 @@ struct Options {
   std::string weft_version = "unknown";
 };
 
-const char* const kAllOps[] = {"allreduce", "allreduce_inplace",  "broadcast",
-                               "allgather", "neighbor_allreduce", "neighbor_allreduce_onepeer",
-                               "fused"};
+const char* const kAllOps[] = {
+    "allreduce", "allreduce_inplace", "allreduce_float16",  "allreduce_bfloat16",
+    "broadcast", "allgather",         "neighbor_allreduce", "neighbor_allreduce_onepeer",
+    "fused"};
 // Run only when named: it needs several machines of several ranks each.
 const char* const kNamedOnlyOps[] = {"hierarchical_neighbor_allreduce"};
 
@@ -84,7 +85,9 @@ Options ParseArgs(int argc, char** argv) {
   weft::cli::FlagSet flags(
       "comm_bench",
       "Times weft's ops against the same operations written with MPI, in one run "
-      "(bench/README.md).\nops: allreduce, allreduce_inplace, broadcast, allgather, "
+      "(bench/README.md).\nops: allreduce, allreduce_inplace, allreduce_float16 and "
+      "allreduce_bfloat16 (out of place; raw MPI, which has no such types: float32 of the same "
+      "bytes), broadcast, allgather, "
       "neighbor_allreduce (static exponential graph), neighbor_allreduce_onepeer (dynamic "
       "one-peer schedule), fused (64 x 4 KiB allreduce); default: all of these; and, when named, "
       "hierarchical_neighbor_allreduce (several machines of several ranks)");
@@ -346,6 +349,68 @@ void BenchAllreduce(Buffers& b, bool in_place) {
     c.poison = [=] { std::fill(out, out + count, in_place ? g_rank + 1 : kPoison); };
     c.check = [=](const std::string& what) {
       Verify(what, out, CheckIndices(count), [&](size_t) { return n * (n + 1) / 2; });
+    };
+    RunCase(c);
+  }
+}
+
+// A 16-bit float dtype, which MPI has no type for: weft sums it in float with an MPI op of
+// its own, and the raw side is what MPI offers nearest to it, MPI_Allreduce of float32 over
+// the same bytes (half as many elements): the same traffic, summed by MPI_SUM.
+void BenchAllreduce16(Buffers& b, weft::DType dtype) {
+  const bool half = dtype == weft::DType::kFloat16;
+  PrintTableHeader(half ? "allreduce_float16: sum, float16, out of place; raw MPI: float32 of "
+                          "the same bytes; elements: float16; busbw = algbw * 2(n-1)/n"
+                        : "allreduce_bfloat16: sum, bfloat16, out of place; raw MPI: float32 "
+                          "of the same bytes; elements: bfloat16; busbw = algbw * 2(n-1)/n");
+  auto to16 = [half](float v) { return half ? weft::FloatToHalf(v) : weft::FloatToBFloat16(v); };
+  auto from16 = [half](uint16_t v) {
+    return half ? weft::HalfToFloat(v) : weft::BFloat16ToFloat(v);
+  };
+  const size_t max_count = b.in.size() * 2;
+  weft::AlignedVector<uint16_t> in16(max_count, to16(static_cast<float>(g_rank + 1)));
+  weft::AlignedVector<uint16_t> out16(max_count, 0);
+  const double n = g_size;
+  for (size_t bytes : Sizes()) {
+    const size_t count = bytes / 2;
+    const size_t count32 = bytes / 4;
+    uint16_t* in = in16.data();
+    uint16_t* out = out16.data();
+    float* raw_in = b.in.data();
+    float* raw_out = b.out.data();
+    Case c;
+    c.op = half ? "allreduce_float16" : "allreduce_bfloat16";
+    c.bytes = count * 2;
+    c.elements = count;
+    c.bus_factor = 2.0 * (n - 1) / n;
+    c.weft = [=] {
+      const std::vector<int64_t> shape = {static_cast<int64_t>(count)};
+      Check(weft::allreduce(weft::TensorView(in, dtype, shape), weft::TensorView(out, dtype, shape),
+                            false),
+            "weft::allreduce");
+    };
+    c.raw = [=] {
+      CheckMpi(MPI_Allreduce(raw_in, raw_out, static_cast<int>(count32), MPI_FLOAT, MPI_SUM,
+                             MPI_COMM_WORLD),
+               "MPI_Allreduce");
+    };
+    c.poison = [=] {
+      std::fill(out, out + count, to16(kPoison));
+      std::fill(raw_out, raw_out + count32, kPoison);
+    };
+    // Sums of whole numbers up to 36 (8 ranks) are exact in both formats.
+    c.check = [=](const std::string& what) {
+      const double want = n * (n + 1) / 2;
+      if (what.rfind("weft", 0) == 0) {
+        for (size_t i : CheckIndices(count)) {
+          if (from16(out[i]) != want) {
+            Die("wrong result: " + what + ": element " + std::to_string(i) + " is " +
+                std::to_string(from16(out[i])) + ", expected " + std::to_string(want));
+          }
+        }
+      } else if (count32 > 0) {
+        Verify(what, raw_out, CheckIndices(count32), [&](size_t) { return want; });
+      }
     };
     RunCase(c);
   }
@@ -848,8 +913,10 @@ int main(int argc, char** argv) {
     std::printf("# weft: %s\n", g_opt.weft_version.c_str());
     std::printf("# MPI: %s (MPI %d.%d, %s)\n", MpiLibraryFirstLine().c_str(), mpi_major,
                 mpi_minor, ThreadLevel(provided));
-    std::printf("# sizes: %lld .. %lld bytes, doubling; float32\n",
-                static_cast<long long>(g_opt.min_bytes), static_cast<long long>(g_opt.max_bytes));
+    std::printf(
+        "# sizes: %lld .. %lld bytes, doubling; float32 (but allreduce_float16 and "
+        "allreduce_bfloat16)\n",
+        static_cast<long long>(g_opt.min_bytes), static_cast<long long>(g_opt.max_bytes));
     if (g_opt.iters > 0) {
       std::printf("# iterations: %d per size\n", g_opt.iters);
     } else {
@@ -879,6 +946,8 @@ int main(int argc, char** argv) {
 
   if (Wants("allreduce")) BenchAllreduce(b, /*in_place=*/false);
   if (Wants("allreduce_inplace")) BenchAllreduce(b, /*in_place=*/true);
+  if (Wants("allreduce_float16")) BenchAllreduce16(b, weft::DType::kFloat16);
+  if (Wants("allreduce_bfloat16")) BenchAllreduce16(b, weft::DType::kBFloat16);
   if (Wants("broadcast")) BenchBroadcast(b);
   if (Wants("allgather")) BenchAllgather(b);
   if (Wants("neighbor_allreduce")) BenchNeighborStatic(b);
