@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "comm/rounded_division.h"
@@ -98,7 +99,20 @@ struct Elem<BFloat> {
   static void Store(void* p, size_t i, Acc v) { StoreRaw<uint16_t>(p, i, FloatToBFloat16(v)); }
 };
 
-// Whether this CPU can run the 16-bit float kernels below eight elements at a time.
+// Whether dividing by `d` is multiplying by `*inv`, bit for bit: true when d is a power of
+// two (2, 4, 8 ranks or terms) whose reciprocal is a normal number. Both operations then
+// round the same exact value once, as IEEE arithmetic does, so they agree on every input
+// (subnormal results, infinities and NaN included); a multiplication takes a fraction of a
+// division's time, and averages divide every element.
+template <typename Acc>
+bool ExactReciprocal(Acc d, Acc* inv) {
+  int exponent = 0;
+  if (!(d > 0) || !std::isfinite(d) || std::frexp(d, &exponent) != Acc(0.5)) return false;
+  *inv = Acc(1) / d;
+  return *inv >= std::numeric_limits<Acc>::min();
+}
+
+// Whether this CPU can run the kernels of the float dtypes eight elements at a time.
 bool CpuHasVectorKernels() {
 #ifdef WEFT_X86_KERNELS
   __builtin_cpu_init();  // this may run before the constructors that would otherwise call it
@@ -111,19 +125,22 @@ bool CpuHasVectorKernels() {
 std::atomic<bool> g_vector_kernels{CpuHasVectorKernels()};
 
 #ifdef WEFT_X86_KERNELS
-// 16-bit floats eight at a time. Element by element, float16's conversions (branches for
-// subnormals, infinities and NaN) do not vectorize: a 2-rank allreduce of 4 MiB of float16
-// took 11-15x as long as one of 4 MiB of float32. Where the CPU has AVX2 and F16C (checked
-// at run time; these functions are compiled for them whatever the build targets), the
-// kernels convert with the instructions made for it and do the same float arithmetic in
-// the same order as the element loops, whose results they give bit for bit, NaN included
-// (reduce_test checks every float16 and bfloat16 value against the scalar conversions of
-// core/tensor.h). One exception, which the element loops have between builds too: when
-// both operands of a sum are NaN, which one the result carries is the compiler's choice.
-// Unaligned loads and stores throughout.
+// The dtypes that accumulate in float (float32, float16, bfloat16), eight at a time. Element
+// by element, float16's conversions (branches for subnormals, infinities and NaN) do not
+// vectorize: a 2-rank allreduce of 4 MiB of float16 took 11-15x as long as one of 4 MiB of
+// float32; and the build targets plain x86-64, whose vectors hold four floats. Where the
+// CPU has AVX2 and F16C (checked at run time; these functions are compiled for them
+// whatever the build targets), the kernels convert with the instructions made for it and
+// do the same float arithmetic in the same order as the element loops (no fused
+// multiply-add), whose results they give bit for bit, NaN included (reduce_test checks
+// every float16 and bfloat16 value against the scalar conversions of core/tensor.h, and
+// float32 on random bit patterns). One exception, which the element loops have between
+// builds too: when both operands of a sum are NaN, which one the result carries is the
+// compiler's choice. Unaligned loads and stores throughout.
 #define WEFT_AVX2_F16C __attribute__((target("avx2,f16c")))
 
 struct HalfLanes {
+  static constexpr size_t kBytes = 2;
   WEFT_AVX2_F16C static __m256 Load(const char* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
@@ -140,6 +157,7 @@ struct HalfLanes {
 };
 
 struct BFloatLanes {
+  static constexpr size_t kBytes = 2;
   WEFT_AVX2_F16C static __m256 Load(const char* p) {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
@@ -160,8 +178,22 @@ struct BFloatLanes {
   }
 };
 
+struct FloatLanes {
+  static constexpr size_t kBytes = 4;  // per element
+  WEFT_AVX2_F16C static __m256 Load(const char* p) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  }
+  WEFT_AVX2_F16C static void Store(char* p, __m256 f) {
+    _mm256_storeu_ps(reinterpret_cast<float*>(p), f);
+  }
+};
+
 template <typename T>
 struct LanesOf;
+template <>
+struct LanesOf<float> {
+  using type = FloatLanes;
+};
 template <>
 struct LanesOf<Half> {
   using type = HalfLanes;
@@ -180,7 +212,8 @@ WEFT_AVX2_F16C void AddLanes(void* out, const void* a, const void* b, size_t cou
   char* po = static_cast<char*>(out);
   size_t i = 0;
   for (; i + 8 <= count; i += 8) {
-    L::Store(po + 2 * i, _mm256_add_ps(L::Load(pa + 2 * i), L::Load(pb + 2 * i)));
+    L::Store(po + L::kBytes * i,
+             _mm256_add_ps(L::Load(pa + L::kBytes * i), L::Load(pb + L::kBytes * i)));
   }
   for (; i < count; ++i) Elem<T>::Store(out, i, Elem<T>::Load(a, i) + Elem<T>::Load(b, i));
 }
@@ -194,38 +227,47 @@ WEFT_AVX2_F16C void WeightedSumLanes(void* out, size_t count,
   alignas(32) float acc[kBlock];
   const bool average = divisor > 0;
   const float d = static_cast<float>(divisor);
+  float inv = 0;
+  const bool multiply = average && ExactReciprocal(d, &inv);
   for (size_t base = 0; base < count; base += kBlock) {
     const size_t n = std::min(kBlock, count - base);
     const size_t whole = n - n % 8;
     const float w0 = average ? 1.0f : static_cast<float>(terms[0].weight);
-    const char* src = static_cast<const char*>(terms[0].data) + 2 * base;
+    const char* src = static_cast<const char*>(terms[0].data) + L::kBytes * base;
     for (size_t i = 0; i < whole; i += 8) {
-      _mm256_store_ps(acc + i, _mm256_mul_ps(_mm256_set1_ps(w0), L::Load(src + 2 * i)));
+      _mm256_store_ps(acc + i, _mm256_mul_ps(_mm256_set1_ps(w0), L::Load(src + L::kBytes * i)));
     }
     for (size_t i = whole; i < n; ++i) acc[i] = w0 * Elem<T>::Load(src, i);
     for (size_t k = 1; k < terms.size(); ++k) {
-      src = static_cast<const char*>(terms[k].data) + 2 * base;
+      src = static_cast<const char*>(terms[k].data) + L::kBytes * base;
       if (average) {
         for (size_t i = 0; i < whole; i += 8) {
-          _mm256_store_ps(acc + i, _mm256_add_ps(_mm256_load_ps(acc + i), L::Load(src + 2 * i)));
+          _mm256_store_ps(acc + i,
+                          _mm256_add_ps(_mm256_load_ps(acc + i), L::Load(src + L::kBytes * i)));
         }
         for (size_t i = whole; i < n; ++i) acc[i] += Elem<T>::Load(src, i);
       } else {
         const float w = static_cast<float>(terms[k].weight);
         for (size_t i = 0; i < whole; i += 8) {
-          const __m256 x = _mm256_mul_ps(_mm256_set1_ps(w), L::Load(src + 2 * i));
+          const __m256 x = _mm256_mul_ps(_mm256_set1_ps(w), L::Load(src + L::kBytes * i));
           _mm256_store_ps(acc + i, _mm256_add_ps(_mm256_load_ps(acc + i), x));
         }
         for (size_t i = whole; i < n; ++i) acc[i] += w * Elem<T>::Load(src, i);
       }
     }
-    char* dst = static_cast<char*>(out) + 2 * base;
+    char* dst = static_cast<char*>(out) + L::kBytes * base;
     for (size_t i = 0; i < whole; i += 8) {
       __m256 v = _mm256_load_ps(acc + i);
-      if (average) v = _mm256_div_ps(v, _mm256_set1_ps(d));
-      L::Store(dst + 2 * i, v);
+      if (multiply) {
+        v = _mm256_mul_ps(v, _mm256_set1_ps(inv));
+      } else if (average) {
+        v = _mm256_div_ps(v, _mm256_set1_ps(d));
+      }
+      L::Store(dst + L::kBytes * i, v);
     }
-    for (size_t i = whole; i < n; ++i) Elem<T>::Store(dst, i, average ? acc[i] / d : acc[i]);
+    for (size_t i = whole; i < n; ++i) {
+      Elem<T>::Store(dst, i, multiply ? acc[i] * inv : average ? acc[i] / d : acc[i]);
+    }
   }
 }
 
@@ -234,19 +276,22 @@ WEFT_AVX2_F16C void FromFloatsLanes(const float* src, void* dst, size_t count) {
   using L = typename LanesOf<T>::type;
   char* p = static_cast<char*>(dst);
   size_t i = 0;
-  for (; i + 8 <= count; i += 8) L::Store(p + 2 * i, _mm256_loadu_ps(src + i));
+  for (; i + 8 <= count; i += 8) L::Store(p + L::kBytes * i, _mm256_loadu_ps(src + i));
   for (; i < count; ++i) Elem<T>::Store(dst, i, src[i]);
 }
 #endif  // WEFT_X86_KERNELS
 
 template <typename T>
 constexpr bool kSixteenBitFloat = std::is_same<T, Half>::value || std::is_same<T, BFloat>::value;
+// The dtypes with eight-at-a-time kernels: those that accumulate in float.
+template <typename T>
+constexpr bool kHasLanes = kSixteenBitFloat<T> || std::is_same<T, float>::value;
 
-// Whether the kernels for T run eight elements at a time.
+// Whether the kernels for T run eight elements at a time now.
 template <typename T>
 bool UseLanes() {
 #ifdef WEFT_X86_KERNELS
-  return kSixteenBitFloat<T> && g_vector_kernels.load(std::memory_order_relaxed);
+  return kHasLanes<T> && g_vector_kernels.load(std::memory_order_relaxed);
 #else
   return false;
 #endif
@@ -267,6 +312,8 @@ void WeightedSumImpl(void* out, size_t count, const std::vector<WeightedTerm>& t
   Acc acc[kBlock];
   const bool average = divisor > 0;
   const Acc d = static_cast<Acc>(divisor);
+  Acc inv = 0;
+  const bool multiply = average && ExactReciprocal(d, &inv);
   for (size_t base = 0; base < count; base += kBlock) {
     const size_t n = std::min(kBlock, count - base);
     const Acc w0 = average ? Acc(1) : static_cast<Acc>(terms[0].weight);
@@ -280,7 +327,9 @@ void WeightedSumImpl(void* out, size_t count, const std::vector<WeightedTerm>& t
         for (size_t i = 0; i < n; ++i) acc[i] += w * Elem<T>::Load(src, base + i);
       }
     }
-    if (average) {
+    if (multiply) {
+      for (size_t i = 0; i < n; ++i) acc[i] *= inv;
+    } else if (average) {
       for (size_t i = 0; i < n; ++i) acc[i] /= d;
     }
     for (size_t i = 0; i < n; ++i) Elem<T>::Store(out, base + i, acc[i]);
@@ -333,7 +382,7 @@ struct WeightedSumOp {
   static void Run(void* out, size_t count, const std::vector<WeightedTerm>& terms,
                   double divisor) {
 #ifdef WEFT_X86_KERNELS
-    if constexpr (kSixteenBitFloat<T>) {
+    if constexpr (kHasLanes<T>) {
       if (UseLanes<T>() && !terms.empty()) return WeightedSumLanes<T>(out, count, terms, divisor);
     }
 #endif
@@ -345,7 +394,7 @@ template <typename T>
 struct AddOp {
   static void Run(void* out, const void* a, const void* b, size_t count) {
 #ifdef WEFT_X86_KERNELS
-    if constexpr (kSixteenBitFloat<T>) {
+    if constexpr (kHasLanes<T>) {
       if (UseLanes<T>()) return AddLanes<T>(out, a, b, count);
     }
 #endif

@@ -44,14 +44,15 @@ void Add(void* out, const void* a, const void* b, DType dtype, size_t count);
 // dst[i] += src[i] (Add in place; also the MPI reduction for 16-bit floats).
 void AddInPlace(void* dst, const void* src, DType dtype, size_t count);
 
-// Whether this CPU runs the 16-bit float kernels' conversions eight elements at a time
-// (x86-64 with AVX2 and F16C); otherwise one at a time. The results are the same bytes.
+// Whether this CPU runs the kernels of float32, float16 and bfloat16 eight elements at a
+// time (x86-64 with AVX2 and F16C); otherwise as the build targets (16-bit conversions one
+// element at a time). The results are the same bytes either way.
 bool VectorKernelsAvailable();
 // Tests only: float to float16 or bfloat16 (other dtypes: nothing), as the kernels convert
 // their results. Kernel inputs are 16-bit values, so their NaNs never reach it with every
 // payload bit a float can have; the tests give it those directly.
 void FromFloatsForTesting(DType dtype, const float* src, void* dst, size_t count);
-// Tests only: turns the vector conversions off (or back on, where the CPU has them) for
+// Tests only: turns the eight-at-a-time kernels off (or back on, where the CPU has them) for
 // the whole process; returns whether they were on.
 bool SetVectorKernelsForTesting(bool enabled);
 

@@ -1,5 +1,6 @@
 #include "comm/reduce.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -776,6 +777,158 @@ TEST(SixteenBitFloatTest, WeightedSumsOfEveryValueMatchTheScalarConversions) {
         },
         want_avg, any_two_nan, std::string(DTypeName(dtype)) + " average of three");
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// float32 runs eight at a time too (the build itself targets plain x86-64, four). Random bit
+// patterns (every class: subnormals, infinities, NaNs) and the edges, through every kernel,
+// with the vector path on and off, against the arithmetic written out here.
+
+std::vector<float> FloatSamples(size_t count, uint32_t seed) {
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            std::numeric_limits<float>::denorm_min(),
+                            -std::numeric_limits<float>::denorm_min(),
+                            std::numeric_limits<float>::min(),
+                            1.5f * std::numeric_limits<float>::min(),
+                            std::numeric_limits<float>::max(),
+                            -std::numeric_limits<float>::max(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            1.0f,
+                            -1.0f,
+                            1.0f / 3,
+                            3.0f};
+  std::vector<float> v(specials, specials + sizeof(specials) / sizeof(float));
+  std::mt19937 gen(seed);
+  while (v.size() < count) v.push_back(absl::bit_cast<float>(static_cast<uint32_t>(gen())));
+  std::shuffle(v.begin(), v.end(), gen);
+  return v;
+}
+
+uint32_t Bits(float f) { return absl::bit_cast<uint32_t>(f); }
+
+// As ExpectBothPaths, for float32 results.
+void ExpectBothFloatPaths(const std::function<void(float* out)>& kernel,
+                          const std::function<float(size_t)>& want,
+                          const std::function<bool(size_t)>& nan_only, size_t count,
+                          const std::string& what) {
+  std::vector<float> fast(count), scalar(count);
+  const bool was = SetVectorKernelsForTesting(true);
+  kernel(fast.data());
+  SetVectorKernelsForTesting(false);
+  kernel(scalar.data());
+  SetVectorKernelsForTesting(was);
+  int wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const bool ok = nan_only(i)
+                        ? std::isnan(fast[i]) && std::isnan(scalar[i])
+                        : Bits(fast[i]) == Bits(want(i)) && Bits(scalar[i]) == Bits(want(i));
+    if (!ok && ++wrong <= 5) {
+      ADD_FAILURE() << what << ", element " << i << ": vector kernels " << fast[i] << " (0x"
+                    << std::hex << Bits(fast[i]) << "), scalar 0x" << Bits(scalar[i]) << ", want 0x"
+                    << Bits(want(i)) << std::dec;
+    }
+  }
+  EXPECT_EQ(wrong, 0) << what;
+}
+
+TEST(FloatKernelsTest, EveryKernelMatchesTheArithmeticOnBothPaths) {
+  const size_t count = 20011;  // blocks of 2048 and a tail
+  const std::vector<float> a = FloatSamples(count, 1), b = FloatSamples(count, 2),
+                           c = FloatSamples(count, 3), e = FloatSamples(count, 4);
+  auto nans = [&](size_t i, std::initializer_list<const std::vector<float>*> xs) {
+    int n = 0;
+    for (const auto* x : xs) n += std::isnan((*x)[i]);
+    return n >= 2;
+  };
+  ExpectBothFloatPaths([&](float* out) { Add(out, a.data(), b.data(), DType::kFloat32, count); },
+                       [&](size_t i) { return a[i] + b[i]; },
+                       [&](size_t i) {
+                         return nans(i, {&a, &b});
+                       },
+                       count, "Add");
+  ExpectBothFloatPaths(
+      [&](float* out) {
+        WeightedSum(out, DType::kFloat32, count, {{a.data(), 0.3}, {b.data(), -1.7}});
+      },
+      [&](size_t i) {
+        float acc = 0.3f * a[i];
+        acc += -1.7f * b[i];
+        return acc;
+      },
+      [&](size_t i) {
+        return nans(i, {&a, &b});
+      },
+      count, "weighted");
+  // Averages of 2, 3 and 4 terms: summed, then divided (by 2 and 4 through the exact
+  // reciprocal, by 3 through a division).
+  const std::vector<const std::vector<float>*> xs = {&a, &b, &c, &e};
+  for (size_t k = 2; k <= 4; ++k) {
+    ExpectBothFloatPaths(
+        [&](float* out) {
+          std::vector<WeightedTerm> terms;
+          for (size_t j = 0; j < k; ++j) terms.push_back({xs[j]->data(), 1.0 / k});
+          WeightedSum(out, DType::kFloat32, count, terms);
+        },
+        [&](size_t i) {
+          float sum = (*xs[0])[i];
+          for (size_t j = 1; j < k; ++j) sum += (*xs[j])[i];
+          return sum / static_cast<float>(k);
+        },
+        [&](size_t i) {
+          int n = 0;
+          for (size_t j = 0; j < k; ++j) n += std::isnan((*xs[j])[i]);
+          return n >= 2;
+        },
+        count, "average of " + std::to_string(k));
+  }
+  for (double d : {1.0, 2.0, 3.0, 4.0, 8.0, 0.5, 1048576.0, 7.0}) {
+    ExpectBothFloatPaths(
+        [&](float* out) {
+          std::copy(a.begin(), a.end(), out);
+          Divide(out, DType::kFloat32, count, d);
+        },
+        [&](size_t i) { return a[i] / static_cast<float>(d); }, [](size_t) { return false; }, count,
+        "Divide by " + std::to_string(d));
+  }
+}
+
+// Dividing by a power of two is a multiplication by its reciprocal, which must give the
+// division's bits: subnormal and rounded results in particular.
+TEST(DivideTest, PowersOfTwoGiveTheDivisionsBitsFloat64AndIntegers) {
+  std::vector<double> x = {1.0,
+                           -3.0,
+                           std::numeric_limits<double>::denorm_min(),
+                           3 * std::numeric_limits<double>::denorm_min(),
+                           std::numeric_limits<double>::min(),
+                           1.5 * std::numeric_limits<double>::min(),
+                           std::numeric_limits<double>::max(),
+                           std::numeric_limits<double>::infinity(),
+                           0.1};
+  std::mt19937_64 gen(9);
+  for (int i = 0; i < 5000; ++i) x.push_back(absl::bit_cast<double>(gen()));
+  for (double d : {2.0, 4.0, 1024.0, 0.25}) {
+    std::vector<double> out = x;
+    Divide(out.data(), DType::kFloat64, out.size(), d);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double want = x[i] / d;
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(out[i])) << i;
+      } else {
+        EXPECT_EQ(absl::bit_cast<uint64_t>(out[i]), absl::bit_cast<uint64_t>(want))
+            << x[i] << " / " << d;
+      }
+    }
+  }
+  // Integers round to nearest, halves away from zero, as a division would.
+  Buffer ints(DType::kInt32, {5, -5, 7, -7, 6, 2147483647, -2147483647});
+  Divide(ints.data(), DType::kInt32, ints.size(), 2);
+  EXPECT_EQ(ints.Values(), (std::vector<double>{3, -3, 4, -4, 3, 1073741824, -1073741824}));
+  Buffer fours(DType::kInt64, {6, -6, 10, 2});
+  Divide(fours.data(), DType::kInt64, fours.size(), 4);
+  EXPECT_EQ(fours.Values(), (std::vector<double>{2, -2, 3, 1}));  // 1.5 -> 2, 2.5 -> 3
 }
 
 // Tensors need not start on a multiple of their element size (DLPack's byte_offset, NumPy
