@@ -112,6 +112,21 @@ bool ExactReciprocal(Acc d, Acc* inv) {
   return *inv >= std::numeric_limits<Acc>::min();
 }
 
+// How a weighted sum ends: with divisor > 0 it is an average, whose sum is divided by the
+// divisor, or multiplied by its reciprocal where that is exact.
+template <typename Acc>
+struct Ending {
+  explicit Ending(double divisor) : average(divisor > 0), d(static_cast<Acc>(divisor)) {
+    multiply = average && ExactReciprocal(d, &inv);
+  }
+  Acc Apply(Acc v) const { return multiply ? v * inv : average ? v / d : v; }
+
+  bool average;
+  Acc d;
+  Acc inv = 0;
+  bool multiply = false;
+};
+
 // Whether this CPU can run the kernels of the float dtypes eight elements at a time.
 bool CpuHasVectorKernels() {
 #ifdef WEFT_X86_KERNELS
@@ -225,10 +240,8 @@ WEFT_AVX2_F16C void WeightedSumLanes(void* out, size_t count,
   using L = typename LanesOf<T>::type;
   constexpr size_t kBlock = 2048;
   alignas(32) float acc[kBlock];
-  const bool average = divisor > 0;
-  const float d = static_cast<float>(divisor);
-  float inv = 0;
-  const bool multiply = average && ExactReciprocal(d, &inv);
+  const Ending<float> end(divisor);
+  const bool average = end.average;
   for (size_t base = 0; base < count; base += kBlock) {
     const size_t n = std::min(kBlock, count - base);
     const size_t whole = n - n % 8;
@@ -258,16 +271,14 @@ WEFT_AVX2_F16C void WeightedSumLanes(void* out, size_t count,
     char* dst = static_cast<char*>(out) + L::kBytes * base;
     for (size_t i = 0; i < whole; i += 8) {
       __m256 v = _mm256_load_ps(acc + i);
-      if (multiply) {
-        v = _mm256_mul_ps(v, _mm256_set1_ps(inv));
+      if (end.multiply) {
+        v = _mm256_mul_ps(v, _mm256_set1_ps(end.inv));
       } else if (average) {
-        v = _mm256_div_ps(v, _mm256_set1_ps(d));
+        v = _mm256_div_ps(v, _mm256_set1_ps(end.d));
       }
       L::Store(dst + L::kBytes * i, v);
     }
-    for (size_t i = whole; i < n; ++i) {
-      Elem<T>::Store(dst, i, multiply ? acc[i] * inv : average ? acc[i] / d : acc[i]);
-    }
+    for (size_t i = whole; i < n; ++i) Elem<T>::Store(dst, i, end.Apply(acc[i]));
   }
 }
 
@@ -310,10 +321,8 @@ void WeightedSumImpl(void* out, size_t count, const std::vector<WeightedTerm>& t
   // Blocked so the accumulator stays in cache and each term streams once.
   constexpr size_t kBlock = 2048;
   Acc acc[kBlock];
-  const bool average = divisor > 0;
-  const Acc d = static_cast<Acc>(divisor);
-  Acc inv = 0;
-  const bool multiply = average && ExactReciprocal(d, &inv);
+  const Ending<Acc> end(divisor);
+  const bool average = end.average;
   for (size_t base = 0; base < count; base += kBlock) {
     const size_t n = std::min(kBlock, count - base);
     const Acc w0 = average ? Acc(1) : static_cast<Acc>(terms[0].weight);
@@ -327,10 +336,10 @@ void WeightedSumImpl(void* out, size_t count, const std::vector<WeightedTerm>& t
         for (size_t i = 0; i < n; ++i) acc[i] += w * Elem<T>::Load(src, base + i);
       }
     }
-    if (multiply) {
-      for (size_t i = 0; i < n; ++i) acc[i] *= inv;
+    if (end.multiply) {
+      for (size_t i = 0; i < n; ++i) acc[i] *= end.inv;
     } else if (average) {
-      for (size_t i = 0; i < n; ++i) acc[i] /= d;
+      for (size_t i = 0; i < n; ++i) acc[i] /= end.d;
     }
     for (size_t i = 0; i < n; ++i) Elem<T>::Store(out, base + i, acc[i]);
   }

@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/casts.h"
@@ -647,15 +648,24 @@ bool IsNan(DType dtype, uint16_t v) { return std::isnan(ToFloat(dtype, v)); }
 // which one a sum carries (sign, and bfloat16's payload) depends on how the compiler
 // ordered the operands (it differs between the -O1 and -O2 builds), so there both must be
 // NaN.
-void ExpectBothPaths(DType dtype, const std::function<void(uint16_t* out)>& kernel,
-                     const std::function<uint16_t(size_t)>& want,
-                     const std::function<bool(size_t)>& nan_only, const std::string& what) {
-  std::vector<uint16_t> fast(65536), scalar(65536);
+// Runs `kernel` on `count` elements with the eight-at-a-time kernels on (where this CPU has
+// them), then off: the two outputs.
+template <typename V>
+std::pair<std::vector<V>, std::vector<V>> RunBothPaths(const std::function<void(V* out)>& kernel,
+                                                       size_t count) {
+  std::vector<V> fast(count), scalar(count);
   const bool was = SetVectorKernelsForTesting(true);
   kernel(fast.data());
   SetVectorKernelsForTesting(false);
   kernel(scalar.data());
   SetVectorKernelsForTesting(was);
+  return {std::move(fast), std::move(scalar)};
+}
+
+void ExpectBothPaths(DType dtype, const std::function<void(uint16_t* out)>& kernel,
+                     const std::function<uint16_t(size_t)>& want,
+                     const std::function<bool(size_t)>& nan_only, const std::string& what) {
+  const auto [fast, scalar] = RunBothPaths(kernel, 65536);
   int wrong = 0;
   for (size_t i = 0; i < fast.size(); ++i) {
     const bool ok = nan_only(i) ? IsNan(dtype, fast[i]) && IsNan(dtype, scalar[i])
@@ -705,12 +715,9 @@ TEST(SixteenBitFloatTest, ResultConversionMatchesTheScalarOneOnFloats) {
   }
   for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
     SCOPED_TRACE(DTypeName(dtype));
-    std::vector<uint16_t> fast(floats.size()), scalar(floats.size());
-    const bool was = SetVectorKernelsForTesting(true);
-    FromFloatsForTesting(dtype, floats.data(), fast.data(), floats.size());
-    SetVectorKernelsForTesting(false);
-    FromFloatsForTesting(dtype, floats.data(), scalar.data(), floats.size());
-    SetVectorKernelsForTesting(was);
+    const auto [fast, scalar] = RunBothPaths<uint16_t>(
+        [&](uint16_t* out) { FromFloatsForTesting(dtype, floats.data(), out, floats.size()); },
+        floats.size());
     int wrong = 0;
     for (size_t i = 0; i < floats.size(); ++i) {
       const uint16_t want = FromFloat(dtype, floats[i]);
@@ -814,12 +821,7 @@ void ExpectBothFloatPaths(const std::function<void(float* out)>& kernel,
                           const std::function<float(size_t)>& want,
                           const std::function<bool(size_t)>& nan_only, size_t count,
                           const std::string& what) {
-  std::vector<float> fast(count), scalar(count);
-  const bool was = SetVectorKernelsForTesting(true);
-  kernel(fast.data());
-  SetVectorKernelsForTesting(false);
-  kernel(scalar.data());
-  SetVectorKernelsForTesting(was);
+  const auto [fast, scalar] = RunBothPaths(kernel, count);
   int wrong = 0;
   for (size_t i = 0; i < count; ++i) {
     const bool ok = nan_only(i)
