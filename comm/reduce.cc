@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <type_traits>
 
 #include "comm/rounded_division.h"
@@ -103,13 +102,14 @@ struct Elem<BFloat> {
 // two (2, 4, 8 ranks or terms) whose reciprocal is a normal number. Both operations then
 // round the same exact value once, as IEEE arithmetic does, so they agree on every input
 // (subnormal results, infinities and NaN included); a multiplication takes a fraction of a
-// division's time, and averages divide every element.
+// division's time, and averages divide every element. A subnormal d has no finite
+// reciprocal, and a huge one only a subnormal or zero one: both are refused.
 template <typename Acc>
 bool ExactReciprocal(Acc d, Acc* inv) {
   int exponent = 0;
   if (!(d > 0) || !std::isfinite(d) || std::frexp(d, &exponent) != Acc(0.5)) return false;
   *inv = Acc(1) / d;
-  return *inv >= std::numeric_limits<Acc>::min();
+  return std::isnormal(*inv);
 }
 
 // How a weighted sum ends: with divisor > 0 it is an average, whose sum is divided by the

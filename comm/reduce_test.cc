@@ -924,6 +924,38 @@ TEST(DivideTest, PowersOfTwoGiveTheDivisionsBitsFloat64AndIntegers) {
       }
     }
   }
+  // Divisors whose reciprocal is not a normal number (a subnormal power of two has an
+  // infinite one, a huge one a subnormal one) divide.
+  for (double d : {0x1p-1024, 0x1p-1060, 0x1p-1074, 0x1p1023, 0x1p1022}) {
+    std::vector<double> out = x;
+    Divide(out.data(), DType::kFloat64, out.size(), d);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double want = x[i] / d;
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(out[i])) << i;
+      } else {
+        EXPECT_EQ(absl::bit_cast<uint64_t>(out[i]), absl::bit_cast<uint64_t>(want))
+            << x[i] << " / " << d;
+      }
+    }
+  }
+  for (double d : {0x1p-128, 0x1p-140, 0x1p-149, 0x1p127, 0x1p126}) {
+    const std::vector<float> f = FloatSamples(1001, 7);
+    for (bool vector : {true, false}) {
+      const bool was = SetVectorKernelsForTesting(vector);
+      std::vector<float> out = f;
+      Divide(out.data(), DType::kFloat32, out.size(), d);
+      SetVectorKernelsForTesting(was);
+      for (size_t i = 0; i < f.size(); ++i) {
+        const float want = f[i] / static_cast<float>(d);
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(out[i])) << i;
+        } else {
+          EXPECT_EQ(Bits(out[i]), Bits(want)) << f[i] << " / " << d << ", vector " << vector;
+        }
+      }
+    }
+  }
   // Integers round to nearest, halves away from zero, as a division would.
   Buffer ints(DType::kInt32, {5, -5, 7, -7, 6, 2147483647, -2147483647});
   Divide(ints.data(), DType::kInt32, ints.size(), 2);
