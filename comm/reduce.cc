@@ -147,11 +147,12 @@ std::atomic<bool> g_vector_kernels{CpuHasVectorKernels()};
 // CPU has AVX2 and F16C (checked at run time; these functions are compiled for them
 // whatever the build targets), the kernels convert with the instructions made for it and
 // do the same float arithmetic in the same order as the element loops (no fused
-// multiply-add), whose results they give bit for bit, NaN included (reduce_test checks
-// every float16 and bfloat16 value against the scalar conversions of core/tensor.h, and
-// float32 on random bit patterns). One exception, which the element loops have between
-// builds too: when both operands of a sum are NaN, which one the result carries is the
-// compiler's choice. Unaligned loads and stores throughout.
+// multiply-add: BUILD compiles this file with -ffp-contract=off), whose results they give
+// bit for bit, NaN included (reduce_test checks every float16 and bfloat16 value against
+// the scalar conversions of core/tensor.h, and float32 on random bit patterns). One
+// exception, which the element loops have between builds too: when both operands of a sum
+// are NaN, which one the result carries is the compiler's choice. Unaligned loads and
+// stores throughout.
 #define WEFT_AVX2_F16C __attribute__((target("avx2,f16c")))
 
 struct HalfLanes {
