@@ -44,9 +44,10 @@ void Add(void* out, const void* a, const void* b, DType dtype, size_t count);
 // dst[i] += src[i] (Add in place; also the MPI reduction for 16-bit floats).
 void AddInPlace(void* dst, const void* src, DType dtype, size_t count);
 
-// Whether this CPU runs the kernels of float32, float16 and bfloat16 eight elements at a
-// time (x86-64 with AVX2 and F16C); otherwise as the build targets (16-bit conversions one
-// element at a time). The results are the same bytes either way.
+// Whether this CPU can run the kernels of float32, float16 and bfloat16 eight elements at a
+// time (x86-64 with AVX2 and F16C), which they then do unless a test turned that off;
+// otherwise they run as the build targets (16-bit conversions one element at a time). The
+// results are the same bytes either way.
 bool VectorKernelsAvailable();
 // Tests only: float to float16 or bfloat16 (other dtypes: nothing), as the kernels convert
 // their results. Kernel inputs are 16-bit values, so their NaNs never reach it with every

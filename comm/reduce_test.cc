@@ -643,11 +643,6 @@ uint16_t FromFloat(DType dtype, float f) {
 }
 bool IsNan(DType dtype, uint16_t v) { return std::isnan(ToFloat(dtype, v)); }
 
-// Runs `kernel` with the vector conversions on (where this CPU has them) and off; expects
-// `want(i)` from both at every element i but where `nan_only(i)`: with two NaN operands,
-// which one a sum carries (sign, and bfloat16's payload) depends on how the compiler
-// ordered the operands (it differs between the -O1 and -O2 builds), so there both must be
-// NaN.
 // Runs `kernel` on `count` elements with the eight-at-a-time kernels on (where this CPU has
 // them), then off: the two outputs.
 template <typename V>
@@ -662,6 +657,11 @@ std::pair<std::vector<V>, std::vector<V>> RunBothPaths(const std::function<void(
   return {std::move(fast), std::move(scalar)};
 }
 
+// Runs `kernel` with the eight-at-a-time kernels on (where this CPU has them) and off;
+// expects `want(i)` from both at every element i but where `nan_only(i)`: with two NaN
+// operands, which one a sum carries (sign, and bfloat16's payload) depends on how the
+// compiler ordered the operands (it differs between the -O1 and -O2 builds), so there both
+// must be NaN.
 void ExpectBothPaths(DType dtype, const std::function<void(uint16_t* out)>& kernel,
                      const std::function<uint16_t(size_t)>& want,
                      const std::function<bool(size_t)>& nan_only, const std::string& what) {
@@ -963,6 +963,117 @@ TEST(DivideTest, PowersOfTwoGiveTheDivisionsBitsFloat64AndIntegers) {
   Buffer fours(DType::kInt64, {6, -6, 10, 2});
   Divide(fours.data(), DType::kInt64, fours.size(), 4);
   EXPECT_EQ(fours.Values(), (std::vector<double>{2, -2, 3, 1}));  // 1.5 -> 2, 2.5 -> 3
+}
+
+// Every kernel, at counts around the eight-element groups and the 2048-element blocks and at
+// every byte offset, in buffers of exactly the operands' size followed by guard bytes: the
+// vector path gives the element loops' bytes and writes nothing past the end.
+TEST(KernelsTest, TailsOffsetsAndAliasingOnBothPaths) {
+  std::vector<size_t> counts;
+  for (size_t c = 0; c <= 24; ++c) counts.push_back(c);
+  for (size_t c : {2040, 2047, 2048, 2049, 2055, 2056, 2058, 4095, 4103, 6143, 6151}) {
+    counts.push_back(c);
+  }
+  constexpr size_t kGuard = 40;
+  constexpr uint8_t kGuardByte = 0xa5;
+  std::mt19937 gen(3);
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    const size_t item = DTypeSize(dtype);
+    for (size_t count : counts) {
+      for (size_t offset = 0; offset < 8; ++offset) {
+        // Three operands of random bytes (every class of value), each in a buffer of its own.
+        std::vector<std::vector<uint8_t>> init(3, std::vector<uint8_t>(count * item));
+        for (auto& v : init) {
+          for (auto& byte : v) byte = static_cast<uint8_t>(gen());
+        }
+        for (int kernel = 0; kernel < 9; ++kernel) {
+          std::vector<uint8_t> result[2];
+          for (int path = 0; path < 2; ++path) {
+            std::vector<std::vector<uint8_t>> storage(
+                4, std::vector<uint8_t>(offset + count * item + kGuard, kGuardByte));
+            uint8_t* p[4];
+            for (int k = 0; k < 4; ++k) {
+              p[k] = storage[k].data() + offset;
+              if (k < 3 && count > 0) std::memcpy(p[k], init[k].data(), count * item);
+            }
+            const bool was = SetVectorKernelsForTesting(path == 0);
+            switch (kernel) {
+              case 0:
+                Add(p[3], p[0], p[1], dtype, count);
+                break;
+              case 1:
+                Add(p[0], p[0], p[1], dtype, count);
+                break;  // out is a
+              case 2:
+                Add(p[1], p[0], p[1], dtype, count);
+                break;  // out is b
+              case 3:   // in place, weighted
+                WeightedSum(p[0], dtype, count, {{p[0], 0.5}, {p[1], -0.25}, {p[2], 3.0}});
+                break;
+              case 4:
+                WeightedSum(p[3], dtype, count, {{p[0], 0.5}, {p[1], 0.5}});
+                break;
+              case 5:
+                WeightedSum(p[3], dtype, count,
+                            {{p[0], 1.0 / 3}, {p[1], 1.0 / 3}, {p[2], 1.0 / 3}});
+                break;
+              case 6:
+                Scale(p[0], dtype, count, 0.7);
+                break;
+              case 7:
+                Divide(p[0], dtype, count, 4.0);
+                break;
+              case 8:
+                Divide(p[0], dtype, count, 3.0);
+                break;
+            }
+            SetVectorKernelsForTesting(was);
+            for (int k = 0; k < 4; ++k) {
+              for (size_t b = 0; b < storage[k].size(); ++b) {
+                const bool inside = b >= offset && b < offset + count * item;
+                if (!inside && storage[k][b] != kGuardByte) {
+                  FAIL() << DTypeName(dtype) << " kernel " << kernel << " count " << count
+                         << " offset " << offset << " path " << path << ": wrote byte " << b
+                         << " of buffer " << k << ", outside the operand";
+                }
+              }
+            }
+            const int out = kernel == 1 || kernel == 3 || kernel >= 6 ? 0 : kernel == 2 ? 1 : 3;
+            result[path].assign(p[out], p[out] + count * item);
+          }
+          // Equal bytes, or NaN on both paths (two NaN operands: either one's payload).
+          for (size_t i = 0; i < count; ++i) {
+            const uint8_t* f = result[0].data() + i * item;
+            const uint8_t* e = result[1].data() + i * item;
+            if (std::memcmp(f, e, item) == 0) continue;
+            auto is_nan = [&](const uint8_t* v) {
+              if (dtype == DType::kFloat32) {
+                float x;
+                std::memcpy(&x, v, 4);
+                return std::isnan(x);
+              }
+              uint16_t h;
+              std::memcpy(&h, v, 2);
+              return IsNan(dtype, h);
+            };
+            if (!(is_nan(f) && is_nan(e))) {
+              FAIL() << DTypeName(dtype) << " kernel " << kernel << " count " << count << " offset "
+                     << offset << ": element " << i
+                     << " differs between the vector kernels and the element loops";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Every test that turns the vector kernels off turns them back on: outside those, they run
+// wherever the CPU has them (a build where they never ran would pass every other test).
+TEST(KernelsTest, VectorKernelsAreOnWhereTheCpuHasThem) {
+  const bool was = SetVectorKernelsForTesting(true);
+  SetVectorKernelsForTesting(was);
+  EXPECT_EQ(was, VectorKernelsAvailable());
 }
 
 // Tensors need not start on a multiple of their element size (DLPack's byte_offset, NumPy
