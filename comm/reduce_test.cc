@@ -911,7 +911,9 @@ TEST(DivideTest, PowersOfTwoGiveTheDivisionsBitsFloat64AndIntegers) {
                            0.1};
   std::mt19937_64 gen(9);
   for (int i = 0; i < 5000; ++i) x.push_back(absl::bit_cast<double>(gen()));
-  for (double d : {2.0, 4.0, 1024.0, 0.25}) {
+  // The last five have reciprocals that are not normal numbers (a subnormal power of two
+  // has an infinite one, a huge one a subnormal one): they divide.
+  for (double d : {2.0, 4.0, 1024.0, 0.25, 0x1p-1024, 0x1p-1060, 0x1p-1074, 0x1p1023, 0x1p1022}) {
     std::vector<double> out = x;
     Divide(out.data(), DType::kFloat64, out.size(), d);
     for (size_t i = 0; i < x.size(); ++i) {
@@ -924,21 +926,7 @@ TEST(DivideTest, PowersOfTwoGiveTheDivisionsBitsFloat64AndIntegers) {
       }
     }
   }
-  // Divisors whose reciprocal is not a normal number (a subnormal power of two has an
-  // infinite one, a huge one a subnormal one) divide.
-  for (double d : {0x1p-1024, 0x1p-1060, 0x1p-1074, 0x1p1023, 0x1p1022}) {
-    std::vector<double> out = x;
-    Divide(out.data(), DType::kFloat64, out.size(), d);
-    for (size_t i = 0; i < x.size(); ++i) {
-      const double want = x[i] / d;
-      if (std::isnan(want)) {
-        EXPECT_TRUE(std::isnan(out[i])) << i;
-      } else {
-        EXPECT_EQ(absl::bit_cast<uint64_t>(out[i]), absl::bit_cast<uint64_t>(want))
-            << x[i] << " / " << d;
-      }
-    }
-  }
+  // float32, on both paths; the same for 2^-128 .. 2^-149 and 2^127.
   for (double d : {0x1p-128, 0x1p-140, 0x1p-149, 0x1p127, 0x1p126}) {
     const std::vector<float> f = FloatSamples(1001, 7);
     for (bool vector : {true, false}) {
