@@ -293,21 +293,15 @@ WEFT_AVX2_F16C void FromFloatsLanes(const float* src, void* dst, size_t count) {
 }
 #endif  // WEFT_X86_KERNELS
 
-template <typename T>
-constexpr bool kSixteenBitFloat = std::is_same<T, Half>::value || std::is_same<T, BFloat>::value;
 // The dtypes with eight-at-a-time kernels: those that accumulate in float.
 template <typename T>
-constexpr bool kHasLanes = kSixteenBitFloat<T> || std::is_same<T, float>::value;
+constexpr bool kHasLanes =
+    std::is_same<T, float>::value || std::is_same<T, Half>::value || std::is_same<T, BFloat>::value;
 
-// Whether the kernels for T run eight elements at a time now.
-template <typename T>
-bool UseLanes() {
 #ifdef WEFT_X86_KERNELS
-  return kHasLanes<T> && g_vector_kernels.load(std::memory_order_relaxed);
-#else
-  return false;
+// Whether the eight-at-a-time kernels run now (the CPU has them, no test turned them off).
+bool VectorKernelsOn() { return g_vector_kernels.load(std::memory_order_relaxed); }
 #endif
-}
 
 // divisor > 0: every weight is 1 / divisor, so the terms are added as they are and the sum
 // divided once (the arithmetic of an average: the same numbers as sum-then-divide code).
@@ -393,7 +387,9 @@ struct WeightedSumOp {
                   double divisor) {
 #ifdef WEFT_X86_KERNELS
     if constexpr (kHasLanes<T>) {
-      if (UseLanes<T>() && !terms.empty()) return WeightedSumLanes<T>(out, count, terms, divisor);
+      if (VectorKernelsOn() && !terms.empty()) {
+        return WeightedSumLanes<T>(out, count, terms, divisor);
+      }
     }
 #endif
     WeightedSumImpl<T>(out, count, terms, divisor);
@@ -405,24 +401,21 @@ struct AddOp {
   static void Run(void* out, const void* a, const void* b, size_t count) {
 #ifdef WEFT_X86_KERNELS
     if constexpr (kHasLanes<T>) {
-      if (UseLanes<T>()) return AddLanes<T>(out, a, b, count);
+      if (VectorKernelsOn()) return AddLanes<T>(out, a, b, count);
     }
 #endif
     AddImpl<T>(out, a, b, count);
   }
 };
 
+// Float results to T, as the kernels store them.
 template <typename T>
-struct FromFloatsOp {
-  static void Run(const float* src, void* dst, size_t count) {
-    if constexpr (kSixteenBitFloat<T>) {
+void FromFloats(const float* src, void* dst, size_t count) {
 #ifdef WEFT_X86_KERNELS
-      if (UseLanes<T>()) return FromFloatsLanes<T>(src, dst, count);
+  if (VectorKernelsOn()) return FromFloatsLanes<T>(src, dst, count);
 #endif
-      for (size_t i = 0; i < count; ++i) Elem<T>::Store(dst, i, src[i]);
-    }
-  }
-};
+  for (size_t i = 0; i < count; ++i) Elem<T>::Store(dst, i, src[i]);
+}
 
 }  // namespace
 
@@ -461,9 +454,8 @@ void AddInPlace(void* dst, const void* src, DType dtype, size_t count) {
 bool VectorKernelsAvailable() { return CpuHasVectorKernels(); }
 
 void FromFloatsForTesting(DType dtype, const float* src, void* dst, size_t count) {
-  if (dtype == DType::kFloat16 || dtype == DType::kBFloat16) {
-    Dispatch<FromFloatsOp>(dtype, src, dst, count);
-  }
+  if (dtype == DType::kFloat16) FromFloats<Half>(src, dst, count);
+  if (dtype == DType::kBFloat16) FromFloats<BFloat>(src, dst, count);
 }
 
 bool SetVectorKernelsForTesting(bool enabled) {
