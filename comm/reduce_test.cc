@@ -657,22 +657,52 @@ std::pair<std::vector<V>, std::vector<V>> RunBothPaths(const std::function<void(
   return {std::move(fast), std::move(scalar)};
 }
 
-// Runs `kernel` with the eight-at-a-time kernels on (where this CPU has them) and off;
-// expects `want(i)` from both at every element i but where `nan_only(i)`: with two NaN
-// operands, which one a sum carries (sign, and bfloat16's payload) depends on how the
-// compiler ordered the operands (it differs between the -O1 and -O2 builds), so there both
-// must be NaN.
-void ExpectBothPaths(DType dtype, const std::function<void(uint16_t* out)>& kernel,
-                     const std::function<uint16_t(size_t)>& want,
-                     const std::function<bool(size_t)>& nan_only, const std::string& what) {
-  const auto [fast, scalar] = RunBothPaths(kernel, 65536);
+// Whether the float32, float16 or bfloat16 element at `p` is NaN.
+bool IsNanAt(DType dtype, const void* p) {
+  if (dtype == DType::kFloat32) {
+    float f;
+    std::memcpy(&f, p, sizeof(f));
+    return std::isnan(f);
+  }
+  uint16_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return IsNan(dtype, v);
+}
+
+// Whether two results agree: the same bytes, or NaN on both sides where `nan_only`. With two
+// NaN operands, which one a sum carries (sign, payload) depends on how the compiler ordered
+// the operands (it differs between the -O1 and -O2 builds), so there both must be NaN.
+bool Agree(DType dtype, const void* got, const void* want, bool nan_only) {
+  return nan_only ? IsNanAt(dtype, got) && IsNanAt(dtype, want)
+                  : std::memcmp(got, want, DTypeSize(dtype)) == 0;
+}
+
+// The element at `p` as hex bits.
+std::string Hex(DType dtype, const void* p) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, p, DTypeSize(dtype));  // little-endian
+  std::ostringstream out;
+  out << "0x" << std::hex << bits;
+  return out.str();
+}
+
+// Runs `kernel` on `count` elements of `dtype` (V: its storage) with the eight-at-a-time
+// kernels on (where this CPU has them) and off; expects `want(i)` from both at every element
+// i, or NaN on both where `nan_only(i)` (Agree).
+template <typename V>
+void ExpectBothPaths(DType dtype, const std::function<void(V* out)>& kernel,
+                     const std::function<V(size_t)>& want,
+                     const std::function<bool(size_t)>& nan_only, size_t count,
+                     const std::string& what) {
+  const auto [fast, scalar] = RunBothPaths(kernel, count);
   int wrong = 0;
-  for (size_t i = 0; i < fast.size(); ++i) {
-    const bool ok = nan_only(i) ? IsNan(dtype, fast[i]) && IsNan(dtype, scalar[i])
-                                : fast[i] == want(i) && scalar[i] == want(i);
+  for (size_t i = 0; i < count; ++i) {
+    const V w = want(i);
+    const bool ok =
+        Agree(dtype, &fast[i], &w, nan_only(i)) && Agree(dtype, &scalar[i], &w, nan_only(i));
     if (!ok && ++wrong <= 5) {
-      ADD_FAILURE() << what << ", element 0x" << std::hex << i << ": vector kernels 0x" << fast[i]
-                    << ", scalar 0x" << scalar[i] << ", want 0x" << want(i);
+      ADD_FAILURE() << what << ", element " << i << ": vector kernels " << Hex(dtype, &fast[i])
+                    << ", scalar " << Hex(dtype, &scalar[i]) << ", want " << Hex(dtype, &w);
     }
   }
   EXPECT_EQ(wrong, 0) << what;
@@ -690,9 +720,9 @@ TEST(SixteenBitFloatTest, SumsOfEveryValueMatchTheScalarConversions) {
       auto nan_only = [&](size_t i) { return IsNan(dtype, a[i]) && IsNan(dtype, partner); };
       std::ostringstream what;
       what << DTypeName(dtype) << " + 0x" << std::hex << partner;
-      ExpectBothPaths(
+      ExpectBothPaths<uint16_t>(
           dtype, [&](uint16_t* out) { Add(out, a.data(), b.data(), dtype, a.size()); }, want,
-          nan_only, what.str());
+          nan_only, a.size(), what.str());
     }
   }
 }
@@ -714,20 +744,11 @@ TEST(SixteenBitFloatTest, ResultConversionMatchesTheScalarOneOnFloats) {
     }
   }
   for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
-    SCOPED_TRACE(DTypeName(dtype));
-    const auto [fast, scalar] = RunBothPaths<uint16_t>(
+    ExpectBothPaths<uint16_t>(
+        dtype,
         [&](uint16_t* out) { FromFloatsForTesting(dtype, floats.data(), out, floats.size()); },
-        floats.size());
-    int wrong = 0;
-    for (size_t i = 0; i < floats.size(); ++i) {
-      const uint16_t want = FromFloat(dtype, floats[i]);
-      if ((fast[i] != want || scalar[i] != want) && ++wrong <= 5) {
-        ADD_FAILURE() << "float 0x" << std::hex << absl::bit_cast<uint32_t>(floats[i])
-                      << ": vector 0x" << fast[i] << ", scalar 0x" << scalar[i] << ", want 0x"
-                      << want;
-      }
-    }
-    EXPECT_EQ(wrong, 0);
+        [&](size_t i) { return FromFloat(dtype, floats[i]); }, [](size_t) { return false; },
+        floats.size(), std::string(DTypeName(dtype)) + " from the float at that element");
   }
 }
 
@@ -741,13 +762,13 @@ TEST(SixteenBitFloatTest, WeightedSumsOfEveryValueMatchTheScalarConversions) {
       auto want = [&](size_t i) {
         return FromFloat(dtype, static_cast<float>(w) * ToFloat(dtype, a[i]));
       };
-      ExpectBothPaths(
+      ExpectBothPaths<uint16_t>(
           dtype,
           [&](uint16_t* out) {
             std::copy(a.begin(), a.end(), out);  // Scale is in place
             Scale(out, dtype, a.size(), w);
           },
-          want, [](size_t) { return false; }, what.str() + " (Scale)");
+          want, [](size_t) { return false; }, a.size(), what.str() + " (Scale)");
       // Out of place with a second term, and the uniform average of two.
       const std::vector<uint16_t> b(a.rbegin(), a.rend());
       auto want2 = [&](size_t i) {
@@ -756,12 +777,12 @@ TEST(SixteenBitFloatTest, WeightedSumsOfEveryValueMatchTheScalarConversions) {
         return FromFloat(dtype, acc);
       };
       auto both_nan = [&](size_t i) { return IsNan(dtype, a[i]) && IsNan(dtype, b[i]); };
-      ExpectBothPaths(
+      ExpectBothPaths<uint16_t>(
           dtype,
           [&](uint16_t* out) {
             WeightedSum(out, dtype, a.size(), {{a.data(), w}, {b.data(), 0.25}});
           },
-          want2, both_nan, what.str() + " + b * 0.25");
+          want2, both_nan, a.size(), what.str() + " + b * 0.25");
     }
     // The average of three: summed, then divided by 3 (multiplying by a rounded 1/3 would
     // differ in the last bit for some values).
@@ -776,13 +797,13 @@ TEST(SixteenBitFloatTest, WeightedSumsOfEveryValueMatchTheScalarConversions) {
     auto any_two_nan = [&](size_t i) {
       return IsNan(dtype, a[i]) + IsNan(dtype, b[i]) + IsNan(dtype, c[i]) >= 2;
     };
-    ExpectBothPaths(
+    ExpectBothPaths<uint16_t>(
         dtype,
         [&](uint16_t* out) {
           WeightedSum(out, dtype, a.size(),
                       {{a.data(), 1.0 / 3}, {b.data(), 1.0 / 3}, {c.data(), 1.0 / 3}});
         },
-        want_avg, any_two_nan, std::string(DTypeName(dtype)) + " average of three");
+        want_avg, any_two_nan, a.size(), std::string(DTypeName(dtype)) + " average of three");
   }
 }
 
@@ -816,26 +837,6 @@ std::vector<float> FloatSamples(size_t count, uint32_t seed) {
 
 uint32_t Bits(float f) { return absl::bit_cast<uint32_t>(f); }
 
-// As ExpectBothPaths, for float32 results.
-void ExpectBothFloatPaths(const std::function<void(float* out)>& kernel,
-                          const std::function<float(size_t)>& want,
-                          const std::function<bool(size_t)>& nan_only, size_t count,
-                          const std::string& what) {
-  const auto [fast, scalar] = RunBothPaths(kernel, count);
-  int wrong = 0;
-  for (size_t i = 0; i < count; ++i) {
-    const bool ok = nan_only(i)
-                        ? std::isnan(fast[i]) && std::isnan(scalar[i])
-                        : Bits(fast[i]) == Bits(want(i)) && Bits(scalar[i]) == Bits(want(i));
-    if (!ok && ++wrong <= 5) {
-      ADD_FAILURE() << what << ", element " << i << ": vector kernels " << fast[i] << " (0x"
-                    << std::hex << Bits(fast[i]) << "), scalar 0x" << Bits(scalar[i]) << ", want 0x"
-                    << Bits(want(i)) << std::dec;
-    }
-  }
-  EXPECT_EQ(wrong, 0) << what;
-}
-
 TEST(FloatKernelsTest, EveryKernelMatchesTheArithmeticOnBothPaths) {
   const size_t count = 20011;  // blocks of 2048 and a tail
   const std::vector<float> a = FloatSamples(count, 1), b = FloatSamples(count, 2),
@@ -845,13 +846,15 @@ TEST(FloatKernelsTest, EveryKernelMatchesTheArithmeticOnBothPaths) {
     for (const auto* x : xs) n += std::isnan((*x)[i]);
     return n >= 2;
   };
-  ExpectBothFloatPaths([&](float* out) { Add(out, a.data(), b.data(), DType::kFloat32, count); },
-                       [&](size_t i) { return a[i] + b[i]; },
-                       [&](size_t i) {
-                         return nans(i, {&a, &b});
-                       },
-                       count, "Add");
-  ExpectBothFloatPaths(
+  ExpectBothPaths<float>(
+      DType::kFloat32, [&](float* out) { Add(out, a.data(), b.data(), DType::kFloat32, count); },
+      [&](size_t i) { return a[i] + b[i]; },
+      [&](size_t i) {
+        return nans(i, {&a, &b});
+      },
+      count, "Add");
+  ExpectBothPaths<float>(
+      DType::kFloat32,
       [&](float* out) {
         WeightedSum(out, DType::kFloat32, count, {{a.data(), 0.3}, {b.data(), -1.7}});
       },
@@ -868,7 +871,8 @@ TEST(FloatKernelsTest, EveryKernelMatchesTheArithmeticOnBothPaths) {
   // reciprocal, by 3 through a division).
   const std::vector<const std::vector<float>*> xs = {&a, &b, &c, &e};
   for (size_t k = 2; k <= 4; ++k) {
-    ExpectBothFloatPaths(
+    ExpectBothPaths<float>(
+        DType::kFloat32,
         [&](float* out) {
           std::vector<WeightedTerm> terms;
           for (size_t j = 0; j < k; ++j) terms.push_back({xs[j]->data(), 1.0 / k});
@@ -887,7 +891,8 @@ TEST(FloatKernelsTest, EveryKernelMatchesTheArithmeticOnBothPaths) {
         count, "average of " + std::to_string(k));
   }
   for (double d : {1.0, 2.0, 3.0, 4.0, 8.0, 0.5, 1048576.0, 7.0}) {
-    ExpectBothFloatPaths(
+    ExpectBothPaths<float>(
+        DType::kFloat32,
         [&](float* out) {
           std::copy(a.begin(), a.end(), out);
           Divide(out, DType::kFloat32, count, d);
@@ -1033,18 +1038,7 @@ TEST(KernelsTest, TailsOffsetsAndAliasingOnBothPaths) {
           for (size_t i = 0; i < count; ++i) {
             const uint8_t* f = result[0].data() + i * item;
             const uint8_t* e = result[1].data() + i * item;
-            if (std::memcmp(f, e, item) == 0) continue;
-            auto is_nan = [&](const uint8_t* v) {
-              if (dtype == DType::kFloat32) {
-                float x;
-                std::memcpy(&x, v, 4);
-                return std::isnan(x);
-              }
-              uint16_t h;
-              std::memcpy(&h, v, 2);
-              return IsNan(dtype, h);
-            };
-            if (!(is_nan(f) && is_nan(e))) {
+            if (!Agree(dtype, f, e, false) && !Agree(dtype, f, e, true)) {
               FAIL() << DTypeName(dtype) << " kernel " << kernel << " count " << count << " offset "
                      << offset << ": element " << i
                      << " differs between the vector kernels and the element loops";
