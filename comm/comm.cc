@@ -264,8 +264,10 @@ Status init() {
     return mpi_yields = comm::MpiYieldsWhenIdle();
   });
   WEFT_LOG(Debug) << ranks_on_host << " rank(s) on this host, on " << cpus_on_host
-                  << " CPU(s): waiting callers " << (yield ? "yield" : "pause") << " between polls"
-                  << (mpi_yields ? " (MPI's polls yield)" : "");
+                  << " CPU(s): waiting callers " << (yield ? "yield" : "pause")
+                  << " between polls that call MPI" << (mpi_yields ? " (MPI's polls yield)" : "")
+                  << ", " << (comm::IdleWaitYields(false) ? "yield" : "pause")
+                  << " between those that do not";
 
   state->engine = std::make_shared<comm::Engine>(ctx, &state->timeline);
   auto transport = comm::DefaultTransport();

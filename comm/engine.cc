@@ -357,7 +357,8 @@ Status Engine::DriveUntilDone(Request& r) {
     } else if (NowMicros() - last_progress_us >= WaitSpinMicros()) {
       break;  // a long wait: sleep instead, and let the engine thread poll
     } else {
-      IdleWait(last_progress_us);  // spin.h: yields only when ranks share cores
+      // spin.h: yields only when ranks share cores (Progress's probes call MPI)
+      IdleWait(last_progress_us, /*polled_mpi=*/true);
     }
   }
   // Hand progress back to the engine thread, unless nothing is left to make (waking it for

@@ -300,7 +300,7 @@ Status MpiPlane::RunSendRecv(Group& group, const Response& response) {
                                 sending ? "was not taken" : "did not arrive", " within ", timeout_s,
                                 " s (WEFT_STALL_TIMEOUT_SECONDS); did rank ", peer, " die?");
       }
-      IdleWait(posted);
+      IdleWait(posted, /*polled_mpi=*/true);
     }
     if (bytes == 0) break;
   }

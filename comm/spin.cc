@@ -28,7 +28,8 @@ const config::StringSetting kYieldWhenIdle(
 // wants this core gets it within a scheduler round, at one system call per interval.
 constexpr int64_t kYieldEveryMicros = 100;
 
-std::atomic<bool> g_yield{true};
+std::atomic<bool> g_yield{true};      // after polls that call MPI
+std::atomic<bool> g_yield_own{true};  // after polls that do not
 thread_local int64_t t_last_yield_us = 0;
 
 // Long enough to leave an SMT sibling the core's resources, short next to a poll: a waiting
@@ -48,19 +49,26 @@ inline void CpuPause() {
 
 }  // namespace
 
-bool YieldsWhenIdle(const std::string& mode, int ranks_on_host, int cpus,
+bool YieldsWhenIdle(const std::string& mode, int ranks_on_host, int cpus, bool polls_mpi,
                     const std::function<bool()>& mpi_yields) {
-  return mode == "on" || (mode == "auto" && ranks_on_host > cpus && !mpi_yields());
+  return mode == "on" || (mode == "auto" && ranks_on_host > cpus && !(polls_mpi && mpi_yields()));
 }
 
 bool ChooseIdleWait(int ranks_on_host, int cpus, const std::function<bool()>& mpi_yields) {
-  const bool yield = YieldsWhenIdle(kYieldWhenIdle.Get(), ranks_on_host, cpus, mpi_yields);
+  const std::string mode = kYieldWhenIdle.Get();
+  const bool yield = YieldsWhenIdle(mode, ranks_on_host, cpus, /*polls_mpi=*/true, mpi_yields);
   g_yield.store(yield, std::memory_order_relaxed);
+  g_yield_own.store(YieldsWhenIdle(mode, ranks_on_host, cpus, /*polls_mpi=*/false, mpi_yields),
+                    std::memory_order_relaxed);
   return yield;
 }
 
-void IdleWait(int64_t idle_since_us) {
-  if (!g_yield.load(std::memory_order_relaxed)) {
+bool IdleWaitYields(bool polled_mpi) {
+  return (polled_mpi ? g_yield : g_yield_own).load(std::memory_order_relaxed);
+}
+
+void IdleWait(int64_t idle_since_us, bool polled_mpi) {
+  if (!IdleWaitYields(polled_mpi)) {
     const int64_t now = Timeline::NowMicros();
     if (now - std::max(idle_since_us, t_last_yield_us) < kYieldEveryMicros) {
       CpuPause();

@@ -16,24 +16,27 @@ namespace weft {
 namespace comm {
 
 // Whether idle polls yield under WEFT_ENGINE_YIELD_WHEN_IDLE=`mode` ("on", "off", or "auto":
-// when this host's ranks outnumber the CPUs they may run on, unless `mpi_yields()`). Every
-// wait IdleWait serves follows a poll that calls MPI (MPI_Iprobe, MPI_Test), and where MPI's
-// progress itself yields when it finds nothing (`mpi_yields`: Open MPI's
-// mpi_yield_when_idle, which mpirun turns on when it knows it oversubscribes a host), a
-// second yield per poll only adds context switches: on 4 ranks sharing 2 cores a 4 B
-// allreduce took 88-99 us that way and 62-76 us pausing (bench/README.md). `mpi_yields` is
-// called only where its answer decides (asking MPI is slow: mpi_util.h).
-bool YieldsWhenIdle(const std::string& mode, int ranks_on_host, int cpus,
+// when this host's ranks outnumber the CPUs they may run on, unless the poll called MPI
+// (`polls_mpi`: MPI_Iprobe, MPI_Test) and `mpi_yields()`). Where MPI's progress itself
+// yields when it finds nothing (Open MPI's mpi_yield_when_idle, which mpirun turns on when
+// it knows it oversubscribes a host), a second yield per poll only adds context switches: on
+// 4 ranks sharing 2 cores a 4 B allreduce took 88-99 us that way and 62-76 us pausing
+// (bench/README.md). A poll that stays out of MPI (the negotiation's messages through shared
+// memory, control_channel.h) has nobody else to yield for it. `mpi_yields` is called only
+// where its answer decides (asking MPI is slow: mpi_util.h).
+bool YieldsWhenIdle(const std::string& mode, int ranks_on_host, int cpus, bool polls_mpi,
                     const std::function<bool()>& mpi_yields);
-// Decides it for this process, at init(), from the setting in force; until then idle polls
-// yield. Returns the choice.
+// Decides it for this process, at init(), from the setting in force, for both kinds of
+// polls; until then idle polls yield. Returns the choice for polls that call MPI.
 bool ChooseIdleWait(int ranks_on_host, int cpus, const std::function<bool()>& mpi_yields);
+// The choice in force for polls that call MPI (`polled_mpi`) or do not.
+bool IdleWaitYields(bool polled_mpi);
 
 // Between two polls that found nothing, the first of them at `idle_since_us`
-// (Timeline::NowMicros): sched_yield, or, when not yielding, a short pause on the CPU, and
-// a yield once the polls have found nothing for 100 us and every 100 us after, so that
-// another thread wanting the core gets it.
-void IdleWait(int64_t idle_since_us);
+// (Timeline::NowMicros), `polled_mpi` saying whether they call MPI: sched_yield, or, when not
+// yielding, a short pause on the CPU, and a yield once the polls have found nothing for
+// 100 us and every 100 us after, so that another thread wanting the core gets it.
+void IdleWait(int64_t idle_since_us, bool polled_mpi);
 
 // How long the engine thread sleeps before it polls again, while ops are outstanding and no
 // caller drives, `idle_us` after the last progress (by any thread): an eighth of that, from

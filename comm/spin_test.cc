@@ -25,26 +25,34 @@ struct MpiAnswer {
 
 TEST(YieldsWhenIdle, AutoYieldsOnlyWhenRanksOutnumberCpus) {
   MpiAnswer no{false};
-  EXPECT_FALSE(YieldsWhenIdle("auto", 2, 2, no.fn()));
-  EXPECT_FALSE(YieldsWhenIdle("auto", 1, 64, no.fn()));
+  EXPECT_FALSE(YieldsWhenIdle("auto", 2, 2, true, no.fn()));
+  EXPECT_FALSE(YieldsWhenIdle("auto", 1, 64, true, no.fn()));
   EXPECT_EQ(no.asked, 0);  // MPI is asked only where its answer decides
-  EXPECT_TRUE(YieldsWhenIdle("auto", 4, 2, no.fn()));
-  EXPECT_TRUE(YieldsWhenIdle("auto", 3, 2, no.fn()));
+  EXPECT_TRUE(YieldsWhenIdle("auto", 4, 2, true, no.fn()));
+  EXPECT_TRUE(YieldsWhenIdle("auto", 3, 2, true, no.fn()));
   EXPECT_EQ(no.asked, 2);
 }
 
 TEST(YieldsWhenIdle, AutoLeavesTheYieldToMpiWhenItsPollsYield) {
   MpiAnswer yes{true};
-  EXPECT_FALSE(YieldsWhenIdle("auto", 4, 2, yes.fn()));
-  EXPECT_FALSE(YieldsWhenIdle("auto", 2, 2, yes.fn()));
+  EXPECT_FALSE(YieldsWhenIdle("auto", 4, 2, true, yes.fn()));
+  EXPECT_FALSE(YieldsWhenIdle("auto", 2, 2, true, yes.fn()));
   EXPECT_EQ(yes.asked, 1);
+}
+
+TEST(YieldsWhenIdle, PollsOutsideMpiYieldThemselvesWhenRanksOutnumberCpus) {
+  MpiAnswer yes{true};
+  EXPECT_TRUE(YieldsWhenIdle("auto", 4, 2, false, yes.fn()));
+  EXPECT_FALSE(YieldsWhenIdle("auto", 2, 2, false, yes.fn()));
+  EXPECT_FALSE(YieldsWhenIdle("off", 4, 2, false, yes.fn()));
+  EXPECT_EQ(yes.asked, 0);  // MPI's polls are not theirs
 }
 
 TEST(YieldsWhenIdle, OnAndOffDecideAlone) {
   MpiAnswer yes{true}, no{false};
-  EXPECT_TRUE(YieldsWhenIdle("on", 1, 64, no.fn()));
-  EXPECT_TRUE(YieldsWhenIdle("on", 4, 2, yes.fn()));
-  EXPECT_FALSE(YieldsWhenIdle("off", 8, 2, no.fn()));
+  EXPECT_TRUE(YieldsWhenIdle("on", 1, 64, true, no.fn()));
+  EXPECT_TRUE(YieldsWhenIdle("on", 4, 2, true, yes.fn()));
+  EXPECT_FALSE(YieldsWhenIdle("off", 8, 2, true, no.fn()));
   EXPECT_EQ(yes.asked + no.asked, 0);
 }
 
@@ -60,6 +68,8 @@ TEST(ChooseIdleWait, FollowsTheSetting) {
   EXPECT_FALSE(ChooseIdleWait(2, 2, no.fn()));
   EXPECT_TRUE(ChooseIdleWait(3, 2, no.fn()));
   EXPECT_FALSE(ChooseIdleWait(3, 2, yes.fn()));
+  EXPECT_FALSE(IdleWaitYields(true));
+  EXPECT_TRUE(IdleWaitYields(false));  // polls outside MPI yield themselves
   EXPECT_EQ(yes.asked, 1);
   EXPECT_EQ(no.asked, 1);
   EXPECT_FALSE(registry.Set("WEFT_ENGINE_YIELD_WHEN_IDLE", "sometimes").ok());

@@ -53,15 +53,17 @@ TEST(IdleWait, InitLeavesTheYieldToMpiWhenItsPollsYield) {
     for (const std::string& line : lines) found |= line.find(expected) != std::string::npos;
     return found;
   };
-  // One rank on its CPU pauses; several yield unless MPI's polls do, which init() asks MPI
-  // only then. Before init() the job's size is mpirun's word.
+  // One rank on its CPU pauses; several yield after polls that call MPI unless MPI's polls
+  // do, which init() asks MPI only then, and always after polls that stay out of MPI. Before
+  // init() the job's size is mpirun's word.
   const char* ranks = std::getenv("OMPI_COMM_WORLD_SIZE");
   ASSERT_NE(ranks, nullptr) << "run under Open MPI's mpirun";
   const bool shared = std::string(ranks) != "1";
   const std::string expected =
       std::string(ranks) + " rank(s) on this host, on 1 CPU(s): waiting callers " +
-      (shared && !mpi_yields ? "yield between polls" : "pause between polls") +
-      (shared && mpi_yields ? " (MPI's polls yield)" : "");
+      (shared && !mpi_yields ? "yield" : "pause") + " between polls that call MPI" +
+      (shared && mpi_yields ? " (MPI's polls yield)" : "") + ", " + (shared ? "yield" : "pause") +
+      " between those that do not";
   EXPECT_TRUE(init_says(expected)) << "no debug line with \"" << expected << "\"";
   // Reading the setting left MPI's thread level alone (Open MPI's MPI_T_init_thread sets it
   // to the level it is given), so the engine thread may still call MPI.
