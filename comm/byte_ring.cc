@@ -18,7 +18,9 @@ struct ByteRing::Header {
   alignas(64) std::atomic<uint64_t> read;
 };
 
-size_t ByteRing::Footprint(size_t capacity) { return sizeof(Header) + capacity; }
+size_t ByteRing::Footprint(size_t capacity) {
+  return (sizeof(Header) + capacity + 63) / 64 * 64;  // the next ring's header on a boundary
+}
 
 void ByteRing::Initialize(void* memory) {
   Header* header = new (memory) Header;

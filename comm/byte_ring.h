@@ -18,8 +18,8 @@ namespace comm {
 // Writers and readers only ever block each other by having no room or no bytes.
 class ByteRing {
  public:
-  // Bytes `memory` must span for a ring of `capacity` bytes; it starts on a 64-byte boundary
-  // (as mapped memory does).
+  // Bytes `memory` must span for a ring of `capacity` bytes, a multiple of 64; it starts on a
+  // 64-byte boundary (as mapped memory does), so rings laid end to end all do.
   static size_t Footprint(size_t capacity);
   // Zeroes the positions: once, by one process, before either side uses the ring.
   static void Initialize(void* memory);
