@@ -49,9 +49,6 @@ const config::IntSetting kWaitSpinMaxMicros(
 // sooner when it stops with work left.
 constexpr int64_t kDrivenSleepMicros = 50000;
 
-constexpr int kDescriptorTag = 1;
-constexpr int kResponseTag = 2;
-
 int64_t NowMicros() { return Timeline::NowMicros(); }
 
 // Set while this thread runs Progress(): code it calls (an Allocator) must not wait.
@@ -69,7 +66,10 @@ void Request::Complete(Status s) {
 }
 
 Engine::Engine(const Context& ctx, Timeline* timeline)
-    : ctx_(ctx), timeline_(timeline), order_thread_(std::this_thread::get_id()) {
+    : ctx_(ctx),
+      timeline_(timeline),
+      order_thread_(std::this_thread::get_id()),
+      control_(ControlChannel::Open(ctx)) {
   if (ctx_.rank == 0) coordinator_ = std::make_unique<Coordinator>(ctx_.size);
 }
 
@@ -253,7 +253,7 @@ Status Engine::Refuse(std::shared_ptr<Request> r, Status why) {
 }
 
 bool Engine::Busy() const {
-  return !outstanding_.empty() || !sends_.empty() || !local_.empty() || device_->busy() ||
+  return !outstanding_.empty() || control_->sending() || !local_.empty() || device_->busy() ||
          (coordinator_ != nullptr && coordinator_->pending() > 0);
 }
 
@@ -321,15 +321,13 @@ void Engine::Loop() {
   std::lock_guard<std::mutex> lock(progress_mu_);
   const double timeout_s = kStallTimeout.Get();
   const int64_t deadline = NowMicros() + static_cast<int64_t>(timeout_s * 1e6);
-  for (ReapSends(); !sends_.empty(); ReapSends()) {
+  while (!control_->Flush()) {
     if (timeout_s > 0 && NowMicros() > deadline) {
-      WEFT_LOG(Warning) << "shutdown: " << sends_.size()
-                        << " message(s) to other ranks never left; a rank may have died";
+      WEFT_LOG(Warning) << "shutdown: messages to other ranks never left; a rank may have died";
       break;
     }
     std::this_thread::yield();
   }
-  sends_.clear();
   host_->Close();
 }
 
@@ -357,8 +355,8 @@ Status Engine::DriveUntilDone(Request& r) {
     } else if (NowMicros() - last_progress_us >= WaitSpinMicros()) {
       break;  // a long wait: sleep instead, and let the engine thread poll
     } else {
-      // spin.h: yields only when ranks share cores (Progress's probes call MPI)
-      IdleWait(last_progress_us, /*polled_mpi=*/true);
+      // spin.h: yields only when ranks share cores
+      IdleWait(last_progress_us, control_->polls_mpi() || windows.load() > 0);
     }
   }
   // Hand progress back to the engine thread, unless nothing is left to make (waking it for
@@ -366,7 +364,7 @@ Status Engine::DriveUntilDone(Request& r) {
   {
     std::unique_lock<std::mutex> lock(progress_mu_, std::try_to_lock);
     if (lock.owns_lock() && !shutdown_done_) {
-      ReapSends();  // small sends are done by now; only real work warrants a wake-up
+      control_->Flush();  // small messages have left by now; only real work warrants a wake-up
       if (!Busy()) return OkStatus();
     }
   }
@@ -458,7 +456,7 @@ bool Engine::Progress() {
   if (coordinator_ != nullptr) {
     // The coordinator answers what is ready before each probe and after each message, so
     // that no probe stands between an op's last descriptor (this rank's own, drained above,
-    // included) and its answer (ReceiveControl says why).
+    // included) and its answer (ControlChannel::ReceiveMpi says why).
     progressed |= RunCoordinator();
     if (!shutdown_done_ && PollDescriptors()) {
       RunCoordinator();
@@ -467,7 +465,7 @@ bool Engine::Progress() {
   } else {
     progressed |= PollResponses();
   }
-  ReapSends();
+  control_->Flush();
   if (coordinator_ == nullptr) {
     const bool awaiting = !outstanding_.empty();
     // The clock starts when ops begin to wait, not at the last answer before them.
@@ -506,36 +504,13 @@ void Engine::SendDescriptors(const std::vector<const Descriptor*>& batch) {
     for (KeyedDescriptor& d : ShareRepeats(batch)) coordinator_->Add(std::move(d), now);
     return;
   }
-  auto bytes = std::make_shared<const std::string>(SerializeDescriptors(batch));
-  MPI_Request req;
-  MPI_Isend(bytes->data(), static_cast<int>(bytes->size()), MPI_BYTE, 0, kDescriptorTag,
-            ctx_.control, &req);
-  sends_.emplace_back(req, std::move(bytes));
-}
-
-bool Engine::ReceiveControl(int source, int tag, int* from, std::string* bytes) {
-  // One message per call: the caller acts on it (the coordinator answers, an answered op
-  // completes) before probing again. A probe that finds nothing yields inside Open MPI
-  // where mpi_yield_when_idle is on (ranks outnumber cores), and draining until one did
-  // put that yield between an op's last descriptor and its answer on rank 0, and between
-  // the answer and the caller's return on the others: a scheduling turn of all the ranks
-  // per op (bench/README.md, "Waiting between polls").
-  int flag = 0;
-  MPI_Status status;
-  MPI_Iprobe(source, tag, ctx_.control, &flag, &status);
-  if (!flag) return false;
-  int count = 0;
-  MPI_Get_count(&status, MPI_BYTE, &count);
-  bytes->assign(static_cast<size_t>(count), '\0');
-  MPI_Recv(&(*bytes)[0], count, MPI_BYTE, status.MPI_SOURCE, tag, ctx_.control, MPI_STATUS_IGNORE);
-  *from = status.MPI_SOURCE;
-  return true;
+  control_->SendToCoordinator(std::make_shared<const std::string>(SerializeDescriptors(batch)));
 }
 
 bool Engine::PollDescriptors() {
   int from = 0;
   std::string bytes;
-  if (!ReceiveControl(MPI_ANY_SOURCE, kDescriptorTag, &from, &bytes)) return false;
+  if (!control_->ReceiveDescriptors(&from, &bytes)) return false;
   auto parsed = ParseKeyedDescriptors(bytes);
   if (!parsed.ok()) {
     WEFT_LOG(Error) << "dropping a message from rank " << from << ": " << parsed.status();
@@ -567,22 +542,15 @@ bool Engine::RunCoordinator() {
   }
   if (responses.empty()) return false;
   if (ctx_.size > 1) {
-    auto bytes = std::make_shared<const std::string>(SerializeResponses(responses));
-    for (int r = 1; r < ctx_.size; ++r) {
-      MPI_Request req;
-      MPI_Isend(bytes->data(), static_cast<int>(bytes->size()), MPI_BYTE, r, kResponseTag,
-                ctx_.control, &req);
-      sends_.emplace_back(req, bytes);
-    }
+    control_->SendToAll(std::make_shared<const std::string>(SerializeResponses(responses)));
   }
   Process(responses);
   return true;
 }
 
 bool Engine::PollResponses() {
-  int from = 0;
   std::string bytes;
-  if (shutdown_done_ || !ReceiveControl(0, kResponseTag, &from, &bytes)) return false;
+  if (shutdown_done_ || !control_->ReceiveResponses(&bytes)) return false;
   auto parsed = ParseResponses(bytes);
   if (!parsed.ok()) {
     // Without the coordinator's word nothing can run in step with the other ranks.
@@ -633,6 +601,14 @@ void Engine::Process(const std::vector<Response>& responses) {
     }
     Running running(this, *group[0], group.size() - 1);
     const int64_t start = NowMicros();
+    if (coordinator_ != nullptr) {
+      // Rank 0 runs an op right after answering it. A message longer than the room left in
+      // a rank's ring (control_channel.h) is still partly queued, and that rank cannot join
+      // the op before it has the whole message, while this one, blocked inside the op,
+      // would not move the rest: so the rest goes first. The ranks read while they wait
+      // for their answer; the watchdog covers one that died.
+      while (!control_->Flush()) IdleWait(start, control_->polls_mpi());
+    }
     Execute(resp, group);
     last_run_us_.store(NowMicros() - start, std::memory_order_relaxed);
   }
@@ -716,19 +692,6 @@ void Engine::FailAll(const Status& status) {
   local_.clear();
   for (auto& r : local) {
     Finish(r, Status(status.code(), absl::StrCat(Describe(r->desc), ": ", status.message())));
-  }
-}
-
-void Engine::ReapSends() {
-  for (size_t i = 0; i < sends_.size();) {
-    int done = 0;
-    MPI_Test(&sends_[i].first, &done, MPI_STATUS_IGNORE);
-    if (done) {
-      sends_[i] = std::move(sends_.back());
-      sends_.pop_back();
-    } else {
-      ++i;
-    }
   }
 }
 

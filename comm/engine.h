@@ -22,6 +22,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "comm/comm.h"
+#include "comm/control_channel.h"
 #include "comm/coordinator.h"
 #include "comm/peer_transport.h"
 #include "comm/protocol.h"
@@ -196,9 +197,6 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool Progress();  // requires progress_mu_
   bool Busy() const;  // requires progress_mu_: ops outstanding or messages in flight
   void SendDescriptors(const std::vector<const Descriptor*>& batch);
-  // Takes one waiting message with `tag` from `source` (or MPI_ANY_SOURCE) off the control
-  // communicator: its bytes and sender. False when none waits.
-  bool ReceiveControl(int source, int tag, int* from, std::string* bytes);
   bool PollDescriptors();    // rank 0; one message per call
   bool RunCoordinator();     // rank 0
   bool PollResponses();      // ranks != 0; one message per call
@@ -206,7 +204,6 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void Execute(const Response& response, std::vector<std::shared_ptr<Request>>& group);
   void FailAll(const Status& status);
   void Finish(const std::shared_ptr<Request>& r, Status s);
-  void ReapSends();
   // Timeline spans (data_plane.h).
   void Trace(const std::vector<std::shared_ptr<Request>>& group, const char* phase,
              int64_t start_us);
@@ -252,7 +249,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::deque<std::shared_ptr<Request>> local_;  // kWinLocal, in submission order
   bool RunLocal();
   std::unique_ptr<Coordinator> coordinator_;  // rank 0
-  std::vector<std::pair<MPI_Request, std::shared_ptr<const std::string>>> sends_;
+  // Descriptors to the coordinator, its responses back. Opened by the constructor, which
+  // init() runs on every rank at the same point (opening it is collective on rank 0's
+  // machine).
+  std::unique_ptr<ControlChannel> control_;
   bool shutdown_done_ = false;
   int64_t last_stall_check_us_ = 0;
   std::atomic<int64_t> last_run_us_{0};  // how long the last op took to run (Execute)

@@ -355,7 +355,7 @@ StatusOr<std::shared_ptr<Window>> CreateUcxWindow(MPI_Comm comm, const std::stri
   return UcxWindow::Create(comm, name, x, topo, zero_init);
 }
 
-bool ProgressWindowTransports() {
+bool ProgressUcxWindows() {
   UcxContext* ucx = UcxContext::IfExists();
   return ucx != nullptr && ucp_worker_progress(ucx->worker()) > 0;
 }

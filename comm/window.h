@@ -180,9 +180,12 @@ class Window {
 StatusOr<std::shared_ptr<Window>> CreateUcxWindow(MPI_Comm comm, const std::string& name,
                                                   const TensorView& x, const Topology& topo,
                                                   bool zero_init);
+// Progress on the UCX worker; false when there was nothing to do.
+bool ProgressUcxWindows();
 #endif
-// Progress for transports that need the caller to drive it (UCX); false when there was
-// nothing to do. Called by the engine while windows exist.
+// Progress for one-sided ops, on the transports that need this rank to drive them (UCX, and
+// Open MPI's RMA components); false when there was nothing to do (as far as can be told).
+// Called by the engine while windows exist.
 bool ProgressWindowTransports();
 
 }  // namespace comm

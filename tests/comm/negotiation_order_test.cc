@@ -8,7 +8,9 @@
 //
 // The test wraps MPI_Iprobe, MPI_Recv and MPI_Isend (MPI's profiling interface: the
 // engine, linked into this binary, calls these) and records weft's negotiation traffic,
-// told apart by its tags, next to the caller's own marks.
+// told apart by its tags, next to the caller's own marks. The BUILD rule sends that traffic
+// through MPI on every rank, as for ranks on other machines than rank 0's (the ranks on its
+// machine otherwise use shared memory, whose polls never enter MPI).
 #include <mpi.h>
 
 #include <chrono>
@@ -24,7 +26,7 @@
 
 namespace {
 
-// comm/engine.cc: a rank's descriptors to rank 0, and rank 0's answers.
+// comm/control_channel.cc: a rank's descriptors to rank 0, and rank 0's answers.
 constexpr int kDescriptorTag = 1;
 constexpr int kResponseTag = 2;
 

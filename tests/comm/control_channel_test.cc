@@ -1,0 +1,100 @@
+// How the negotiation's messages travel (comm/control_channel.h): through shared memory
+// between rank 0 and the ranks of its machine, unless WEFT_CONTROL_SHARED_MEMORY is off on
+// any of them; and bursts whose messages outgrow a ring (sent in pieces) still complete
+// with the right results, either way.
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "comm/comm.h"
+#include "core/config.h"
+#include "core/logging.h"
+#include "gtest/gtest.h"
+#include "tests/comm/test_util.h"
+
+namespace weft {
+namespace {
+
+// init() with its debug lines captured: the one about the negotiation's messages.
+std::string InitAndSayHow() {
+  std::vector<std::string> lines;
+  EXPECT_TRUE(config::Registry::Global().Set("WEFT_LOG_LEVEL", "debug").ok());
+  log::SetSinkForTesting([&](LogLevel level, const std::string& line) {
+    if (level == LogLevel::kDebug && line.find("negotiation messages") != std::string::npos) {
+      lines.push_back(line);
+    }
+  });
+  const Status st = init();
+  log::SetSinkForTesting(nullptr);
+  config::Registry::Global().Unset("WEFT_LOG_LEVEL");
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_LE(lines.size(), 1u);
+  return lines.empty() ? "" : lines[0];
+}
+
+// 1500 allreduces of 1 KiB with 120-character names: the descriptors of the burst take
+// about 200 KiB and the answer that fuses them over 170 KiB, more than a ring holds.
+void LongBurstSumsRight() {
+  constexpr int kOps = 1500;
+  std::vector<testing::Buffer> xs;
+  xs.reserve(kOps);
+  std::vector<Handle> handles;
+  const std::string padding(110, 'p');
+  group_start();
+  for (int i = 0; i < kOps; ++i) {
+    xs.emplace_back(DType::kFloat32, std::vector<int64_t>{256});
+    xs.back().Fill(rank() + i);
+    auto h = allreduce_nonblocking(xs.back().view(), xs.back().view(), false,
+                                   padding + std::to_string(100000 + i));
+    ASSERT_TRUE(h.ok()) << h.status();
+    handles.push_back(*h);
+  }
+  ASSERT_TRUE(group_end().ok());
+  for (int i = 0; i < kOps; ++i) {
+    ASSERT_TRUE(wait(handles[i]).ok()) << "op " << i;
+    const double sum = size() * (size() - 1) / 2.0 + static_cast<double>(size()) * i;
+    ASSERT_EQ(xs[i].Get(0), sum) << "op " << i;
+    ASSERT_EQ(xs[i].Get(255), sum) << "op " << i;
+  }
+}
+
+TEST(ControlChannel, RankZerosMachineUsesSharedMemory) {
+  const std::string how = InitAndSayHow();
+  if (size() == 1) {
+    EXPECT_EQ(how, "");  // nobody to talk to
+  } else {
+    EXPECT_NE(how.find("through shared memory (" + std::to_string(size()) + " ranks"),
+              std::string::npos)
+        << how;
+  }
+  LongBurstSumsRight();
+  ASSERT_TRUE(shutdown().ok());
+}
+
+// Before init(), the job as mpirun tells it.
+int EnvRankOr(const char* name) {
+  const char* value = std::getenv(name);
+  EXPECT_NE(value, nullptr) << "run under Open MPI's mpirun";
+  return value == nullptr ? 0 : std::atoi(value);
+}
+
+TEST(ControlChannel, OneRankWithTheSettingOffSendsEveryoneThroughMpi) {
+  const int ranks = EnvRankOr("OMPI_COMM_WORLD_SIZE");
+  if (ranks == 1) GTEST_SKIP() << "one rank sends no messages";
+  // Only the last rank turns it off: the ranks of the machine agree at init.
+  if (EnvRankOr("OMPI_COMM_WORLD_RANK") == ranks - 1) {
+    ASSERT_TRUE(config::Registry::Global().Set("WEFT_CONTROL_SHARED_MEMORY", "0").ok());
+  }
+  const std::string how = InitAndSayHow();
+  config::Registry::Global().Unset("WEFT_CONTROL_SHARED_MEMORY");
+  EXPECT_NE(how.find("as MPI messages"), std::string::npos) << how;
+  LongBurstSumsRight();
+  ASSERT_TRUE(shutdown().ok());
+  // And back through shared memory at the next init.
+  EXPECT_NE(InitAndSayHow().find("through shared memory"), std::string::npos);
+  LongBurstSumsRight();
+  ASSERT_TRUE(shutdown().ok());
+}
+
+}  // namespace
+}  // namespace weft
