@@ -7,9 +7,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "comm/engine.h"
@@ -55,16 +55,27 @@ std::unique_ptr<ControlChannel> ControlChannel::Open(const Context& ctx) {
   char name[64] = {};
   void* memory = MAP_FAILED;
   if (ctx.rank == 0 && ok) {
-    std::random_device random;
-    std::snprintf(name, sizeof(name), "/weft-control-%ld-%08x%08x", static_cast<long>(getpid()),
-                  random(), random());
-    const int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    // Unique among the processes alive on this host (the pid), and across inits and a dead
+    // job's leftover of the same pid (the clock; O_EXCL refuses a name that exists).
+    int fd = -1;
+    for (int attempt = 0; attempt < 3 && fd < 0; ++attempt) {
+      std::snprintf(name, sizeof(name), "/weft-control-%ld-%llx", static_cast<long>(getpid()),
+                    static_cast<unsigned long long>(
+                        std::chrono::steady_clock::now().time_since_epoch().count()));
+      fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (fd < 0 && errno != EEXIST) break;
+    }
     if (fd < 0) {
       why = absl::StrCat("shm_open(", name, "): ", std::strerror(errno));
       name[0] = '\0';
     } else {
-      if (ftruncate(fd, static_cast<off_t>(segment_bytes)) != 0) {
-        why = absl::StrCat("ftruncate(", name, ", ", segment_bytes, "): ", std::strerror(errno));
+      // tmpfs reserves no memory for a file's size: a full /dev/shm would end the job with
+      // SIGBUS at the first write into an untouched page. Reserve it now, or use MPI.
+      int reserved = ftruncate(fd, static_cast<off_t>(segment_bytes)) == 0 ? 0 : errno;
+      if (reserved == 0) reserved = posix_fallocate(fd, 0, static_cast<off_t>(segment_bytes));
+      if (reserved != 0) {
+        why = absl::StrCat("reserving ", segment_bytes, " bytes for ", name, ": ",
+                           std::strerror(reserved));
       } else {
         memory = mmap(nullptr, segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (memory == MAP_FAILED) why = absl::StrCat("mmap(", name, "): ", std::strerror(errno));
@@ -164,6 +175,11 @@ void ControlChannel::SendMpi(int to, int tag, std::shared_ptr<const std::string>
 }
 
 bool ControlChannel::ReceiveDescriptors(int* from, std::string* bytes) {
+  // The rings in turn, and MPI's messages (the other machines') in turn with them.
+  if (mpi_first_) {
+    mpi_first_ = false;
+    if (ReceiveMpi(MPI_ANY_SOURCE, kDescriptorTag, from, bytes)) return true;
+  }
   const size_t n = ring_ranks_.size();
   for (size_t i = 0; i < n; ++i) {
     const size_t at = (next_ring_ + i) % n;
@@ -171,6 +187,7 @@ bool ControlChannel::ReceiveDescriptors(int* from, std::string* bytes) {
     if (receivers_[r]->Receive(bytes)) {
       *from = r;
       next_ring_ = (at + 1) % n;
+      mpi_first_ = mpi_peers_;
       return true;
     }
   }
@@ -207,6 +224,10 @@ bool ControlChannel::Flush() {
   for (RingSender* ring : rings_out_) {
     if (!ring->idle()) done &= ring->Flush();
   }
+  if (!done) {
+    int found = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &found, MPI_STATUS_IGNORE);
+  }
   for (size_t i = 0; i < mpi_sends_.size();) {
     int finished = 0;
     MPI_Test(&mpi_sends_[i].first, &finished, MPI_STATUS_IGNORE);
@@ -218,6 +239,20 @@ bool ControlChannel::Flush() {
     }
   }
   return done && mpi_sends_.empty();
+}
+
+bool ControlChannel::Delivered(const std::vector<int32_t>& ranks) {
+  Flush();
+  if (ranks.empty()) {
+    for (const RingSender* ring : rings_out_) {
+      if (!ring->idle()) return false;
+    }
+    return true;
+  }
+  for (int32_t r : ranks) {
+    if (senders_[r] != nullptr && !senders_[r]->idle()) return false;
+  }
+  return true;
 }
 
 bool ControlChannel::sending() const {

@@ -9,6 +9,7 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -42,7 +43,12 @@ class ControlChannel {
   // Ranks other than 0: one waiting message of responses.
   bool ReceiveResponses(std::string* bytes);
   // Moves queued messages on; true when all have left (handed to MPI or written whole).
+  // While a ring has no room for what is queued, enters MPI's progress too: its reader may
+  // be inside MPI waiting for this rank (a one-sided op into one of its windows).
   bool Flush();
+  // Flush, then whether nothing is left queued in the rings to `ranks` (every rank when
+  // empty): whether they can have every message sent so far without this rank's help.
+  bool Delivered(const std::vector<int32_t>& ranks);
   // Messages queued that have not all left.
   bool sending() const;
   // Whether a poll for messages (a Receive*) calls MPI: then MPI's own progress decides
@@ -68,6 +74,7 @@ class ControlChannel {
   std::vector<int> ring_ranks_;         // rank 0: the ranks with rings, polled in turn
   size_t next_ring_ = 0;    // rank 0: where the next poll starts (no rank waits behind another)
   bool mpi_peers_ = false;  // rank 0: some ranks use MPI
+  bool mpi_first_ = false;  // rank 0: a ring's message came last, so MPI's turn is next
   bool polls_mpi_ = true;
   std::vector<std::pair<MPI_Request, std::shared_ptr<const std::string>>> mpi_sends_;
 };

@@ -605,9 +605,10 @@ void Engine::Process(const std::vector<Response>& responses) {
       // Rank 0 runs an op right after answering it. A message longer than the room left in
       // a rank's ring (control_channel.h) is still partly queued, and that rank cannot join
       // the op before it has the whole message, while this one, blocked inside the op,
-      // would not move the rest: so the rest goes first. The ranks read while they wait
-      // for their answer; the watchdog covers one that died.
-      while (!control_->Flush()) IdleWait(start, control_->polls_mpi());
+      // would not move the rest: so the rest goes first, to the op's ranks (a rank outside
+      // the op, busy or dead, holds nothing up). They read while they wait for their
+      // answer; the watchdog covers one of them that died.
+      while (!control_->Delivered(resp.ranks)) IdleWait(start, /*polled_mpi=*/true);
     }
     Execute(resp, group);
     last_run_us_.store(NowMicros() - start, std::memory_order_relaxed);
