@@ -158,7 +158,7 @@ SANITIZE_TARGETS=(//core/... //comm/... //optim/... //pipe/... //capi/... //exam
 TSAN_TARGETS=(//comm:coordinator_test //tests:comm_errors_test_np2 //tests:comm_errors_test_np4
   //tests:comm_ops_test_np2 //tests:comm_ops_test_np4 //tests:comm_window_test_np2
   //tests:comm_p2p_test_np2 //tests:comm_ops_tcp_test_np2 //tests:comm_mixed_ops_test_np3
-  //tests:comm_window_mixed_test_np3)
+  //tests:comm_window_mixed_test_np3 //comm:byte_ring_test //tests:comm_control_channel_test_np2)
 # What `test` (and so CI) runs of it: the single-process tests of core/ and comm/ under
 # ASan+UBSan, a couple of minutes from nothing and seconds once cached.
 SANITIZE_FAST_TARGETS=(//core/... //comm/...)
