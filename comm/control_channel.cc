@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/engine.h"
+#include "comm/mpi_util.h"
 #include "core/config.h"
 #include "core/logging.h"
 
@@ -224,10 +225,7 @@ bool ControlChannel::Flush() {
   for (RingSender* ring : rings_out_) {
     if (!ring->idle()) done &= ring->Flush();
   }
-  if (!done) {
-    int found = 0;
-    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &found, MPI_STATUS_IGNORE);
-  }
+  if (!done) MpiProgress();  // the reader may be in MPI, waiting for this rank (header)
   for (size_t i = 0; i < mpi_sends_.size();) {
     int finished = 0;
     MPI_Test(&mpi_sends_[i].first, &finished, MPI_STATUS_IGNORE);

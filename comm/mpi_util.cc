@@ -40,6 +40,11 @@ MPI_Datatype MpiSumType(DType dtype) {
   }
 }
 
+void MpiProgress() {
+  int found = 0;
+  MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &found, MPI_STATUS_IGNORE);
+}
+
 Status MpiCheck(int code, const char* what) {
   if (code == MPI_SUCCESS) return OkStatus();
   char text[MPI_MAX_ERROR_STRING];

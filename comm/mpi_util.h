@@ -25,6 +25,10 @@ MPI_Datatype BuiltinMpiType(DType dtype);
 MPI_Datatype MpiSumType(DType dtype);
 // OK for MPI_SUCCESS; otherwise an internal error naming `what` and MPI's text for the code.
 Status MpiCheck(int code, const char* what);
+// One pass of MPI's progress engine (a probe on MPI_COMM_SELF, where no message comes): what
+// lets other ranks' one-sided ops into this rank's windows, which Open MPI's components may
+// need this rank to drive, move while it waits outside MPI.
+void MpiProgress();
 // Every rank's `length` bytes at `data` (the lengths may differ), indexed by rank.
 // Collective over `comm`: how transports publish their addresses.
 StatusOr<std::vector<std::string>> AllgatherBytes(MPI_Comm comm, const void* data, size_t length);

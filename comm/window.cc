@@ -253,12 +253,9 @@ StatusOr<double> Window::AssociatedP() {
 }
 
 bool ProgressWindowTransports() {
-  // Other ranks' puts, gets and accumulates into this rank's MPI windows may need this rank
-  // inside MPI to progress (Open MPI's osc components), and the engine's polls for messages
-  // stay out of MPI where the negotiation goes through shared memory (control_channel.h):
-  // a probe enters its progress engine.
-  int found = 0;
-  MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &found, MPI_STATUS_IGNORE);
+  // Open MPI's RMA: the engine's polls for messages stay out of MPI where the negotiation
+  // goes through shared memory (control_channel.h).
+  MpiProgress();
 #ifdef WEFT_WITH_UCX
   return ProgressUcxWindows();
 #else
