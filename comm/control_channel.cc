@@ -39,8 +39,7 @@ ControlChannel::ControlChannel(const Context& ctx)
     : rank_(ctx.rank), size_(ctx.size), comm_(ctx.control) {
   senders_.resize(size_);
   receivers_.resize(size_);
-  mpi_peers_ = rank_ == 0 && size_ > 1;
-  polls_mpi_ = rank_ != 0 || mpi_peers_;
+  mpi_peers_ = rank_ == 0 && size_ > 1;  // until Open gives rank 0's machine rings
 }
 
 std::unique_ptr<ControlChannel> ControlChannel::Open(const Context& ctx) {
@@ -143,7 +142,6 @@ std::unique_ptr<ControlChannel> ControlChannel::Open(const Context& ctx) {
     }
   }
   channel->mpi_peers_ = ctx.rank == 0 && ctx.size > ctx.local_size;
-  channel->polls_mpi_ = channel->mpi_peers_;
   return channel;
 }
 
@@ -221,10 +219,8 @@ bool ControlChannel::ReceiveMpi(int source, int tag, int* from, std::string* byt
 }
 
 bool ControlChannel::Flush() {
-  bool done = true;
-  for (RingSender* ring : rings_out_) {
-    if (!ring->idle()) done &= ring->Flush();
-  }
+  for (RingSender* ring : rings_out_) ring->Flush();
+  const bool done = RingsIdle();
   if (!done) MpiProgress();  // the reader may be in MPI, waiting for this rank (header)
   for (size_t i = 0; i < mpi_sends_.size();) {
     int finished = 0;
@@ -241,24 +237,16 @@ bool ControlChannel::Flush() {
 
 bool ControlChannel::Delivered(const std::vector<int32_t>& ranks) {
   Flush();
-  if (ranks.empty()) {
-    for (const RingSender* ring : rings_out_) {
-      if (!ring->idle()) return false;
-    }
-    return true;
-  }
-  for (int32_t r : ranks) {
-    if (senders_[r] != nullptr && !senders_[r]->idle()) return false;
-  }
-  return true;
+  if (ranks.empty()) return RingsIdle();
+  return std::all_of(ranks.begin(), ranks.end(),
+                     [this](int32_t r) { return senders_[r] == nullptr || senders_[r]->idle(); });
 }
 
-bool ControlChannel::sending() const {
-  if (!mpi_sends_.empty()) return true;
-  for (const RingSender* ring : rings_out_) {
-    if (!ring->idle()) return true;
-  }
-  return false;
+bool ControlChannel::sending() const { return !mpi_sends_.empty() || !RingsIdle(); }
+
+bool ControlChannel::RingsIdle() const {
+  return std::all_of(rings_out_.begin(), rings_out_.end(),
+                     [](const RingSender* ring) { return ring->idle(); });
 }
 
 }  // namespace comm

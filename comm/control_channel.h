@@ -53,12 +53,11 @@ class ControlChannel {
   bool sending() const;
   // Whether a poll for messages (a Receive*) calls MPI: then MPI's own progress decides
   // whether the poll gives up the core (spin.h).
-  bool polls_mpi() const { return polls_mpi_; }
-  // Whether this rank's messages go through shared memory (for logs and tests).
-  bool shared_memory() const { return segment_ != nullptr; }
+  bool polls_mpi() const { return rank_ == 0 ? mpi_peers_ : receivers_[0] == nullptr; }
 
  private:
   ControlChannel(const Context& ctx);
+  bool RingsIdle() const;  // nothing queued for any ring
   void SendMpi(int to, int tag, std::shared_ptr<const std::string> bytes);
   bool ReceiveMpi(int source, int tag, int* from, std::string* bytes);
 
@@ -75,7 +74,6 @@ class ControlChannel {
   size_t next_ring_ = 0;    // rank 0: where the next poll starts (no rank waits behind another)
   bool mpi_peers_ = false;  // rank 0: some ranks use MPI
   bool mpi_first_ = false;  // rank 0: a ring's message came last, so MPI's turn is next
-  bool polls_mpi_ = true;
   std::vector<std::pair<MPI_Request, std::shared_ptr<const std::string>>> mpi_sends_;
 };
 
