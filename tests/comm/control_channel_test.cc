@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <map>
 #include <string>
 #include <thread>
@@ -15,26 +14,18 @@
 
 #include "comm/comm.h"
 #include "core/config.h"
-#include "core/logging.h"
 #include "gtest/gtest.h"
 #include "tests/comm/test_util.h"
 
 namespace weft {
 namespace {
 
-// init() with its debug lines captured: the one about the negotiation's messages.
+// init(), and its debug line about the negotiation's messages ("" when there is none).
 std::string InitAndSayHow() {
   std::vector<std::string> lines;
-  EXPECT_TRUE(config::Registry::Global().Set("WEFT_LOG_LEVEL", "debug").ok());
-  log::SetSinkForTesting([&](LogLevel level, const std::string& line) {
-    if (level == LogLevel::kDebug && line.find("negotiation messages") != std::string::npos) {
-      lines.push_back(line);
-    }
-  });
-  const Status st = init();
-  log::SetSinkForTesting(nullptr);
-  config::Registry::Global().Unset("WEFT_LOG_LEVEL");
-  EXPECT_TRUE(st.ok()) << st;
+  for (const std::string& line : testing::InitDebugLines()) {
+    if (line.find("negotiation messages") != std::string::npos) lines.push_back(line);
+  }
   EXPECT_LE(lines.size(), 1u);
   return lines.empty() ? "" : lines[0];
 }
@@ -93,18 +84,13 @@ TEST(ControlChannel, RankZerosMachineUsesSharedMemory) {
   ASSERT_TRUE(shutdown().ok());
 }
 
-// Before init(), the job as mpirun tells it.
-int EnvRankOr(const char* name) {
-  const char* value = std::getenv(name);
-  EXPECT_NE(value, nullptr) << "run under Open MPI's mpirun";
-  return value == nullptr ? 0 : std::atoi(value);
-}
-
 TEST(ControlChannel, OneRankWithTheSettingOffSendsEveryoneThroughMpi) {
-  const int ranks = EnvRankOr("OMPI_COMM_WORLD_SIZE");
+  // Before init(), the job as mpirun tells it.
+  const int64_t ranks = testing::EnvInt("OMPI_COMM_WORLD_SIZE", 0);
+  ASSERT_GT(ranks, 0) << "run under Open MPI's mpirun";
   if (ranks == 1) GTEST_SKIP() << "one rank sends no messages";
   // Only the last rank turns it off: the ranks of the machine agree at init.
-  if (EnvRankOr("OMPI_COMM_WORLD_RANK") == ranks - 1) {
+  if (testing::EnvInt("OMPI_COMM_WORLD_RANK", -1) == ranks - 1) {
     ASSERT_TRUE(config::Registry::Global().Set("WEFT_CONTROL_SHARED_MEMORY", "0").ok());
   }
   const std::string how = InitAndSayHow();

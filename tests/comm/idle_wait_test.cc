@@ -11,8 +11,6 @@
 #include <vector>
 
 #include "comm/comm.h"
-#include "core/config.h"
-#include "core/logging.h"
 #include "gtest/gtest.h"
 #include "tests/comm/test_util.h"
 
@@ -38,19 +36,12 @@ TEST(IdleWait, InitLeavesTheYieldToMpiWhenItsPollsYield) {
   CPU_SET(FirstCpu(all), &one);
   ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
 
-  // init() with its debug lines captured; whether one of them is `expected`.
+  // init(); whether one of its debug lines is `expected`.
   auto init_says = [](const std::string& expected) {
-    std::vector<std::string> lines;
-    EXPECT_TRUE(config::Registry::Global().Set("WEFT_LOG_LEVEL", "debug").ok());
-    log::SetSinkForTesting([&](LogLevel level, const std::string& line) {
-      if (level == LogLevel::kDebug) lines.push_back(line);
-    });
-    const Status st = init();
-    log::SetSinkForTesting(nullptr);
-    config::Registry::Global().Unset("WEFT_LOG_LEVEL");
-    EXPECT_TRUE(st.ok()) << st;
     bool found = false;
-    for (const std::string& line : lines) found |= line.find(expected) != std::string::npos;
+    for (const std::string& line : testing::InitDebugLines()) {
+      found |= line.find(expected) != std::string::npos;
+    }
     return found;
   };
   // One rank on its CPU pauses; several yield after polls that call MPI unless MPI's polls

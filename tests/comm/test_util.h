@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "core/config.h"
+#include "core/logging.h"
 #include "core/tensor.h"
 #include "gtest/gtest.h"
 
@@ -114,6 +116,21 @@ inline double WrappedProduct(DType dtype, int64_t value, uint64_t times) {
 inline int64_t EnvInt(const char* name, int64_t fallback) {
   const char* s = std::getenv(name);
   return s != nullptr ? std::strtoll(s, nullptr, 10) : fallback;
+}
+
+// init() with WEFT_LOG_LEVEL=debug, its debug lines collected (what it decided, with the
+// settings in force), the log level restored after. Expects init() to succeed.
+inline std::vector<std::string> InitDebugLines() {
+  std::vector<std::string> lines;
+  EXPECT_TRUE(config::Registry::Global().Set("WEFT_LOG_LEVEL", "debug").ok());
+  log::SetSinkForTesting([&](LogLevel level, const std::string& line) {
+    if (level == LogLevel::kDebug) lines.push_back(line);
+  });
+  const Status st = init();
+  log::SetSinkForTesting(nullptr);
+  config::Registry::Global().Unset("WEFT_LOG_LEVEL");
+  EXPECT_TRUE(st.ok()) << st;
+  return lines;
 }
 
 // Whether `st`'s message contains `text`.
