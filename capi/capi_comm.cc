@@ -26,9 +26,9 @@ struct ManagedOutput {
   void* data = nullptr;
   size_t bytes = 0;
 
-  static StatusOr<ManagedOutput*> New(DType dtype, const std::vector<int64_t>& shape) {
+  static StatusOr<ManagedOutput*> New(DType dtype, absl::Span<const int64_t> shape) {
     auto out = std::make_unique<ManagedOutput>();
-    out->shape = shape;
+    out->shape.assign(shape.begin(), shape.end());
     out->bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
     // 64-byte aligned (what NumPy and vectorized kernels like), never NULL (an empty
     // result still gets a valid pointer).

@@ -187,8 +187,8 @@ weft::StatusOr<at::Tensor> Borrow(const DLTensor* t, const char* fn, const char*
   // LibTorch's own limits beyond those: no negative strides; the dims' product, taken in
   // order, must fit in int64 even when a later dim is 0; and so must the storage's bytes,
   // counted to the end of the last element (past them, from_blob ends the process).
-  const std::vector<int64_t>& sizes = v.shape();
-  const std::vector<int64_t>& strides = v.strides();
+  const absl::Span<const int64_t> sizes = v.shape();
+  const absl::Span<const int64_t> strides = v.strides();
   for (int64_t s : strides) {
     if (s < 0) return weft::InvalidArgument(fn, ": ", what, " has a negative stride");
   }
@@ -213,7 +213,8 @@ weft::StatusOr<at::Tensor> Borrow(const DLTensor* t, const char* fn, const char*
   if (numel > 0 && v.data() == nullptr) {
     return weft::InvalidArgument(fn, ": ", what, "->data is NULL");
   }
-  return at::from_blob(v.data(), sizes, strides,
+  return at::from_blob(v.data(), at::IntArrayRef(sizes.data(), sizes.size()),
+                       at::IntArrayRef(strides.data(), strides.size()),
                        at::TensorOptions().dtype(weft::torch_api::ToScalarType(dtype)));
 }
 

@@ -184,8 +184,8 @@ std::string Disagreement(const Coordinator::ByRank& by_rank, Key key, Show show)
 }
 
 // Every dimension but the first (a view into `shape`).
-absl::Span<const int64_t> Tail(const std::vector<int64_t>& shape) {
-  return absl::MakeConstSpan(shape).subspan(shape.empty() ? 0 : 1);
+absl::Span<const int64_t> Tail(absl::Span<const int64_t> shape) {
+  return shape.subspan(shape.empty() ? 0 : 1);
 }
 
 }  // namespace
@@ -254,7 +254,7 @@ std::string Coordinator::Validate(const std::string& key, const Entry& e) const 
   } else if (op == OpType::kSendRecv) {
     if (fixed.size() > 1) {
       diff = Disagreement(
-          fixed, [](const Descriptor& d) -> const std::vector<int64_t>& { return d.shape; },
+          fixed, [](const Descriptor& d) -> const Dims& { return d.shape; },
           [](const Descriptor& d) { return ShapeToString(d.shape); });
       if (!diff.empty()) {
         return absl::StrCat(what(), ": the receiver's tensor does not have the sent shape: ", diff);
@@ -263,7 +263,7 @@ std::string Coordinator::Validate(const std::string& key, const Entry& e) const 
   } else if (op != OpType::kBarrier && op != OpType::kSetTopology &&
              op != OpType::kShutdown && op != OpType::kWinFree) {
     diff = Disagreement(
-        all, [](const Descriptor& d) -> const std::vector<int64_t>& { return d.shape; },
+        all, [](const Descriptor& d) -> const Dims& { return d.shape; },
         [](const Descriptor& d) { return ShapeToString(d.shape); });
     if (!diff.empty()) return absl::StrCat(what(), ": shape differs across ranks: ", diff);
   }
@@ -419,7 +419,7 @@ std::vector<Response> Coordinator::TakeReady(int64_t fusion_threshold) {
     if (d.op == OpType::kSendRecv) {
       for (const auto& [rank, rd] : entry.by_rank) {
         if (rd->send_ranks.empty()) continue;
-        r.first_dims.push_back(rd->shape);
+        r.first_dims.emplace_back(rd->shape.begin(), rd->shape.end());
         r.first_dims.push_back({static_cast<int64_t>(rd->dtype)});
       }
     }

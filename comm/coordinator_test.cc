@@ -30,7 +30,7 @@ Descriptor Make(OpType op, const std::string& name, std::vector<int64_t> shape =
   d.key = name;
   d.display = absl::StrCat(OpName(op), " '", name, "'");
   d.dtype = dtype;
-  d.shape = std::move(shape);
+  d.shape.assign(shape.begin(), shape.end());
   switch (op) {
     case OpType::kAllreduce: d.fusion_signature = "sum"; break;
     case OpType::kBroadcast:

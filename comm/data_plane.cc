@@ -47,14 +47,14 @@ void TraceGroup(Timeline* timeline, const Group& group, const char* phase, int64
   for (const auto& r : group) TraceSpan(timeline, *r, phase, start_us, end, detail);
 }
 
-int64_t RowElements(const std::vector<int64_t>& shape) {
+int64_t RowElements(absl::Span<const int64_t> shape) {
   int64_t n = 1;
   for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
   return n;
 }
 
-Status CheckAllocated(const StatusOr<TensorView>& out, DType dtype,
-                      const std::vector<int64_t>& shape, const Device& device) {
+Status CheckAllocated(const StatusOr<TensorView>& out, DType dtype, absl::Span<const int64_t> shape,
+                      const Device& device) {
   if (!out.ok()) return Annotate(out.status(), "allocating the output");
   if (out->dtype() != dtype || out->shape() != shape || !out->is_contiguous() ||
       out->device() != device || (out->data() == nullptr && out->numel() > 0)) {

@@ -88,10 +88,10 @@ int64_t TraceStart(const Timeline* timeline);
 // One span per request of `group`, from `start_us` to now, noting the fusion.
 void TraceGroup(Timeline* timeline, const Group& group, const char* phase, int64_t start_us);
 // Elements per row (dim 0 index) of a tensor of `shape`.
-int64_t RowElements(const std::vector<int64_t>& shape);
+int64_t RowElements(absl::Span<const int64_t> shape);
 // An output from a request's allocator: OK if it has the dtype, shape and device asked.
-Status CheckAllocated(const StatusOr<TensorView>& out, DType dtype,
-                      const std::vector<int64_t>& shape, const Device& device);
+Status CheckAllocated(const StatusOr<TensorView>& out, DType dtype, absl::Span<const int64_t> shape,
+                      const Device& device);
 
 }  // namespace comm
 }  // namespace weft

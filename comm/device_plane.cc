@@ -234,7 +234,7 @@ Status NcclPlane::Enqueue(const Response& response, Request& r) {
       // Never fused: the response's dims are this op's.
       const std::vector<int64_t>& dims = response.first_dims.at(0);
       const size_t row_bytes = static_cast<size_t>(RowElements(r.in.shape())) * r.in.itemsize();
-      std::vector<int64_t> shape = r.in.shape();
+      std::vector<int64_t> shape(r.in.shape().begin(), r.in.shape().end());
       shape[0] = 0;
       std::vector<size_t> bytes_per_rank;
       std::vector<std::pair<int, size_t>> recv;
@@ -346,7 +346,8 @@ Status NcclPlane::RunStaged(const Response& response, Group& group) {
     r.alloc = st.alloc;
     if (!status.ok()) continue;
     if (st.alloc) {
-      auto out = st.alloc(host_out.dtype(), host_out.shape());
+      auto out = st.alloc(host_out.dtype(),
+                          std::vector<int64_t>(host_out.shape().begin(), host_out.shape().end()));
       status = CheckAllocated(out, host_out.dtype(), host_out.shape(), st.in.device());
       if (status.ok()) {
         r.out = *out;

@@ -209,7 +209,7 @@ std::shared_ptr<Request> NewRequest(const State& state, OpType op, const TensorV
   r->desc.key = name;
   r->desc.dtype = in.dtype();
   r->desc.device = in.device();
-  r->desc.shape = in.shape();
+  r->desc.shape.assign(in.shape().begin(), in.shape().end());
   r->desc.machine = state.ctx.machine_rank;
   r->desc.local_rank = state.ctx.local_rank;
   return r;

@@ -373,7 +373,7 @@ Status MpiPlane::RunAllgather(Group& group, const Response& response) {
   Request& r = *group[0];
   const std::vector<int64_t>& dims = response.first_dims.at(0);
   const size_t row_bytes = static_cast<size_t>(RowElements(r.in.shape())) * r.in.itemsize();
-  std::vector<int64_t> shape = r.in.shape();
+  std::vector<int64_t> shape(r.in.shape().begin(), r.in.shape().end());
   shape[0] = 0;
   std::vector<int> counts(ctx_.size), displs(ctx_.size);
   size_t total = 0;
@@ -411,7 +411,7 @@ Status MpiPlane::RunNeighborAllgather(std::shared_ptr<Request>& rp,
                                       const std::vector<int64_t>& dims) {
   Request& r = *rp;
   const size_t row_bytes = static_cast<size_t>(RowElements(r.in.shape())) * r.in.itemsize();
-  std::vector<int64_t> shape = r.in.shape();
+  std::vector<int64_t> shape(r.in.shape().begin(), r.in.shape().end());
   shape[0] = 0;
   for (const auto& src : r.recv) shape[0] += dims[src.first];
   auto out = r.alloc(r.in.dtype(), shape);

@@ -45,7 +45,7 @@ struct Descriptor {
   std::string display;
   DType dtype = DType::kFloat32;
   Device device;
-  std::vector<int64_t> shape;
+  Dims shape;
 
   // Must agree across ranks.
   int32_t root = -1;     // broadcast: the root; win_create: the transport (comm::Transport)

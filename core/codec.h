@@ -65,11 +65,11 @@ class Writer {
     Put(static_cast<uint32_t>(s.size()));
     out_->append(s.data(), s.size());
   }
-  // A u32 count, then each element.
-  template <typename T>
-  void Vec(const std::vector<T>& v) {
+  // A u32 count, then each element (of a std::vector or absl::InlinedVector).
+  template <typename C>
+  void Vec(const C& v) {
     Put(static_cast<uint32_t>(v.size()));
-    for (const T& x : v) Put(x);
+    for (const auto& x : v) Put(x);
   }
 
  private:
@@ -97,8 +97,9 @@ class Reader {
   }
   Status Bytes(const char* field, void* data, size_t size);
   Status Str(const char* field, std::string* s);
-  template <typename T>
-  Status Vec(const char* field, std::vector<T>* v) {
+  template <typename C>
+  Status Vec(const char* field, C* v) {
+    using T = typename C::value_type;
     uint32_t n = 0;
     WEFT_RETURN_IF_ERROR(Count(field, sizeof(T), /*reserve=*/0, &n));
     v->resize(n);

@@ -87,28 +87,42 @@ std::string Device::ToString() const {
   return type == Type::kCPU ? "cpu" : absl::StrCat("cuda:", index);
 }
 
-std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> strides(shape.size());
+namespace {
+
+// Row-major strides of `shape` into `strides` (resized to match).
+template <typename Out>
+void FillContiguousStrides(absl::Span<const int64_t> shape, Out* strides) {
+  strides->resize(shape.size());
   int64_t stride = 1;
   for (int i = static_cast<int>(shape.size()) - 1; i >= 0; --i) {
-    strides[i] = stride;
+    (*strides)[i] = stride;
     stride *= shape[i];
   }
+}
+
+}  // namespace
+
+std::vector<int64_t> ContiguousStrides(absl::Span<const int64_t> shape) {
+  std::vector<int64_t> strides;
+  FillContiguousStrides(shape, &strides);
   return strides;
 }
 
-std::string ShapeToString(const std::vector<int64_t>& shape) {
+std::string ShapeToString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-TensorView::TensorView(void* data, DType dtype, std::vector<int64_t> shape, Device device)
-    : data_(data), dtype_(dtype), shape_(std::move(shape)), device_(device) {
-  strides_ = ContiguousStrides(shape_);
+TensorView::TensorView(void* data, DType dtype, absl::Span<const int64_t> shape, Device device)
+    : data_(data), dtype_(dtype), shape_(shape.begin(), shape.end()), device_(device) {
+  FillContiguousStrides(shape_, &strides_);
 }
 
-TensorView::TensorView(void* data, DType dtype, std::vector<int64_t> shape,
-                       std::vector<int64_t> strides, Device device)
-    : data_(data), dtype_(dtype), shape_(std::move(shape)), strides_(std::move(strides)),
+TensorView::TensorView(void* data, DType dtype, absl::Span<const int64_t> shape,
+                       absl::Span<const int64_t> strides, Device device)
+    : data_(data),
+      dtype_(dtype),
+      shape_(shape.begin(), shape.end()),
+      strides_(strides.begin(), strides.end()),
       device_(device) {}
 
 StatusOr<TensorView> TensorView::FromDLTensor(const DLTensor& dl) {
@@ -167,7 +181,7 @@ StatusOr<TensorView> TensorView::FromDLTensor(const DLTensor& dl) {
     return InvalidArgument("DLTensor has NULL data and byte_offset ", dl.byte_offset);
   }
   char* data = dl.data == nullptr ? nullptr : static_cast<char*>(dl.data) + dl.byte_offset;
-  return TensorView(data, dtype, std::move(shape), std::move(strides), device);
+  return TensorView(data, dtype, shape, strides, device);
 }
 
 DLTensor TensorView::ToDLTensor() const {
@@ -183,7 +197,7 @@ DLTensor TensorView::ToDLTensor() const {
   return dl;
 }
 
-int64_t NumElements(const std::vector<int64_t>& shape) {
+int64_t NumElements(absl::Span<const int64_t> shape) {
   uint64_t n = 1;
   for (int64_t d : shape) n *= static_cast<uint64_t>(d);
   return static_cast<int64_t>(n);

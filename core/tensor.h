@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "absl/base/casts.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/types/span.h"
 #include "core/status.h"
 
 namespace weft {
@@ -47,13 +49,18 @@ struct Device {
   std::string ToString() const;  // "cpu", "cuda:0"
 };
 
+// A shape or strides. Up to six dimensions are held inside the object itself, so that
+// copying a view (each op keeps copies of its tensors' views) allocates nothing.
+using Dims = absl::InlinedVector<int64_t, 6>;
+
 class TensorView {
  public:
   TensorView() = default;
   // A contiguous (row-major) view.
-  TensorView(void* data, DType dtype, std::vector<int64_t> shape, Device device = Device::CPU());
-  TensorView(void* data, DType dtype, std::vector<int64_t> shape, std::vector<int64_t> strides,
-             Device device);
+  TensorView(void* data, DType dtype, absl::Span<const int64_t> shape,
+             Device device = Device::CPU());
+  TensorView(void* data, DType dtype, absl::Span<const int64_t> shape,
+             absl::Span<const int64_t> strides, Device device);
 
   // Borrows the DLTensor's memory; rejects dtypes and devices weft does not support.
   static StatusOr<TensorView> FromDLTensor(const DLTensor& dl);
@@ -62,8 +69,8 @@ class TensorView {
 
   void* data() const { return data_; }
   DType dtype() const { return dtype_; }
-  const std::vector<int64_t>& shape() const { return shape_; }
-  const std::vector<int64_t>& strides() const { return strides_; }  // in elements
+  absl::Span<const int64_t> shape() const { return shape_; }
+  absl::Span<const int64_t> strides() const { return strides_; }  // in elements
   const Device& device() const { return device_; }
   int ndim() const { return static_cast<int>(shape_.size()); }
   int64_t numel() const;
@@ -78,17 +85,17 @@ class TensorView {
  private:
   void* data_ = nullptr;
   DType dtype_ = DType::kFloat32;
-  std::vector<int64_t> shape_;
-  std::vector<int64_t> strides_;
+  Dims shape_;
+  Dims strides_;
   Device device_;
 };
 
-std::string ShapeToString(const std::vector<int64_t>& shape);  // "[4, 3]"
-std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& shape);
+std::string ShapeToString(absl::Span<const int64_t> shape);  // "[4, 3]"
+std::vector<int64_t> ContiguousStrides(absl::Span<const int64_t> shape);
 // The product of the dims. Computed in uint64_t: a dim of 0 makes it 0 whatever the others,
 // whose product may pass int64 (the tensor checks allow that for an empty tensor) without
 // being undefined.
-int64_t NumElements(const std::vector<int64_t>& shape);
+int64_t NumElements(absl::Span<const int64_t> shape);
 
 // IEEE half and bfloat16 conversions used by the CPU reductions. Inline, so that the
 // reduction loops over 16-bit floats compile without a call per element (out of line, the

@@ -24,8 +24,8 @@ const config::IntSetting kCacheBytes(
 
 // Copies a (possibly strided) tensor element by element, row-major order; strides in
 // elements. The contiguous case is one memcpy.
-void CopyStrided(const uint8_t* src, const std::vector<int64_t>& src_strides, uint8_t* dst,
-                 const std::vector<int64_t>& dst_strides, const std::vector<int64_t>& shape,
+void CopyStrided(const uint8_t* src, absl::Span<const int64_t> src_strides, uint8_t* dst,
+                 absl::Span<const int64_t> dst_strides, absl::Span<const int64_t> shape,
                  size_t itemsize, size_t nbytes, bool src_contiguous, bool dst_contiguous) {
   if (src_contiguous && dst_contiguous) {
     std::memcpy(dst, src, nbytes);
@@ -195,7 +195,7 @@ Status ActivationCache::Put(int64_t sample, int depth, const TensorView& activat
   Entry entry;
   entry.depth = depth;
   entry.dtype = activation.dtype();
-  entry.shape = activation.shape();
+  entry.shape.assign(activation.shape().begin(), activation.shape().end());
   auto bytes = std::make_shared<std::vector<uint8_t>>(*nbytes);
   CopyStrided(static_cast<const uint8_t*>(activation.data()), activation.strides(),
               bytes->data(), ContiguousStrides(entry.shape), entry.shape,

@@ -104,7 +104,7 @@ Status PrepareDir(const std::string& dir) {
   return OkStatus();
 }
 
-std::optional<uint64_t> ByteCount(const std::vector<int64_t>& shape, size_t itemsize) {
+std::optional<uint64_t> ByteCount(absl::Span<const int64_t> shape, size_t itemsize) {
   uint64_t n = itemsize;
   for (int64_t d : shape) {
     if (d < 0) return std::nullopt;

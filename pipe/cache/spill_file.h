@@ -50,7 +50,7 @@ struct Contents {
 StatusOr<Contents> Read(const std::string& path, int64_t sample, int depth);
 
 // Product of the dims times itemsize, or nullopt on a negative dim or overflow.
-std::optional<uint64_t> ByteCount(const std::vector<int64_t>& shape, size_t itemsize);
+std::optional<uint64_t> ByteCount(absl::Span<const int64_t> shape, size_t itemsize);
 
 }  // namespace spill
 }  // namespace pipe

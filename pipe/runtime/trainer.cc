@@ -350,7 +350,8 @@ StatusOr<at::Tensor> ElasticTrainer::Impl::FrozenPrefix(const Dataset& data,
       continue;
     }
     const TensorView v = hit->view();
-    at::Tensor row = at::from_blob(const_cast<void*>(v.data()), v.shape(),
+    at::Tensor row = at::from_blob(const_cast<void*>(v.data()),
+                                   at::IntArrayRef(v.shape().data(), v.shape().size()),
                                    at::TensorOptions().dtype(ta::ToScalarType(v.dtype())))
                          .clone();
     ++*hits;  // a full hit, or a resumption from a shallower depth

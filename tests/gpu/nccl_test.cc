@@ -79,7 +79,7 @@ class DeviceArena {
   }
   // Copies a tensor it allocated (identified by its view) back to the host.
   Buffer Download(const TensorView& v) {
-    Buffer out(v.dtype(), v.shape());
+    Buffer out(v.dtype(), std::vector<int64_t>(v.shape().begin(), v.shape().end()));
     EXPECT_EQ(cudaMemcpy(out.view().data(), v.data(), v.nbytes(), cudaMemcpyDeviceToHost),
               cudaSuccess);
     return out;
