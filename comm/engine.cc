@@ -1,6 +1,7 @@
 #include "comm/engine.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -188,7 +189,10 @@ Status Engine::AssignKey(Descriptor& d, bool refusing) {
                    : "give the op a name (named ops are matched by name, from any thread)");
     }
     const int64_t seq = d.group.empty() ? next_unnamed_++ : next_unnamed_in_group_[d.group]++;
-    d.key = absl::StrCat("#", seq, KeyScope(d.group));
+    // "#<seq>", written in place: every unnamed op passes here.
+    char digits[24] = {'#'};
+    d.key.assign(digits, std::to_chars(digits + 1, digits + sizeof digits, seq).ptr);
+    if (!d.group.empty()) d.key += KeyScope(d.group);
   } else if (d.key[0] != '#') {  // '#': internal ops with a fixed key (shutdown, window ops)
     d.key += KeyScope(d.group);
     if (!refusing && !names_in_flight_.insert(d.key).second) {
