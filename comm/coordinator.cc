@@ -78,7 +78,8 @@ void Coordinator::Add(KeyedDescriptor kd, int64_t now_us) {
   // A key that failed before this rank submitted it (it timed out, or a rank refused it):
   // this submission is the owed one and fails the same way. A rank that is not owed (it
   // refused the op, then submits the same name again) starts a new round instead.
-  auto failed = failed_.find(key);
+  // (failed_ and lost_order_ are empty but after faults: every op passes here.)
+  auto failed = failed_.empty() ? failed_.end() : failed_.find(key);
   if (failed != failed_.end() && failed->second.owed.count(d.rank)) {
     if (d.refused_code == 0) {
       Response error = failed->second.error;
@@ -89,7 +90,7 @@ void Coordinator::Add(KeyedDescriptor kd, int64_t now_us) {
     if (failed->second.owed.empty()) failed_.erase(failed);
     return;
   }
-  if (IsUnnamedKey(key)) {
+  if (!lost_order_.empty() && IsUnnamedKey(key)) {
     auto lost = lost_order_.find(ScopeOf(key));
     if (lost != lost_order_.end()) {
       // A refusing rank already has its own error; nobody waits for this key.
@@ -130,8 +131,8 @@ void Coordinator::Add(KeyedDescriptor kd, int64_t now_us) {
   const std::vector<int32_t>& group = e.by_rank.front().second->group;
   const size_t expected = group.empty() ? static_cast<size_t>(size_) : group.size();
   if (e.by_rank.size() == expected) {
-    ready_.emplace_back(pending->first, std::move(e));
-    pending_.erase(pending);
+    auto node = pending_.extract(pending);
+    ready_.emplace_back(std::move(node.key()), std::move(node.mapped()));
   }
 }
 
