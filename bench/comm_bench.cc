@@ -159,14 +159,19 @@ int MaxOverRanks(int v) {
 void Barrier() { CheckMpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 
 struct Timing {
-  double seconds = 0;  // max over ranks of the per-rank average
-  int iters = 0;
+  double seconds = 0;  // the median over the rounds of the per-call average (max over ranks)
+  double fastest = 0, slowest = 0;  // the rounds' extremes
+  int iters = 0;                    // timed calls, over all rounds
   int warmup = 0;
 };
 
-// Every decision here is taken from values all ranks agree on (MAX allreduces), so every
-// rank calls `fn` the same number of times (weft matches unnamed ops by call order).
-Timing Measure(const std::function<void()>& fn) {
+// Timed calls of each implementation are split into this many rounds (MeasureInterleaved).
+constexpr int kRounds = 5;
+
+// Warms `fn` up and picks its number of timed calls (t.iters). Every decision here is taken
+// from values all ranks agree on (MAX allreduces), so every rank calls `fn` the same number
+// of times (weft matches unnamed ops by call order).
+Timing Prepare(const std::function<void()>& fn) {
   Timing t;
   double estimate = 0;
   const int warmup = g_opt.warmup;
@@ -193,10 +198,43 @@ Timing Measure(const std::function<void()>& fn) {
     const double want = estimate > 0 ? std::ceil(g_opt.target_seconds / estimate) : g_opt.max_iters;
     t.iters = static_cast<int>(std::min<double>(g_opt.max_iters, std::max<double>(g_opt.min_iters, want)));
   }
-  Barrier();
-  const double start = Now();
-  for (int i = 0; i < t.iters; ++i) fn();
-  t.seconds = MaxOverRanks((Now() - start) / t.iters);
+  return t;
+}
+
+// Times the implementations of one case (weft's, raw MPI's...) in rounds that alternate
+// between them, each round a barrier and then 1/kRounds of an implementation's calls, the
+// order reversed every other round; each implementation's time is the median of its
+// rounds' per-call averages (max over ranks). This machine's speed drifts by 2x and more,
+// between runs and within one: timed one after the other in one block each, one side
+// could land in a slow stretch and the other not, and the ratio say so.
+std::vector<Timing> MeasureInterleaved(const std::vector<std::function<void()>>& fns) {
+  std::vector<Timing> t;
+  for (const auto& fn : fns) t.push_back(Prepare(fn));
+  int rounds = kRounds;
+  for (const Timing& x : t) rounds = std::min(rounds, x.iters);
+  std::vector<int> per_round(fns.size());
+  std::vector<std::vector<double>> averages(fns.size());
+  for (size_t k = 0; k < fns.size(); ++k) {
+    per_round[k] = t[k].iters / rounds;
+    t[k].iters = per_round[k] * rounds;
+  }
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t j = 0; j < fns.size(); ++j) {
+      const size_t k = round % 2 == 0 ? j : fns.size() - 1 - j;
+      Barrier();
+      const double start = Now();
+      for (int i = 0; i < per_round[k]; ++i) fns[k]();
+      averages[k].push_back(MaxOverRanks((Now() - start) / per_round[k]));
+    }
+  }
+  for (size_t k = 0; k < fns.size(); ++k) {
+    std::vector<double>& a = averages[k];
+    std::sort(a.begin(), a.end());
+    t[k].seconds =
+        a.size() % 2 == 1 ? a[a.size() / 2] : (a[a.size() / 2 - 1] + a[a.size() / 2]) / 2;
+    t[k].fastest = a.front();
+    t[k].slowest = a.back();
+  }
   return t;
 }
 
@@ -242,6 +280,8 @@ struct Row {
   size_t bytes = 0;
   size_t elements = 0;
   double weft_us = 0, mpi_us = 0;
+  // The fastest and slowest of the rounds (MeasureInterleaved), in us: the spread in a run.
+  double weft_fastest_us = 0, weft_slowest_us = 0, mpi_fastest_us = 0, mpi_slowest_us = 0;
   double weft_algbw = 0, mpi_algbw = 0, weft_busbw = 0, mpi_busbw = 0;
   int weft_iters = 0, mpi_iters = 0;
   int in_degree = -1;
@@ -286,22 +326,31 @@ struct Case {
   std::function<void(const std::string&)> check_raw;
 };
 
+void SetSpread(Row& row, const Timing& weft, const Timing& mpi) {
+  row.weft_fastest_us = weft.fastest * 1e6;
+  row.weft_slowest_us = weft.slowest * 1e6;
+  row.mpi_fastest_us = mpi.fastest * 1e6;
+  row.mpi_slowest_us = mpi.slowest * 1e6;
+}
+
 void RunCase(const Case& c) {
   Row row;
   row.op = c.op;
   row.bytes = c.bytes;
   row.elements = c.elements;
   row.in_degree = c.in_degree;
-  const Timing w = Measure(c.weft);
+  const std::vector<Timing> t = MeasureInterleaved({c.weft, c.raw});
+  const Timing& w = t[0];
+  const Timing& m = t[1];
   c.poison();
   c.weft();
   c.check("weft " + c.op + " " + std::to_string(c.bytes) + " B");
-  const Timing m = Measure(c.raw);
   c.poison();
   c.raw();
   (c.check_raw ? c.check_raw : c.check)("raw MPI " + c.op + " " + std::to_string(c.bytes) + " B");
   row.weft_us = w.seconds * 1e6;
   row.mpi_us = m.seconds * 1e6;
+  SetSpread(row, w, m);
   row.weft_iters = w.iters;
   row.mpi_iters = m.iters;
   row.weft_algbw = static_cast<double>(c.bytes) / w.seconds / 1e9;
@@ -765,22 +814,6 @@ void BenchFused() {
                "MPI_Allreduce");
     }
   };
-  const Timing tf = Measure(weft_fused);
-  poison();
-  weft_fused();
-  check("weft fused allreduce");
-  const Timing tg = Measure(weft_grouped);
-  poison();
-  weft_grouped();
-  check("weft grouped fused allreduce");
-  const Timing tb = Measure(weft_blocking);
-  poison();
-  weft_blocking();
-  check("weft 64 blocking allreduce");
-  const Timing tr = Measure(raw);
-  poison();
-  raw();
-  check("raw MPI 64 blocking allreduce");
   // The ideal: the 64 tensors already in one buffer, one MPI_Allreduce (no packing).
   FloatBuffer whole_in(kTensors * kCount, static_cast<float>(g_rank + 1));
   FloatBuffer whole_out(kTensors * kCount, 0.0f);
@@ -789,7 +822,25 @@ void BenchFused() {
                            MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
              "MPI_Allreduce (one buffer)");
   };
-  const Timing ti = Measure(ideal);
+  const std::vector<Timing> times =
+      MeasureInterleaved({weft_fused, weft_grouped, weft_blocking, raw, ideal});
+  const Timing& tf = times[0];
+  const Timing& tg = times[1];
+  const Timing& tb = times[2];
+  const Timing& tr = times[3];
+  const Timing& ti = times[4];
+  poison();
+  weft_fused();
+  check("weft fused allreduce");
+  poison();
+  weft_grouped();
+  check("weft grouped fused allreduce");
+  poison();
+  weft_blocking();
+  check("weft 64 blocking allreduce");
+  poison();
+  raw();
+  check("raw MPI 64 blocking allreduce");
 
   const size_t bytes = kTensors * kCount * sizeof(float);
   Row row;
@@ -798,6 +849,7 @@ void BenchFused() {
   row.elements = kTensors * kCount;
   row.weft_us = tf.seconds * 1e6;
   row.mpi_us = tr.seconds * 1e6;
+  SetSpread(row, tf, tr);
   row.weft_iters = tf.iters;
   row.mpi_iters = tr.iters;
   row.weft_algbw = bytes / tf.seconds / 1e9;
@@ -841,10 +893,11 @@ void PrintResults() {
         "RESULT {\"op\": %s, \"ranks\": %d, \"bytes\": %zu, \"elements\": %zu, "
         "\"weft_us\": %.3f, \"weft_algbw_gbps\": %.6f, \"weft_busbw_gbps\": %.6f, "
         "\"mpi_us\": %.3f, \"mpi_algbw_gbps\": %.6f, \"mpi_busbw_gbps\": %.6f, "
-        "\"ratio\": %.4f, \"weft_iters\": %d, \"mpi_iters\": %d",
+        "\"ratio\": %.4f, \"weft_iters\": %d, \"mpi_iters\": %d, \"weft_us_rounds\": [%.3f, "
+        "%.3f], \"mpi_us_rounds\": [%.3f, %.3f]",
         JsonString(r.op).c_str(), g_size, r.bytes, r.elements, r.weft_us, r.weft_algbw,
         r.weft_busbw, r.mpi_us, r.mpi_algbw, r.mpi_busbw, r.mpi_us / r.weft_us, r.weft_iters,
-        r.mpi_iters);
+        r.mpi_iters, r.weft_fastest_us, r.weft_slowest_us, r.mpi_fastest_us, r.mpi_slowest_us);
     if (r.in_degree >= 0) std::printf(", \"in_degree\": %d", r.in_degree);
     if (r.weft_blocking_us >= 0) std::printf(", \"weft_blocking_us\": %.3f", r.weft_blocking_us);
     if (r.weft_grouped_us >= 0) std::printf(", \"weft_grouped_us\": %.3f", r.weft_grouped_us);
@@ -926,8 +979,11 @@ int main(int argc, char** argv) {
     }
     std::printf("# warmup: %d%s\n", g_opt.warmup,
                 g_opt.warmup_given ? "" : " (fewer, at least 1, where one op takes > 20 ms)");
-    std::printf("# time: average per op after a barrier, max over ranks; algbw = bytes / time;"
-                " ratio = raw MPI time / weft time (> 1: weft faster)\n");
+    std::printf(
+        "# time: per op, in %d rounds alternating between weft and raw MPI (a barrier, "
+        "then 1/%d of the calls; max over ranks), the median round; algbw = bytes / "
+        "time; ratio = raw MPI time / weft time (> 1: weft faster)\n",
+        kRounds, kRounds);
     std::fflush(stdout);
   }
 
