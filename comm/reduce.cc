@@ -163,10 +163,13 @@ struct HalfLanes {
   WEFT_AVX2_F16C static void Store(char* p, __m256 f) {
     // FloatToHalf turns every NaN into the quiet NaN 0x7e00 with the input's sign, where
     // the instruction would keep the payload's top bits: give it that NaN's float instead.
-    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)));
-    const __m256 quiet_nan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000));
+    // NaNs are rare: the blend runs only where there are some.
     const __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
-    f = _mm256_blendv_ps(f, _mm256_or_ps(_mm256_and_ps(f, sign), quiet_nan), nan);
+    if (__builtin_expect(_mm256_movemask_ps(nan) != 0, 0)) {
+      const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)));
+      const __m256 quiet_nan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000));
+      f = _mm256_blendv_ps(f, _mm256_or_ps(_mm256_and_ps(f, sign), quiet_nan), nan);
+    }
     const __m128i h = _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
   }
