@@ -175,6 +175,22 @@ struct HalfLanes {
   }
 };
 
+// FloatToBFloat16 in each lane's top half (the bottom half is left over): round to nearest
+// even (the float plus 0x7fff plus the lowest bit kept), and a NaN keeps its top bits, made
+// quiet (bit 22). NaNs are rare: blending them in only where there are some made the
+// store a third faster.
+WEFT_AVX2_F16C inline __m256i RoundToBFloatTop(__m256 f) {
+  const __m256i bits = _mm256_castps_si256(f);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
+  const __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
+  if (__builtin_expect(_mm256_movemask_ps(nan) != 0, 0)) {
+    const __m256i quiet = _mm256_or_si256(bits, _mm256_set1_epi32(0x400000));
+    rounded = _mm256_blendv_epi8(rounded, quiet, _mm256_castps_si256(nan));
+  }
+  return rounded;
+}
+
 struct BFloatLanes {
   static constexpr size_t kBytes = 2;
   WEFT_AVX2_F16C static __m256 Load(const char* p) {
@@ -182,17 +198,7 @@ struct BFloatLanes {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
   }
   WEFT_AVX2_F16C static void Store(char* p, __m256 f) {
-    // As FloatToBFloat16: round to nearest even (the top half of the float plus 0x7fff plus
-    // its lowest kept bit), and a NaN keeps its top bits, made quiet (bit 22). NaNs are rare:
-    // blending them in only when there are some made this store a third faster.
-    const __m256i bits = _mm256_castps_si256(f);
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-    __m256i b = _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
-    const __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
-    if (__builtin_expect(_mm256_movemask_ps(nan) != 0, 0)) {
-      const __m256i quiet = _mm256_or_si256(bits, _mm256_set1_epi32(0x400000));
-      b = _mm256_blendv_epi8(b, quiet, _mm256_castps_si256(nan));
-    }
+    const __m256i b = RoundToBFloatTop(f);
     // The top two bytes of each lane, gathered into the low eight bytes of each 128-bit
     // half, then the two halves' low quadwords side by side.
     const __m256i top =
@@ -249,19 +255,6 @@ WEFT_AVX2_F16C void AddLanes(void* out, const void* a, const void* b, size_t cou
 // halves back together, without the shuffles that converting to and from eight floats in
 // element order takes (which made it 4x slower than float32's, and 1.7x float16's). The
 // same float sums and rounding as the element loop, bit for bit.
-WEFT_AVX2_F16C inline __m256i RoundToBFloatTop(__m256 f) {
-  // FloatToBFloat16 in each lane's top half (the bottom half is left over).
-  const __m256i bits = _mm256_castps_si256(f);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
-  const __m256 nan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
-  if (__builtin_expect(_mm256_movemask_ps(nan) != 0, 0)) {
-    const __m256i quiet = _mm256_or_si256(bits, _mm256_set1_epi32(0x400000));
-    rounded = _mm256_blendv_epi8(rounded, quiet, _mm256_castps_si256(nan));
-  }
-  return rounded;
-}
-
 template <>
 WEFT_AVX2_F16C void AddLanes<BFloat>(void* out, const void* a, const void* b, size_t count) {
   const char* pa = static_cast<const char*>(a);
