@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -24,6 +25,36 @@ TEST(TensorView, TransposedViewIsNotContiguous) {
   float data[12];
   TensorView v(data, DType::kFloat32, {4, 3}, {1, 4}, Device::CPU());
   EXPECT_FALSE(v.is_contiguous());
+}
+
+// Up to six dimensions live inside the view, more on the heap: copies (every op keeps
+// copies of its views) and DLPack exports are the same either way, and a copy owns its
+// dimensions (the original can go).
+TEST(TensorView, CopiesKeepTheirDimensionsInlineOrOnTheHeap) {
+  float data[256];
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{}, std::vector<int64_t>{256}, std::vector<int64_t>{2, 2, 2, 2, 4, 4},
+        std::vector<int64_t>{2, 2, 2, 2, 2, 2, 2, 2}}) {
+    std::optional<TensorView> original(std::in_place, data, DType::kFloat32, shape);
+    const std::vector<int64_t> strides = ContiguousStrides(shape);
+    TensorView copy = *original;
+    TensorView assigned(data, DType::kFloat32, {1});
+    assigned = *original;
+    original.reset();
+    for (const TensorView* v : {&copy, &assigned}) {
+      EXPECT_EQ(v->shape(), shape) << ShapeToString(shape);
+      EXPECT_EQ(v->strides(), strides) << ShapeToString(shape);
+      EXPECT_EQ(v->ndim(), static_cast<int>(shape.size()));
+      EXPECT_EQ(v->numel(), shape.empty() ? 1 : 256);
+      EXPECT_TRUE(v->is_contiguous());
+      const DLTensor dl = v->ToDLTensor();
+      ASSERT_EQ(dl.ndim, static_cast<int>(shape.size()));
+      for (size_t i = 0; i < shape.size(); ++i) {
+        EXPECT_EQ(dl.shape[i], shape[i]);
+        EXPECT_EQ(dl.strides[i], strides[i]);
+      }
+    }
+  }
 }
 
 TEST(TensorView, RoundTripsThroughDLPackForEveryDType) {
