@@ -72,6 +72,28 @@ void Coordinator::Add(Descriptor d, int64_t now_us) {
 }
 
 void Coordinator::Add(KeyedDescriptor kd, int64_t now_us) {
+  int64_t first = 0;
+  absl::string_view scope;  // in kd.key
+  if (!ParseUnnamedKey(kd.key, &first, &scope)) {
+    AddOne(std::move(kd), now_us);  // runs are unnamed ops only
+    return;
+  }
+  // A run is recorded as a whole, unless its ops need their own treatment: a refusal, or
+  // faults that may have failed some of them already (failed_ and lost_order_ are empty but
+  // after faults).
+  if (kd.desc->refused_code == 0 && failed_.empty() && lost_order_.empty()) {
+    AddUnnamed(scope, first, kd.count, kd.desc, now_us);
+    return;
+  }
+  const std::shared_ptr<const Descriptor> desc = kd.desc;
+  const std::string run_scope(scope);  // kd.key moves
+  const int64_t count = kd.count;
+  kd.count = 1;
+  AddOne(std::move(kd), now_us);
+  for (int64_t i = 1; i < count; ++i) AddOne({UnnamedKey(first + i, run_scope), desc}, now_us);
+}
+
+void Coordinator::AddOne(KeyedDescriptor kd, int64_t now_us) {
   // Alive until the end: kd.desc holds it, and once moved into the entry, the entry does.
   const Descriptor& d = *kd.desc;
   const std::string& key = kd.key;
@@ -108,6 +130,12 @@ void Coordinator::Add(KeyedDescriptor kd, int64_t now_us) {
     Refuse(keyed);
     return;
   }
+  int64_t number = 0;
+  absl::string_view scope;
+  if (ParseUnnamedKey(key, &number, &scope)) {
+    AddUnnamed(scope, number, 1, kd.desc, now_us);
+    return;
+  }
   auto pending = pending_.try_emplace(key).first;
   Entry& e = pending->second;
   if (e.by_rank.empty()) {
@@ -136,13 +164,105 @@ void Coordinator::Add(KeyedDescriptor kd, int64_t now_us) {
   }
 }
 
+void Coordinator::AddUnnamed(absl::string_view scope, int64_t first, int64_t count,
+                             const std::shared_ptr<const Descriptor>& desc, int64_t now_us) {
+  const Descriptor& d = *desc;
+  auto scoped = unnamed_.find(scope);
+  if (scoped == unnamed_.end()) scoped = unnamed_.emplace(std::string(scope), Unnamed()).first;
+  Unnamed& ops = scoped->second;
+  const int64_t end = first + count;
+  // Entries of other ranks' runs now begin or end at the run's ends, and lie inside it or
+  // outside: each one inside gets this rank (and is ready once it has every rank); the gaps
+  // between them become entries of this rank alone.
+  SplitAt(ops, first);
+  SplitAt(ops, end);
+  // Keys carry the process set (the engine scopes them), so every descriptor of an entry
+  // names the same set; ranks that disagree on it submit different keys and show up as
+  // a stall of each.
+  const size_t expected = d.group.empty() ? static_cast<size_t>(size_) : d.group.size();
+  auto it = ops.lower_bound(first);
+  for (int64_t at = first; at < end;) {
+    if (it == ops.end() || it->first != at) {
+      const int64_t next = it != ops.end() && it->first < end ? it->first : end;
+      Entry e;
+      e.first_seen_us = now_us;
+      e.count = next - at;
+      e.by_rank.reserve(expected);
+      e.by_rank.emplace_back(d.rank, desc);
+      if (expected == 1) {
+        ready_.emplace_back(UnnamedKey(at, scope), std::move(e));
+      } else {
+        ops.emplace_hint(it, at, std::move(e));
+        unnamed_keys_ += static_cast<size_t>(next - at);
+      }
+      at = next;
+      continue;
+    }
+    Entry& e = it->second;
+    const int64_t n = e.count;
+    auto rank_at = RankAt(e.by_rank, d.rank);
+    if (rank_at != e.by_rank.end() && rank_at->first == d.rank) {
+      for (int64_t number = at; number < at + n; ++number) {
+        const std::string key = UnnamedKey(number, scope);
+        immediate_.push_back(ErrorFor({key}, d.op, absl::StatusCode::kInvalidArgument,
+                                      absl::StrCat(DescribeAs(d, key), ": rank ", d.rank,
+                                                   " submitted it twice before it completed"),
+                                      {d.rank}));
+      }
+      ++it;
+    } else {
+      e.by_rank.emplace(rank_at, d.rank, desc);
+      if (e.by_rank.size() == expected) {
+        ready_.emplace_back(UnnamedKey(at, scope), std::move(e));
+        it = ops.erase(it);
+        unnamed_keys_ -= static_cast<size_t>(n);
+      } else {
+        ++it;
+      }
+    }
+    at += n;
+  }
+}
+
+void Coordinator::SplitAt(Unnamed& ops, int64_t number) {
+  auto it = ops.upper_bound(number);
+  if (it == ops.begin()) return;
+  --it;
+  Entry& e = it->second;
+  if (it->first == number || it->first + e.count <= number) return;
+  Entry tail = e;  // the same ranks and descriptors
+  tail.count = it->first + e.count - number;
+  e.count = number - it->first;
+  ops.emplace_hint(std::next(it), number, std::move(tail));
+}
+
+Coordinator::Entry Coordinator::TakePending(const std::string& key) {
+  Entry taken;
+  int64_t number = 0;
+  absl::string_view scope;
+  if (ParseUnnamedKey(key, &number, &scope)) {
+    auto scoped = unnamed_.find(scope);
+    if (scoped == unnamed_.end()) return taken;
+    Unnamed& ops = scoped->second;
+    SplitAt(ops, number);
+    SplitAt(ops, number + 1);
+    auto it = ops.find(number);
+    if (it == ops.end()) return taken;
+    taken = std::move(it->second);
+    ops.erase(it);
+    --unnamed_keys_;
+    return taken;
+  }
+  auto it = pending_.find(key);
+  if (it == pending_.end()) return taken;
+  taken = std::move(it->second);
+  pending_.erase(it);
+  return taken;
+}
+
 void Coordinator::Refuse(const Descriptor& d) {
   std::vector<int32_t> present;
-  auto pending = pending_.find(d.key);
-  if (pending != pending_.end()) {
-    for (const auto& entry : pending->second.by_rank) present.push_back(entry.first);
-    pending_.erase(pending);
-  }
+  for (const auto& entry : TakePending(d.key).by_rank) present.push_back(entry.first);
   Response error = ErrorFor({d.key}, d.op, static_cast<absl::StatusCode>(d.refused_code),
                             absl::StrCat(Describe(d), " failed on rank ", d.rank,
                                          ", which refused it: ", d.refused_message),
@@ -395,49 +515,58 @@ std::vector<Response> Coordinator::TakeReady(int64_t fusion_threshold) {
   immediate_.clear();
   const Entry* group_head = nullptr;  // first entry of the open fused group
   int64_t group_bytes = 0;
-  for (auto& [key, entry] : ready_) {
+  for (auto& [first_key, entry] : ready_) {
     const Descriptor& d = *entry.by_rank.front().second;
-    if (!KnownValid(entry)) {
-      const std::string problem = Validate(key, entry);
-      if (!problem.empty()) {
-        out.push_back(ErrorFor({key}, d.op, absl::StatusCode::kInvalidArgument, problem, d.group));
-        group_head = nullptr;
+    // A run answers for each of its ops, numbered on from its first.
+    int64_t first = 0;
+    absl::string_view scope_view;
+    if (entry.count > 1) ParseUnnamedKey(first_key, &first, &scope_view);
+    const std::string scope(scope_view);  // first_key moves into the first op's response
+    for (int64_t i = 0; i < entry.count; ++i) {
+      std::string key = i == 0 ? std::move(first_key) : UnnamedKey(first + i, scope);
+      if (!KnownValid(entry)) {
+        const std::string problem = Validate(key, entry);
+        if (!problem.empty()) {
+          out.push_back(
+              ErrorFor({key}, d.op, absl::StatusCode::kInvalidArgument, problem, d.group));
+          group_head = nullptr;
+          continue;
+        }
+        last_valid_ = entry.by_rank;
+      }
+      const int64_t bytes = static_cast<int64_t>(d.nbytes());
+      if (group_head != nullptr && CanFuse(*group_head, entry) &&
+          group_bytes + bytes <= fusion_threshold) {
+        out.back().keys.push_back(std::move(key));  // ready_ is cleared below
+        group_bytes += bytes;
         continue;
       }
-      last_valid_ = entry.by_rank;
-    }
-    const int64_t bytes = static_cast<int64_t>(d.nbytes());
-    if (group_head != nullptr && CanFuse(*group_head, entry) &&
-        group_bytes + bytes <= fusion_threshold) {
-      out.back().keys.push_back(std::move(key));  // ready_ is cleared below
-      group_bytes += bytes;
-      continue;
-    }
-    Response r;
-    r.op = d.op;
-    r.keys.push_back(std::move(key));
-    r.ranks = d.group;
-    if (d.op == OpType::kSendRecv) {
-      for (const auto& [rank, rd] : entry.by_rank) {
-        if (rd->send_ranks.empty()) continue;
-        r.first_dims.emplace_back(rd->shape.begin(), rd->shape.end());
-        r.first_dims.push_back({static_cast<int64_t>(rd->dtype)});
+      Response r;
+      r.op = d.op;
+      r.keys.push_back(std::move(key));
+      r.ranks = d.group;
+      if (d.op == OpType::kSendRecv) {
+        for (const auto& [rank, rd] : entry.by_rank) {
+          if (rd->send_ranks.empty()) continue;
+          r.first_dims.emplace_back(rd->shape.begin(), rd->shape.end());
+          r.first_dims.push_back({static_cast<int64_t>(rd->dtype)});
+        }
       }
-    }
-    if (d.op == OpType::kAllreduce) {
-      r.out_of_place = std::none_of(entry.by_rank.begin(), entry.by_rank.end(),
-                                    [](const auto& rd) { return rd.second->in_place; });
-    }
-    if (d.op == OpType::kAllgather || d.op == OpType::kNeighborAllgather) {
-      std::vector<int64_t> dims(size_);
-      for (const auto& [rank, rd] : entry.by_rank) {
-        dims[rank] = rd->shape.empty() ? 1 : rd->shape[0];
+      if (d.op == OpType::kAllreduce) {
+        r.out_of_place = std::none_of(entry.by_rank.begin(), entry.by_rank.end(),
+                                      [](const auto& rd) { return rd.second->in_place; });
       }
-      r.first_dims.push_back(std::move(dims));
+      if (d.op == OpType::kAllgather || d.op == OpType::kNeighborAllgather) {
+        std::vector<int64_t> dims(size_);
+        for (const auto& [rank, rd] : entry.by_rank) {
+          dims[rank] = rd->shape.empty() ? 1 : rd->shape[0];
+        }
+        r.first_dims.push_back(std::move(dims));
+      }
+      out.push_back(std::move(r));
+      group_head = Fusable(d.op) ? &entry : nullptr;
+      group_bytes = bytes;
     }
-    out.push_back(std::move(r));
-    group_head = Fusable(d.op) ? &entry : nullptr;
-    group_bytes = bytes;
   }
   ready_.clear();
   return out;
@@ -469,8 +598,7 @@ Coordinator::StallReport Coordinator::CheckStalls(int64_t now_us, double warning
   const int64_t timeout_us = static_cast<int64_t>(timeout_s * 1e6);
   std::vector<std::string> timed_out;
   bool lost_now = false;
-  for (const auto& [key_p, e_p] : SortedPending()) {
-    const std::string& key = *key_p;
+  for (const auto& [key, e_p] : SortedPending()) {
     Entry& e = *e_p;
     const int64_t waited = now_us - e.first_seen_us;
     const Descriptor& d = *e.by_rank.front().second;
@@ -491,7 +619,7 @@ Coordinator::StallReport Coordinator::CheckStalls(int64_t now_us, double warning
     }
   }
   for (const std::string& key : timed_out) {
-    Entry& e = pending_[key];
+    const Entry e = TakePending(key);
     const Descriptor& d = *e.by_rank.front().second;
     std::vector<int32_t> present;
     std::set<int> owed;
@@ -511,14 +639,12 @@ Coordinator::StallReport Coordinator::CheckStalls(int64_t now_us, double warning
                                                owed.size() > 1 ? "s " : " ", MissingRanks(e));
     }
     failed_[key] = Failed{error, owed};
-    pending_.erase(key);  // `d` and `e` end here
   }
   // The scopes' other unnamed ops in flight: their numbers may pair different ops. (Later
   // ones never get here: Add fails them.)
   if (!lost_now) return report;
   std::vector<std::string> lost_keys;
-  for (const auto& [key_p, e_p] : SortedPending()) {
-    const std::string& key = *key_p;
+  for (const auto& [key, e_p] : SortedPending()) {
     auto lost = lost_order_.find(ScopeOf(key));
     if (!IsUnnamedKey(key) || lost == lost_order_.end()) continue;
     const Descriptor& d = *e_p->by_rank.front().second;
@@ -528,16 +654,24 @@ Coordinator::StallReport Coordinator::CheckStalls(int64_t now_us, double warning
                                      LostOrderMessage(DescribeAs(d, key), lost->second), present));
     lost_keys.push_back(key);
   }
-  for (const std::string& key : lost_keys) pending_.erase(key);
+  for (const std::string& key : lost_keys) TakePending(key);
   return report;
 }
 
-std::vector<std::pair<const std::string*, Coordinator::Entry*>> Coordinator::SortedPending() {
-  std::vector<std::pair<const std::string*, Entry*>> sorted;
-  sorted.reserve(pending_.size());
-  for (auto& [key, e] : pending_) sorted.emplace_back(&key, &e);
+std::vector<std::pair<std::string, Coordinator::Entry*>> Coordinator::SortedPending() {
+  std::vector<std::pair<std::string, Entry*>> sorted;
+  sorted.reserve(pending());
+  for (auto& [key, e] : pending_) sorted.emplace_back(key, &e);
+  for (auto& [scope, ops] : unnamed_) {
+    // One entry per op: each waits, is warned about and fails on its own from here on.
+    for (auto it = ops.begin(); it != ops.end(); ++it) {
+      const int64_t end = it->first + it->second.count;
+      for (int64_t number = it->first + 1; number < end; ++number) SplitAt(ops, number);
+    }
+    for (auto& [number, e] : ops) sorted.emplace_back(UnnamedKey(number, scope), &e);
+  }
   std::sort(sorted.begin(), sorted.end(),
-            [](const auto& a, const auto& b) { return *a.first < *b.first; });
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   return sorted;
 }
 

@@ -28,8 +28,9 @@ class Coordinator {
   // KeyedDescriptor).
   using ByRank = absl::InlinedVector<std::pair<int, std::shared_ptr<const Descriptor>>, 4>;
 
-  // Records one rank's descriptor of the op `kd.key`, received at `now_us`. A refused one
-  // (refused_code set) fails the key on every other rank of the op.
+  // Records one rank's descriptor of the op `kd.key` (or of each op of the run kd stands
+  // for), received at `now_us`. A refused one (refused_code set) fails the key on every
+  // other rank of the op.
   void Add(KeyedDescriptor kd, int64_t now_us);
   void Add(Descriptor d, int64_t now_us);
 
@@ -52,19 +53,35 @@ class Coordinator {
   StallReport CheckStalls(int64_t now_us, double warning_s, double timeout_s);
 
   // Keys some ranks submitted and others did not.
-  size_t pending() const { return pending_.size(); }
+  size_t pending() const { return pending_.size() + unnamed_keys_; }
 
  private:
   struct Entry {
     ByRank by_rank;
     int64_t first_seen_us = 0;
     int64_t last_warned_us = 0;
+    // Unnamed ops only: the entry stands for this many consecutive ones, which the same
+    // ranks submitted with the same descriptors (a run).
+    int64_t count = 1;
   };
+  // A scope's unnamed ops that wait for ranks, by number; entries never overlap.
+  using Unnamed = std::map<int64_t, Entry>;
   struct Failed {
     Response error;
     std::set<int> owed;  // ranks that have not submitted it yet
   };
 
+  // Add for one op (kd.count == 1), whatever its key and state.
+  void AddOne(KeyedDescriptor kd, int64_t now_us);
+  // Records `desc`'s rank for the unnamed ops `first` .. `first + count - 1` of `scope`,
+  // splitting entries where the run starts and ends, and moving those that every rank has
+  // submitted now to ready_.
+  void AddUnnamed(absl::string_view scope, int64_t first, int64_t count,
+                  const std::shared_ptr<const Descriptor>& desc, int64_t now_us);
+  // Makes `number` the first op of its entry in `ops`, if an entry holds it.
+  static void SplitAt(Unnamed& ops, int64_t number);
+  // Removes the op `key` from the pending ones and returns its entry (an empty one if none).
+  Entry TakePending(const std::string& key);
   // Checks agreement across ranks; empty string when they agree. `key`: the entry's.
   std::string Validate(const std::string& key, const Entry& e) const;
   // Whether `e` holds, rank for rank, the very descriptors of the last entry that passed
@@ -84,11 +101,14 @@ class Coordinator {
   Response ErrorFor(const std::vector<std::string>& keys, OpType op, absl::StatusCode code,
                     const std::string& message, std::vector<int32_t> ranks) const;
 
-  // Pending keys in key order, so that warnings and errors come out the same every time.
-  std::vector<std::pair<const std::string*, Entry*>> SortedPending();
+  // Pending keys in key order, so that warnings and errors come out the same every time
+  // (runs split into one entry per op first).
+  std::vector<std::pair<std::string, Entry*>> SortedPending();
 
   int size_;
-  absl::flat_hash_map<std::string, Entry> pending_;  // entered and left by every op
+  absl::flat_hash_map<std::string, Entry> pending_;      // named and internal ops
+  std::map<std::string, Unnamed, std::less<>> unnamed_;  // unnamed ops, by scope (KeyScope)
+  size_t unnamed_keys_ = 0;                              // the ops in unnamed_'s entries
   std::deque<std::pair<std::string, Entry>> ready_;
   std::map<std::string, Failed> failed_;
   // Scopes ("" or "@ranks") whose call order was lost, with the timeout that lost it.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "comm/protocol.h"
 #include "gtest/gtest.h"
 
@@ -288,32 +289,45 @@ TEST(ProtocolTest, ResponseStatus) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-// A burst of like ops (the gradients of one model): every descriptor after the first
-// differs only in its key, and travels as a repeat of the one before with its own key.
-TEST(ProtocolTest, LikeDescriptorsTravelAsRepeats) {
+// A burst of like unnamed ops (the gradients of one model): the first descriptor in full,
+// then one count for all the ops numbered on from it, whatever their number. Like ops that
+// are not numbered in a row (named ones, or a gap) travel as repeats, each with its key.
+TEST(ProtocolTest, LikeDescriptorsTravelAsOneRun) {
   std::vector<Descriptor> in;
   for (int i = 0; i < 64; ++i) {
     Descriptor d = FullDescriptor();
     d.key = absl::StrCat("#", 1000 + i, "@0,3,9");
     in.push_back(d);
   }
-  const std::string bytes = SerializeDescriptors(in);
   const std::string one = SerializeDescriptors({in[0]});
-  // The first in full, then rank, marker and key.
-  EXPECT_EQ(bytes.size(), one.size() + 63u * (4u + 1u + 4u + in[1].key.size()));
-  auto out = ParseDescriptors(bytes);
-  ASSERT_TRUE(out.ok()) << out.status();
-  ASSERT_EQ(out->size(), in.size());
-  for (size_t i = 0; i < in.size(); ++i) {
-    SCOPED_TRACE(i);
-    ExpectSameDescriptor((*out)[i], in[i]);
+  // The first in full, then rank, marker and count.
+  const std::string bytes = SerializeDescriptors(in);
+  EXPECT_EQ(bytes.size(), one.size() + 4u + 1u + 4u);
+  // Named ops, and a gap in the numbers: rank, marker and key each.
+  std::vector<Descriptor> named = in;
+  named[1].key = "w";
+  named[2].key = "b";
+  for (size_t i = 4; i < named.size(); ++i) named[i].key = absl::StrCat("#", 1196 + i, "@0,3,9");
+  const std::string repeats = SerializeDescriptors(named);
+  EXPECT_EQ(repeats.size(), one.size() + 9u + 1u + 9u + 1u + (9u + 11u) /* #1003 */ +
+                                (9u + 11u) /* #1200 */ + 9u /* the run of #1201.. */);
+  for (const std::vector<Descriptor>& expected : {in, named}) {
+    auto out = ParseDescriptors(SerializeDescriptors(expected));
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ(out->size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      SCOPED_TRACE(i);
+      ExpectSameDescriptor((*out)[i], expected[i]);
+    }
   }
 }
 
-// The coordinator's reading of a batch: each op with its own key, a run of repeats sharing
-// the descriptor of its first op; and rank 0's own descriptors shared the same way.
+// The coordinator's reading of a batch: each run of like unnamed ops numbered in a row as
+// one KeyedDescriptor with its count, like ops that are not in a row sharing one
+// descriptor; and rank 0's own descriptors read the same way.
 TEST(ProtocolTest, KeyedDescriptorsShareEachRunOfRepeats) {
   Descriptor a = FullDescriptor();
+  a.group.clear();
   Descriptor b = a;
   b.shape = {7};
   std::vector<Descriptor> in;
@@ -327,27 +341,33 @@ TEST(ProtocolTest, KeyedDescriptorsShareEachRunOfRepeats) {
   }
   in.push_back(a);  // like the first run again: a new run
   in.back().key = "#6";
+  for (const char* key : {"x", "y", "#7", "#9"}) {  // like ops, not numbered in a row
+    in.push_back(a);
+    in.back().key = key;
+  }
   std::vector<const Descriptor*> ptrs;
   for (const Descriptor& d : in) ptrs.push_back(&d);
   auto parsed = ParseKeyedDescriptors(SerializeDescriptors(in));
   ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const std::vector<std::pair<std::string, int64_t>> want = {
+      {"#1", 3}, {"#4", 2}, {"#6", 1}, {"x", 1}, {"y", 1}, {"#7", 1}, {"#9", 1}};
+  const std::vector<size_t> first_op = {0, 3, 5, 6, 7, 8, 9};
   for (const std::vector<KeyedDescriptor>& keyed : {*parsed, ShareRepeats(ptrs)}) {
-    ASSERT_EQ(keyed.size(), in.size());
-    for (size_t i = 0; i < in.size(); ++i) {
+    ASSERT_EQ(keyed.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
       SCOPED_TRACE(i);
-      EXPECT_EQ(keyed[i].key, in[i].key);
+      EXPECT_EQ(keyed[i].key, want[i].first);
+      EXPECT_EQ(keyed[i].count, want[i].second);
       Descriptor own = *keyed[i].desc;
       own.key = keyed[i].key;
-      ExpectSameDescriptor(own, in[i]);
+      ExpectSameDescriptor(own, in[first_op[i]]);
     }
-    EXPECT_EQ(keyed[0].desc, keyed[1].desc);
-    EXPECT_EQ(keyed[0].desc, keyed[2].desc);
-    EXPECT_NE(keyed[2].desc, keyed[3].desc);
-    EXPECT_EQ(keyed[3].desc, keyed[4].desc);
-    EXPECT_NE(keyed[4].desc, keyed[5].desc);
-    EXPECT_NE(keyed[0].desc, keyed[5].desc);
+    EXPECT_NE(keyed[0].desc, keyed[1].desc);
+    EXPECT_NE(keyed[1].desc, keyed[2].desc);
+    EXPECT_NE(keyed[0].desc, keyed[2].desc);
+    for (size_t i = 3; i < keyed.size(); ++i) EXPECT_EQ(keyed[2].desc, keyed[i].desc);
     EXPECT_EQ(keyed[0].desc->key, "#1");
-    EXPECT_EQ(keyed[3].desc->key, "#4");
+    EXPECT_EQ(keyed[1].desc->key, "#4");
   }
 }
 
@@ -427,10 +447,54 @@ TEST(ProtocolTest, MalformedRepeatsAreErrors) {
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInternal);
 }
 
+TEST(ProtocolTest, MalformedRunsAreErrors) {
+  Descriptor d = FullDescriptor();
+  d.key = "#5@0,3,9";
+  Descriptor next = d;
+  next.key = "#6@0,3,9";
+  const std::string good = SerializeDescriptors({d, next});
+  const std::string first = SerializeDescriptors({d});
+  ASSERT_EQ(good.size(), first.size() + 9);
+  auto out = ParseDescriptors(good);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), 2u);
+  EXPECT_EQ((*out)[1].key, "#6@0,3,9");
+  const auto expect_error = [](const std::string& bytes, const std::string& what) {
+    auto parsed = ParseDescriptors(bytes);
+    ASSERT_FALSE(parsed.ok()) << what;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInternal);
+    EXPECT_NE(parsed.status().message().find(what), std::string::npos) << parsed.status();
+  };
+  // The run alone, as the batch's first item.
+  expect_error(std::string("\x01\0\0\0", 4) + good.substr(first.size()), "run of nothing");
+  // From another rank than the descriptor it continues.
+  std::string other_rank = good;
+  other_rank[first.size()] = 5;
+  expect_error(other_rank, "a run of rank 3's descriptor from rank 5");
+  // Of no op, or of more than a batch could hold.
+  std::string empty = good;
+  empty.replace(good.size() - 4, 4, std::string(4, '\0'));
+  expect_error(empty, "a run of 0 more");
+  std::string huge = good;
+  huge.replace(good.size() - 4, 4, "\xff\xff\xff\x7f");
+  expect_error(huge, "a run of 2147483647 more");
+  // After a named op: no numbers to go on from.
+  Descriptor named = d;
+  named.key = "w";
+  const std::string named_first = SerializeDescriptors({named});
+  std::string after_named = named_first + good.substr(first.size());
+  after_named[0] = 2;  // two items
+  expect_error(after_named, "a run after 'w', which is not an unnamed op");
+}
+
 TEST(ProtocolTest, TruncatedDescriptorsAreErrors) {
   Descriptor again = FullDescriptor();
   again.key = "again";
-  const std::string bytes = SerializeDescriptors({FullDescriptor(), again, Descriptor()});
+  Descriptor numbered = again, next = again;  // a run
+  numbered.key = "#1";
+  next.key = "#2";
+  const std::string bytes =
+      SerializeDescriptors({FullDescriptor(), again, Descriptor(), numbered, next});
   for (size_t n = 0; n < bytes.size(); ++n) {
     auto out = ParseDescriptors(bytes.substr(0, n));
     EXPECT_FALSE(out.ok()) << "prefix of " << n << " of " << bytes.size() << " bytes";
@@ -1264,6 +1328,258 @@ TEST(CoordinatorTest, MessagesNameTheOpOfASharedDescriptorByItsOwnKey) {
   EXPECT_EQ(report.errors[1].keys, Keys{"#8"});
   EXPECT_EQ(report.errors[1].error_message.rfind("unnamed allreduce #8 timed out after 6 s", 0), 0u)
       << report.errors[1].error_message;
+}
+
+// Runs: a rank's burst of like unnamed ops, numbered in a row, arrives as one
+// KeyedDescriptor with a count, and is matched as one entry, split where other ranks'
+// runs start or end.
+KeyedDescriptor RunOf(const Descriptor& d, int rank, int64_t first, int64_t count) {
+  Descriptor shared = WithRank(d, rank);
+  shared.key = UnnamedKey(first, KeyScope(d.group));
+  auto desc = std::make_shared<const Descriptor>(std::move(shared));
+  return {desc->key, desc, count};
+}
+
+Keys Numbered(int64_t first, int64_t count) {
+  Keys keys;
+  for (int64_t i = 0; i < count; ++i) keys.push_back(UnnamedKey(first + i, ""));
+  return keys;
+}
+
+// Each response in one line, so that two coordinators' answers compare whole.
+std::vector<std::string> Lines(const std::vector<Response>& rs) {
+  std::vector<std::string> lines;
+  for (const Response& r : rs) {
+    std::string dims;
+    for (const auto& d : r.first_dims) absl::StrAppend(&dims, "[", absl::StrJoin(d, ","), "]");
+    lines.push_back(absl::StrCat(OpName(r.op), " {", absl::StrJoin(r.keys, " "), "} code ",
+                                 r.error_code, " '", r.error_message, "' ranks ",
+                                 absl::StrJoin(r.ranks, ","), " dims ", dims, " oop ",
+                                 r.out_of_place));
+  }
+  return lines;
+}
+
+Descriptor Unnamed(Descriptor d) {
+  d.key.clear();
+  d.display.clear();  // messages name the op from its key
+  return d;
+}
+
+TEST(CoordinatorTest, RunsOfEveryRankMakeOneFusedAnswer) {
+  Coordinator c(2);
+  const Descriptor d = Unnamed(Allreduce(""));
+  c.Add(RunOf(d, 1, 0, 64), 0);
+  EXPECT_EQ(c.pending(), 64u);
+  EXPECT_TRUE(c.TakeReady(1 << 20).empty());
+  c.Add(RunOf(d, 0, 0, 64), 0);
+  EXPECT_EQ(c.pending(), 0u);
+  std::vector<Response> rs = c.TakeReady(1 << 20);
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].keys, Numbered(0, 64));
+  EXPECT_EQ(rs[0].error_code, 0) << rs[0].error_message;
+  EXPECT_TRUE(rs[0].out_of_place);
+  // The fusion threshold cuts a run as it cuts single ops: 4 ops of 16 bytes at most.
+  c.Add(RunOf(d, 0, 64, 10), 0);
+  c.Add(RunOf(d, 1, 64, 10), 0);
+  rs = c.TakeReady(64);
+  ASSERT_EQ(rs.size(), 3u);
+  EXPECT_EQ(rs[0].keys, Numbered(64, 4));
+  EXPECT_EQ(rs[1].keys, Numbered(68, 4));
+  EXPECT_EQ(rs[2].keys, Numbered(72, 2));
+  // Ops that do not fuse: an answer each, from one entry.
+  const Descriptor gather = Unnamed(Make(OpType::kAllgather, "", {2, 3}));
+  c.Add(RunOf(gather, 0, 74, 3), 0);
+  c.Add(RunOf(gather, 1, 74, 3), 0);
+  rs = c.TakeReady(1 << 20);
+  ASSERT_EQ(rs.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(rs[i].keys, Numbered(74 + i, 1));
+    EXPECT_EQ(rs[i].first_dims, (std::vector<std::vector<int64_t>>{{2, 2}}));
+  }
+  // In a process set: its own numbers.
+  Descriptor in_set = d;
+  in_set.group = {0, 1};
+  c.Add(RunOf(in_set, 0, 0, 2), 0);
+  c.Add(RunOf(in_set, 1, 0, 2), 0);
+  rs = c.TakeReady(1 << 20);
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0].keys, (Keys{"#0@0,1", "#1@0,1"}));
+  EXPECT_EQ(rs[0].ranks, (std::vector<int32_t>{0, 1}));
+}
+
+TEST(CoordinatorTest, RunsSplitWhereOtherRanksRunsStartAndEnd) {
+  Coordinator c(3);
+  const Descriptor d = Unnamed(Allreduce(""));
+  c.Add(RunOf(d, 0, 0, 10), 0);
+  c.Add(RunOf(d, 1, 0, 4), 0);
+  c.Add(RunOf(d, 2, 2, 3), 0);  // ahead of its #0 and #1: ops #2 and #3 are ready
+  EXPECT_EQ(c.pending(), 8u);
+  EXPECT_EQ(KeysOf(c.TakeReady(1 << 20)), (std::vector<Keys>{Numbered(2, 2)}));
+  c.Add(RunOf(d, 2, 0, 2), 0);
+  c.Add(RunOf(d, 1, 4, 1), 0);
+  EXPECT_EQ(KeysOf(c.TakeReady(1 << 20)), (std::vector<Keys>{{"#0", "#1", "#4"}}));
+  c.Add(RunOf(d, 2, 5, 5), 0);
+  EXPECT_EQ(c.pending(), 5u);
+  c.Add(RunOf(d, 1, 5, 3), 0);
+  c.Add(RunOf(d, 1, 8, 4), 0);  // beyond rank 0's run: #10 and #11 wait for ranks 0 and 2
+  EXPECT_EQ(KeysOf(c.TakeReady(1 << 20)), (std::vector<Keys>{Numbered(5, 5)}));
+  EXPECT_EQ(c.pending(), 2u);
+  c.Add(RunOf(d, 0, 10, 1), 0);
+  c.Add(RunOf(d, 2, 10, 2), 0);
+  c.Add(RunOf(d, 0, 11, 1), 0);
+  EXPECT_EQ(KeysOf(c.TakeReady(1 << 20)), (std::vector<Keys>{Numbered(10, 2)}));
+  EXPECT_EQ(c.pending(), 0u);
+}
+
+TEST(CoordinatorTest, AnOpOfARunFailsAlone) {
+  Coordinator c(2);
+  const Descriptor d = Unnamed(Allreduce(""));
+  Descriptor wider = d;
+  wider.shape = {5};
+  c.Add(RunOf(d, 0, 0, 9), 0);
+  c.Add(RunOf(d, 1, 0, 2), 0);
+  c.Add(RunOf(wider, 1, 2, 1), 0);  // differs on rank 1
+  Descriptor refused = d;
+  refused.refused_code = kInvalidArgumentCode;
+  refused.refused_message = "bad weights";
+  c.Add(RunOf(refused, 1, 3, 1), 0);  // refused by rank 1
+  c.Add(RunOf(d, 0, 7, 3), 0);        // #7 and #8 a second time
+  c.Add(RunOf(d, 1, 4, 5), 0);
+  std::vector<Response> rs = c.TakeReady(1 << 20);
+  ASSERT_EQ(rs.size(), 6u) << absl::StrJoin(Lines(rs), "\n");
+  // Errors decided on arrival first, then the ready ops in order.
+  EXPECT_EQ(rs[0].keys, Keys{"#3"});
+  EXPECT_EQ(rs[0].error_message,
+            "unnamed allreduce #3 failed on rank 1, which refused it: bad weights");
+  EXPECT_EQ(rs[0].ranks, (std::vector<int32_t>{0}));
+  for (int i : {1, 2}) {
+    const std::string key = absl::StrCat("#", 6 + i);
+    EXPECT_EQ(rs[i].keys, Keys{key});
+    EXPECT_EQ(rs[i].error_message, absl::StrCat("unnamed allreduce ", key,
+                                                ": rank 0 submitted it twice before it completed"));
+    EXPECT_EQ(rs[i].ranks, (std::vector<int32_t>{0}));
+  }
+  EXPECT_EQ(rs[3].keys, Numbered(0, 2));
+  EXPECT_EQ(rs[3].error_code, 0);
+  EXPECT_EQ(rs[4].keys, Keys{"#2"});
+  EXPECT_EQ(rs[4].error_message,
+            "unnamed allreduce #2: shape differs across ranks: [4] on rank 0; [5] on rank 1");
+  EXPECT_EQ(rs[5].keys, Numbered(4, 5));
+  EXPECT_EQ(rs[5].error_code, 0);
+  EXPECT_EQ(c.pending(), 1u);  // rank 0's #9
+}
+
+// Warnings and timeouts name each op of a run that waits, and a late rank's run fails op
+// by op.
+TEST(CoordinatorTest, EachOpOfAStalledRunIsWarnedAboutAndFails) {
+  Coordinator c(2);
+  const Descriptor d = Unnamed(Allreduce(""));
+  const int64_t t0 = 10 * kSecond;
+  c.Add(RunOf(d, 0, 0, 3), t0);
+  auto report = c.CheckStalls(t0 + 5 * kSecond, 5, 0);
+  ASSERT_EQ(report.warnings.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(report.warnings[i].rfind(
+                  absl::StrCat("unnamed allreduce #", i, " has waited 5 s for rank 1 ("), 0),
+              0u)
+        << report.warnings[i];
+  }
+  EXPECT_EQ(c.pending(), 3u);
+  report = c.CheckStalls(t0 + 6 * kSecond, 100, 6);
+  ASSERT_EQ(report.errors.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(report.errors[i].keys, Numbered(i, 1));
+    EXPECT_EQ(report.errors[i].error_code, kDeadlineExceededCode);
+  }
+  EXPECT_EQ(c.pending(), 0u);
+  c.Add(RunOf(d, 1, 0, 5), t0 + 7 * kSecond);
+  std::vector<Response> rs = c.TakeReady(1 << 20);
+  ASSERT_EQ(rs.size(), 5u) << absl::StrJoin(Lines(rs), "\n");
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(rs[i].keys, Numbered(i, 1));
+    EXPECT_EQ(rs[i].ranks, (std::vector<int32_t>{1}));
+    EXPECT_EQ(rs[i].error_code, i < 3 ? kDeadlineExceededCode
+                                      : static_cast<int32_t>(absl::StatusCode::kFailedPrecondition))
+        << rs[i].error_message;
+  }
+  EXPECT_EQ(c.pending(), 0u);
+}
+
+// Random bursts, cut into batches differently on every rank, some ops differing on one
+// rank or refused by one: the answers for runs are the answers for their ops one by one.
+TEST(CoordinatorTest, RunsAnswerAsTheirOpsOneByOne) {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 200; ++round) {
+    SCOPED_TRACE(round);
+    const int size = 2 + round % 3;
+    const int ops = 30;
+    const Descriptor base = Unnamed(Allreduce(""));
+    Descriptor gather = Unnamed(Make(OpType::kAllgather, "", {2}));
+    // Each rank's ops, in its call order.
+    std::vector<std::vector<Descriptor>> calls(size);
+    std::vector<Descriptor> kinds(ops, base);
+    for (int k = 0; k < ops; ++k) {
+      if (rng() % 7 == 0) kinds[k] = gather;
+      if (rng() % 11 == 0) kinds[k].shape = {8};  // a new run begins
+    }
+    for (int r = 0; r < size; ++r) {
+      // The last rank stops early in some rounds: its missing ops stall.
+      const int mine = r == size - 1 && round % 4 == 0 ? ops - 3 : ops;
+      for (int k = 0; k < mine; ++k) {
+        Descriptor d = WithRank(kinds[k], r);
+        d.key = UnnamedKey(k, "");
+        if (rng() % 40 == 0) d.shape = {9};  // differs here
+        if (rng() % 60 == 0) {
+          d.refused_code = kInvalidArgumentCode;
+          d.refused_message = "refused";
+        }
+        calls[r].push_back(d);
+      }
+    }
+    // Each rank's batches, handed over in a random interleaving.
+    std::vector<std::vector<std::vector<const Descriptor*>>> batches(size);
+    for (int r = 0; r < size; ++r) {
+      for (size_t k = 0; k < calls[r].size();) {
+        const size_t n = std::min<size_t>(1 + rng() % 12, calls[r].size() - k);
+        std::vector<const Descriptor*> batch;
+        for (size_t i = 0; i < n; ++i) batch.push_back(&calls[r][k + i]);
+        batches[r].push_back(batch);
+        k += n;
+      }
+    }
+    Coordinator runs(size), singles(size);
+    std::vector<size_t> next(size, 0);
+    std::vector<std::string> got, want;
+    for (;;) {
+      std::vector<int> left;
+      for (int r = 0; r < size; ++r) {
+        if (next[r] < batches[r].size()) left.push_back(r);
+      }
+      if (left.empty()) break;
+      const int r = left[rng() % left.size()];
+      const auto& batch = batches[r][next[r]++];
+      for (KeyedDescriptor& kd : ShareRepeats(batch)) runs.Add(std::move(kd), 0);
+      for (const Descriptor* d : batch) singles.Add(*d, 0);
+      if (rng() % 2 == 0) {
+        const int64_t threshold = rng() % 3 == 0 ? 40 : 1 << 20;
+        for (std::string& line : Lines(runs.TakeReady(threshold))) got.push_back(line);
+        for (std::string& line : Lines(singles.TakeReady(threshold))) want.push_back(line);
+      }
+      ASSERT_EQ(runs.pending(), singles.pending());
+    }
+    for (std::string& line : Lines(runs.TakeReady(1 << 20))) got.push_back(line);
+    for (std::string& line : Lines(singles.TakeReady(1 << 20))) want.push_back(line);
+    auto a = runs.CheckStalls(5 * kSecond, 5, 0);
+    auto b = singles.CheckStalls(5 * kSecond, 5, 0);
+    EXPECT_EQ(a.warnings, b.warnings);
+    a = runs.CheckStalls(10 * kSecond, 100, 8);
+    b = singles.CheckStalls(10 * kSecond, 100, 8);
+    EXPECT_EQ(Lines(a.errors), Lines(b.errors));
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(runs.pending(), 0u);
+    EXPECT_EQ(singles.pending(), 0u);
+  }
 }
 
 // Rank 0's ops differ from each other while rank 1 shares one descriptor: the second op

@@ -1,7 +1,6 @@
 #include "comm/engine.h"
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -188,11 +187,11 @@ Status Engine::AssignKey(Descriptor& d, bool refusing) {
           nameless ? "call it from the thread that called init()"
                    : "give the op a name (named ops are matched by name, from any thread)");
     }
-    const int64_t seq = d.group.empty() ? next_unnamed_++ : next_unnamed_in_group_[d.group]++;
-    // "#<seq>", written in place: every unnamed op passes here.
-    char digits[24] = {'#'};
-    d.key.assign(digits, std::to_chars(digits + 1, digits + sizeof digits, seq).ptr);
-    if (!d.group.empty()) d.key += KeyScope(d.group);
+    if (d.group.empty()) {
+      d.key = UnnamedKey(next_unnamed_++, "");
+    } else {
+      d.key = UnnamedKey(next_unnamed_in_group_[d.group]++, KeyScope(d.group));
+    }
   } else if (d.key[0] != '#') {  // '#': internal ops with a fixed key (shutdown, window ops)
     d.key += KeyScope(d.group);
     if (!refusing && !names_in_flight_.insert(d.key).second) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cassert>
+#include <charconv>
+#include <limits>
 #include <tuple>
 
 #include "absl/strings/match.h"
@@ -57,6 +59,32 @@ std::string KeyScope(const std::vector<int32_t>& group) {
   return group.empty() ? std::string() : absl::StrCat("@", absl::StrJoin(group, ","));
 }
 
+std::string UnnamedKey(int64_t number, absl::string_view scope) {
+  // Written in place: every unnamed op passes here.
+  char digits[24] = {'#'};
+  std::string key(digits, std::to_chars(digits + 1, digits + sizeof digits, number).ptr);
+  key.append(scope.data(), scope.size());
+  return key;
+}
+
+bool ParseUnnamedKey(absl::string_view key, int64_t* number, absl::string_view* scope) {
+  if (key.size() < 2 || key[0] != '#') return false;
+  const char* end = key.data() + key.size();
+  const auto [ptr, ec] = std::from_chars(key.data() + 1, end, *number);
+  if (ec != std::errc() || ptr == key.data() + 1 || *number < 0 || (ptr != end && *ptr != '@')) {
+    return false;
+  }
+  *scope = key.substr(static_cast<size_t>(ptr - key.data()));
+  return true;
+}
+
+bool IsNextUnnamedKey(absl::string_view previous, absl::string_view key) {
+  int64_t a = 0, b = 0;
+  absl::string_view scope_a, scope_b;
+  return ParseUnnamedKey(previous, &a, &scope_a) && ParseUnnamedKey(key, &b, &scope_b) &&
+         b == a + 1 && scope_a == scope_b;
+}
+
 std::string Describe(const Descriptor& d) {
   if (!d.display.empty()) return d.display;
   // "send 'x' to rank 1", "allreduce 'g' over ranks 0, 2".
@@ -104,10 +132,21 @@ constexpr size_t kMinDescriptorBytes = 78;
 // MPI's shared-memory eager limit and arrived several microseconds later, and each took
 // the coordinator a full decode.
 constexpr uint8_t kRepeatMarker = 0xFF;
-// rank, marker, key length: the smallest item of a batch.
+// In the place of the ops after it: they are the descriptor before it again, numbered on
+// from its key (rank, this marker, then how many). A burst of unnamed ops then travels in
+// one descriptor and one count, whatever its length.
+constexpr uint8_t kRunMarker = 0xFE;
+// rank, marker, key length (or count): the smallest item of a batch.
 constexpr size_t kMinItemBytes = sizeof(int32_t) + 1 + sizeof(uint32_t);
+// Runs longer than this are corrupt: a batch of that many requests would not fit in memory.
+constexpr int64_t kMaxRun = std::numeric_limits<int32_t>::max();
 
 namespace {
+
+// Overwrites the u32 written at `at` (little-endian, as codec::Writer writes it).
+void PatchU32(std::string* out, size_t at, uint32_t v) {
+  for (size_t i = 0; i < sizeof v; ++i) (*out)[at + i] = static_cast<char>(v >> (8 * i));
+}
 
 // One descriptor in full.
 void WriteFull(codec::Writer& w, const Descriptor& d) {
@@ -168,12 +207,18 @@ bool SameEncodingButKey(const Descriptor& a, const Descriptor& b) {
 }
 #endif
 
-// Whether `d` is a repeat of `previous` (the descriptor before it in a batch, or null): every
-// field but the key the same.
-bool Repeats(const Descriptor& d, const Descriptor* previous) {
+// How an op of a batch follows the one before it (`previous`, or null).
+enum class Follows {
+  kNot,     // another descriptor
+  kRepeat,  // the same descriptor but for the key
+  kNext,    // that, and numbered next: the two are one run
+};
+
+Follows Classify(const Descriptor& d, const Descriptor* previous) {
   const bool repeat = previous != nullptr && SameButKey(d, *previous);
   assert(previous == nullptr || repeat == SameEncodingButKey(d, *previous));
-  return repeat;
+  if (!repeat) return Follows::kNot;
+  return IsNextUnnamedKey(previous->key, d.key) ? Follows::kNext : Follows::kRepeat;
 }
 
 }  // namespace
@@ -183,41 +228,80 @@ std::string SerializeDescriptors(const std::vector<const Descriptor*>& ds) {
   // Room for short keys and shapes too: a burst's message is written without regrowing.
   out.reserve(sizeof(uint32_t) + ds.size() * (kMinDescriptorBytes + 32));
   codec::Writer w(&out);
-  w.Put(static_cast<uint32_t>(ds.size()));
-  const Descriptor* previous = nullptr;
-  for (const Descriptor* dp : ds) {
-    const Descriptor& d = *dp;
-    const bool repeat = Repeats(d, previous);
-    previous = &d;
-    if (repeat) {
-      w.Put(d.rank);
-      w.Put(kRepeatMarker);
-      w.Str(d.key);
+  w.Put(uint32_t{0});  // the count of items, known at the end
+  uint32_t items = 0;
+  bool in_run = false;      // the last item is a run item, still growing:
+  uint32_t run_length = 0;  // its length so far
+  size_t run_at = 0;        // where the length goes
+  for (size_t i = 0; i < ds.size(); ++i) {
+    const Descriptor& d = *ds[i];
+    const Follows follows = Classify(d, i == 0 ? nullptr : ds[i - 1]);
+    if (follows == Follows::kNext && in_run) {
+      ++run_length;
       continue;
     }
-    WriteFull(w, d);
+    if (in_run) PatchU32(&out, run_at, run_length);
+    in_run = false;
+    ++items;
+    switch (follows) {
+      case Follows::kNot:
+        WriteFull(w, d);
+        break;
+      case Follows::kRepeat:
+        w.Put(d.rank);
+        w.Put(kRepeatMarker);
+        w.Str(d.key);
+        break;
+      case Follows::kNext:
+        w.Put(d.rank);
+        w.Put(kRunMarker);
+        run_at = out.size();
+        w.Put(uint32_t{0});
+        in_run = true;
+        run_length = 1;
+        break;
+    }
   }
+  if (in_run) PatchU32(&out, run_at, run_length);
+  PatchU32(&out, 0, items);
   return out;
 }
 
 namespace {
 
 // One item of a batch, given the item before it (null for the batch's first): a
-// descriptor in full, or a repeat of the one before, which shares its descriptor and has a
-// key of its own.
-Status ReadKeyed(codec::Reader& r, const KeyedDescriptor* previous, KeyedDescriptor* item) {
+// descriptor in full, a repeat of the one before, which shares its descriptor and has a
+// key of its own, or the ops that continue the one before's run (`*merged`: they extend
+// `previous`, and `item` is unused).
+Status ReadKeyed(codec::Reader& r, KeyedDescriptor* previous, KeyedDescriptor* item, bool* merged) {
   uint8_t op, dtype, device_type;
   int32_t device_index, rank;
   WEFT_RETURN_IF_ERROR(r.Get("rank", &rank));
   WEFT_RETURN_IF_ERROR(r.Get("op", &op));
-  if (op == kRepeatMarker) {
-    if (previous == nullptr) return InvalidArgument("a repeat of nothing (the batch's first)");
+  if (op == kRepeatMarker || op == kRunMarker) {
+    const char* what = op == kRepeatMarker ? "a repeat" : "a run";
+    if (previous == nullptr) return InvalidArgument(what, " of nothing (the batch's first)");
     if (rank != previous->desc->rank) {
-      return InvalidArgument("a repeat of rank ", previous->desc->rank, "'s descriptor from rank ",
+      return InvalidArgument(what, " of rank ", previous->desc->rank, "'s descriptor from rank ",
                              rank);
     }
-    item->desc = previous->desc;
-    return r.Str("key", &item->key);
+    if (op == kRepeatMarker) {
+      item->desc = previous->desc;
+      return r.Str("key", &item->key);
+    }
+    uint32_t n = 0;
+    WEFT_RETURN_IF_ERROR(r.Get("run length", &n));
+    int64_t number;
+    absl::string_view scope;
+    if (!ParseUnnamedKey(previous->key, &number, &scope)) {
+      return InvalidArgument("a run after '", previous->key, "', which is not an unnamed op");
+    }
+    if (n == 0 || previous->count + n > kMaxRun) {
+      return InvalidArgument("a run of ", n, " more after ", previous->count, " ops");
+    }
+    previous->count += n;
+    *merged = true;
+    return OkStatus();
   }
   auto d = std::make_shared<Descriptor>();
   d->rank = rank;
@@ -254,7 +338,7 @@ Status ReadKeyed(codec::Reader& r, const KeyedDescriptor* previous, KeyedDescrip
   return OkStatus();
 }
 
-Status ReadResponse(codec::Reader& r, const Response* /*previous*/, Response* resp) {
+Status ReadResponse(codec::Reader& r, Response* /*previous*/, Response* resp, bool* /*merged*/) {
   uint8_t op;
   uint32_t nkeys, ndims;
   WEFT_RETURN_IF_ERROR(r.Get("op", &op));
@@ -273,20 +357,23 @@ Status ReadResponse(codec::Reader& r, const Response* /*previous*/, Response* re
 }
 
 // A batch: a u32 count of items of at least `min_bytes` each, every item read by `read`
-// (given the item before it, or null), and nothing after them. Any fault is Internal (both
-// ends are weft): "malformed <what>: ...".
+// (given the item before it, or null; an item it merges into that one is not kept), and
+// nothing after them. Any fault is Internal (both ends are weft): "malformed <what>: ...".
 template <typename T>
 StatusOr<std::vector<T>> ParseBatch(const std::string& bytes, const char* what, size_t min_bytes,
-                                    Status (*read)(codec::Reader&, const T*, T*)) {
+                                    Status (*read)(codec::Reader&, T*, T*, bool*)) {
   codec::Reader r(bytes, what);
   uint32_t n = 0;
   Status st = r.Count("the count", min_bytes, 0, &n);
   std::vector<T> items;
   if (st.ok()) {
-    items.resize(n);
-    for (size_t i = 0; i < items.size(); ++i) {
-      st = read(r, i == 0 ? nullptr : &items[i - 1], &items[i]);
+    items.reserve(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      T item;
+      bool merged = false;
+      st = read(r, items.empty() ? nullptr : &items.back(), &item, &merged);
       if (!st.ok()) break;
+      if (!merged) items.push_back(std::move(item));
     }
   }
   if (st.ok()) st = r.Done();
@@ -305,8 +392,13 @@ StatusOr<std::vector<Descriptor>> ParseDescriptors(const std::string& bytes) {
   std::vector<Descriptor> out;
   out.reserve(keyed.size());
   for (KeyedDescriptor& k : keyed) {
-    out.push_back(*k.desc);
-    out.back().key = std::move(k.key);
+    int64_t number = 0;
+    absl::string_view scope;
+    if (k.count > 1) ParseUnnamedKey(k.key, &number, &scope);  // runs are unnamed ops
+    for (int64_t i = 0; i < k.count; ++i) {
+      out.push_back(*k.desc);
+      out.back().key = i == 0 ? k.key : UnnamedKey(number + i, scope);
+    }
   }
   return out;
 }
@@ -316,10 +408,16 @@ std::vector<KeyedDescriptor> ShareRepeats(const std::vector<const Descriptor*>& 
   out.reserve(ds.size());
   const Descriptor* previous = nullptr;
   for (const Descriptor* d : ds) {
-    if (Repeats(*d, previous)) {
-      out.push_back({d->key, out.back().desc});
-    } else {
-      out.push_back({d->key, std::make_shared<const Descriptor>(*d)});
+    switch (Classify(*d, previous)) {
+      case Follows::kNot:
+        out.push_back({d->key, std::make_shared<const Descriptor>(*d)});
+        break;
+      case Follows::kRepeat:
+        out.push_back({d->key, out.back().desc});
+        break;
+      case Follows::kNext:
+        ++out.back().count;
+        break;
     }
     previous = d;
   }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -120,14 +121,26 @@ std::string RankList(const std::vector<int>& ranks);
 bool IsUnnamedKey(const std::string& key);
 // What a process set's ops append to their keys: "@0,2,3"; "" for every rank.
 std::string KeyScope(const std::vector<int32_t>& group);
+// An unnamed op's key from its number and scope (KeyScope): "#12", "#3@0,2".
+std::string UnnamedKey(int64_t number, absl::string_view scope);
+// The number and the scope of an unnamed op's key; false for every other key.
+bool ParseUnnamedKey(absl::string_view key, int64_t* number, absl::string_view* scope);
+// Whether `key` names the unnamed op numbered right after `previous`'s, in the same scope.
+bool IsNextUnnamedKey(absl::string_view previous, absl::string_view key);
 
 // One rank's descriptor of one op as the coordinator keeps it. A burst of like ops (every
 // field but the key the same, the wire format's repeats) shares one Descriptor, whose key
 // is the burst's first; `key` is this op's. Sharing saves a copy per op and rank, and lets
 // the coordinator skip checking again ops whose descriptors it has just checked.
+//
+// A run of unnamed ops (count > 1): the `count` ops numbered from key's on, in its scope,
+// all with this descriptor. A rank numbers its unnamed ops as it calls them, so a burst of
+// like calls is one run, and the coordinator matches, checks and answers it as one entry
+// (splitting it where another rank's runs start or end) instead of op by op.
 struct KeyedDescriptor {
   std::string key;
   std::shared_ptr<const Descriptor> desc;
+  int64_t count = 1;
 };
 
 // Whether `d` may stand for `other` but for its key: every other field is the same.
@@ -136,12 +149,13 @@ bool SameButKey(const Descriptor& d, const Descriptor& other);
 std::string SerializeDescriptors(const std::vector<Descriptor>& ds);
 // The same encoding, from descriptors held elsewhere (the engine's requests).
 std::string SerializeDescriptors(const std::vector<const Descriptor*>& ds);
-// A batch as the coordinator reads it: each run of repeats sharing one descriptor.
+// A batch as the coordinator reads it: each run of repeats sharing one descriptor, and
+// consecutive unnamed ops of a run as one KeyedDescriptor.
 StatusOr<std::vector<KeyedDescriptor>> ParseKeyedDescriptors(const std::string& bytes);
 // The same batch, one Descriptor per op.
 StatusOr<std::vector<Descriptor>> ParseDescriptors(const std::string& bytes);
 // Descriptors held elsewhere (rank 0's own), consecutive ones that are SameButKey sharing one
-// copy.
+// copy, and consecutive unnamed ones among those as one KeyedDescriptor.
 std::vector<KeyedDescriptor> ShareRepeats(const std::vector<const Descriptor*>& ds);
 std::string SerializeResponses(const std::vector<Response>& rs);
 StatusOr<std::vector<Response>> ParseResponses(const std::string& bytes);
