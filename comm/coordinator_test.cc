@@ -447,6 +447,32 @@ TEST(ProtocolTest, MalformedRepeatsAreErrors) {
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInternal);
 }
 
+TEST(ProtocolTest, UnnamedKeysAreWrittenAndReadBack) {
+  for (int64_t number :
+       {int64_t{0}, int64_t{7}, int64_t{10}, int64_t{123456789}, int64_t{999999999999999999}}) {
+    for (const std::string scope : {"", "@0,2", "@1,2,3,4,5,6,7,8,9,10"}) {
+      const std::string key = UnnamedKey(number, scope);
+      EXPECT_EQ(key, absl::StrCat("#", number, scope));
+      int64_t read = -1;
+      absl::string_view read_scope;
+      ASSERT_TRUE(ParseUnnamedKey(key, &read, &read_scope)) << key;
+      EXPECT_EQ(read, number);
+      EXPECT_EQ(read_scope, scope);
+      EXPECT_TRUE(IsUnnamedKey(key));
+    }
+  }
+  EXPECT_TRUE(IsNextUnnamedKey("#9@0,2", "#10@0,2"));
+  EXPECT_FALSE(IsNextUnnamedKey("#9@0,2", "#10"));
+  EXPECT_FALSE(IsNextUnnamedKey("#9", "#11"));
+  EXPECT_FALSE(IsNextUnnamedKey("w", "#1"));
+  int64_t n = 0;
+  absl::string_view scope;
+  for (const char* other :
+       {"", "#", "w", "#shutdown", "#1x", "#-1", "#12a@0", "@0", "#1234567890123456789"}) {
+    EXPECT_FALSE(ParseUnnamedKey(other, &n, &scope)) << other;
+  }
+}
+
 TEST(ProtocolTest, MalformedRunsAreErrors) {
   Descriptor d = FullDescriptor();
   d.key = "#5@0,3,9";

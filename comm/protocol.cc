@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
-#include <charconv>
+#include <cstring>
 #include <limits>
 #include <tuple>
 
@@ -59,22 +59,35 @@ std::string KeyScope(const std::vector<int32_t>& group) {
   return group.empty() ? std::string() : absl::StrCat("@", absl::StrJoin(group, ","));
 }
 
+// Unnamed keys are written and read for every op, several times on its way: by hand,
+// since std::to_chars and std::from_chars took 100-200 instructions per key here.
 std::string UnnamedKey(int64_t number, absl::string_view scope) {
-  // Written in place: every unnamed op passes here.
-  char digits[24] = {'#'};
-  std::string key(digits, std::to_chars(digits + 1, digits + sizeof digits, number).ptr);
-  key.append(scope.data(), scope.size());
+  char digits[20];  // int64_t has at most 19
+  char* first = digits + sizeof digits;
+  uint64_t n = number < 0 ? 0 : static_cast<uint64_t>(number);
+  do {
+    *--first = static_cast<char>('0' + n % 10);
+    n /= 10;
+  } while (n != 0);
+  const size_t length = static_cast<size_t>(digits + sizeof digits - first);
+  std::string key(1 + length + scope.size(), '#');
+  std::memcpy(&key[1], first, length);
+  if (!scope.empty()) std::memcpy(&key[1 + length], scope.data(), scope.size());
   return key;
 }
 
 bool ParseUnnamedKey(absl::string_view key, int64_t* number, absl::string_view* scope) {
   if (key.size() < 2 || key[0] != '#') return false;
-  const char* end = key.data() + key.size();
-  const auto [ptr, ec] = std::from_chars(key.data() + 1, end, *number);
-  if (ec != std::errc() || ptr == key.data() + 1 || *number < 0 || (ptr != end && *ptr != '@')) {
-    return false;
+  size_t end = 1;
+  int64_t n = 0;
+  // At most 18 digits: no overflow, and far more ops than a job can run.
+  for (; end < key.size() && key[end] >= '0' && key[end] <= '9'; ++end) {
+    if (end > 18) return false;
+    n = n * 10 + (key[end] - '0');
   }
-  *scope = key.substr(static_cast<size_t>(ptr - key.data()));
+  if (end == 1 || (end < key.size() && key[end] != '@')) return false;
+  *number = n;
+  *scope = key.substr(end);
   return true;
 }
 
