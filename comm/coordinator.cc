@@ -543,6 +543,11 @@ std::vector<Response> Coordinator::TakeReady(int64_t fusion_threshold) {
       }
       Response r;
       r.op = d.op;
+      if (entry.count - i > 1 && Fusable(d.op)) {
+        // The rest of the run, as far as the threshold lets it fuse.
+        const int64_t fit = bytes > 0 ? fusion_threshold / bytes : entry.count - i;
+        r.keys.reserve(static_cast<size_t>(std::max<int64_t>(1, std::min(entry.count - i, fit))));
+      }
       r.keys.push_back(std::move(key));
       r.ranks = d.group;
       if (d.op == OpType::kSendRecv) {

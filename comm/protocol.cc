@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
-#include <cstring>
 #include <limits>
-#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -62,17 +60,21 @@ std::string KeyScope(const std::vector<int32_t>& group) {
 // Unnamed keys are written and read for every op, several times on its way: by hand,
 // since std::to_chars and std::from_chars took 100-200 instructions per key here.
 std::string UnnamedKey(int64_t number, absl::string_view scope) {
-  char digits[20];  // int64_t has at most 19
+  char text[64];  // '#', up to 19 digits, and a short scope; longer scopes are appended
+  char digits[20];
   char* first = digits + sizeof digits;
   uint64_t n = number < 0 ? 0 : static_cast<uint64_t>(number);
   do {
     *--first = static_cast<char>('0' + n % 10);
     n /= 10;
   } while (n != 0);
-  const size_t length = static_cast<size_t>(digits + sizeof digits - first);
-  std::string key(1 + length + scope.size(), '#');
-  std::memcpy(&key[1], first, length);
-  if (!scope.empty()) std::memcpy(&key[1 + length], scope.data(), scope.size());
+  size_t length = 0;
+  text[length++] = '#';
+  while (first != digits + sizeof digits) text[length++] = *first++;
+  const size_t inline_scope = scope.size() <= sizeof text - length ? scope.size() : 0;
+  for (size_t i = 0; i < inline_scope; ++i) text[length++] = scope[i];
+  std::string key(text, length);
+  if (inline_scope != scope.size()) key.append(scope.data(), scope.size());
   return key;
 }
 
@@ -194,14 +196,18 @@ void WriteFull(codec::Writer& w, const Descriptor& d) {
 // of a fused group. A field added to Descriptor must be added here too (and to WriteFull
 // and ReadKeyed); builds with assertions (Bazel's fastbuild, which the tests use) check
 // every repeat against the bytes.
+// Written out rather than as a std::tie of both (which compiled to a call per field), the
+// scalars first.
 bool SameButKey(const Descriptor& d, const Descriptor& other) {
-  const auto fields = [](const Descriptor& x) {
-    return std::tie(x.rank, x.op, x.display, x.dtype, x.device.type, x.device.index, x.shape,
-                    x.root, x.average, x.in_place, x.send_ranks, x.recv_ranks, x.machine,
-                    x.local_rank, x.group, x.shape_from_peer, x.fusion_signature, x.fingerprint,
-                    x.in_flight, x.refused_code, x.refused_message);
-  };
-  return fields(d) == fields(other);
+  return d.rank == other.rank && d.op == other.op && d.dtype == other.dtype &&
+         d.device.type == other.device.type && d.device.index == other.device.index &&
+         d.root == other.root && d.average == other.average && d.in_place == other.in_place &&
+         d.machine == other.machine && d.local_rank == other.local_rank &&
+         d.shape_from_peer == other.shape_from_peer && d.fingerprint == other.fingerprint &&
+         d.in_flight == other.in_flight && d.refused_code == other.refused_code &&
+         d.shape == other.shape && d.send_ranks == other.send_ranks &&
+         d.recv_ranks == other.recv_ranks && d.group == other.group && d.display == other.display &&
+         d.fusion_signature == other.fusion_signature && d.refused_message == other.refused_message;
 }
 
 namespace {
