@@ -367,6 +367,46 @@ TEST_F(Errors, ARefusedUnnamedOpFailsEverywhereAndKeepsTheOrder) {
   }
 }
 
+// A burst of like unnamed calls travels and is matched as one run; an op in its middle that
+// differs on one rank, or that one rank refuses, fails alone on every rank, and the others
+// of the burst (before and after it, fused or not) add up their own values.
+TEST_F(Errors, OneBadOpInABurstFailsAlone) {
+  if (size() < 2) GTEST_SKIP();
+  const int odd = size() - 1;
+  constexpr int kOps = 16, kWider = 5, kRefused = 9;
+  std::vector<Buffer> xs;
+  for (int i = 0; i < kOps; ++i) {
+    xs.emplace_back(DType::kFloat32, std::vector<int64_t>{rank() == odd && i == kWider ? 5 : 4});
+    xs.back().Fill(i + 1);
+  }
+  Buffer wrong(DType::kFloat64, {4});
+  std::vector<StatusOr<Handle>> handles;
+  for (int i = 0; i < kOps; ++i) {
+    const bool refuse = rank() == odd && i == kRefused;
+    handles.push_back(
+        allreduce_nonblocking(xs[i].view(), refuse ? wrong.view() : xs[i].view(), false));
+  }
+  for (int i = 0; i < kOps; ++i) {
+    SCOPED_TRACE(i);
+    Status st = handles[i].ok() ? wait(*handles[i]) : handles[i].status();
+    if (i == kWider) {
+      EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+      EXPECT_TRUE(Contains(st, "shape differs across ranks")) << st;
+      EXPECT_EQ(xs[i].Get(0), i + 1);  // untouched
+    } else if (i == kRefused) {
+      EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+      if (rank() != odd) {
+        EXPECT_TRUE(Contains(st, "failed on rank " + std::to_string(odd) + ", which refused it"))
+            << st;
+      }
+      EXPECT_EQ(xs[i].Get(0), i + 1);
+    } else {
+      ASSERT_TRUE(st.ok()) << st;
+      for (int k = 0; k < 4; ++k) EXPECT_EQ(xs[i].Get(k), (i + 1) * size());
+    }
+  }
+}
+
 TEST_F(Errors, ARefusedNamedOpFailsOnTheOthersPromptly) {
   if (size() < 2) GTEST_SKIP();
   const int refuser = 0;
