@@ -50,7 +50,9 @@ std::string RankList(const std::vector<int>& ranks) {
 }
 
 bool IsUnnamedKey(const std::string& key) {
-  return key.size() > 1 && key[0] == '#' && key[1] >= '0' && key[1] <= '9';
+  int64_t number = 0;
+  absl::string_view scope;
+  return ParseUnnamedKey(key, &number, &scope);
 }
 
 std::string KeyScope(const std::vector<int32_t>& group) {
@@ -60,21 +62,17 @@ std::string KeyScope(const std::vector<int32_t>& group) {
 // Unnamed keys are written and read for every op, several times on its way: by hand,
 // since std::to_chars and std::from_chars took 100-200 instructions per key here.
 std::string UnnamedKey(int64_t number, absl::string_view scope) {
-  char text[64];  // '#', up to 19 digits, and a short scope; longer scopes are appended
-  char digits[20];
-  char* first = digits + sizeof digits;
+  char text[20];  // '#' and up to 19 digits, written from the end
+  char* const end = text + sizeof text;
+  char* first = end;
   uint64_t n = number < 0 ? 0 : static_cast<uint64_t>(number);
   do {
     *--first = static_cast<char>('0' + n % 10);
     n /= 10;
   } while (n != 0);
-  size_t length = 0;
-  text[length++] = '#';
-  while (first != digits + sizeof digits) text[length++] = *first++;
-  const size_t inline_scope = scope.size() <= sizeof text - length ? scope.size() : 0;
-  for (size_t i = 0; i < inline_scope; ++i) text[length++] = scope[i];
-  std::string key(text, length);
-  if (inline_scope != scope.size()) key.append(scope.data(), scope.size());
+  *--first = '#';
+  std::string key(first, end);
+  if (!scope.empty()) key.append(scope.data(), scope.size());
   return key;
 }
 
@@ -247,41 +245,32 @@ std::string SerializeDescriptors(const std::vector<const Descriptor*>& ds) {
   // Room for short keys and shapes too: a burst's message is written without regrowing.
   out.reserve(sizeof(uint32_t) + ds.size() * (kMinDescriptorBytes + 32));
   codec::Writer w(&out);
-  w.Put(uint32_t{0});  // the count of items, known at the end
+  w.Put(uint32_t{0});  // the count of items, written at the end
   uint32_t items = 0;
-  bool in_run = false;      // the last item is a run item, still growing:
-  uint32_t run_length = 0;  // its length so far
-  size_t run_at = 0;        // where the length goes
-  for (size_t i = 0; i < ds.size(); ++i) {
+  for (size_t i = 0; i < ds.size(); ++items) {
     const Descriptor& d = *ds[i];
-    const Follows follows = Classify(d, i == 0 ? nullptr : ds[i - 1]);
-    if (follows == Follows::kNext && in_run) {
-      ++run_length;
-      continue;
-    }
-    if (in_run) PatchU32(&out, run_at, run_length);
-    in_run = false;
-    ++items;
-    switch (follows) {
+    switch (Classify(d, i == 0 ? nullptr : ds[i - 1])) {
       case Follows::kNot:
         WriteFull(w, d);
+        ++i;
         break;
       case Follows::kRepeat:
         w.Put(d.rank);
         w.Put(kRepeatMarker);
         w.Str(d.key);
+        ++i;
         break;
-      case Follows::kNext:
+      case Follows::kNext: {
+        uint32_t n = 1;  // this op and those numbered on after it
+        while (i + n < ds.size() && Classify(*ds[i + n], ds[i + n - 1]) == Follows::kNext) ++n;
         w.Put(d.rank);
         w.Put(kRunMarker);
-        run_at = out.size();
-        w.Put(uint32_t{0});
-        in_run = true;
-        run_length = 1;
+        w.Put(n);
+        i += n;
         break;
+      }
     }
   }
-  if (in_run) PatchU32(&out, run_at, run_length);
   PatchU32(&out, 0, items);
   return out;
 }
