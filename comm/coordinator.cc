@@ -140,25 +140,17 @@ void Coordinator::AddOne(KeyedDescriptor kd, int64_t now_us) {
   Entry& e = pending->second;
   if (e.by_rank.empty()) {
     e.first_seen_us = now_us;
-    e.by_rank.reserve(d.group.empty() ? static_cast<size_t>(size_) : d.group.size());
+    e.by_rank.reserve(RankCount(d.group));
   }
   auto at = RankAt(e.by_rank, d.rank);
   if (at != e.by_rank.end() && at->first == d.rank) {
-    immediate_.push_back(ErrorFor({key}, d.op, absl::StatusCode::kInvalidArgument,
-                                  absl::StrCat(DescribeAs(d, key), ": rank ", d.rank,
-                                               " submitted it twice before it completed"),
-                                  {d.rank}));
+    immediate_.push_back(SubmittedTwice(d, key));
     return;
   }
   // Kept in rank order by insertion: linear per rank, which stays small next to the rest of
   // an op's work up to hundreds of ranks.
   e.by_rank.emplace(at, d.rank, std::move(kd.desc));
-  // Keys carry the process set (the engine scopes them), so every descriptor of an entry
-  // names the same set; ranks that disagree on it submit different keys and show up as
-  // a stall of each.
-  const std::vector<int32_t>& group = e.by_rank.front().second->group;
-  const size_t expected = group.empty() ? static_cast<size_t>(size_) : group.size();
-  if (e.by_rank.size() == expected) {
+  if (e.by_rank.size() == RankCount(e.by_rank.front().second->group)) {
     auto node = pending_.extract(pending);
     ready_.emplace_back(std::move(node.key()), std::move(node.mapped()));
   }
@@ -176,10 +168,7 @@ void Coordinator::AddUnnamed(absl::string_view scope, int64_t first, int64_t cou
   // between them become entries of this rank alone.
   SplitAt(ops, first);
   SplitAt(ops, end);
-  // Keys carry the process set (the engine scopes them), so every descriptor of an entry
-  // names the same set; ranks that disagree on it submit different keys and show up as
-  // a stall of each.
-  const size_t expected = d.group.empty() ? static_cast<size_t>(size_) : d.group.size();
+  const size_t expected = RankCount(d.group);
   auto it = ops.lower_bound(first);
   for (int64_t at = first; at < end;) {
     if (it == ops.end() || it->first != at) {
@@ -203,11 +192,7 @@ void Coordinator::AddUnnamed(absl::string_view scope, int64_t first, int64_t cou
     auto rank_at = RankAt(e.by_rank, d.rank);
     if (rank_at != e.by_rank.end() && rank_at->first == d.rank) {
       for (int64_t number = at; number < at + n; ++number) {
-        const std::string key = UnnamedKey(number, scope);
-        immediate_.push_back(ErrorFor({key}, d.op, absl::StatusCode::kInvalidArgument,
-                                      absl::StrCat(DescribeAs(d, key), ": rank ", d.rank,
-                                                   " submitted it twice before it completed"),
-                                      {d.rank}));
+        immediate_.push_back(SubmittedTwice(d, UnnamedKey(number, scope)));
       }
       ++it;
     } else {
@@ -222,6 +207,17 @@ void Coordinator::AddUnnamed(absl::string_view scope, int64_t first, int64_t cou
     }
     at += n;
   }
+}
+
+size_t Coordinator::RankCount(const std::vector<int32_t>& group) const {
+  return group.empty() ? static_cast<size_t>(size_) : group.size();
+}
+
+Response Coordinator::SubmittedTwice(const Descriptor& d, const std::string& key) const {
+  return ErrorFor({key}, d.op, absl::StatusCode::kInvalidArgument,
+                  absl::StrCat(DescribeAs(d, key), ": rank ", d.rank,
+                               " submitted it twice before it completed"),
+                  {d.rank});
 }
 
 void Coordinator::SplitAt(Unnamed& ops, int64_t number) {

@@ -78,6 +78,12 @@ class Coordinator {
   // submitted now to ready_.
   void AddUnnamed(absl::string_view scope, int64_t first, int64_t count,
                   const std::shared_ptr<const Descriptor>& desc, int64_t now_us);
+  // How many ranks submit an op of process set `group` (every rank for an empty one). Keys
+  // carry the set (the engine scopes them), so every descriptor of an entry names the same
+  // set; ranks that disagree on it submit different keys and show up as a stall of each.
+  size_t RankCount(const std::vector<int32_t>& group) const;
+  // The error for rank d.rank's second submission of `key` while its first still waits.
+  Response SubmittedTwice(const Descriptor& d, const std::string& key) const;
   // Makes `number` the first op of its entry in `ops`, if an entry holds it.
   static void SplitAt(Unnamed& ops, int64_t number);
   // Removes the op `key` from the pending ones and returns its entry (an empty one if none).
