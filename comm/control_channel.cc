@@ -49,7 +49,10 @@ std::unique_ptr<ControlChannel> ControlChannel::Open(const Context& ctx) {
   std::vector<int> ranks(ctx.local_size);  // by local rank
   MPI_Allgather(&ctx.rank, 1, MPI_INT, ranks.data(), 1, MPI_INT, ctx.local);
   const size_t ring_bytes = ByteRing::Footprint(kRingBytes);
-  const size_t segment_bytes = 2 * ring_bytes * (ctx.local_size - 1);
+  const size_t rings_bytes = (2 * ring_bytes * (ctx.local_size - 1) + 63) / 64 * 64;
+  // When every rank is on this machine, the segment holds their direct agreement too.
+  const bool agreement = ctx.local_size == ctx.size;
+  const size_t segment_bytes = rings_bytes + (agreement ? Agreement::Footprint(ctx.size) : 0);
   int ok = kControlSharedMemory.Get() ? 1 : 0;
   std::string why;  // this rank's reason for MPI, when the setting did not decide it
   char name[64] = {};
@@ -87,7 +90,8 @@ std::unique_ptr<ControlChannel> ControlChannel::Open(const Context& ctx) {
       name[0] = '\0';
       ok = 0;
     } else {
-      for (size_t at = 0; at < segment_bytes; at += ring_bytes) {
+      // The agreement's memory starts zeroed, as the file's pages do.
+      for (size_t at = 0; at + ring_bytes <= rings_bytes; at += ring_bytes) {
         ByteRing::Initialize(static_cast<char*>(memory) + at);
       }
     }
@@ -126,6 +130,10 @@ std::unique_ptr<ControlChannel> ControlChannel::Open(const Context& ctx) {
                   << " ranks on its machine)";
   channel->segment_ = memory;
   channel->segment_bytes_ = segment_bytes;
+  if (agreement) {
+    channel->agreement_ =
+        std::make_unique<Agreement>(static_cast<char*>(memory) + rings_bytes, ctx.size, ctx.rank);
+  }
   for (int local = 1; local < ctx.local_size; ++local) {
     char* up = static_cast<char*>(memory) + 2 * ring_bytes * (local - 1);
     char* down = up + ring_bytes;

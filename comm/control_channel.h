@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/agreement.h"
 #include "comm/byte_ring.h"
 
 namespace weft {
@@ -54,6 +55,9 @@ class ControlChannel {
   // Whether a poll for messages (a Receive*) calls MPI: then MPI's own progress decides
   // whether the poll gives up the core (spin.h).
   bool polls_mpi() const { return rank_ == 0 ? mpi_peers_ : receivers_[0] == nullptr; }
+  // When every rank of the job is on rank 0's machine and uses the shared segment: the
+  // direct agreement of blocking ops there (agreement.h); otherwise null.
+  Agreement* agreement() const { return agreement_.get(); }
 
  private:
   ControlChannel(const Context& ctx);
@@ -63,7 +67,7 @@ class ControlChannel {
 
   int rank_, size_;
   MPI_Comm comm_;
-  void* segment_ = nullptr;  // the mapped rings, or null
+  void* segment_ = nullptr;  // the mapped rings (and agreement), or null
   size_t segment_bytes_ = 0;
   // By rank: the rings to and from rank 0 (on rank 0, every rank of its machine's; on the
   // others, their own), or none for ranks that use MPI.
@@ -75,6 +79,7 @@ class ControlChannel {
   bool mpi_peers_ = false;  // rank 0: some ranks use MPI
   bool mpi_first_ = false;  // rank 0: a ring's message came last, so MPI's turn is next
   std::vector<std::pair<MPI_Request, std::shared_ptr<const std::string>>> mpi_sends_;
+  std::unique_ptr<Agreement> agreement_;  // in segment_
 };
 
 }  // namespace comm

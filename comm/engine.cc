@@ -39,6 +39,16 @@ const config::IntSetting kMaxSleepMicros("WEFT_ENGINE_MAX_SLEEP_MICROS", 1000,
                                          "Longest sleep between polls while ops are outstanding.",
                                          /*min=*/0, /*max=*/1000000);
 
+const config::BoolSetting kDirectAgreement(
+    "WEFT_DIRECT_AGREEMENT", true,
+    "When every rank is on one machine: a blocking unnamed allreduce, broadcast or allgather "
+    "that every rank calls alike while nothing else is in flight runs without waiting for "
+    "the coordinator's answer (0: every op waits for it).");
+
+// How long a blocking op waits for the other ranks to count in before it goes to the
+// coordinator after all, whose stall warnings and timeouts then watch it.
+constexpr int64_t kDirectWaitMicros = 100000;
+
 const config::IntSetting kWaitSpinMaxMicros(
     "WEFT_ENGINE_WAIT_SPIN_MAX_MICROS", 5000,
     "A thread waiting for its op polls up to twice as long as the last op took to run, at "
@@ -166,7 +176,8 @@ void Engine::Watchdog() {
   }
 }
 
-Status Engine::AssignKey(Descriptor& d, bool refusing) {
+Status Engine::AssignKey(Request& r, bool refusing) {
+  Descriptor& d = r.desc;
   // A process set's ops are matched among its ranks only: their keys carry the set, and
   // unnamed ones count calls per set (the other ranks never see them). Messages name the op
   // from the key (Describe), so nothing else is built here for an op that goes well.
@@ -188,7 +199,8 @@ Status Engine::AssignKey(Descriptor& d, bool refusing) {
                    : "give the op a name (named ops are matched by name, from any thread)");
     }
     if (d.group.empty()) {
-      d.key = UnnamedKey(next_unnamed_++, "");
+      r.number = next_unnamed_++;
+      d.key = UnnamedKey(r.number, "");
     } else {
       d.key = UnnamedKey(next_unnamed_in_group_[d.group]++, KeyScope(d.group));
     }
@@ -203,7 +215,7 @@ Status Engine::AssignKey(Descriptor& d, bool refusing) {
   return OkStatus();
 }
 
-StatusOr<Handle> Engine::Submit(std::shared_ptr<Request> r, bool caller_waits) {
+StatusOr<Handle> Engine::Submit(std::shared_ptr<Request> r, bool caller_waits, bool blocking) {
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
@@ -219,7 +231,8 @@ StatusOr<Handle> Engine::Submit(std::shared_ptr<Request> r, bool caller_waits) {
                                 ": called while this thread runs weft's engine (from an output "
                                 "Allocator?); start ops outside the allocator");
     }
-    WEFT_RETURN_IF_ERROR(AssignKey(d, /*refusing=*/false));
+    WEFT_RETURN_IF_ERROR(AssignKey(*r, /*refusing=*/false));
+    r->blocking = blocking;
     if (d.op == OpType::kSetTopology) d.in_flight = in_flight_.load();
     if (d.op == OpType::kShutdown) stopping_ = true;
     r->submitted_us = TraceStart(timeline_);
@@ -242,7 +255,7 @@ Status Engine::Refuse(std::shared_ptr<Request> r, Status why) {
     Descriptor& d = r->desc;
     // An op that cannot take a place in the call order (from another thread) has nothing
     // to tell the others: every rank refuses it alike.
-    if (!AssignKey(d, /*refusing=*/true).ok()) return why;
+    if (!AssignKey(*r, /*refusing=*/true).ok()) return why;
     d.refused_code = static_cast<int32_t>(why.code());
     d.refused_message = std::string(why.message());
     r->submitted_us = TraceStart(timeline_);
@@ -257,7 +270,7 @@ Status Engine::Refuse(std::shared_ptr<Request> r, Status why) {
 
 bool Engine::Busy() const {
   return !outstanding_.empty() || control_->sending() || !local_.empty() || device_->busy() ||
-         (coordinator_ != nullptr && coordinator_->pending() > 0);
+         (coordinator_ != nullptr && coordinator_->pending() > 0) || direct_ != nullptr;
 }
 
 void Engine::Loop() {
@@ -441,6 +454,7 @@ bool Engine::Progress() {
         local_.push_back(r);
         continue;
       }
+      if (r->number >= 0 && control_->agreement() != nullptr && TryDirect(r)) continue;
       descriptors.push_back(&r->desc);
       // A refused op runs nothing here: only the others are told.
       if (r->desc.refused_code == 0) outstanding_[r->desc.key] = r;
@@ -451,6 +465,7 @@ bool Engine::Progress() {
     batch.clear();
     progressed = true;
   }
+  if (direct_ != nullptr) progressed |= SettleDirect(/*must=*/false);
   progressed |= RunLocal();
   // Windows on transports that move only when driven (UCX) progress here too, so a put
   // aimed at this rank completes while it computes.
@@ -477,6 +492,95 @@ bool Engine::Progress() {
   }
   if (progressed) last_progress_us_.store(NowMicros(), std::memory_order_relaxed);
   return progressed;
+}
+
+bool Engine::TryDirect(const std::shared_ptr<Request>& r) {
+  Agreement& agreement = *control_->agreement();
+  const Descriptor& d = r->desc;
+  const bool kind =
+      d.op == OpType::kAllreduce || d.op == OpType::kBroadcast || d.op == OpType::kAllgather;
+  // Every other op of this rank has completed (no answer pending that the coordinator could
+  // order before this one), the caller waits for this one alone, and the facts fit.
+  if (!(r->blocking && kind && d.refused_code == 0 && d.device.type == Device::Type::kCPU &&
+        direct_ == nullptr && outstanding_.empty() && local_.empty() && !device_->busy() &&
+        d.shape.size() + 2 <= Agreement::kAgreedWords && r->in.nbytes() < (uint64_t{1} << 40) &&
+        kDirectAgreement.Get())) {
+    agreement.Skip(r->number);
+    return false;
+  }
+  // What the coordinator would check (Coordinator::Validate): the op, dtype, device type,
+  // shape (but allgather's first dimension), root, average.
+  Agreement::Facts facts;
+  const bool gather = d.op == OpType::kAllgather;
+  facts.agreed[0] = static_cast<uint64_t>(d.op) | static_cast<uint64_t>(d.dtype) << 8 |
+                    static_cast<uint64_t>(d.device.type) << 16 |
+                    static_cast<uint64_t>(d.average) << 24 |
+                    static_cast<uint64_t>(d.shape.size()) << 32;
+  facts.agreed[1] = static_cast<uint64_t>(static_cast<int64_t>(d.root));
+  for (size_t i = gather ? 1 : 0; i < d.shape.size(); ++i) {
+    facts.agreed[2 + i] = static_cast<uint64_t>(d.shape[i]);
+  }
+  facts.own[0] = d.shape.empty() ? 1 : d.shape[0];
+  facts.own[1] = d.in_place ? 1 : 0;
+  const Agreement::Decision decision = agreement.Arrive(r->number, facts);
+  if (decision == Agreement::Decision::kNegotiate) return false;
+  direct_ = r;
+  direct_since_us_ = NowMicros();
+  // kRun (this rank counted in last): SettleDirect runs it, after this round's descriptors
+  // have left. The decision is kept: the word may be reused once every rank has decided.
+  direct_runs_ = decision == Agreement::Decision::kRun;
+  return true;
+}
+
+bool Engine::SettleDirect(bool must) {
+  Agreement& agreement = *control_->agreement();
+  const int64_t number = direct_->number;
+  Agreement::Decision decision = direct_runs_ ? Agreement::Decision::kRun : agreement.Poll(number);
+  if (decision == Agreement::Decision::kWait &&
+      (must || NowMicros() - direct_since_us_ > kDirectWaitMicros)) {
+    decision = agreement.Withdraw(number);
+  }
+  if (decision == Agreement::Decision::kWait) return false;
+  std::shared_ptr<Request> r = std::move(direct_);
+  direct_ = nullptr;
+  outstanding_[r->desc.key] = r;
+  if (decision == Agreement::Decision::kNegotiate) {
+    SendDescriptors({&r->desc});
+    return true;
+  }
+  // Every rank counted in with the same facts: the answer the coordinator would give.
+  Response response;
+  response.op = r->desc.op;
+  response.keys.push_back(r->desc.key);
+  if (response.op == OpType::kAllreduce) {
+    response.out_of_place = true;
+    for (int rank = 0; rank < ctx_.size; ++rank) {
+      if (agreement.own_facts(rank)[1] != 0) response.out_of_place = false;
+    }
+  } else if (response.op == OpType::kAllgather) {
+    std::vector<int64_t> dims(ctx_.size);
+    for (int rank = 0; rank < ctx_.size; ++rank) dims[rank] = agreement.own_facts(rank)[0];
+    response.first_dims.push_back(std::move(dims));
+  }
+  // When every rank has a core of its own, every rank enters the op only once every rank
+  // has seen that it runs: a rank whose core another process holds then takes the op's
+  // wait in this loop, which lets the core go every 100 us, rather than inside MPI, which
+  // spins on it until the scheduler takes it away (2 ranks beside a busy program: a 4 B
+  // broadcast took 4 ms per op instead of microseconds). When ranks share cores, waiting
+  // polls yield anyway, and that wait costs every rank a turn of the scheduler before each
+  // op (4 ranks on 2 cores: 4 B broadcasts 6-8 us slower). A rank that died meanwhile holds
+  // this wait as it would hold the op: the watchdog covers both.
+  Running running(this, *r, 0);
+  if (!IdleWaitYields(/*polled_mpi=*/false)) {
+    const int64_t since = NowMicros();
+    while (!agreement.SeenByAll(number)) IdleWait(since, /*polled_mpi=*/false);
+  }
+  if (timeline_->enabled()) Span(*r, "negotiate", r->dequeued_us, NowMicros(), "direct");
+  std::vector<std::shared_ptr<Request>> group{std::move(r)};
+  const int64_t start = NowMicros();
+  Execute(response, group);
+  last_run_us_.store(NowMicros() - start, std::memory_order_relaxed);
+  return true;
 }
 
 bool Engine::RunLocal() {
@@ -532,6 +636,11 @@ bool Engine::RunCoordinator() {
     last_stall_check_us_ = now;
     auto report = coordinator_->CheckStalls(now, kStallWarning.Get(), kStallTimeout.Get());
     for (const std::string& w : report.warnings) WEFT_LOG(Warning) << "stall: " << w;
+    // Before any rank hears of a timeout: after it no unnamed op may run without the
+    // coordinator, which fails them.
+    if (!report.errors.empty() && control_->agreement() != nullptr && coordinator_->LostOrder("")) {
+      control_->agreement()->Disable();
+    }
     for (Response& e : report.errors) {
       WEFT_LOG(Error) << e.error_message;
       responses.push_back(std::move(e));
@@ -573,6 +682,8 @@ void Engine::Process(const std::vector<Response>& responses) {
         std::find(resp.ranks.begin(), resp.ranks.end(), ctx_.rank) == resp.ranks.end()) {
       continue;
     }
+    // This rank runs the op (or fails it): the op it counted in for first, if it runs.
+    if (direct_ != nullptr) SettleDirect(/*must=*/true);
     std::vector<std::shared_ptr<Request>> group;
     group.reserve(resp.keys.size());
     const int64_t now = TraceStart(timeline_);
@@ -682,6 +793,12 @@ void Engine::Finish(const std::shared_ptr<Request>& r, Status s) {
 
 void Engine::FailAll(const Status& status) {
   device_->Drain();  // started on the device: it completes on its own, with its own status
+  if (direct_ != nullptr) {
+    // Whatever it says, nothing runs now.
+    if (!direct_runs_) control_->agreement()->Withdraw(direct_->number);
+    outstanding_[direct_->desc.key] = std::move(direct_);
+    direct_ = nullptr;
+  }
   // In key order, the same on every run (outstanding_ is a hash map).
   std::vector<std::shared_ptr<Request>> pending;
   pending.reserve(outstanding_.size());

@@ -62,6 +62,12 @@ struct Request {
   // "UCX_WIN_PUT").
   const char* backend = "MPI";
 
+  // The caller waits for it right away, outside a group: it may run without the
+  // coordinator's answer when every rank calls it alike (agreement.h).
+  bool blocking = false;
+  // An unnamed op of every rank (no process set): its number in the call order; else -1.
+  int64_t number = -1;
+
   // Timeline only: 0 while it is off (TraceStart).
   int64_t submitted_us = 0;
   int64_t dequeued_us = 0;
@@ -114,7 +120,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // waits for it right away and so makes the progress itself, or its thread is in a group
   // (group_start) that hands its requests over at the end; the engine thread is not woken
   // (it would run the op on whatever core it gets, often one another rank needs).
-  StatusOr<Handle> Submit(std::shared_ptr<Request> request, bool caller_waits = false);
+  // `blocking`: the caller waits for this op alone, outside a group (Request::blocking).
+  StatusOr<Handle> Submit(std::shared_ptr<Request> request, bool caller_waits = false,
+                          bool blocking = false);
   // A request this rank refused before submitting it (a bad argument): it still takes its
   // place in the call order (an unnamed op's number), and the other ranks of the op get
   // the refusal as their op's error. Only desc.op, key (the name), group and the pattern
@@ -179,7 +187,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Turns the name into the key that matches the op across ranks (the unnamed ones are
   // numbered; messages name the op from it, see Describe); refuses unnamed ops from threads
   // other than the one that created the engine (init()). Requires queue_mu_.
-  Status AssignKey(Descriptor& d, bool refusing);
+  Status AssignKey(Request& r, bool refusing);
   void Loop();
   // Wakes the engine thread after a caller stopped driving with work left (it sleeps while
   // a caller drives).
@@ -195,6 +203,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // WEFT_ENGINE_MAX_SLEEP_MICROS later), on every op. A blocking MPI call polls throughout.
   int64_t WaitSpinMicros() const;
   bool Progress();  // requires progress_mu_
+  // Direct agreement (agreement.h), all requiring progress_mu_. Whether `r`, just drained,
+  // may run without the coordinator's answer; if so it becomes direct_ (true), otherwise
+  // every rank is told that it goes to the coordinator.
+  bool TryDirect(const std::shared_ptr<Request>& r);
+  // direct_'s decision, once made: runs it, or sends it to the coordinator. `must`: decide
+  // now (withdraw unless every rank is in), since this rank has another op to run first.
+  bool SettleDirect(bool must);
   bool Busy() const;  // requires progress_mu_: ops outstanding or messages in flight
   void SendDescriptors(const std::vector<const Descriptor*>& batch);
   bool PollDescriptors();    // rank 0; one message per call
@@ -249,6 +264,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::deque<std::shared_ptr<Request>> local_;  // kWinLocal, in submission order
   bool RunLocal();
   std::unique_ptr<Coordinator> coordinator_;  // rank 0
+  // The blocking op this rank counted in for direct agreement, until decided (in neither
+  // queue_ nor outstanding_ meanwhile); when it waits since.
+  std::shared_ptr<Request> direct_;
+  int64_t direct_since_us_ = 0;
+  bool direct_runs_ = false;  // every rank counted in already when this one did
   // Descriptors to the coordinator, its responses back. Opened by the constructor, which
   // init() runs on every rank at the same point (opening it is collective on rank 0's
   // machine).

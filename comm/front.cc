@@ -220,7 +220,8 @@ thread_local int t_group_depth = 0;
 
 StatusOr<Handle> Submit(State& state, std::shared_ptr<Request> r) {
   // In a group the ops wait for group_end (or this thread's wait) to reach the engine.
-  return state.engine->Submit(std::move(r), t_caller_waits || t_group_depth > 0);
+  return state.engine->Submit(std::move(r), t_caller_waits || t_group_depth > 0,
+                              t_caller_waits && t_group_depth == 0);
 }
 
 // Hands a request to the engine, or, when this rank's own checks refused its arguments,

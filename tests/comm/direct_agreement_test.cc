@@ -1,0 +1,254 @@
+// Blocking ops that every rank calls alike run without the coordinator's answer when the
+// ranks share one machine (comm/agreement.h). These check that they compute what the
+// coordinator's way computes, that the trace says which ops went directly, and that every
+// case the direct way cannot take (arguments that differ, a rank with other ops in flight,
+// a nonblocking call on one rank, a named op on another thread) still comes out as it does
+// through the coordinator: the same results and the same errors, without a hang.
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/comm.h"
+#include "core/config.h"
+#include "gtest/gtest.h"
+#include "tests/comm/test_util.h"
+
+namespace weft {
+namespace {
+
+using testing::Arena;
+using testing::Buffer;
+using testing::Contains;
+
+const auto* const kEnv = weft::testing::InitWeftForAllTests();
+
+class DirectAgreement : public ::testing::Test {
+ protected:
+  void TearDown() override { ASSERT_TRUE(barrier().ok()); }
+
+  // Runs `body` with this rank's trace on, and returns how many ops the trace shows as
+  // agreed directly (their negotiate span says "direct").
+  template <typename Body>
+  int DirectOpsIn(const std::string& label, Body body) {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    const std::string dir = tmp != nullptr ? tmp : "/tmp";
+    const std::string file = dir + "/" + label + "." + std::to_string(rank()) + ".json";
+    EXPECT_TRUE(timeline_start(dir + "/" + label + ".%r.json").ok());
+    body();
+    EXPECT_TRUE(timeline_stop().ok());
+    std::ifstream in(file);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string s = text.str();
+    int count = 0;
+    for (size_t at = s.find("\"direct\""); at != std::string::npos;
+         at = s.find("\"direct\"", at + 1)) {
+      ++count;
+    }
+    return count;
+  }
+};
+
+TEST_F(DirectAgreement, BlockingOpsComputeAsThroughTheCoordinator) {
+  const int n = size(), me = rank();
+  constexpr int kRounds = 20;
+  const int direct = DirectOpsIn("direct_ops", [&] {
+    for (int round = 0; round < kRounds; ++round) {
+      SCOPED_TRACE(round);
+      // In place, summed.
+      Buffer x(DType::kFloat32, {5});
+      x.Fill(me + round);
+      ASSERT_TRUE(allreduce(x.view(), x.view(), false).ok());
+      EXPECT_EQ(x.Get(4), n * (n - 1) / 2.0 + n * round);
+      // Out of place, averaged, another dtype.
+      Buffer in(DType::kFloat64, {2, 3}), out(DType::kFloat64, {2, 3});
+      in.Fill(2.0 * me);
+      ASSERT_TRUE(allreduce(in.view(), out.view(), true).ok());
+      EXPECT_DOUBLE_EQ(out.Get(5), n - 1.0);
+      EXPECT_EQ(in.Get(0), 2.0 * me);
+      // From every root in turn.
+      Buffer b(DType::kInt32, {3});
+      b.Fill(me == round % n ? 100 + round : -1);
+      ASSERT_TRUE(broadcast(b.view(), b.view(), round % n).ok());
+      EXPECT_EQ(b.Get(2), 100 + round);
+      // A number of rows that differs across ranks.
+      Buffer rows(DType::kInt64, {me + 1, 2});
+      rows.Fill(me);
+      Arena arena;
+      auto gathered = allgather(rows.view(), arena.allocator());
+      ASSERT_TRUE(gathered.ok()) << gathered.status();
+      ASSERT_EQ(gathered->shape()[0], n * (n + 1) / 2);
+      int64_t row = 0;
+      for (int r = 0; r < n; ++r) {
+        for (int k = 0; k <= r; ++k, ++row) {
+          EXPECT_EQ(Buffer::Read(gathered->data(), DType::kInt64, 2 * row + 1), r);
+        }
+      }
+    }
+  });
+  if (n == 1) {
+    EXPECT_EQ(direct, 0);  // one rank has nothing to agree on
+  } else if (config::Registry::Global().GetText("WEFT_DIRECT_AGREEMENT").value_or("1") == "0") {
+    EXPECT_EQ(direct, 0);
+  } else {
+    // Ranks that are late by more than the wait go through the coordinator (likely only
+    // when ranks outnumber cores): most ops, but not necessarily every one, run directly.
+    EXPECT_GT(direct, 0);
+  }
+}
+
+// Arguments that differ get the coordinator's error, naming the ranks, on every rank.
+TEST_F(DirectAgreement, DisagreementsGetTheCoordinatorsErrors) {
+  if (size() < 2) GTEST_SKIP();
+  const int odd = size() - 1;
+  Buffer x(DType::kFloat32, {rank() == odd ? 3 : 4});
+  x.Fill(1);
+  Status st = allreduce(x.view(), x.view(), false);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(Contains(st, "shape differs across ranks")) << st;
+  EXPECT_TRUE(Contains(st, "[3] on rank " + std::to_string(odd))) << st;
+  EXPECT_EQ(x.Get(0), 1);
+
+  Buffer y(DType::kFloat32, {4});
+  y.Fill(rank());
+  st = broadcast(y.view(), y.view(), rank() == odd ? 1 : 0);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(Contains(st, "root rank differs across ranks")) << st;
+  EXPECT_EQ(y.Get(0), rank());
+
+  Buffer avg(DType::kFloat32, {4});
+  st = allreduce(avg.view(), avg.view(), rank() != odd);
+  EXPECT_TRUE(Contains(st, "average/sum differs across ranks")) << st;
+
+  Buffer rows(DType::kFloat32, {2, rank() == odd ? 5 : 4});
+  Arena arena;
+  auto gathered = allgather(rows.view(), arena.allocator());
+  EXPECT_EQ(gathered.status().code(), absl::StatusCode::kInvalidArgument) << gathered.status();
+  EXPECT_TRUE(Contains(gathered.status(), "every dimension but the first")) << gathered.status();
+
+  Buffer typed(rank() == odd ? DType::kFloat64 : DType::kFloat32, {4});
+  st = allreduce(typed.view(), typed.view(), false);
+  EXPECT_TRUE(Contains(st, "dtype differs across ranks")) << st;
+
+  // A refusal on one rank still reaches the others through the coordinator.
+  Buffer wrong(DType::kFloat64, {4});
+  Buffer z(DType::kFloat32, {4});
+  z.Fill(1);
+  st = allreduce(z.view(), rank() == odd ? wrong.view() : z.view(), false);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  if (rank() != odd) {
+    EXPECT_TRUE(Contains(st, "failed on rank " + std::to_string(odd) + ", which refused it")) << st;
+  }
+  // And the next op agrees again.
+  z.Fill(1);
+  ASSERT_TRUE(allreduce(z.view(), z.view(), false).ok());
+  EXPECT_EQ(z.Get(3), size());
+}
+
+// One rank calls the op nonblocking, or has others in flight: every rank takes the
+// coordinator's way for it, and everything completes in the call order.
+TEST_F(DirectAgreement, RanksThatCannotAgreeDirectlyTakeTheCoordinatorsWay) {
+  const int n = size(), me = rank();
+  for (int round = 0; round < 8; ++round) {
+    SCOPED_TRACE(round);
+    Buffer a(DType::kFloat32, {16}), b(DType::kFloat32, {16}), c(DType::kFloat32, {16});
+    a.Fill(me);
+    b.Fill(2 * me);
+    c.Fill(3 * me);
+    const int odd = round % n;
+    if (me == odd) {
+      // Two in flight before the third, all nonblocking.
+      auto ha = allreduce_nonblocking(a.view(), a.view(), false);
+      auto hb = allreduce_nonblocking(b.view(), b.view(), false);
+      ASSERT_TRUE(ha.ok() && hb.ok());
+      auto hc = allreduce_nonblocking(c.view(), c.view(), false);
+      ASSERT_TRUE(hc.ok());
+      ASSERT_TRUE(wait(*hc).ok());
+      ASSERT_TRUE(wait(*ha).ok());
+      ASSERT_TRUE(wait(*hb).ok());
+    } else {
+      ASSERT_TRUE(allreduce(a.view(), a.view(), false).ok());
+      ASSERT_TRUE(allreduce(b.view(), b.view(), false).ok());
+      ASSERT_TRUE(allreduce(c.view(), c.view(), false).ok());
+    }
+    const double sum = n * (n - 1) / 2.0;
+    EXPECT_EQ(a.Get(15), sum);
+    EXPECT_EQ(b.Get(15), 2 * sum);
+    EXPECT_EQ(c.Get(15), 3 * sum);
+  }
+}
+
+// While one rank waits for the others to count in, a named op another of its threads
+// started has to run first: the rank that calls that op before its own blocking one waits
+// in it. The waiting rank gives up its direct wait and runs the named op, and both then
+// run the blocking op through the coordinator.
+TEST_F(DirectAgreement, ANamedOpOnAnotherThreadRunsWhileABlockingOneWaits) {
+  if (size() < 2) GTEST_SKIP();
+  const int n = size();
+  double fastest = 1e9;
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE(round);
+    Buffer side(DType::kFloat32, {8}), main_op(DType::kFloat32, {8});
+    side.Fill(1);
+    main_op.Fill(rank());
+    const std::string name = "side." + std::to_string(round);
+    const auto start = std::chrono::steady_clock::now();
+    if (rank() == 0) {
+      Status side_status;
+      std::thread helper([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        side_status = allreduce(side.view(), side.view(), false, name);
+      });
+      ASSERT_TRUE(allreduce(main_op.view(), main_op.view(), false).ok());
+      helper.join();
+      ASSERT_TRUE(side_status.ok()) << side_status;
+    } else {
+      ASSERT_TRUE(allreduce(side.view(), side.view(), false, name).ok());
+      ASSERT_TRUE(allreduce(main_op.view(), main_op.view(), false).ok());
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(side.Get(7), n);
+    EXPECT_EQ(main_op.Get(7), n * (n - 1) / 2.0);
+    fastest = std::min(fastest, seconds);
+  }
+  // Rank 0 gave up its wait when the named op's answer came, not after the direct way's
+  // longest wait (100 ms), which would hold up every round.
+  EXPECT_LT(fastest, 0.1);
+}
+
+// The direct way off on one rank only: that rank sends every op to the coordinator, and the
+// others, which find it never counting in, do too, at once.
+TEST_F(DirectAgreement, OffOnOneRankMeansOffForAll) {
+  if (size() < 2) GTEST_SKIP();
+  const bool last = rank() == size() - 1;  // rank() is -1 between shutdown() and init()
+  ASSERT_TRUE(shutdown().ok());
+  if (last) setenv("WEFT_DIRECT_AGREEMENT", "0", 1);
+  ASSERT_TRUE(init().ok());
+  const int n = size();
+  const auto start = std::chrono::steady_clock::now();
+  const int direct = DirectOpsIn("direct_off", [&] {
+    for (int round = 0; round < 10; ++round) {
+      Buffer x(DType::kFloat32, {3});
+      x.Fill(rank());
+      ASSERT_TRUE(allreduce(x.view(), x.view(), false).ok());
+      EXPECT_EQ(x.Get(2), n * (n - 1) / 2.0);
+    }
+  });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(direct, 0);
+  // Not a wait of 100 ms per op for a rank that never counts in.
+  EXPECT_LT(seconds, 0.9);
+  ASSERT_TRUE(shutdown().ok());
+  if (last) unsetenv("WEFT_DIRECT_AGREEMENT");
+  ASSERT_TRUE(init().ok());
+}
+
+}  // namespace
+}  // namespace weft
