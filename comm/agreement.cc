@@ -28,8 +28,9 @@ constexpr size_t kLine = 64;
 // cleared first, so a reader that finds its op's number there reads that op's facts.
 struct alignas(kLine) Agreement::Slot {
   std::atomic<int64_t> number;
+  std::atomic<int64_t> own;
+  std::atomic<uint64_t> agreed_words;
   std::atomic<uint64_t> agreed[kAgreedWords];
-  std::atomic<int64_t> own[kOwnWords];
 };
 
 struct alignas(kLine) Agreement::Entry {
@@ -105,7 +106,11 @@ bool Agreement::SameAsArrived(int64_t number, const Facts& facts) const {
     if (r == rank_) continue;
     const Slot& s = SlotOf(number, r);
     if (s.number.load(std::memory_order_acquire) != number + 1) continue;  // not here yet
-    for (int i = 0; i < kAgreedWords; ++i) {
+    if (s.agreed_words.load(std::memory_order_relaxed) !=
+        static_cast<uint64_t>(facts.agreed_words)) {
+      return false;
+    }
+    for (int i = 0; i < facts.agreed_words; ++i) {
       if (s.agreed[i].load(std::memory_order_relaxed) != facts.agreed[i]) return false;
     }
   }
@@ -114,12 +119,9 @@ bool Agreement::SameAsArrived(int64_t number, const Facts& facts) const {
 
 Agreement::Decision Agreement::Ran(int64_t number) {
   // Every rank's slot stays until every rank has marked the decision seen: copy first.
-  own_.resize(static_cast<size_t>(size_) * kOwnWords);
+  own_.resize(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) {
-    const Slot& s = SlotOf(number, r);
-    for (int i = 0; i < kOwnWords; ++i) {
-      own_[static_cast<size_t>(r) * kOwnWords + i] = s.own[i].load(std::memory_order_relaxed);
-    }
+    own_[static_cast<size_t>(r)] = SlotOf(number, r).own.load(std::memory_order_relaxed);
   }
   Decided(number);
   return Decision::kRun;
@@ -148,11 +150,12 @@ Agreement::Decision Agreement::Arrive(int64_t number, const Facts& facts) {
     }
     if (!written) {
       mine.number.store(0, std::memory_order_relaxed);
-      for (int i = 0; i < kAgreedWords; ++i) {
+      const int words = std::min(std::max(facts.agreed_words, 0), kAgreedWords);
+      mine.agreed_words.store(static_cast<uint64_t>(words), std::memory_order_relaxed);
+      for (int i = 0; i < words; ++i) {
         mine.agreed[i].store(facts.agreed[i], std::memory_order_relaxed);
       }
-      for (int i = 0; i < kOwnWords; ++i)
-        mine.own[i].store(facts.own[i], std::memory_order_relaxed);
+      mine.own.store(facts.own, std::memory_order_relaxed);
       mine.number.store(number + 1, std::memory_order_release);
       written = true;
     }

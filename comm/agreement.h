@@ -31,13 +31,15 @@ namespace comm {
 class Agreement {
  public:
   // Facts that must be equal on every rank for the op to run without the coordinator (the
-  // engine packs the op, dtype, device, shape and options into them), and facts of each
-  // rank's own that the op needs from every rank (allgather's first dimension).
+  // engine packs the op, dtype, device, shape and options into the first `agreed_words`),
+  // and a fact of each rank's own that the op needs from every rank (allgather's first
+  // dimension). A rank's slot keeps its own fact and the first five agreed words in one
+  // cache line, which is all another rank reads for ops of up to three dimensions.
   static constexpr int kAgreedWords = 12;
-  static constexpr int kOwnWords = 2;
   struct Facts {
+    int agreed_words = kAgreedWords;
     uint64_t agreed[kAgreedWords] = {};
-    int64_t own[kOwnWords] = {};
+    int64_t own = 0;
   };
 
   enum class Decision {
@@ -66,8 +68,8 @@ class Agreement {
   // it stop at their next Poll.
   void Skip(int64_t number);
 
-  // After kRun, until the next call: rank r's own facts for the op.
-  const int64_t* own_facts(int r) const { return &own_[static_cast<size_t>(r) * kOwnWords]; }
+  // After kRun, until the next call: rank r's own fact for the op.
+  int64_t own(int r) const { return own_[static_cast<size_t>(r)]; }
 
   // Whether every rank has seen the decision on op `number` (and on every op before it).
   bool SeenByAll(int64_t number) const;

@@ -36,8 +36,7 @@ class Shared {
 Agreement::Facts FactsWith(uint64_t agreed, int64_t own) {
   Agreement::Facts f;
   for (int i = 0; i < Agreement::kAgreedWords; ++i) f.agreed[i] = agreed + i;
-  f.own[0] = own;
-  f.own[1] = -own;
+  f.own = own;
   return f;
 }
 
@@ -50,12 +49,9 @@ TEST(AgreementTest, EveryRankWithTheSameFactsRunsAtOnce) {
   EXPECT_EQ(r2.Arrive(0, FactsWith(7, 30)), Decision::kRun);  // the last one
   EXPECT_EQ(r0.Poll(0), Decision::kRun);
   EXPECT_EQ(r1.Poll(0), Decision::kRun);
-  // Every rank's own facts, on every rank.
+  // Every rank's own fact, on every rank.
   for (Agreement* a : {&r0, &r1, &r2}) {
-    for (int r = 0; r < 3; ++r) {
-      EXPECT_EQ(a->own_facts(r)[0], 10 * (r + 1));
-      EXPECT_EQ(a->own_facts(r)[1], -10 * (r + 1));
-    }
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(a->own(r), 10 * (r + 1));
   }
   // The next op uses another word, and the one after kWords ops this one again.
   for (int64_t n = 1; n <= Agreement::kWords + 1; ++n) {
@@ -90,6 +86,17 @@ TEST(AgreementTest, DifferentFactsNegotiateEverywhere) {
   EXPECT_EQ(r0.Arrive(1, FactsWith(1, 5)), Decision::kWait);
   EXPECT_EQ(r1.Arrive(1, FactsWith(1, 6)), Decision::kRun);
   EXPECT_EQ(r0.Poll(1), Decision::kRun);
+  // Only the agreed words in use count, and how many are in use must agree.
+  Agreement::Facts three = FactsWith(1, 0), other = FactsWith(1, 0);
+  three.agreed_words = other.agreed_words = 3;
+  other.agreed[3] = 99;
+  EXPECT_EQ(r0.Arrive(2, three), Decision::kWait);
+  EXPECT_EQ(r1.Arrive(2, other), Decision::kRun);
+  EXPECT_EQ(r0.Poll(2), Decision::kRun);
+  other.agreed_words = 4;
+  EXPECT_EQ(r0.Arrive(3, three), Decision::kWait);
+  EXPECT_EQ(r1.Arrive(3, other), Decision::kNegotiate);
+  EXPECT_EQ(r0.Poll(3), Decision::kNegotiate);
 }
 
 TEST(AgreementTest, AWithdrawnWaitNegotiatesForLateRanks) {
@@ -170,7 +177,7 @@ TEST(AgreementTest, RandomRanksAlwaysDecideAlike) {
           if (polls % 16 == 0) std::this_thread::yield();
         }
         if (d == Decision::kRun) {
-          for (int r = 0; r < kRanks; ++r) ASSERT_EQ(a.own_facts(r)[0], r) << n;
+          for (int r = 0; r < kRanks; ++r) ASSERT_EQ(a.own(r), r) << n;
         }
         decision[rank][n] = static_cast<int>(d);
       }

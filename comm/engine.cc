@@ -520,8 +520,9 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r) {
   for (size_t i = gather ? 1 : 0; i < d.shape.size(); ++i) {
     facts.agreed[2 + i] = static_cast<uint64_t>(d.shape[i]);
   }
-  facts.own[0] = d.shape.empty() ? 1 : d.shape[0];
-  facts.own[1] = d.in_place ? 1 : 0;
+  facts.agreed_words = 2 + static_cast<int>(d.shape.size());
+  // The first dimension (under 2^40 bytes, so it fits) and whether the op is in place.
+  facts.own = (d.shape.empty() ? 1 : d.shape[0]) * 2 + (d.in_place ? 1 : 0);
   const Agreement::Decision decision = agreement.Arrive(r->number, facts);
   if (decision == Agreement::Decision::kNegotiate) return false;
   direct_ = r;
@@ -543,8 +544,8 @@ bool Engine::SettleDirect(bool must) {
   if (decision == Agreement::Decision::kWait) return false;
   std::shared_ptr<Request> r = std::move(direct_);
   direct_ = nullptr;
-  outstanding_[r->desc.key] = r;
   if (decision == Agreement::Decision::kNegotiate) {
+    outstanding_[r->desc.key] = r;
     SendDescriptors({&r->desc});
     return true;
   }
@@ -555,11 +556,11 @@ bool Engine::SettleDirect(bool must) {
   if (response.op == OpType::kAllreduce) {
     response.out_of_place = true;
     for (int rank = 0; rank < ctx_.size; ++rank) {
-      if (agreement.own_facts(rank)[1] != 0) response.out_of_place = false;
+      if (agreement.own(rank) % 2 != 0) response.out_of_place = false;
     }
   } else if (response.op == OpType::kAllgather) {
     std::vector<int64_t> dims(ctx_.size);
-    for (int rank = 0; rank < ctx_.size; ++rank) dims[rank] = agreement.own_facts(rank)[0];
+    for (int rank = 0; rank < ctx_.size; ++rank) dims[rank] = agreement.own(rank) / 2;
     response.first_dims.push_back(std::move(dims));
   }
   // When every rank has a core of its own, every rank enters the op only once every rank

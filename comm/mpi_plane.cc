@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "comm/data_plane.h"
 #include "comm/mpi_util.h"
@@ -375,7 +376,8 @@ Status MpiPlane::RunAllgather(Group& group, const Response& response) {
   const size_t row_bytes = static_cast<size_t>(RowElements(r.in.shape())) * r.in.itemsize();
   std::vector<int64_t> shape(r.in.shape().begin(), r.in.shape().end());
   shape[0] = 0;
-  std::vector<int> counts(ctx_.size), displs(ctx_.size);
+  // On the stack for up to 8 ranks: no allocation for them in each op.
+  absl::InlinedVector<int, 8> counts(ctx_.size), displs(ctx_.size);
   size_t total = 0;
   for (int i = 0; i < ctx_.size; ++i) {
     shape[0] += dims[i];
