@@ -497,8 +497,11 @@ bool Engine::Progress() {
 bool Engine::TryDirect(const std::shared_ptr<Request>& r) {
   Agreement& agreement = *control_->agreement();
   const Descriptor& d = r->desc;
-  const bool kind =
-      d.op == OpType::kAllreduce || d.op == OpType::kBroadcast || d.op == OpType::kAllgather;
+  // A neighbor_allreduce over the topology: the coordinator's check of every rank's sends
+  // against the others' receives holds by construction (set_topology agrees on the graph).
+  const bool kind = d.op == OpType::kAllreduce || d.op == OpType::kBroadcast ||
+                    d.op == OpType::kAllgather ||
+                    (d.op == OpType::kNeighborAllreduce && r->topology_pattern);
   // Every other op of this rank has completed (no answer pending that the coordinator could
   // order before this one), the caller waits for this one alone, and the facts fit.
   if (!(r->blocking && kind && d.refused_code == 0 && d.device.type == Device::Type::kCPU &&
@@ -509,7 +512,8 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r) {
     return false;
   }
   // What the coordinator would check (Coordinator::Validate): the op, dtype, device type,
-  // shape (but allgather's first dimension), root, average.
+  // shape (but allgather's first dimension), root, average. (Neighbor weights are each
+  // rank's own.)
   Agreement::Facts facts;
   const bool gather = d.op == OpType::kAllgather;
   facts.agreed[0] = static_cast<uint64_t>(d.op) | static_cast<uint64_t>(d.dtype) << 8 |

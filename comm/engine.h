@@ -67,6 +67,9 @@ struct Request {
   bool blocking = false;
   // An unnamed op of every rank (no process set): its number in the call order; else -1.
   int64_t number = -1;
+  // Neighbor ops: the exchange follows the topology (no dst_weights), which is the same on
+  // every rank, so every rank's sends match the others' receives without a check.
+  bool topology_pattern = false;
 
   // Timeline only: 0 while it is off (TraceStart).
   int64_t submitted_us = 0;

@@ -153,6 +153,7 @@ Status ResolveNeighborWeights(Request* r, const Topology& topo, bool weighted, i
       if (e.first != self) r->recv.push_back(e);
     }
   } else {
+    r->topology_pattern = true;
     for (int j : topo.out_neighbors(self)) r->send.emplace_back(j, 1.0);
     const std::vector<int>& in = topo.in_neighbors(self);
     if (src_weights.has_value()) {

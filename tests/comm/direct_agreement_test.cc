@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -76,6 +77,24 @@ TEST_F(DirectAgreement, BlockingOpsComputeAsThroughTheCoordinator) {
       b.Fill(me == round % n ? 100 + round : -1);
       ASSERT_TRUE(broadcast(b.view(), b.view(), round % n).ok());
       EXPECT_EQ(b.Get(2), 100 + round);
+      // Over the topology (the default, unweighted: the mean of this rank's and its
+      // in-neighbors' values); with dst_weights the call is dynamic and negotiated.
+      Buffer nx(DType::kFloat64, {4}), ny(DType::kFloat64, {4});
+      nx.Fill(me + round);
+      ASSERT_TRUE(neighbor_allreduce(nx.view(), ny.view(), {}).ok());
+      const Topology topology = load_topology();
+      const std::vector<int>& sources = topology.in_neighbors(me);
+      double expect = me + round;
+      for (int j : sources) expect += j + round;
+      EXPECT_DOUBLE_EQ(ny.Get(3), expect / (sources.size() + 1));
+      if (n > 1) {
+        NeighborAllreduceOptions ring;
+        ring.self_weight = 0.5;
+        ring.src_weights = std::map<int, double>{{(me + n - 1) % n, 0.5}};
+        ring.dst_weights = std::map<int, double>{{(me + 1) % n, 1.0}};
+        ASSERT_TRUE(neighbor_allreduce(nx.view(), ny.view(), ring).ok());
+        EXPECT_DOUBLE_EQ(ny.Get(0), 0.5 * (me + round) + 0.5 * ((me + n - 1) % n + round));
+      }
       // A number of rows that differs across ranks.
       Buffer rows(DType::kInt64, {me + 1, 2});
       rows.Fill(me);
