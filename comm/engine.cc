@@ -499,15 +499,17 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r) {
   const Descriptor& d = r->desc;
   // A neighbor_allreduce over the topology: the coordinator's check of every rank's sends
   // against the others' receives holds by construction (set_topology agrees on the graph).
+  // A dynamic one (dst_weights) carries its send and receive sets as this rank's own facts
+  // (bit masks, so up to 32 ranks), which SettleDirect checks against each other.
+  const bool dynamic = d.op == OpType::kNeighborAllreduce && !r->topology_pattern;
   const bool kind = d.op == OpType::kAllreduce || d.op == OpType::kBroadcast ||
-                    d.op == OpType::kAllgather ||
-                    (d.op == OpType::kNeighborAllreduce && r->topology_pattern);
+                    d.op == OpType::kAllgather || d.op == OpType::kNeighborAllreduce;
   // Every other op of this rank has completed (no answer pending that the coordinator could
   // order before this one), the caller waits for this one alone, and the facts fit.
   if (!(r->blocking && kind && d.refused_code == 0 && d.device.type == Device::Type::kCPU &&
         direct_ == nullptr && outstanding_.empty() && local_.empty() && !device_->busy() &&
         d.shape.size() + 2 <= Agreement::kAgreedWords && r->in.nbytes() < (uint64_t{1} << 40) &&
-        kDirectAgreement.Get())) {
+        (!dynamic || ctx_.size <= 32) && kDirectAgreement.Get())) {
     agreement.Skip(r->number);
     return false;
   }
@@ -516,17 +518,24 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r) {
   // rank's own.)
   Agreement::Facts facts;
   const bool gather = d.op == OpType::kAllgather;
-  facts.agreed[0] = static_cast<uint64_t>(d.op) | static_cast<uint64_t>(d.dtype) << 8 |
-                    static_cast<uint64_t>(d.device.type) << 16 |
-                    static_cast<uint64_t>(d.average) << 24 |
-                    static_cast<uint64_t>(d.shape.size()) << 32;
+  facts.agreed[0] =
+      static_cast<uint64_t>(d.op) | static_cast<uint64_t>(d.dtype) << 8 |
+      static_cast<uint64_t>(d.device.type) << 16 | static_cast<uint64_t>(d.average) << 24 |
+      static_cast<uint64_t>(d.shape.size()) << 32 | static_cast<uint64_t>(dynamic) << 40;
   facts.agreed[1] = static_cast<uint64_t>(static_cast<int64_t>(d.root));
   for (size_t i = gather ? 1 : 0; i < d.shape.size(); ++i) {
     facts.agreed[2 + i] = static_cast<uint64_t>(d.shape[i]);
   }
   facts.agreed_words = 2 + static_cast<int>(d.shape.size());
-  // The first dimension (under 2^40 bytes, so it fits) and whether the op is in place.
-  facts.own = (d.shape.empty() ? 1 : d.shape[0]) * 2 + (d.in_place ? 1 : 0);
+  if (dynamic) {
+    uint64_t sends = 0, receives = 0;
+    for (int32_t to : d.send_ranks) sends |= uint64_t{1} << to;
+    for (int32_t from : d.recv_ranks) receives |= uint64_t{1} << from;
+    facts.own = static_cast<int64_t>(sends | receives << 32);
+  } else {
+    // The first dimension (under 2^40 bytes, so it fits) and whether the op is in place.
+    facts.own = (d.shape.empty() ? 1 : d.shape[0]) * 2 + (d.in_place ? 1 : 0);
+  }
   const Agreement::Decision decision = agreement.Arrive(r->number, facts);
   if (decision == Agreement::Decision::kNegotiate) return false;
   direct_ = r;
@@ -534,6 +543,18 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r) {
   // kRun (this rank counted in last): SettleDirect runs it, after this round's descriptors
   // have left. The decision is kept: the word may be reused once every rank has decided.
   direct_runs_ = decision == Agreement::Decision::kRun;
+  return true;
+}
+
+bool Engine::PatternsMatch(const Agreement& agreement) const {
+  // Rank r sends to s exactly when s expects to receive from r.
+  for (int r = 0; r < ctx_.size; ++r) {
+    const uint64_t sends = static_cast<uint64_t>(agreement.own(r)) & 0xFFFFFFFFu;
+    for (int s = 0; s < ctx_.size; ++s) {
+      const uint64_t receives = static_cast<uint64_t>(agreement.own(s)) >> 32;
+      if (((sends >> s) & 1) != ((receives >> r) & 1)) return false;
+    }
+  }
   return true;
 }
 
@@ -548,6 +569,12 @@ bool Engine::SettleDirect(bool must) {
   if (decision == Agreement::Decision::kWait) return false;
   std::shared_ptr<Request> r = std::move(direct_);
   direct_ = nullptr;
+  if (decision == Agreement::Decision::kRun && r->desc.op == OpType::kNeighborAllreduce &&
+      !r->topology_pattern && !PatternsMatch(agreement)) {
+    // Every rank reads the same facts and so comes here too: the coordinator names what
+    // does not match.
+    decision = Agreement::Decision::kNegotiate;
+  }
   if (decision == Agreement::Decision::kNegotiate) {
     outstanding_[r->desc.key] = r;
     SendDescriptors({&r->desc});

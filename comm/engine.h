@@ -213,6 +213,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // direct_'s decision, once made: runs it, or sends it to the coordinator. `must`: decide
   // now (withdraw unless every rank is in), since this rank has another op to run first.
   bool SettleDirect(bool must);
+  // After every rank counted in for a dynamic neighbor_allreduce: whether every rank's sends
+  // are what the others expect to receive (their own facts, agreement.h).
+  bool PatternsMatch(const Agreement& agreement) const;
   bool Busy() const;  // requires progress_mu_: ops outstanding or messages in flight
   void SendDescriptors(const std::vector<const Descriptor*>& batch);
   bool PollDescriptors();    // rank 0; one message per call

@@ -154,6 +154,22 @@ TEST_F(DirectAgreement, DisagreementsGetTheCoordinatorsErrors) {
   st = allreduce(typed.view(), typed.view(), false);
   EXPECT_TRUE(Contains(st, "dtype differs across ranks")) << st;
 
+  // Dynamic exchanges whose sends and receives do not match: every rank counts in, finds
+  // the mismatch in the others' facts, and the coordinator names it.
+  if (size() >= 3) {
+    const int n = size();
+    NeighborAllreduceOptions opts;
+    opts.self_weight = 0.5;
+    opts.src_weights = std::map<int, double>{{(rank() - 2 + n) % n, 0.5}};
+    opts.dst_weights = std::map<int, double>{{(rank() + 1) % n, 1.0}};
+    Buffer in(DType::kFloat32, {4}), out(DType::kFloat32, {4});
+    in.Fill(7);
+    st = neighbor_allreduce(in.view(), out.view(), opts);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_TRUE(Contains(st, "send and receive ranks do not match")) << st;
+    EXPECT_TRUE(Contains(st, "rank 0 expects to receive from rank " + std::to_string(n - 2))) << st;
+  }
+
   // A refusal on one rank still reaches the others through the coordinator.
   Buffer wrong(DType::kFloat64, {4});
   Buffer z(DType::kFloat32, {4});
