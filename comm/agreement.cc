@@ -1,6 +1,7 @@
 #include "comm/agreement.h"
 
 #include <algorithm>
+#include <cassert>
 
 namespace weft {
 namespace comm {
@@ -54,8 +55,6 @@ size_t EntryBytes(int size) { return kLine + static_cast<size_t>(size) * 2 * kLi
 
 }  // namespace
 
-static_assert(sizeof(Agreement::Facts) <= 2 * kLine, "facts fit a slot");
-
 size_t Agreement::Footprint(int size) {
   return sizeof(Header) + static_cast<size_t>(size) * sizeof(Seen) + kWords * EntryBytes(size);
 }
@@ -71,23 +70,26 @@ Agreement::Entry& Agreement::EntryOf(int64_t number) const {
   return *reinterpret_cast<Entry*>(at);
 }
 
+std::atomic<int64_t>& Agreement::SeenOf(int r) const {
+  return reinterpret_cast<Seen*>(memory_ + sizeof(Header))[r].through;
+}
+
+std::atomic<uint64_t>& Agreement::DisabledFlag() const {
+  return reinterpret_cast<Header*>(memory_)->disabled;
+}
+
 Agreement::Slot& Agreement::SlotOf(int64_t number, int r) const {
   char* entry = reinterpret_cast<char*>(&EntryOf(number));
   return *reinterpret_cast<Slot*>(entry + kLine + static_cast<size_t>(r) * sizeof(Slot));
 }
 
-void Agreement::Disable() {
-  reinterpret_cast<Header*>(memory_)->disabled.store(1, std::memory_order_release);
-}
+void Agreement::Disable() { DisabledFlag().store(1, std::memory_order_release); }
 
-bool Agreement::disabled() const {
-  return reinterpret_cast<Header*>(memory_)->disabled.load(std::memory_order_acquire) != 0;
-}
+bool Agreement::disabled() const { return DisabledFlag().load(std::memory_order_acquire) != 0; }
 
 bool Agreement::SeenByAll(int64_t number) const {
-  const Seen* seen = reinterpret_cast<const Seen*>(memory_ + sizeof(Header));
   for (int r = 0; r < size_; ++r) {
-    if (seen[r].through.load(std::memory_order_acquire) - 1 < number) return false;
+    if (SeenOf(r).load(std::memory_order_acquire) - 1 < number) return false;
   }
   return true;
 }
@@ -97,8 +99,7 @@ void Agreement::Decided(int64_t number) {
   if (waiting_ == number) waiting_ = -1;
   // Through the op below the one still waiting, if any: its word must outlive its decision.
   const int64_t through = waiting_ >= 0 ? waiting_ - 1 : decided_;
-  Seen* seen = reinterpret_cast<Seen*>(memory_ + sizeof(Header));
-  seen[rank_].through.store(through + 1, std::memory_order_release);
+  SeenOf(rank_).store(through + 1, std::memory_order_release);
 }
 
 bool Agreement::SameAsArrived(int64_t number, const Facts& facts) const {
@@ -128,6 +129,7 @@ Agreement::Decision Agreement::Ran(int64_t number) {
 }
 
 Agreement::Decision Agreement::Arrive(int64_t number, const Facts& facts) {
+  assert(facts.agreed_words >= 0 && facts.agreed_words <= kAgreedWords);
   if (size_ > kMaxRanks || disabled()) {
     Skip(number);
     return Decision::kNegotiate;
@@ -150,9 +152,8 @@ Agreement::Decision Agreement::Arrive(int64_t number, const Facts& facts) {
     }
     if (!written) {
       mine.number.store(0, std::memory_order_relaxed);
-      const int words = std::min(std::max(facts.agreed_words, 0), kAgreedWords);
-      mine.agreed_words.store(static_cast<uint64_t>(words), std::memory_order_relaxed);
-      for (int i = 0; i < words; ++i) {
+      mine.agreed_words.store(static_cast<uint64_t>(facts.agreed_words), std::memory_order_relaxed);
+      for (int i = 0; i < facts.agreed_words; ++i) {
         mine.agreed[i].store(facts.agreed[i], std::memory_order_relaxed);
       }
       mine.own.store(facts.own, std::memory_order_relaxed);
@@ -197,9 +198,8 @@ Agreement::Decision Agreement::Poll(int64_t number) {
 }
 
 bool Agreement::SomeRankDecided(int64_t number) const {
-  const Seen* seen = reinterpret_cast<const Seen*>(memory_ + sizeof(Header));
   for (int r = 0; r < size_; ++r) {
-    if (r != rank_ && seen[r].through.load(std::memory_order_acquire) - 1 >= number) return true;
+    if (r != rank_ && SeenOf(r).load(std::memory_order_acquire) - 1 >= number) return true;
   }
   return false;
 }

@@ -31,7 +31,8 @@ namespace comm {
 class Agreement {
  public:
   // Facts that must be equal on every rank for the op to run without the coordinator (the
-  // engine packs the op, dtype, device, shape and options into the first `agreed_words`),
+  // engine packs the op, dtype, device, shape and options into the first `agreed_words`, at
+  // most kAgreedWords),
   // and a fact of each rank's own that the op needs from every rank (allgather's first
   // dimension). A rank's slot keeps its own fact and the first five agreed words in one
   // cache line, which is all another rank reads for ops of up to three dimensions.
@@ -86,6 +87,9 @@ class Agreement {
   struct Entry;
   Entry& EntryOf(int64_t number) const;
   Slot& SlotOf(int64_t number, int r) const;
+  // Rank r's last decided op, plus one (Decided; 0: none yet).
+  std::atomic<int64_t>& SeenOf(int r) const;
+  std::atomic<uint64_t>& DisabledFlag() const;
   // Marks op `number` decided on this rank (no pending op left below it).
   void Decided(int64_t number);
   // Whether another rank has decided op `number` (counted in or not).
@@ -98,7 +102,7 @@ class Agreement {
   int size_, rank_;
   int64_t waiting_ = -1;      // the op this rank arrived at, until decided
   int64_t decided_ = -1;      // the last op decided, Arrive's or Skip's
-  std::vector<int64_t> own_;  // own_facts
+  std::vector<int64_t> own_;  // own(), by rank
 };
 
 }  // namespace comm
