@@ -360,7 +360,7 @@ std::string Coordinator::Validate(const std::string& key, const Entry& e) const 
     }
     int64_t rows = 0;
     for (const auto& [rank, d] : all) {
-      const int64_t mine = d->shape.empty() ? 1 : d->shape[0];
+      const int64_t mine = d->rows();
       if (rows >= 0 && __builtin_add_overflow(rows, mine, &rows)) rows = -1;
     }
     int64_t total = 0;
@@ -560,7 +560,7 @@ std::vector<Response> Coordinator::TakeReady(int64_t fusion_threshold) {
       if (d.op == OpType::kAllgather || d.op == OpType::kNeighborAllgather) {
         std::vector<int64_t> dims(size_);
         for (const auto& [rank, rd] : entry.by_rank) {
-          dims[rank] = rd->shape.empty() ? 1 : rd->shape[0];
+          dims[rank] = rd->rows();
         }
         r.first_dims.push_back(std::move(dims));
       }

@@ -533,8 +533,8 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r) {
     for (int32_t from : d.recv_ranks) receives |= uint64_t{1} << from;
     facts.own = static_cast<int64_t>(sends | receives << 32);
   } else {
-    // The first dimension (under 2^40 bytes, so it fits) and whether the op is in place.
-    facts.own = (d.shape.empty() ? 1 : d.shape[0]) * 2 + (d.in_place ? 1 : 0);
+    // The rows (under 2^40 bytes, so they fit) and whether the op is in place.
+    facts.own = d.rows() * 2 + (d.in_place ? 1 : 0);
   }
   const Agreement::Decision decision = agreement.Arrive(r->number, facts);
   if (decision == Agreement::Decision::kNegotiate) return false;

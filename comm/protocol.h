@@ -85,6 +85,9 @@ struct Descriptor {
   std::string refused_message;
 
   size_t nbytes() const;
+  // The rows this rank adds to a gather (allgather, neighbor_allgather): dim 0, or 1 for a
+  // scalar.
+  int64_t rows() const { return shape.empty() ? 1 : shape[0]; }
 };
 
 // One unit of work every rank runs, in the order the coordinator sends them.
