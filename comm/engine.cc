@@ -539,10 +539,10 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r) {
   const Agreement::Decision decision = agreement.Arrive(r->number, facts);
   if (decision == Agreement::Decision::kNegotiate) return false;
   direct_ = r;
-  direct_since_us_ = NowMicros();
   // kRun (this rank counted in last): SettleDirect runs it, after this round's descriptors
   // have left. The decision is kept: the word may be reused once every rank has decided.
   direct_runs_ = decision == Agreement::Decision::kRun;
+  if (!direct_runs_) direct_since_us_ = NowMicros();  // the wait's clock
   return true;
 }
 
