@@ -1,15 +1,6 @@
 #include "comm/control_channel.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
-#include <cstdio>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "comm/engine.h"
@@ -53,72 +44,13 @@ std::unique_ptr<ControlChannel> ControlChannel::Open(const Context& ctx) {
   // When every rank is on this machine, the segment holds their direct agreement too.
   const bool agreement = ctx.local_size == ctx.size;
   const size_t segment_bytes = rings_bytes + (agreement ? Agreement::Footprint(ctx.size) : 0);
-  int ok = kControlSharedMemory.Get() ? 1 : 0;
   std::string why;  // this rank's reason for MPI, when the setting did not decide it
-  char name[64] = {};
-  void* memory = MAP_FAILED;
-  if (ctx.rank == 0 && ok) {
-    // Unique among the processes alive on this host (the pid), and across inits and a dead
-    // job's leftover of the same pid (the clock; O_EXCL refuses a name that exists).
-    int fd = -1;
-    for (int attempt = 0; attempt < 3 && fd < 0; ++attempt) {
-      std::snprintf(name, sizeof(name), "/weft-control-%ld-%llx", static_cast<long>(getpid()),
-                    static_cast<unsigned long long>(
-                        std::chrono::steady_clock::now().time_since_epoch().count()));
-      fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-      if (fd < 0 && errno != EEXIST) break;
-    }
-    if (fd < 0) {
-      why = absl::StrCat("shm_open(", name, "): ", std::strerror(errno));
-      name[0] = '\0';
-    } else {
-      // tmpfs reserves no memory for a file's size: a full /dev/shm would end the job with
-      // SIGBUS at the first write into an untouched page. Reserve it now, or use MPI.
-      int reserved = ftruncate(fd, static_cast<off_t>(segment_bytes)) == 0 ? 0 : errno;
-      if (reserved == 0) reserved = posix_fallocate(fd, 0, static_cast<off_t>(segment_bytes));
-      if (reserved != 0) {
-        why = absl::StrCat("reserving ", segment_bytes, " bytes for ", name, ": ",
-                           std::strerror(reserved));
-      } else {
-        memory = mmap(nullptr, segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (memory == MAP_FAILED) why = absl::StrCat("mmap(", name, "): ", std::strerror(errno));
-      }
-      close(fd);
-    }
-    if (memory == MAP_FAILED) {
-      if (name[0] != '\0') shm_unlink(name);
-      name[0] = '\0';
-      ok = 0;
-    } else {
-      // The agreement's memory starts zeroed, as the file's pages do.
-      for (size_t at = 0; at + ring_bytes <= rings_bytes; at += ring_bytes) {
-        ByteRing::Initialize(static_cast<char*>(memory) + at);
-      }
-    }
-  }
-  MPI_Bcast(name, sizeof(name), MPI_CHAR, 0, ctx.local);
-  if (ctx.rank != 0 && ok && name[0] != '\0') {
-    const int fd = shm_open(name, O_RDWR, 0);
-    struct stat st;
-    if (fd < 0) {
-      why = absl::StrCat("shm_open(", name, "): ", std::strerror(errno));
-    } else if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != segment_bytes) {
-      why = absl::StrCat(name, " is not the segment rank 0 made");
-    } else {
-      memory = mmap(nullptr, segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      if (memory == MAP_FAILED) why = absl::StrCat("mmap(", name, "): ", std::strerror(errno));
-    }
-    if (fd >= 0) close(fd);
-    if (memory == MAP_FAILED) ok = 0;
-  }
-  // Every rank of the machine has mapped it, or none uses it.
-  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, ctx.local);
-  if (ctx.rank == 0 && name[0] != '\0') shm_unlink(name);
+  channel->segment_ = SharedSegment::Map(ctx.local, ctx.local_rank, segment_bytes, "control",
+                                         kControlSharedMemory.Get(), &why);
   if (!why.empty()) {
     WEFT_LOG(Warning) << "negotiation messages go through MPI, not shared memory: " << why;
   }
-  if (!ok) {
-    if (memory != MAP_FAILED) munmap(memory, segment_bytes);
+  if (channel->segment_ == nullptr) {
     WEFT_LOG(Debug) << "negotiation messages with rank 0 go as MPI messages"
                     << (kControlSharedMemory.Get()
                             ? " (another rank of this machine has WEFT_CONTROL_SHARED_MEMORY "
@@ -126,16 +58,22 @@ std::unique_ptr<ControlChannel> ControlChannel::Open(const Context& ctx) {
                             : " (WEFT_CONTROL_SHARED_MEMORY is off)");
     return channel;
   }
+  char* memory = channel->segment_->data();
+  if (ctx.rank == 0) {
+    // The agreement's memory starts zeroed, as the segment does.
+    for (size_t at = 0; at + ring_bytes <= rings_bytes; at += ring_bytes) {
+      ByteRing::Initialize(memory + at);
+    }
+  }
+  // The rings are ready before any rank writes into them.
+  MPI_Barrier(ctx.local);
   WEFT_LOG(Debug) << "negotiation messages with rank 0 go through shared memory (" << ctx.local_size
                   << " ranks on its machine)";
-  channel->segment_ = memory;
-  channel->segment_bytes_ = segment_bytes;
   if (agreement) {
-    channel->agreement_ =
-        std::make_unique<Agreement>(static_cast<char*>(memory) + rings_bytes, ctx.size, ctx.rank);
+    channel->agreement_ = std::make_unique<Agreement>(memory + rings_bytes, ctx.size, ctx.rank);
   }
   for (int local = 1; local < ctx.local_size; ++local) {
-    char* up = static_cast<char*>(memory) + 2 * ring_bytes * (local - 1);
+    char* up = memory + 2 * ring_bytes * (local - 1);
     char* down = up + ring_bytes;
     const int r = ranks[local];
     if (ctx.rank == 0) {
@@ -153,9 +91,7 @@ std::unique_ptr<ControlChannel> ControlChannel::Open(const Context& ctx) {
   return channel;
 }
 
-ControlChannel::~ControlChannel() {
-  if (segment_ != nullptr) munmap(segment_, segment_bytes_);
-}
+ControlChannel::~ControlChannel() = default;
 
 void ControlChannel::SendToCoordinator(std::shared_ptr<const std::string> bytes) {
   if (senders_[0] != nullptr) {

@@ -17,6 +17,7 @@
 
 #include "comm/agreement.h"
 #include "comm/byte_ring.h"
+#include "comm/shared_segment.h"
 
 namespace weft {
 namespace comm {
@@ -67,8 +68,7 @@ class ControlChannel {
 
   int rank_, size_;
   MPI_Comm comm_;
-  void* segment_ = nullptr;  // the mapped rings (and agreement), or null
-  size_t segment_bytes_ = 0;
+  std::unique_ptr<SharedSegment> segment_;  // the rings (and agreement), or null
   // By rank: the rings to and from rank 0 (on rank 0, every rank of its machine's; on the
   // others, their own), or none for ranks that use MPI.
   std::vector<std::unique_ptr<RingSender>> senders_;
