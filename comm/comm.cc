@@ -259,6 +259,7 @@ Status init() {
   state->machine_topology = std::make_shared<const Topology>(std::move(*machine_topo));
 
   const auto [ranks_on_host, cpus_on_host] = RanksAndCpusOnHost(ctx.local, per_machine > 0);
+  ctx.oversubscribed = ranks_on_host > cpus_on_host;
   bool mpi_yields = false;  // asked only where the answer decides
   const bool yield = comm::ChooseIdleWait(ranks_on_host, cpus_on_host, [&mpi_yields] {
     return mpi_yields = comm::MpiYieldsWhenIdle();

@@ -58,9 +58,14 @@ class HostPlane : public DataPlane {
   // Frees the communicators it created (before MPI_Finalize).
   virtual void Close() = 0;
 };
-// `peers` moves the engine's own point-to-point traffic; it outlives the plane.
+// `peers` moves the engine's own point-to-point traffic; it outlives the plane. Collective
+// over ctx.local (the shared-memory allreduce's segment, shared_reduce.h). `idle` passes the
+// time between two polls of an op that waits for other ranks outside MPI (`since`: when it
+// began waiting); it keeps other ranks' one-sided ops into this rank's windows moving, which
+// may need this rank's MPI progress.
 std::unique_ptr<HostPlane> MakeHostPlane(const Context& ctx, Timeline* timeline,
-                                         PeerTransport* peers);
+                                         PeerTransport* peers,
+                                         std::function<void(int64_t since)> idle);
 
 // CUDA tensors.
 class DevicePlane : public DataPlane {

@@ -89,7 +89,11 @@ Engine::~Engine() {
 }
 
 void Engine::Start() {
-  host_ = MakeHostPlane(ctx_, timeline_, peers.get());
+  host_ = MakeHostPlane(ctx_, timeline_, peers.get(), [this](int64_t since) {
+    const bool windows_open = windows.load() > 0;
+    if (windows_open) ProgressWindowTransports();
+    IdleWait(since, /*polled_mpi=*/windows_open);
+  });
   device_ = MakeDevicePlane(
       ctx_, timeline_, host_.get(),
       [this](const std::shared_ptr<Request>& r, Status s) { Finish(r, std::move(s)); });

@@ -96,6 +96,8 @@ struct Context {
   int local_rank = 0, local_size = 1;
   int machine_rank = 0, machine_size = 1;
   bool homogeneous = true;           // equal machines, each machine's ranks consecutive
+  // This machine's ranks outnumber the CPUs they may run on (the same on each of them).
+  bool oversubscribed = false;
   MPI_Comm control = MPI_COMM_NULL;  // descriptors and responses
   MPI_Comm data = MPI_COMM_NULL;     // the ops themselves
   MPI_Comm local = MPI_COMM_NULL;    // ranks of this machine

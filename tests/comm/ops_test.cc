@@ -667,6 +667,75 @@ TEST(Fusion, ManySmallNonblockingOpsMatchUnfused) {
   }
 }
 
+// With every rank on this machine, allreduces up to WEFT_SHARED_MEMORY_ALLREDUCE_BYTES sum
+// through memory the ranks share, in rounds of 1 MiB: a fused group of odd sizes spanning
+// several rounds (in place and not, sums and averages, three dtypes) and a lone 3 MiB op
+// give the exact values, as they do through MPI (limit 0), and the inputs of out-of-place
+// ops stay untouched.
+TEST(Allreduce, SharedMemoryRoundsMatchMpi) {
+  const int n = size();
+  const std::vector<int64_t> counts = {1, 70000, 3, 300001, 257, 1 << 18};
+  auto run = [&](const char* limit, DType dtype, bool average) {
+    EXPECT_TRUE(config::Registry::Global().Set("WEFT_SHARED_MEMORY_ALLREDUCE_BYTES", limit).ok());
+    std::vector<Buffer> ins, outs;
+    for (int64_t c : counts) {
+      ins.emplace_back(dtype, std::vector<int64_t>{c});
+      outs.emplace_back(dtype, std::vector<int64_t>{c});
+    }
+    std::vector<Handle> hs;
+    group_start();
+    for (size_t k = 0; k < counts.size(); ++k) {
+      // Multiples of n: averages are exact in every dtype (within float16's integers).
+      for (int64_t i = 0; i < counts[k]; ++i) ins[k].Set(i, n * ((rank() + k + i) % 5));
+      const bool in_place = k % 2 == 0;
+      auto h =
+          allreduce_nonblocking(ins[k].view(), in_place ? ins[k].view() : outs[k].view(), average);
+      EXPECT_TRUE(h.ok()) << h.status();
+      hs.push_back(*h);
+    }
+    EXPECT_TRUE(group_end().ok());
+    for (auto& h : hs) EXPECT_TRUE(wait(h).ok());
+    std::vector<Buffer> results;
+    for (size_t k = 0; k < counts.size(); ++k) {
+      const bool in_place = k % 2 == 0;
+      if (!in_place) {
+        for (int64_t i = 0; i < counts[k]; ++i) {
+          if (ins[k].Get(i) != n * ((rank() + k + i) % 5)) {
+            ADD_FAILURE() << "input " << k << " changed at " << i;
+            break;
+          }
+        }
+      }
+      results.push_back(in_place ? ins[k] : outs[k]);
+    }
+    Buffer lone(dtype, {3 << 18});  // 3 MiB of float32
+    for (int64_t i = 0; i < lone.numel(); ++i) lone.Set(i, n * ((rank() + i) % 3));
+    EXPECT_TRUE(allreduce(lone.view(), lone.view(), average).ok());
+    results.push_back(lone);
+    return results;
+  };
+  for (DType dtype : {DType::kFloat32, DType::kInt32, DType::kFloat16}) {
+    for (bool average : {false, true}) {
+      const auto shared = run("67108864", dtype, average);
+      const auto mpi = run("0", dtype, average);
+      for (size_t k = 0; k < shared.size(); ++k) {
+        const int64_t c = k < counts.size() ? counts[k] : shared[k].numel();
+        for (int64_t i = 0; i < c; ++i) {
+          double want = 0;
+          for (int r = 0; r < n; ++r) {
+            want += k < counts.size() ? n * ((r + k + i) % 5) : n * ((r + i) % 3);
+          }
+          if (average) want /= n;
+          ASSERT_EQ(shared[k].Get(i), want) << DTypeName(dtype) << (average ? " average" : " sum")
+                                            << " tensor " << k << " at " << i;
+          ASSERT_EQ(mpi[k].Get(i), want) << DTypeName(dtype) << " through MPI, tensor " << k;
+        }
+      }
+    }
+  }
+  config::Registry::Global().Unset("WEFT_SHARED_MEMORY_ALLREDUCE_BYTES");
+}
+
 TEST(Fusion, NeighborAllreduceFusedMatches) {
   std::vector<Buffer> bufs;
   for (int k = 0; k < 20; ++k) bufs.emplace_back(DType::kFloat64, std::vector<int64_t>{k + 1});

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "comm/comm.h"
+#include "core/config.h"
 #include "gtest/gtest.h"
 #include "tests/comm/test_util.h"
 
@@ -17,9 +18,18 @@ TEST(Timeline, EveryPhaseIsRecorded) {
   const int me = rank(), n = size();
   std::vector<testing::Buffer> bufs;
   for (int k = 0; k < 8; ++k) bufs.emplace_back(DType::kFloat32, std::vector<int64_t>{64});
-  std::vector<Handle> hs;
-  for (auto& b : bufs) hs.push_back(*allreduce_nonblocking(b.view(), b.view(), true));
-  for (auto& h : hs) ASSERT_TRUE(wait(h).ok());
+  // Fused (likely: the first may run alone), through the ranks' shared memory, then, with
+  // that off on every rank, through the fusion buffer ("fuse").
+  for (const char* shared_bytes : {"4194304", "0"}) {
+    ASSERT_TRUE(
+        config::Registry::Global().Set("WEFT_SHARED_MEMORY_ALLREDUCE_BYTES", shared_bytes).ok());
+    std::vector<Handle> hs;
+    group_start();
+    for (auto& b : bufs) hs.push_back(*allreduce_nonblocking(b.view(), b.view(), true));
+    ASSERT_TRUE(group_end().ok());
+    for (auto& h : hs) ASSERT_TRUE(wait(h).ok());
+  }
+  config::Registry::Global().Unset("WEFT_SHARED_MEMORY_ALLREDUCE_BYTES");
   testing::Buffer x(DType::kFloat32, {64});
   ASSERT_TRUE(neighbor_allreduce(x.view(), x.view(), {}, "weights.\"quoted\"").ok());
   testing::Buffer bad(DType::kFloat32, {rank() == 0 ? 3 : 4});
@@ -31,7 +41,7 @@ TEST(Timeline, EveryPhaseIsRecorded) {
   const std::string file = dir + "/trace." + std::to_string(me) + ".json";
   std::string cmd = "/usr/bin/python3 tests/check_trace.py " + file +
                     " queue negotiate communicate combine";
-  if (n > 1) cmd += " fuse error";
+  if (n > 1) cmd += " fuse error SHM_ALLREDUCE MPI_ALLREDUCE";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 

@@ -1,0 +1,120 @@
+#include "comm/shared_reduce.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "comm/reduce.h"
+#include "core/timeline.h"
+
+namespace weft {
+namespace comm {
+namespace {
+
+// Two lines per counter: the hardware's adjacent-line prefetch would otherwise pair them.
+constexpr size_t kCounterBytes = 128;
+
+using Counter = std::atomic<uint64_t>;
+static_assert(Counter::is_always_lock_free, "the counters are shared between processes");
+
+// Calls fn(piece, first element in it, elements, position in [from, to)) for each run of the
+// elements [from, to) of the pieces taken as one sequence.
+template <typename Fn>
+void ForEachRun(const std::vector<SharedReduce::Piece>& pieces, size_t from, size_t to, Fn fn) {
+  size_t start = 0;  // of the current piece in the sequence
+  for (const SharedReduce::Piece& p : pieces) {
+    const size_t end = start + p.count;
+    if (end > from && start < to) {
+      const size_t lo = std::max(from, start), hi = std::min(to, end);
+      fn(p, lo - start, hi - lo, lo - from);
+    }
+    if (end >= to) break;
+    start = end;
+  }
+}
+
+}  // namespace
+
+size_t SharedReduce::Footprint(int size) {
+  return static_cast<size_t>(size) * (kCounterBytes + 2 * kRoundBytes);
+}
+
+SharedReduce::SharedReduce(void* memory, int size, int rank)
+    : memory_(static_cast<char*>(memory)), size_(size), rank_(rank) {}
+
+char* SharedReduce::input(int rank) const {
+  return memory_ + static_cast<size_t>(size_) * kCounterBytes + 2 * kRoundBytes * rank;
+}
+
+char* SharedReduce::result(int rank) const { return input(rank) + kRoundBytes; }
+
+void SharedReduce::Meet(const std::function<void(int64_t since)>& idle) {
+  const uint64_t mark = ++meetings_;
+  auto counter = [this](int rank) {
+    return reinterpret_cast<Counter*>(memory_ + static_cast<size_t>(rank) * kCounterBytes);
+  };
+  // Release: what this rank wrote before is seen by a rank that sees the count.
+  counter(rank_)->store(mark, std::memory_order_release);
+  int64_t since = 0;
+  for (int r = 0; r < size_; ++r) {
+    while (counter(r)->load(std::memory_order_acquire) < mark) {
+      if (since == 0) since = Timeline::NowMicros();
+      idle(since);
+    }
+  }
+}
+
+void SharedReduce::Allreduce(const std::vector<Piece>& pieces, DType dtype, bool average,
+                             const std::function<void(int64_t since)>& idle) {
+  const size_t item = DTypeSize(dtype);
+  size_t total = 0;
+  for (const Piece& p : pieces) total += p.count;
+  const size_t per_round = kRoundBytes / item;
+  // Segments start on 64-byte boundaries of the areas.
+  const size_t align = std::max<size_t>(1, 64 / item);
+  for (size_t base = 0; base < total; base += per_round) {
+    const size_t m = std::min(per_round, total - base);
+    const size_t per = ((m + size_ - 1) / size_ + align - 1) / align * align;
+    auto lo = [&](int r) { return std::min(m, per * static_cast<size_t>(r)); };
+    const size_t first = lo(rank_), last = lo(rank_ + 1);
+    // The others' segments of this rank's inputs; its own it sums where they are.
+    char* mine = input(rank_);
+    auto copy_in = [&](size_t from, size_t to) {
+      ForEachRun(pieces, base + from, base + to,
+                 [&](const Piece& p, size_t at, size_t n, size_t pos) {
+                   std::memcpy(mine + (from + pos) * item,
+                               static_cast<const char*>(p.in) + at * item, n * item);
+                 });
+    };
+    copy_in(0, first);
+    copy_in(last, m);
+    Meet(idle);
+    ForEachRun(
+        pieces, base + first, base + last, [&](const Piece& p, size_t at, size_t n, size_t pos) {
+          const size_t offset = (first + pos) * item;
+          auto term = [&](int r) -> const char* {
+            return r == rank_ ? static_cast<const char*>(p.in) + at * item : input(r) + offset;
+          };
+          char* sum = result(rank_) + offset;
+          if (size_ == 1) {
+            std::memcpy(sum, term(0), n * item);
+          } else {
+            Add(sum, term(0), term(1), dtype, n);
+          }
+          for (int r = 2; r < size_; ++r) AddInPlace(sum, term(r), dtype, n);
+          if (average) Divide(sum, dtype, n, size_);
+        });
+    Meet(idle);
+    for (int r = 0; r < size_; ++r) {
+      const char* sums = result(r);
+      ForEachRun(pieces, base + lo(r), base + lo(r + 1),
+                 [&](const Piece& p, size_t at, size_t n, size_t pos) {
+                   std::memcpy(static_cast<char*>(p.out) + at * item, sums + (lo(r) + pos) * item,
+                               n * item);
+                 });
+    }
+  }
+}
+
+}  // namespace comm
+}  // namespace weft

@@ -1,0 +1,144 @@
+#include "comm/shared_reduce.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "comm/reduce.h"
+#include "gtest/gtest.h"
+
+namespace weft {
+namespace comm {
+namespace {
+
+// Memory as a fresh shared segment is: zeroed, on a page boundary.
+struct Shared {
+  explicit Shared(int size) : bytes(SharedReduce::Footprint(size)) {
+    memory = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    std::memset(memory, 0, bytes);
+  }
+  ~Shared() { std::free(memory); }
+  size_t bytes;
+  void* memory;
+};
+
+// Threads wait for each other as ranks that share cores do.
+void Yield(int64_t since) { std::this_thread::yield(); }
+
+// Runs body(rank, reduce) on `size` threads, one rank each, over one shared block.
+template <typename Body>
+void OnRanks(int size, Body body) {
+  Shared shared(size);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      SharedReduce reduce(shared.memory, size, rank);
+      body(rank, reduce);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// Tensors of odd sizes (one empty), some in place and some not, spanning several rounds.
+std::vector<size_t> Counts() {
+  const size_t round = SharedReduce::kRoundBytes / sizeof(float);
+  return {1, 0, 1000, round - 3, 17, 2 * round + 5, 4096};
+}
+
+float Value(int rank, int tensor, size_t i) {
+  return static_cast<float>((rank + 1) * 1000 + tensor * 7 + static_cast<int>(i % 97));
+}
+
+TEST(SharedReduceTest, SumsEveryTensorOverEveryRankInPlaceOrNot) {
+  for (int size : {1, 2, 3, 4, 5}) {
+    const std::vector<size_t> counts = Counts();
+    OnRanks(size, [&](int rank, SharedReduce& reduce) {
+      std::vector<std::vector<float>> ins(counts.size()), outs(counts.size());
+      std::vector<SharedReduce::Piece> pieces;
+      for (size_t t = 0; t < counts.size(); ++t) {
+        ins[t].resize(counts[t]);
+        for (size_t i = 0; i < counts[t]; ++i) ins[t][i] = Value(rank, t, i);
+        const bool in_place = t % 2 == 1;
+        outs[t].assign(counts[t], -1.0f);
+        pieces.push_back({ins[t].data(), in_place ? ins[t].data() : outs[t].data(), counts[t]});
+      }
+      reduce.Allreduce(pieces, DType::kFloat32, /*average=*/false, Yield);
+      for (size_t t = 0; t < counts.size(); ++t) {
+        const bool in_place = t % 2 == 1;
+        const std::vector<float>& got = in_place ? ins[t] : outs[t];
+        for (size_t i = 0; i < counts[t]; ++i) {
+          float want = 0;
+          for (int r = 0; r < size; ++r) want += Value(r, t, i);
+          ASSERT_EQ(got[i], want) << "size " << size << " rank " << rank << " tensor " << t
+                                  << " element " << i;
+          if (!in_place) {
+            ASSERT_EQ(ins[t][i], Value(rank, t, i)) << "input changed";
+          }
+        }
+      }
+    });
+  }
+}
+
+// Every rank receives the same bits, those of a sum in rank order, also where float sums
+// round; and consecutive ops (of other sizes and dtypes) continue in step.
+TEST(SharedReduceTest, EveryRankGetsTheRankOrderSumBitForBit) {
+  constexpr int kSize = 4;
+  const size_t count = SharedReduce::kRoundBytes / sizeof(float) + 123;
+  std::vector<std::vector<float>> inputs(kSize, std::vector<float>(count));
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> dist(-1e3f, 1e3f);
+  for (auto& in : inputs) {
+    for (float& x : in) x = dist(gen);
+  }
+  std::vector<float> want(count);
+  for (size_t i = 0; i < count; ++i) {
+    float s = inputs[0][i] + inputs[1][i];
+    for (int r = 2; r < kSize; ++r) s += inputs[r][i];
+    want[i] = s / kSize;
+  }
+  std::vector<std::vector<float>> got(kSize, std::vector<float>(count));
+  std::vector<std::vector<int64_t>> ints(kSize, std::vector<int64_t>(3));
+  OnRanks(kSize, [&](int rank, SharedReduce& reduce) {
+    for (int round = 0; round < 3; ++round) {
+      reduce.Allreduce({{inputs[rank].data(), got[rank].data(), count}}, DType::kFloat32,
+                       /*average=*/true, Yield);
+      // An int64 average rounds to nearest, halves away from zero: (1 + 2 + 3 + 4) / 4.
+      std::vector<int64_t> mine = {rank + 1, -(rank + 1), int64_t{1} << 40};
+      reduce.Allreduce({{mine.data(), ints[rank].data(), 3}}, DType::kInt64, true, Yield);
+    }
+  });
+  for (int r = 0; r < kSize; ++r) {
+    ASSERT_EQ(std::memcmp(got[r].data(), want.data(), count * sizeof(float)), 0) << "rank " << r;
+    EXPECT_EQ(ints[r], (std::vector<int64_t>{3, -3, int64_t{1} << 40})) << "rank " << r;
+  }
+}
+
+// 16-bit floats sum as reduce.h's Add does (the MPI reduction weft gives them).
+TEST(SharedReduceTest, HalfPrecisionSumsAsAdd) {
+  constexpr int kSize = 3;
+  constexpr size_t kCount = 1001;
+  std::vector<std::vector<uint16_t>> inputs(kSize, std::vector<uint16_t>(kCount));
+  for (int r = 0; r < kSize; ++r) {
+    std::vector<float> f(kCount);
+    for (size_t i = 0; i < kCount; ++i) f[i] = 0.1f * static_cast<float>(i) + r;
+    FromFloatsForTesting(DType::kFloat16, f.data(), inputs[r].data(), kCount);
+  }
+  std::vector<uint16_t> want(kCount);
+  Add(want.data(), inputs[0].data(), inputs[1].data(), DType::kFloat16, kCount);
+  AddInPlace(want.data(), inputs[2].data(), DType::kFloat16, kCount);
+  std::vector<std::vector<uint16_t>> got(kSize, std::vector<uint16_t>(kCount));
+  OnRanks(kSize, [&](int rank, SharedReduce& reduce) {
+    reduce.Allreduce({{inputs[rank].data(), got[rank].data(), kCount}}, DType::kFloat16, false,
+                     Yield);
+  });
+  for (int r = 0; r < kSize; ++r) EXPECT_EQ(got[r], want) << "rank " << r;
+}
+
+}  // namespace
+}  // namespace comm
+}  // namespace weft
