@@ -23,6 +23,7 @@ template <typename Fn>
 void ForEachRun(const std::vector<SharedReduce::Piece>& pieces, size_t from, size_t to, Fn fn) {
   size_t start = 0;  // of the current piece in the sequence
   for (const SharedReduce::Piece& p : pieces) {
+    if (p.count == 0) continue;  // nothing to copy (and maybe no buffer)
     const size_t end = start + p.count;
     if (end > from && start < to) {
       const size_t lo = std::max(from, start), hi = std::min(to, end);
