@@ -59,7 +59,7 @@ class HostPlane : public DataPlane {
   virtual void Close() = 0;
 };
 // `peers` moves the engine's own point-to-point traffic; it outlives the plane. Collective
-// over ctx.local (the shared-memory allreduce's segment, shared_reduce.h). `idle` passes the
+// over ctx.local (the shared-memory allreduce's segment, shared_collectives.h). `idle` passes the
 // time between two polls of an op that waits for other ranks outside MPI (`since`: when it
 // began waiting); it keeps other ranks' one-sided ops into this rank's windows moving, which
 // may need this rank's MPI progress.

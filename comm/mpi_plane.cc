@@ -19,7 +19,7 @@
 #include "comm/mpi_util.h"
 #include "comm/reduce.h"
 #include "comm/ring_allreduce.h"
-#include "comm/shared_reduce.h"
+#include "comm/shared_collectives.h"
 #include "comm/shared_segment.h"
 #include "comm/spin.h"
 #include "core/aligned.h"
@@ -118,22 +118,24 @@ bool UseRing(PeerTransportKind kind, int machines, int members, size_t bytes, bo
   return threshold > 0 && bytes >= static_cast<uint64_t>(threshold);
 }
 
-const config::IntSetting kSharedMemoryAllreduceBytes(
-    "WEFT_SHARED_MEMORY_ALLREDUCE_BYTES", -1,
-    "When every rank of the job is on one machine, allreduces over all of them of up to this "
-    "many bytes (a fused group: all of its tensors) that do not run weft's ring sum through "
-    "memory the ranks share, reading each input and writing each output where it is (no "
-    "fusion buffer), instead of MPI_Allreduce. -1: 512 KiB, or any size when the machine's "
-    "ranks outnumber its CPUs; 0: never. Every rank must see the same value.",
+const config::IntSetting kSharedMemoryBytes(
+    "WEFT_SHARED_MEMORY_BYTES", -1,
+    "When every rank of the job is on one machine, allreduces (that do not run weft's ring), "
+    "broadcasts and allgathers over all of them of up to this many bytes (a fused group: all "
+    "of its tensors; an allgather: its output) run through memory the ranks share, reading "
+    "each input and writing each output where it is (no fusion buffer), instead of MPI's "
+    "collectives. -1: 512 KiB, and allreduces of any size when the machine's ranks "
+    "outnumber its CPUs; 0: never. Every rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
-// Whether an allreduce of `bytes` over every rank sums through shared memory. With a CPU
-// each, MPI_Allreduce (Open MPI reads the other ranks' buffers directly, one copy) overtakes
-// it from 1 MiB on 2 ranks; where ranks share CPUs, it was 1.4-2.1x faster than MPI at every
-// size up to 16 MiB on 4 ranks (bench/README.md).
-bool UseSharedMemory(size_t bytes, bool oversubscribed) {
-  int64_t limit = kSharedMemoryAllreduceBytes.Get();
-  if (limit < 0) limit = oversubscribed ? std::numeric_limits<int64_t>::max() : int64_t{512} << 10;
+// Whether an op of `bytes` over every rank runs through shared memory; `any_size`: by
+// default whatever its size. With a CPU per rank, Open MPI (which reads another rank's
+// buffer directly, one copy) overtakes it from 1 MiB on 2 ranks; where ranks share CPUs, it
+// beat MPI's allreduce at every size up to 16 MiB on 4 ranks, but not its allgather from 4
+// MiB or its broadcast from 1 MiB (bench/README.md).
+bool UseSharedMemory(size_t bytes, bool any_size) {
+  int64_t limit = kSharedMemoryBytes.Get();
+  if (limit < 0) limit = any_size ? std::numeric_limits<int64_t>::max() : int64_t{512} << 10;
   return bytes <= static_cast<uint64_t>(limit);
 }
 
@@ -204,9 +206,9 @@ class MpiPlane : public HostPlane {
   AlignedVector<char> ring_scratch_;  // the ring allreduce's incoming segment
   std::vector<AlignedVector<char>> send_scratch_;
   std::map<std::vector<int32_t>, MPI_Comm> group_comms_;  // CommOf
-  // When every rank is on this machine (and WEFT_SHARED_MEMORY_ALLREDUCE_BYTES is not 0).
+  // When every rank is on this machine (and WEFT_SHARED_MEMORY_BYTES is not 0).
   std::unique_ptr<SharedSegment> shared_segment_;
-  std::optional<SharedReduce> shared_reduce_;  // in shared_segment_
+  std::optional<SharedCollectives> shared_;  // in shared_segment_
 };
 
 MpiPlane::MpiPlane(const Context& ctx, Timeline* timeline, PeerTransport* peers,
@@ -214,13 +216,14 @@ MpiPlane::MpiPlane(const Context& ctx, Timeline* timeline, PeerTransport* peers,
     : ctx_(ctx), timeline_(timeline), peers_(peers), idle_(std::move(idle)) {
   if (ctx.size < 2 || ctx.local_size != ctx.size) return;
   std::string why;
-  shared_segment_ = SharedSegment::Map(ctx.local, ctx.local_rank, SharedReduce::Footprint(ctx.size),
-                                       "reduce", kSharedMemoryAllreduceBytes.Get() != 0, &why);
+  shared_segment_ =
+      SharedSegment::Map(ctx.local, ctx.local_rank, SharedCollectives::Footprint(ctx.size),
+                         "reduce", kSharedMemoryBytes.Get() != 0, &why);
   if (!why.empty()) {
-    WEFT_LOG(Warning) << "allreduces go through MPI, not shared memory: " << why;
+    WEFT_LOG(Warning) << "collectives go through MPI, not shared memory: " << why;
   }
   if (shared_segment_ != nullptr) {
-    shared_reduce_.emplace(shared_segment_->data(), ctx.size, ctx.rank);
+    shared_.emplace(shared_segment_->data(), ctx.size, ctx.rank);
   }
 }
 
@@ -363,18 +366,18 @@ Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
   // A fused group reads its packed buffer in place.
   const bool out_of_place = response.out_of_place && group.size() == 1;
   const bool ring = UseRing(peers_->kind(), ctx_.machine_size, members, bytes, out_of_place);
-  if (!ring && shared_reduce_.has_value() && ranks.empty() &&
-      UseSharedMemory(bytes, ctx_.oversubscribed)) {
+  if (!ring && shared_.has_value() && ranks.empty() &&
+      UseSharedMemory(bytes, /*any_size=*/ctx_.oversubscribed)) {
     // Every rank's tensors are in this machine's memory: each is read where it is and
     // written where it goes, with no fusion buffer.
     const int64_t start = TraceStart(timeline_);
-    std::vector<SharedReduce::Piece> pieces;
+    std::vector<SharedCollectives::Piece> pieces;
     pieces.reserve(group.size());
     for (auto& r : group) {
       pieces.push_back({r->in.data(), r->out.data(), static_cast<size_t>(r->in.numel())});
       r->backend = "SHM";
     }
-    shared_reduce_->Allreduce(pieces, dtype, group[0]->desc.average, idle_);
+    shared_->Allreduce(pieces, dtype, group[0]->desc.average, idle_);
     Trace(group, "communicate", start);
     return OkStatus();
   }
@@ -409,6 +412,20 @@ Status MpiPlane::RunBroadcast(Group& group) {
   const int root = group[0]->desc.root;
   const std::vector<int32_t>& ranks = group[0]->desc.group;
   WEFT_ASSIGN_OR_RETURN(MPI_Comm comm, CommOf(ranks));
+  size_t bytes = 0;
+  for (auto& r : group) bytes += r->out.nbytes();
+  if (shared_.has_value() && ranks.empty() && UseSharedMemory(bytes, /*any_size=*/false)) {
+    const int64_t start = TraceStart(timeline_);
+    std::vector<SharedCollectives::Piece> pieces;
+    pieces.reserve(group.size());
+    for (auto& r : group) {
+      pieces.push_back({r->in.data(), r->out.data(), static_cast<size_t>(r->out.numel())});
+      r->backend = "SHM";
+    }
+    shared_->Broadcast(pieces, group[0]->out.itemsize(), root, idle_);
+    Trace(group, "communicate", start);
+    return OkStatus();
+  }
   const int root_in_comm = ranks.empty() ? root : IndexIn(ranks, root);
   size_t count = 0;
   void* buf;
@@ -454,6 +471,13 @@ Status MpiPlane::RunAllgather(Group& group, const Response& response) {
   WEFT_RETURN_IF_ERROR(CheckAllocated(out, r.in.dtype(), shape, r.in.device()));
   r.out = *out;
   const int64_t start = TraceStart(timeline_);
+  if (shared_.has_value() && UseSharedMemory(total, /*any_size=*/false)) {
+    std::vector<size_t> parts(counts.begin(), counts.end());
+    shared_->Allgather(r.in.data(), r.out.data(), parts, idle_);
+    r.backend = "SHM";
+    Trace(group, "communicate", start);
+    return OkStatus();
+  }
   // Equal parts are the common case, and MPI's algorithms for it are better tuned.
   const bool equal = std::all_of(counts.begin(), counts.end(), [&](int c) { return c == counts[0]; });
   if (equal) {

@@ -667,7 +667,7 @@ TEST(Fusion, ManySmallNonblockingOpsMatchUnfused) {
   }
 }
 
-// With every rank on this machine, allreduces up to WEFT_SHARED_MEMORY_ALLREDUCE_BYTES sum
+// With every rank on this machine, allreduces up to WEFT_SHARED_MEMORY_BYTES sum
 // through memory the ranks share, in rounds of 1 MiB: a fused group of odd sizes spanning
 // several rounds (in place and not, sums and averages, three dtypes) and a lone 3 MiB op
 // give the exact values, as they do through MPI (limit 0), and the inputs of out-of-place
@@ -676,7 +676,7 @@ TEST(Allreduce, SharedMemoryRoundsMatchMpi) {
   const int n = size();
   const std::vector<int64_t> counts = {1, 70000, 3, 300001, 257, 1 << 18};
   auto run = [&](const char* limit, DType dtype, bool average) {
-    EXPECT_TRUE(config::Registry::Global().Set("WEFT_SHARED_MEMORY_ALLREDUCE_BYTES", limit).ok());
+    EXPECT_TRUE(config::Registry::Global().Set("WEFT_SHARED_MEMORY_BYTES", limit).ok());
     std::vector<Buffer> ins, outs;
     for (int64_t c : counts) {
       ins.emplace_back(dtype, std::vector<int64_t>{c});
@@ -733,7 +733,7 @@ TEST(Allreduce, SharedMemoryRoundsMatchMpi) {
       }
     }
   }
-  config::Registry::Global().Unset("WEFT_SHARED_MEMORY_ALLREDUCE_BYTES");
+  config::Registry::Global().Unset("WEFT_SHARED_MEMORY_BYTES");
 }
 
 TEST(Fusion, NeighborAllreduceFusedMatches) {

@@ -21,15 +21,14 @@ TEST(Timeline, EveryPhaseIsRecorded) {
   // Fused (likely: the first may run alone), through the ranks' shared memory, then, with
   // that off on every rank, through the fusion buffer ("fuse").
   for (const char* shared_bytes : {"4194304", "0"}) {
-    ASSERT_TRUE(
-        config::Registry::Global().Set("WEFT_SHARED_MEMORY_ALLREDUCE_BYTES", shared_bytes).ok());
+    ASSERT_TRUE(config::Registry::Global().Set("WEFT_SHARED_MEMORY_BYTES", shared_bytes).ok());
     std::vector<Handle> hs;
     group_start();
     for (auto& b : bufs) hs.push_back(*allreduce_nonblocking(b.view(), b.view(), true));
     ASSERT_TRUE(group_end().ok());
     for (auto& h : hs) ASSERT_TRUE(wait(h).ok());
   }
-  config::Registry::Global().Unset("WEFT_SHARED_MEMORY_ALLREDUCE_BYTES");
+  config::Registry::Global().Unset("WEFT_SHARED_MEMORY_BYTES");
   testing::Buffer x(DType::kFloat32, {64});
   ASSERT_TRUE(neighbor_allreduce(x.view(), x.view(), {}, "weights.\"quoted\"").ok());
   testing::Buffer bad(DType::kFloat32, {rank() == 0 ? 3 : 4});

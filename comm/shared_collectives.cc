@@ -1,4 +1,4 @@
-#include "comm/shared_reduce.h"
+#include "comm/shared_collectives.h"
 
 #include <algorithm>
 #include <atomic>
@@ -20,9 +20,10 @@ static_assert(Counter::is_always_lock_free, "the counters are shared between pro
 // Calls fn(piece, first element in it, elements, position in [from, to)) for each run of the
 // elements [from, to) of the pieces taken as one sequence.
 template <typename Fn>
-void ForEachRun(const std::vector<SharedReduce::Piece>& pieces, size_t from, size_t to, Fn fn) {
+void ForEachRun(const std::vector<SharedCollectives::Piece>& pieces, size_t from, size_t to,
+                Fn fn) {
   size_t start = 0;  // of the current piece in the sequence
-  for (const SharedReduce::Piece& p : pieces) {
+  for (const SharedCollectives::Piece& p : pieces) {
     if (p.count == 0) continue;  // nothing to copy (and maybe no buffer)
     const size_t end = start + p.count;
     if (end > from && start < to) {
@@ -36,20 +37,20 @@ void ForEachRun(const std::vector<SharedReduce::Piece>& pieces, size_t from, siz
 
 }  // namespace
 
-size_t SharedReduce::Footprint(int size) {
+size_t SharedCollectives::Footprint(int size) {
   return static_cast<size_t>(size) * (kCounterBytes + 2 * kRoundBytes);
 }
 
-SharedReduce::SharedReduce(void* memory, int size, int rank)
+SharedCollectives::SharedCollectives(void* memory, int size, int rank)
     : memory_(static_cast<char*>(memory)), size_(size), rank_(rank) {}
 
-char* SharedReduce::input(int rank) const {
+char* SharedCollectives::input(int rank) const {
   return memory_ + static_cast<size_t>(size_) * kCounterBytes + 2 * kRoundBytes * rank;
 }
 
-char* SharedReduce::result(int rank) const { return input(rank) + kRoundBytes; }
+char* SharedCollectives::result(int rank) const { return input(rank) + kRoundBytes; }
 
-void SharedReduce::Meet(const std::function<void(int64_t since)>& idle) {
+void SharedCollectives::Meet(const std::function<void(int64_t since)>& idle) {
   const uint64_t mark = ++meetings_;
   auto counter = [this](int rank) {
     return reinterpret_cast<Counter*>(memory_ + static_cast<size_t>(rank) * kCounterBytes);
@@ -65,8 +66,8 @@ void SharedReduce::Meet(const std::function<void(int64_t since)>& idle) {
   }
 }
 
-void SharedReduce::Allreduce(const std::vector<Piece>& pieces, DType dtype, bool average,
-                             const std::function<void(int64_t since)>& idle) {
+void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype, bool average,
+                                  const std::function<void(int64_t since)>& idle) {
   const size_t item = DTypeSize(dtype);
   size_t total = 0;
   for (const Piece& p : pieces) total += p.count;
@@ -114,6 +115,56 @@ void SharedReduce::Allreduce(const std::vector<Piece>& pieces, DType dtype, bool
                                n * item);
                  });
     }
+  }
+}
+
+void SharedCollectives::Broadcast(const std::vector<Piece>& pieces, size_t item, int root,
+                                  const std::function<void(int64_t since)>& idle) {
+  size_t total = 0;
+  for (const Piece& p : pieces) total += p.count;
+  const size_t per_round = kRoundBytes / item;
+  char* area = input(root);
+  for (size_t base = 0; base < total; base += per_round) {
+    const size_t m = std::min(per_round, total - base);
+    if (rank_ == root) {
+      ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
+        const char* from = static_cast<const char*>(p.in) + at * item;
+        std::memcpy(area + pos * item, from, n * item);
+        if (p.out != p.in) std::memcpy(static_cast<char*>(p.out) + at * item, from, n * item);
+      });
+    }
+    Meet(idle);
+    if (rank_ != root) {
+      ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
+        std::memcpy(static_cast<char*>(p.out) + at * item, area + pos * item, n * item);
+      });
+    }
+    Meet(idle);
+  }
+}
+
+void SharedCollectives::Allgather(const void* in, void* out, const std::vector<size_t>& part_bytes,
+                                  const std::function<void(int64_t since)>& idle) {
+  std::vector<size_t> offset(size_ + 1, 0);
+  for (int r = 0; r < size_; ++r) offset[r + 1] = offset[r] + part_bytes[r];
+  const size_t longest = *std::max_element(part_bytes.begin(), part_bytes.end());
+  char* gathered = static_cast<char*>(out);
+  for (size_t base = 0; base < longest; base += kRoundBytes) {
+    auto length = [&](int r) {
+      return part_bytes[r] > base ? std::min(kRoundBytes, part_bytes[r] - base) : size_t{0};
+    };
+    if (const size_t n = length(rank_); n > 0) {
+      const char* from = static_cast<const char*>(in) + base;
+      std::memcpy(input(rank_), from, n);
+      std::memcpy(gathered + offset[rank_] + base, from, n);
+    }
+    Meet(idle);
+    for (int r = 0; r < size_; ++r) {
+      if (const size_t n = length(r); r != rank_ && n > 0) {
+        std::memcpy(gathered + offset[r] + base, input(r), n);
+      }
+    }
+    Meet(idle);
   }
 }
 

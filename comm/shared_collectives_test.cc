@@ -1,4 +1,4 @@
-#include "comm/shared_reduce.h"
+#include "comm/shared_collectives.h"
 
 #include <cstdint>
 #include <cstdlib>
@@ -17,7 +17,7 @@ namespace {
 
 // Memory as a fresh shared segment is: zeroed, on a page boundary.
 struct Shared {
-  explicit Shared(int size) : bytes(SharedReduce::Footprint(size)) {
+  explicit Shared(int size) : bytes(SharedCollectives::Footprint(size)) {
     memory = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
     std::memset(memory, 0, bytes);
   }
@@ -36,7 +36,7 @@ void OnRanks(int size, Body body) {
   std::vector<std::thread> threads;
   for (int rank = 0; rank < size; ++rank) {
     threads.emplace_back([&, rank] {
-      SharedReduce reduce(shared.memory, size, rank);
+      SharedCollectives reduce(shared.memory, size, rank);
       body(rank, reduce);
     });
   }
@@ -45,7 +45,7 @@ void OnRanks(int size, Body body) {
 
 // Tensors of odd sizes (one empty), some in place and some not, spanning several rounds.
 std::vector<size_t> Counts() {
-  const size_t round = SharedReduce::kRoundBytes / sizeof(float);
+  const size_t round = SharedCollectives::kRoundBytes / sizeof(float);
   return {1, 0, 1000, round - 3, 17, 2 * round + 5, 4096};
 }
 
@@ -53,12 +53,12 @@ float Value(int rank, int tensor, size_t i) {
   return static_cast<float>((rank + 1) * 1000 + tensor * 7 + static_cast<int>(i % 97));
 }
 
-TEST(SharedReduceTest, SumsEveryTensorOverEveryRankInPlaceOrNot) {
+TEST(SharedCollectivesTest, SumsEveryTensorOverEveryRankInPlaceOrNot) {
   for (int size : {1, 2, 3, 4, 5}) {
     const std::vector<size_t> counts = Counts();
-    OnRanks(size, [&](int rank, SharedReduce& reduce) {
+    OnRanks(size, [&](int rank, SharedCollectives& reduce) {
       std::vector<std::vector<float>> ins(counts.size()), outs(counts.size());
-      std::vector<SharedReduce::Piece> pieces;
+      std::vector<SharedCollectives::Piece> pieces;
       for (size_t t = 0; t < counts.size(); ++t) {
         ins[t].resize(counts[t]);
         for (size_t i = 0; i < counts[t]; ++i) ins[t][i] = Value(rank, t, i);
@@ -86,9 +86,9 @@ TEST(SharedReduceTest, SumsEveryTensorOverEveryRankInPlaceOrNot) {
 
 // Every rank receives the same bits, those of a sum in rank order, also where float sums
 // round; and consecutive ops (of other sizes and dtypes) continue in step.
-TEST(SharedReduceTest, EveryRankGetsTheRankOrderSumBitForBit) {
+TEST(SharedCollectivesTest, EveryRankGetsTheRankOrderSumBitForBit) {
   constexpr int kSize = 4;
-  const size_t count = SharedReduce::kRoundBytes / sizeof(float) + 123;
+  const size_t count = SharedCollectives::kRoundBytes / sizeof(float) + 123;
   std::vector<std::vector<float>> inputs(kSize, std::vector<float>(count));
   std::mt19937 gen(7);
   std::uniform_real_distribution<float> dist(-1e3f, 1e3f);
@@ -103,7 +103,7 @@ TEST(SharedReduceTest, EveryRankGetsTheRankOrderSumBitForBit) {
   }
   std::vector<std::vector<float>> got(kSize, std::vector<float>(count));
   std::vector<std::vector<int64_t>> ints(kSize, std::vector<int64_t>(3));
-  OnRanks(kSize, [&](int rank, SharedReduce& reduce) {
+  OnRanks(kSize, [&](int rank, SharedCollectives& reduce) {
     for (int round = 0; round < 3; ++round) {
       reduce.Allreduce({{inputs[rank].data(), got[rank].data(), count}}, DType::kFloat32,
                        /*average=*/true, Yield);
@@ -119,7 +119,7 @@ TEST(SharedReduceTest, EveryRankGetsTheRankOrderSumBitForBit) {
 }
 
 // 16-bit floats sum as reduce.h's Add does (the MPI reduction weft gives them).
-TEST(SharedReduceTest, HalfPrecisionSumsAsAdd) {
+TEST(SharedCollectivesTest, HalfPrecisionSumsAsAdd) {
   constexpr int kSize = 3;
   constexpr size_t kCount = 1001;
   std::vector<std::vector<uint16_t>> inputs(kSize, std::vector<uint16_t>(kCount));
@@ -132,11 +132,65 @@ TEST(SharedReduceTest, HalfPrecisionSumsAsAdd) {
   Add(want.data(), inputs[0].data(), inputs[1].data(), DType::kFloat16, kCount);
   AddInPlace(want.data(), inputs[2].data(), DType::kFloat16, kCount);
   std::vector<std::vector<uint16_t>> got(kSize, std::vector<uint16_t>(kCount));
-  OnRanks(kSize, [&](int rank, SharedReduce& reduce) {
+  OnRanks(kSize, [&](int rank, SharedCollectives& reduce) {
     reduce.Allreduce({{inputs[rank].data(), got[rank].data(), kCount}}, DType::kFloat16, false,
                      Yield);
   });
   for (int r = 0; r < kSize; ++r) EXPECT_EQ(got[r], want) << "rank " << r;
+}
+
+// Broadcast from each root of tensors spanning several rounds (one empty, some in place on
+// the root): every rank gets the root's bytes; the root's inputs stay as they were.
+TEST(SharedCollectivesTest, BroadcastCopiesTheRootsTensorsToEveryRank) {
+  constexpr int kSize = 3;
+  const std::vector<size_t> counts = Counts();
+  for (int root = 0; root < kSize; ++root) {
+    OnRanks(kSize, [&](int rank, SharedCollectives& shared) {
+      std::vector<std::vector<float>> ins(counts.size()), outs(counts.size());
+      std::vector<SharedCollectives::Piece> pieces;
+      for (size_t t = 0; t < counts.size(); ++t) {
+        ins[t].resize(counts[t]);
+        for (size_t i = 0; i < counts[t]; ++i) ins[t][i] = Value(rank, t, i);
+        outs[t].assign(counts[t], -1.0f);
+        const bool in_place = t % 2 == 1;
+        pieces.push_back({ins[t].data(), in_place ? ins[t].data() : outs[t].data(), counts[t]});
+      }
+      shared.Broadcast(pieces, sizeof(float), root, Yield);
+      for (size_t t = 0; t < counts.size(); ++t) {
+        const bool in_place = t % 2 == 1;
+        const std::vector<float>& got = in_place ? ins[t] : outs[t];
+        for (size_t i = 0; i < counts[t]; ++i) {
+          ASSERT_EQ(got[i], Value(root, t, i))
+              << "root " << root << " rank " << rank << " tensor " << t << " element " << i;
+        }
+      }
+    });
+  }
+}
+
+// Allgather of parts of different lengths (one empty, one spanning rounds): every rank's
+// output holds each rank's part in rank order.
+TEST(SharedCollectivesTest, AllgatherPlacesEveryPartInRankOrder) {
+  constexpr int kSize = 4;
+  const std::vector<size_t> parts = {5, 0, SharedCollectives::kRoundBytes * 2 + 3, 4096};
+  size_t total = 0;
+  for (size_t p : parts) total += p;
+  auto byte = [](int rank, size_t i) { return static_cast<char>(rank * 37 + i % 251); };
+  OnRanks(kSize, [&](int rank, SharedCollectives& shared) {
+    std::vector<char> in(parts[rank]);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = byte(rank, i);
+    std::vector<char> out(total, 0);
+    for (int round = 0; round < 2; ++round) {
+      shared.Allgather(in.data(), out.data(), parts, Yield);
+      size_t at = 0;
+      for (int r = 0; r < kSize; ++r) {
+        for (size_t i = 0; i < parts[r]; ++i) {
+          ASSERT_EQ(out[at + i], byte(r, i)) << "rank " << rank << " part " << r << " byte " << i;
+        }
+        at += parts[r];
+      }
+    }
+  });
 }
 
 }  // namespace

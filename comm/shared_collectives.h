@@ -1,0 +1,86 @@
+// Collectives through memory the ranks share, when every rank of the job is on one machine:
+// allreduce, broadcast and allgather read each tensor where it is and write each output
+// where it goes (a fused group needs no fusion buffer). Each rank has a counter of its own,
+// on its own cache lines, and two areas of kRoundBytes: input and result. An op moves its
+// bytes in rounds of at most kRoundBytes, each between two meetings (every rank counts
+// itself in and waits until all have):
+//   - allreduce: each rank copies the others' slices of its inputs (the tensors taken as
+//     one sequence of elements, one slice per rank) into its input area; meeting; each rank
+//     sums its own slice over every rank, in rank order, its own inputs read where they
+//     are, into its result area (and divides it, for an average); meeting; each rank copies
+//     every slice's sum into its outputs. Each element is summed once, so every rank gets
+//     the same bits;
+//   - broadcast: the root copies its inputs into its input area (and into its own outputs
+//     directly); meeting; the others copy them out; meeting;
+//   - allgather: each rank copies its part into its input area (and into its own output
+//     directly); meeting; each rank copies the others' parts out; meeting.
+// An area is written only after every rank is done reading what the previous round left in
+// it (the meeting in between), so the areas serve every round. The rounds and their
+// counters continue from op to op, which every rank runs in the same order.
+//
+// A rank that waits polls through a callback, so that another rank's one-sided op into its
+// window, which may need its MPI progress, is not held up. There is no deadline: a rank
+// that never arrives leaves the others waiting as MPI would, inside the op's transfers,
+// where the engine's watchdog ends the job after WEFT_STALL_TIMEOUT_SECONDS. Pure code over
+// a block of memory (a segment the ranks map, or a test's buffer). Internal to comm/.
+#ifndef WEFT_COMM_SHARED_COLLECTIVES_H_
+#define WEFT_COMM_SHARED_COLLECTIVES_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace weft {
+namespace comm {
+
+class SharedCollectives {
+ public:
+  static constexpr size_t kRoundBytes = size_t{1} << 20;
+  // The memory `size` ranks share: zeroed before the first rank uses it.
+  static size_t Footprint(int size);
+  // This rank's view of that memory.
+  SharedCollectives(void* memory, int size, int rank);
+
+  // One tensor of a (fused) group: `count` elements read from `in` and written to `out`
+  // (which may be `in`; otherwise they must not overlap).
+  struct Piece {
+    const void* in;
+    void* out;
+    size_t count;
+  };
+  // Sums `pieces` element by element over every rank (the same counts on every rank, and
+  // the same dtype), into their outputs; with `average`, divides the sums by the number of
+  // ranks (as reduce.h's Divide). Every rank calls it for the same ops in the same order.
+  // While it waits for other ranks, idle(since) runs between two polls (`since`: when the
+  // wait began): spin.h's IdleWait, and whatever progress other ranks may need from this
+  // one meanwhile.
+  void Allreduce(const std::vector<Piece>& pieces, DType dtype, bool average,
+                 const std::function<void(int64_t since)>& idle);
+  // Copies the root's inputs of `pieces` (elements of `item` bytes) into every rank's
+  // outputs (the root's too, where an output is not its input); the other ranks' inputs are
+  // not read.
+  void Broadcast(const std::vector<Piece>& pieces, size_t item, int root,
+                 const std::function<void(int64_t since)>& idle);
+  // Gathers every rank's `in` (part_bytes[r] bytes on rank r, the same list on every rank)
+  // into every rank's `out`, rank r's part after those of the ranks before it.
+  void Allgather(const void* in, void* out, const std::vector<size_t>& part_bytes,
+                 const std::function<void(int64_t since)>& idle);
+
+ private:
+  char* input(int rank) const;
+  char* result(int rank) const;
+  // Counts this rank in for the next meeting, and waits until every rank has.
+  void Meet(const std::function<void(int64_t since)>& idle);
+
+  char* memory_;
+  int size_, rank_;
+  uint64_t meetings_ = 0;  // this rank's, so far
+};
+
+}  // namespace comm
+}  // namespace weft
+
+#endif  // WEFT_COMM_SHARED_COLLECTIVES_H_
