@@ -1,6 +1,6 @@
 // Memory that every rank of one machine maps: the negotiation's rings and the direct
-// agreement (control_channel.h), and the shared-memory allreduce (shared_collectives.h). Internal
-// to comm/.
+// agreement (control_channel.h), and the collectives through shared memory
+// (shared_collectives.h). Internal to comm/.
 #ifndef WEFT_COMM_SHARED_SEGMENT_H_
 #define WEFT_COMM_SHARED_SEGMENT_H_
 
