@@ -139,6 +139,17 @@ bool UseSharedMemory(size_t bytes, bool any_size) {
   return bytes <= static_cast<uint64_t>(limit);
 }
 
+// A group's tensors for SharedCollectives (whose timeline names they now take).
+std::vector<SharedCollectives::Piece> SharedPieces(Group& group) {
+  std::vector<SharedCollectives::Piece> pieces;
+  pieces.reserve(group.size());
+  for (auto& r : group) {
+    pieces.push_back({r->in.data(), r->out.data(), static_cast<size_t>(r->out.numel())});
+    r->backend = "SHM";
+  }
+  return pieces;
+}
+
 // The ring moves segments in chunks of this size: a chunk goes on to the next rank as soon
 // as it has arrived (and been summed), so every link stays busy.
 constexpr size_t kRingChunkBytes = size_t{256} << 10;
@@ -371,13 +382,7 @@ Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
     // Every rank's tensors are in this machine's memory: each is read where it is and
     // written where it goes, with no fusion buffer.
     const int64_t start = TraceStart(timeline_);
-    std::vector<SharedCollectives::Piece> pieces;
-    pieces.reserve(group.size());
-    for (auto& r : group) {
-      pieces.push_back({r->in.data(), r->out.data(), static_cast<size_t>(r->in.numel())});
-      r->backend = "SHM";
-    }
-    shared_->Allreduce(pieces, dtype, group[0]->desc.average, idle_);
+    shared_->Allreduce(SharedPieces(group), dtype, group[0]->desc.average, idle_);
     Trace(group, "communicate", start);
     return OkStatus();
   }
@@ -416,13 +421,7 @@ Status MpiPlane::RunBroadcast(Group& group) {
   for (auto& r : group) bytes += r->out.nbytes();
   if (shared_.has_value() && ranks.empty() && UseSharedMemory(bytes, /*any_size=*/false)) {
     const int64_t start = TraceStart(timeline_);
-    std::vector<SharedCollectives::Piece> pieces;
-    pieces.reserve(group.size());
-    for (auto& r : group) {
-      pieces.push_back({r->in.data(), r->out.data(), static_cast<size_t>(r->out.numel())});
-      r->backend = "SHM";
-    }
-    shared_->Broadcast(pieces, group[0]->out.itemsize(), root, idle_);
+    shared_->Broadcast(SharedPieces(group), group[0]->out.itemsize(), root, idle_);
     Trace(group, "communicate", start);
     return OkStatus();
   }
