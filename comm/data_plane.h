@@ -59,10 +59,10 @@ class HostPlane : public DataPlane {
   virtual void Close() = 0;
 };
 // `peers` moves the engine's own point-to-point traffic; it outlives the plane. Collective
-// over ctx.local (the shared-memory allreduce's segment, shared_collectives.h). `idle` passes the
-// time between two polls of an op that waits for other ranks outside MPI (`since`: when it
-// began waiting); it keeps other ranks' one-sided ops into this rank's windows moving, which
-// may need this rank's MPI progress.
+// over ctx.local (the segment of the collectives through shared memory,
+// shared_collectives.h). `idle` passes the time between two polls of an op that waits for
+// other ranks outside MPI (`since`: when it began waiting); it keeps other ranks' one-sided
+// ops into this rank's windows moving, which may need this rank's MPI progress.
 std::unique_ptr<HostPlane> MakeHostPlane(const Context& ctx, Timeline* timeline,
                                          PeerTransport* peers,
                                          std::function<void(int64_t since)> idle);

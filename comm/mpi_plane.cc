@@ -168,7 +168,7 @@ Status Bcast(void* buf, size_t bytes, int root, MPI_Comm comm) {
 
 class MpiPlane : public HostPlane {
  public:
-  // Collective over ctx.local (the shared-memory allreduce's segment).
+  // Collective over ctx.local (the segment of the collectives through shared memory).
   MpiPlane(const Context& ctx, Timeline* timeline, PeerTransport* peers,
            std::function<void(int64_t since)> idle);
 
@@ -376,8 +376,8 @@ Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
   for (auto& r : group) bytes += r->in.nbytes();
   // A fused group reads its packed buffer in place.
   const bool out_of_place = response.out_of_place && group.size() == 1;
-  const bool ring = UseRing(peers_->kind(), ctx_.machine_size, members, bytes, out_of_place);
-  if (!ring && shared_.has_value() && ranks.empty() &&
+  const bool use_ring = UseRing(peers_->kind(), ctx_.machine_size, members, bytes, out_of_place);
+  if (!use_ring && shared_.has_value() && ranks.empty() &&
       UseSharedMemory(bytes, /*any_size=*/ctx_.oversubscribed)) {
     // Every rank's tensors are in this machine's memory: each is read where it is and
     // written where it goes, with no fusion buffer.
@@ -393,7 +393,7 @@ Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
   void* buf = group[0]->out.data();
   if (group.size() > 1) send = buf = Pack(group, &count);
   int64_t start = TraceStart(timeline_);
-  if (ring) {
+  if (use_ring) {
     std::vector<int> ring(ranks.begin(), ranks.end());
     if (ranks.empty()) {
       for (int r = 0; r < ctx_.size; ++r) ring.push_back(r);
