@@ -45,8 +45,15 @@ std::unique_ptr<ControlChannel> ControlChannel::Open(const Context& ctx) {
   const bool agreement = ctx.local_size == ctx.size;
   const size_t segment_bytes = rings_bytes + (agreement ? Agreement::Footprint(ctx.size) : 0);
   std::string why;  // this rank's reason for MPI, when the setting did not decide it
+  // The rings are ready before any other rank sees them; the agreement's memory starts
+  // zeroed, as the segment does.
+  auto init_rings = [&](char* memory) {
+    for (size_t at = 0; at + ring_bytes <= rings_bytes; at += ring_bytes) {
+      ByteRing::Initialize(memory + at);
+    }
+  };
   channel->segment_ = SharedSegment::Map(ctx.local, ctx.local_rank, segment_bytes, "control",
-                                         kControlSharedMemory.Get(), &why);
+                                         kControlSharedMemory.Get(), &why, init_rings);
   if (!why.empty()) {
     WEFT_LOG(Warning) << "negotiation messages go through MPI, not shared memory: " << why;
   }
@@ -59,14 +66,6 @@ std::unique_ptr<ControlChannel> ControlChannel::Open(const Context& ctx) {
     return channel;
   }
   char* memory = channel->segment_->data();
-  if (ctx.rank == 0) {
-    // The agreement's memory starts zeroed, as the segment does.
-    for (size_t at = 0; at + ring_bytes <= rings_bytes; at += ring_bytes) {
-      ByteRing::Initialize(memory + at);
-    }
-  }
-  // The rings are ready before any rank writes into them.
-  MPI_Barrier(ctx.local);
   WEFT_LOG(Debug) << "negotiation messages with rank 0 go through shared memory (" << ctx.local_size
                   << " ranks on its machine)";
   if (agreement) {

@@ -15,9 +15,9 @@
 namespace weft {
 namespace comm {
 
-std::unique_ptr<SharedSegment> SharedSegment::Map(MPI_Comm local, int local_rank, size_t bytes,
-                                                  const char* purpose, bool wanted,
-                                                  std::string* why) {
+std::unique_ptr<SharedSegment> SharedSegment::Map(
+    MPI_Comm local, int local_rank, size_t bytes, const char* purpose, bool wanted,
+    std::string* why, const std::function<void(char* memory)>& prepare) {
   int ok = wanted ? 1 : 0;
   char name[96] = {};
   void* memory = MAP_FAILED;
@@ -53,6 +53,8 @@ std::unique_ptr<SharedSegment> SharedSegment::Map(MPI_Comm local, int local_rank
       if (name[0] != '\0') shm_unlink(name);
       name[0] = '\0';
       ok = 0;
+    } else if (prepare) {
+      prepare(static_cast<char*>(memory));
     }
   }
   MPI_Bcast(name, sizeof(name), MPI_CHAR, 0, local);

@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -22,8 +23,11 @@ class SharedSegment {
   // fails here, not with SIGBUS at a later write). Returns the mapping on every rank, or
   // null on every rank when one of them passed `wanted` false or could not map it; `why`
   // then holds this rank's reason, if it had one (empty when another rank's decided).
-  static std::unique_ptr<SharedSegment> Map(MPI_Comm local, int local_rank, size_t bytes,
-                                            const char* purpose, bool wanted, std::string* why);
+  // `prepare`, if given, runs on local rank 0 over the new memory before any other rank can
+  // see it.
+  static std::unique_ptr<SharedSegment> Map(
+      MPI_Comm local, int local_rank, size_t bytes, const char* purpose, bool wanted,
+      std::string* why, const std::function<void(char* memory)>& prepare = nullptr);
   ~SharedSegment();
   SharedSegment(const SharedSegment&) = delete;
   SharedSegment& operator=(const SharedSegment&) = delete;
