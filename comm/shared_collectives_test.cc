@@ -53,30 +53,40 @@ float Value(int rank, int tensor, size_t i) {
   return static_cast<float>((rank + 1) * 1000 + tensor * 7 + static_cast<int>(i % 97));
 }
 
+// One rank's tensors of Counts(): inputs holding Value(rank, ...), outputs -1; the odd ones
+// in place. The pieces point into the vectors, so it stays where it was made.
+struct RankTensors {
+  explicit RankTensors(int rank) : ins(counts.size()), outs(counts.size()) {
+    for (size_t t = 0; t < counts.size(); ++t) {
+      ins[t].resize(counts[t]);
+      for (size_t i = 0; i < counts[t]; ++i) ins[t][i] = Value(rank, t, i);
+      outs[t].assign(counts[t], -1.0f);
+      pieces.push_back({ins[t].data(), InPlace(t) ? ins[t].data() : outs[t].data(), counts[t]});
+    }
+  }
+  RankTensors(const RankTensors&) = delete;
+  RankTensors& operator=(const RankTensors&) = delete;
+  static bool InPlace(size_t t) { return t % 2 == 1; }
+  const std::vector<float>& result(size_t t) const { return InPlace(t) ? ins[t] : outs[t]; }
+
+  const std::vector<size_t> counts = Counts();
+  std::vector<std::vector<float>> ins, outs;
+  std::vector<SharedCollectives::Piece> pieces;
+};
+
 TEST(SharedCollectivesTest, SumsEveryTensorOverEveryRankInPlaceOrNot) {
   for (int size : {1, 2, 3, 4, 5}) {
-    const std::vector<size_t> counts = Counts();
     OnRanks(size, [&](int rank, SharedCollectives& reduce) {
-      std::vector<std::vector<float>> ins(counts.size()), outs(counts.size());
-      std::vector<SharedCollectives::Piece> pieces;
-      for (size_t t = 0; t < counts.size(); ++t) {
-        ins[t].resize(counts[t]);
-        for (size_t i = 0; i < counts[t]; ++i) ins[t][i] = Value(rank, t, i);
-        const bool in_place = t % 2 == 1;
-        outs[t].assign(counts[t], -1.0f);
-        pieces.push_back({ins[t].data(), in_place ? ins[t].data() : outs[t].data(), counts[t]});
-      }
-      reduce.Allreduce(pieces, DType::kFloat32, /*average=*/false, Yield);
-      for (size_t t = 0; t < counts.size(); ++t) {
-        const bool in_place = t % 2 == 1;
-        const std::vector<float>& got = in_place ? ins[t] : outs[t];
-        for (size_t i = 0; i < counts[t]; ++i) {
+      RankTensors x(rank);
+      reduce.Allreduce(x.pieces, DType::kFloat32, /*average=*/false, Yield);
+      for (size_t t = 0; t < x.counts.size(); ++t) {
+        for (size_t i = 0; i < x.counts[t]; ++i) {
           float want = 0;
           for (int r = 0; r < size; ++r) want += Value(r, t, i);
-          ASSERT_EQ(got[i], want) << "size " << size << " rank " << rank << " tensor " << t
-                                  << " element " << i;
-          if (!in_place) {
-            ASSERT_EQ(ins[t][i], Value(rank, t, i)) << "input changed";
+          ASSERT_EQ(x.result(t)[i], want)
+              << "size " << size << " rank " << rank << " tensor " << t << " element " << i;
+          if (!RankTensors::InPlace(t)) {
+            ASSERT_EQ(x.ins[t][i], Value(rank, t, i)) << "input changed";
           }
         }
       }
@@ -143,25 +153,17 @@ TEST(SharedCollectivesTest, HalfPrecisionSumsAsAdd) {
 // the root): every rank gets the root's bytes; the root's inputs stay as they were.
 TEST(SharedCollectivesTest, BroadcastCopiesTheRootsTensorsToEveryRank) {
   constexpr int kSize = 3;
-  const std::vector<size_t> counts = Counts();
   for (int root = 0; root < kSize; ++root) {
     OnRanks(kSize, [&](int rank, SharedCollectives& shared) {
-      std::vector<std::vector<float>> ins(counts.size()), outs(counts.size());
-      std::vector<SharedCollectives::Piece> pieces;
-      for (size_t t = 0; t < counts.size(); ++t) {
-        ins[t].resize(counts[t]);
-        for (size_t i = 0; i < counts[t]; ++i) ins[t][i] = Value(rank, t, i);
-        outs[t].assign(counts[t], -1.0f);
-        const bool in_place = t % 2 == 1;
-        pieces.push_back({ins[t].data(), in_place ? ins[t].data() : outs[t].data(), counts[t]});
-      }
-      shared.Broadcast(pieces, sizeof(float), root, Yield);
-      for (size_t t = 0; t < counts.size(); ++t) {
-        const bool in_place = t % 2 == 1;
-        const std::vector<float>& got = in_place ? ins[t] : outs[t];
-        for (size_t i = 0; i < counts[t]; ++i) {
-          ASSERT_EQ(got[i], Value(root, t, i))
+      RankTensors x(rank);
+      shared.Broadcast(x.pieces, sizeof(float), root, Yield);
+      for (size_t t = 0; t < x.counts.size(); ++t) {
+        for (size_t i = 0; i < x.counts[t]; ++i) {
+          ASSERT_EQ(x.result(t)[i], Value(root, t, i))
               << "root " << root << " rank " << rank << " tensor " << t << " element " << i;
+          if (rank == root && !RankTensors::InPlace(t)) {
+            ASSERT_EQ(x.ins[t][i], Value(rank, t, i)) << "the root's input changed";
+          }
         }
       }
     });
