@@ -124,15 +124,17 @@ const config::IntSetting kSharedMemoryBytes(
     "broadcasts and allgathers over all of them of up to this many bytes (a fused group: all "
     "of its tensors; an allgather: its output) run through memory the ranks share, reading "
     "each input and writing each output where it is (no fusion buffer), instead of MPI's "
-    "collectives. -1: 512 KiB, and allreduces of any size when the machine's ranks "
-    "outnumber its CPUs; 0: never. Every rank must see the same value.",
+    "collectives. -1: 512 KiB, and allreduces of any size when the job has two ranks or the "
+    "machine's ranks outnumber its CPUs; 0: never. Every rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 // Whether an op of `bytes` over every rank runs through shared memory; `any_size`: by
 // default whatever its size. With a CPU per rank, Open MPI (which reads another rank's
-// buffer directly, one copy) overtakes it from 1 MiB on 2 ranks; where ranks share CPUs, it
-// beat MPI's allreduce at every size up to 16 MiB on 4 ranks, but not its allgather from 4
-// MiB or its broadcast from 1 MiB (bench/README.md).
+// buffer directly, one copy) overtakes its broadcast and allgather from 1 MiB on 2 ranks,
+// and its allreduce of more than 2 ranks; its allreduce of 2 ranks (one copy and one pass
+// over the data per rank: SharedCollectives) beat MPI's at every size up to 16 MiB. Where
+// ranks share CPUs, it beat MPI's allreduce at every size up to 16 MiB on 4 ranks, but not
+// its allgather from 4 MiB or its broadcast from 1 MiB (bench/README.md).
 bool UseSharedMemory(size_t bytes, bool any_size) {
   int64_t limit = kSharedMemoryBytes.Get();
   if (limit < 0) limit = any_size ? std::numeric_limits<int64_t>::max() : int64_t{512} << 10;
@@ -376,9 +378,15 @@ Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
   for (auto& r : group) bytes += r->in.nbytes();
   // A fused group reads its packed buffer in place.
   const bool out_of_place = response.out_of_place && group.size() == 1;
-  const bool use_ring = UseRing(peers_->kind(), ctx_.machine_size, members, bytes, out_of_place);
-  if (!use_ring && shared_.has_value() && ranks.empty() &&
-      UseSharedMemory(bytes, /*any_size=*/ctx_.oversubscribed)) {
+  // Two ranks sum through shared memory faster than MPI_Allreduce and weft's ring at every
+  // size, in place or not (bench/README.md): there it takes precedence over the ring,
+  // unless WEFT_RING_ALLREDUCE_BYTES asks for the ring.
+  const bool two = ctx_.size == 2;
+  const bool shared = shared_.has_value() && ranks.empty() &&
+                      UseSharedMemory(bytes, /*any_size=*/ctx_.oversubscribed || two);
+  const bool use_ring = !(shared && two && kRingAllreduceBytes.Get() < 0) &&
+                        UseRing(peers_->kind(), ctx_.machine_size, members, bytes, out_of_place);
+  if (!use_ring && shared) {
     // Every rank's tensors are in this machine's memory: each is read where it is and
     // written where it goes, with no fusion buffer.
     const int64_t start = TraceStart(timeline_);

@@ -95,36 +95,46 @@ TEST(SharedCollectivesTest, SumsEveryTensorOverEveryRankInPlaceOrNot) {
 }
 
 // Every rank receives the same bits, those of a sum in rank order, also where float sums
-// round; and consecutive ops (of other sizes and dtypes) continue in step.
+// round; and consecutive ops (of other sizes, dtypes and kinds) continue in step. Two ranks
+// take their own path (each sums every element, from alternating halves of the areas).
 TEST(SharedCollectivesTest, EveryRankGetsTheRankOrderSumBitForBit) {
-  constexpr int kSize = 4;
-  const size_t count = SharedCollectives::kRoundBytes / sizeof(float) + 123;
-  std::vector<std::vector<float>> inputs(kSize, std::vector<float>(count));
-  std::mt19937 gen(7);
-  std::uniform_real_distribution<float> dist(-1e3f, 1e3f);
-  for (auto& in : inputs) {
-    for (float& x : in) x = dist(gen);
-  }
-  std::vector<float> want(count);
-  for (size_t i = 0; i < count; ++i) {
-    float s = inputs[0][i] + inputs[1][i];
-    for (int r = 2; r < kSize; ++r) s += inputs[r][i];
-    want[i] = s / kSize;
-  }
-  std::vector<std::vector<float>> got(kSize, std::vector<float>(count));
-  std::vector<std::vector<int64_t>> ints(kSize, std::vector<int64_t>(3));
-  OnRanks(kSize, [&](int rank, SharedCollectives& reduce) {
-    for (int round = 0; round < 3; ++round) {
-      reduce.Allreduce({{inputs[rank].data(), got[rank].data(), count}}, DType::kFloat32,
-                       /*average=*/true, Yield);
-      // An int64 average rounds to nearest, halves away from zero: (1 + 2 + 3 + 4) / 4.
-      std::vector<int64_t> mine = {rank + 1, -(rank + 1), int64_t{1} << 40};
-      reduce.Allreduce({{mine.data(), ints[rank].data(), 3}}, DType::kInt64, true, Yield);
+  for (int size : {2, 4}) {
+    const size_t count = SharedCollectives::kRoundBytes / sizeof(float) + 123;
+    std::vector<std::vector<float>> inputs(size, std::vector<float>(count));
+    std::mt19937 gen(7);
+    std::uniform_real_distribution<float> dist(-1e3f, 1e3f);
+    for (auto& in : inputs) {
+      for (float& x : in) x = dist(gen);
     }
-  });
-  for (int r = 0; r < kSize; ++r) {
-    ASSERT_EQ(std::memcmp(got[r].data(), want.data(), count * sizeof(float)), 0) << "rank " << r;
-    EXPECT_EQ(ints[r], (std::vector<int64_t>{3, -3, int64_t{1} << 40})) << "rank " << r;
+    std::vector<float> want(count);
+    for (size_t i = 0; i < count; ++i) {
+      float s = inputs[0][i] + inputs[1][i];
+      for (int r = 2; r < size; ++r) s += inputs[r][i];
+      want[i] = s / size;
+    }
+    std::vector<std::vector<float>> got(size, std::vector<float>(count));
+    std::vector<std::vector<int64_t>> ints(size, std::vector<int64_t>(3));
+    std::vector<std::vector<int32_t>> gathered(size, std::vector<int32_t>(size));
+    OnRanks(size, [&](int rank, SharedCollectives& reduce) {
+      for (int round = 0; round < 3; ++round) {
+        reduce.Allreduce({{inputs[rank].data(), got[rank].data(), count}}, DType::kFloat32,
+                         /*average=*/true, Yield);
+        // An int64 average rounds to nearest, halves away from zero: (1 + 2) / 2 and
+        // (1 + 2 + 3 + 4) / 4.
+        std::vector<int64_t> mine = {rank + 1, -(rank + 1), int64_t{1} << 40};
+        reduce.Allreduce({{mine.data(), ints[rank].data(), 3}}, DType::kInt64, true, Yield);
+        const int32_t me = rank;
+        reduce.Allgather(&me, gathered[rank].data(), std::vector<size_t>(size, sizeof(me)), Yield);
+      }
+    });
+    const int64_t average = size == 2 ? 2 : 3;
+    for (int r = 0; r < size; ++r) {
+      ASSERT_EQ(std::memcmp(got[r].data(), want.data(), count * sizeof(float)), 0)
+          << "size " << size << " rank " << r;
+      EXPECT_EQ(ints[r], (std::vector<int64_t>{average, -average, int64_t{1} << 40}))
+          << "size " << size << " rank " << r;
+      for (int q = 0; q < size; ++q) EXPECT_EQ(gathered[r][q], q);
+    }
   }
 }
 
