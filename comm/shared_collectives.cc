@@ -71,7 +71,10 @@ void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype,
   const size_t item = DTypeSize(dtype);
   size_t total = 0;
   for (const Piece& p : pieces) total += p.count;
-  if (size_ == 2) return AllreduceByBoth(pieces, total, dtype, average, idle);
+  if (size_ == 2 || (size_ > 2 && total * item <= kAllSumBytes)) {
+    return AllreduceByAll(pieces, total, dtype, average, idle);
+  }
+  sliced_last_ = true;
   const size_t per_round = kRoundBytes / item;
   // Segments start on 64-byte boundaries of the areas.
   const size_t align = std::max<size_t>(1, 64 / item);
@@ -119,28 +122,36 @@ void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype,
   }
 }
 
-void SharedCollectives::AllreduceByBoth(const std::vector<Piece>& pieces, size_t total, DType dtype,
-                                        bool average,
-                                        const std::function<void(int64_t since)>& idle) {
+void SharedCollectives::AllreduceByAll(const std::vector<Piece>& pieces, size_t total, DType dtype,
+                                       bool average,
+                                       const std::function<void(int64_t since)>& idle) {
+  // After a sliced allreduce the others may still be copying sums out of this rank's
+  // result area, which this one writes before its first meeting.
+  if (sliced_last_) Meet(idle);
+  sliced_last_ = false;
   const size_t item = DTypeSize(dtype);
   constexpr size_t kHalf = kRoundBytes / 2;
   const size_t per_round = kHalf / item;
   for (size_t base = 0; base < total; base += per_round) {
     const size_t m = std::min(per_round, total - base);
     const size_t half = (halves_++ % 2) * kHalf;
-    char* mine = result(rank_) + half;
-    const char* theirs = result(1 - rank_) + half;
+    auto area = [&](int r) { return result(r) + half; };
     ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
-      std::memcpy(mine + pos * item, static_cast<const char*>(p.in) + at * item, n * item);
+      std::memcpy(area(rank_) + pos * item, static_cast<const char*>(p.in) + at * item, n * item);
     });
     Meet(idle);
     ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
-      const char* own = static_cast<const char*>(p.in) + at * item;
-      const char* other = theirs + pos * item;
       char* out = static_cast<char*>(p.out) + at * item;
-      // A sum of two terms is the same bits in either order (on the other rank too).
-      Add(out, own, other, dtype, n);
-      if (average) Divide(out, dtype, n, 2);
+      if (size_ == 2) {
+        // Its own input where it is: a sum of two terms is the same bits in either order.
+        Add(out, static_cast<const char*>(p.in) + at * item, area(1 - rank_) + pos * item, dtype,
+            n);
+      } else {
+        // In rank order, every term from the areas (the output may be this rank's input).
+        Add(out, area(0) + pos * item, area(1) + pos * item, dtype, n);
+        for (int r = 2; r < size_; ++r) AddInPlace(out, area(r) + pos * item, dtype, n);
+      }
+      if (average) Divide(out, dtype, n, size_);
     });
   }
 }

@@ -2,27 +2,31 @@
 // allreduce, broadcast and allgather read each tensor where it is and write each output
 // where it goes (a fused group needs no fusion buffer). Each rank has a counter of its own,
 // on its own cache lines, and two areas of kRoundBytes: input and result. An op moves its
-// bytes in rounds of at most kRoundBytes, each between two meetings (every rank counts
-// itself in and waits until all have):
-//   - allreduce: each rank copies the others' slices of its inputs (the tensors taken as
-//     one sequence of elements, one slice per rank) into its input area; meeting; each rank
-//     sums its own slice over every rank, in rank order, its own inputs read where they
-//     are, into its result area (and divides it, for an average); meeting; each rank copies
-//     every slice's sum into its outputs. Each element is summed once, so every rank gets
-//     the same bits. Two ranks instead each copy all their inputs into a half of their
-//     result area (in rounds of half an area, the halves taken in turn); meeting; each
-//     sums every element, its own inputs read where they are, straight into its outputs:
-//     one copy and one pass fewer, one meeting per round, and the same bits on both ranks
-//     (a sum of two terms does not depend on their order);
+// bytes in rounds of at most kRoundBytes, each between meetings (every rank counts itself
+// in and waits until all have):
+//   - allreduce, sliced: each rank copies the others' slices of its inputs (the tensors
+//     taken as one sequence of elements, one slice per rank) into its input area; meeting;
+//     each rank sums its own slice over every rank, in rank order, its own inputs read
+//     where they are, into its result area (and divides it, for an average); meeting; each
+//     rank copies every slice's sum into its outputs. Each element is summed once, so
+//     every rank gets the same bits;
+//   - allreduce, summed by all (two ranks, and more ranks up to kAllSumBytes): each rank
+//     copies all its inputs into a half of its result area (rounds of half an area, the
+//     halves taken in turn); meeting; each rank sums every element over every rank, in
+//     rank order, straight into its outputs (two ranks: its own inputs read where they
+//     are). One copy and one pass fewer, and one meeting per round; every rank adds the
+//     same terms in the same order (a sum of two in either order), so it gets the same
+//     bits, as the sliced form would give;
 //   - broadcast: the root copies its inputs into its input area (and into its own outputs
 //     directly); meeting; the others copy them out; meeting;
 //   - allgather: each rank copies its part into its input area (and into its own output
 //     directly); meeting; each rank copies the others' parts out; meeting.
 // An area is written only after every rank is done reading what the previous round left in
-// it (the meeting in between; for two ranks' allreduce, the meeting of the round between,
-// which the other rank reaches only after reading the half this round writes), so the
-// areas serve every round. The rounds and their counters continue from op to op, which
-// every rank runs in the same order.
+// it: the meeting in between, or, for a half of the result area summed by all, the meeting
+// of the round between (which another rank reaches only after reading that half), and one
+// more meeting when such a round follows a sliced one, whose sums may still be being read.
+// So the areas serve every round. The rounds and their counters continue from op to op,
+// which every rank runs in the same order.
 //
 // A rank that waits polls through a callback, so that another rank's one-sided op into its
 // window, which may need its MPI progress, is not held up. There is no deadline: a rank
@@ -45,6 +49,8 @@ namespace comm {
 class SharedCollectives {
  public:
   static constexpr size_t kRoundBytes = size_t{1} << 20;
+  // Allreduces of more than two ranks up to this many bytes: each rank sums every element.
+  static constexpr size_t kAllSumBytes = size_t{32} << 10;
   // The memory `size` ranks share: zeroed before the first rank uses it.
   static size_t Footprint(int size);
   // This rank's view of that memory.
@@ -78,16 +84,17 @@ class SharedCollectives {
  private:
   char* input(int rank) const;
   char* result(int rank) const;
-  // Allreduce of two ranks: each sums every element (see above).
-  void AllreduceByBoth(const std::vector<Piece>& pieces, size_t total, DType dtype, bool average,
-                       const std::function<void(int64_t since)>& idle);
+  // Allreduce where each rank sums every element (see above).
+  void AllreduceByAll(const std::vector<Piece>& pieces, size_t total, DType dtype, bool average,
+                      const std::function<void(int64_t since)>& idle);
   // Counts this rank in for the next meeting, and waits until every rank has.
   void Meet(const std::function<void(int64_t since)>& idle);
 
   char* memory_;
   int size_, rank_;
-  uint64_t meetings_ = 0;  // this rank's, so far
-  uint64_t halves_ = 0;    // AllreduceByBoth's rounds, so far
+  uint64_t meetings_ = 0;     // this rank's, so far
+  uint64_t halves_ = 0;       // AllreduceByAll's rounds, so far
+  bool sliced_last_ = false;  // the last allreduce was sliced
 };
 
 }  // namespace comm

@@ -43,9 +43,11 @@ void OnRanks(int size, Body body) {
   for (auto& t : threads) t.join();
 }
 
-// Tensors of odd sizes (one empty), some in place and some not, spanning several rounds.
-std::vector<size_t> Counts() {
+// Tensors of odd sizes (one empty), some in place and some not, spanning several rounds;
+// or, `small`, fewer than kAllSumBytes in all.
+std::vector<size_t> Counts(bool small = false) {
   const size_t round = SharedCollectives::kRoundBytes / sizeof(float);
+  if (small) return {1, 0, 1000, 17, 4096};
   return {1, 0, 1000, round - 3, 17, 2 * round + 5, 4096};
 }
 
@@ -56,7 +58,8 @@ float Value(int rank, int tensor, size_t i) {
 // One rank's tensors of Counts(): inputs holding Value(rank, ...), outputs -1; the odd ones
 // in place. The pieces point into the vectors, so it stays where it was made.
 struct RankTensors {
-  explicit RankTensors(int rank) : ins(counts.size()), outs(counts.size()) {
+  explicit RankTensors(int rank, bool small = false)
+      : counts(Counts(small)), ins(counts.size()), outs(counts.size()) {
     for (size_t t = 0; t < counts.size(); ++t) {
       ins[t].resize(counts[t]);
       for (size_t i = 0; i < counts[t]; ++i) ins[t][i] = Value(rank, t, i);
@@ -69,24 +72,28 @@ struct RankTensors {
   static bool InPlace(size_t t) { return t % 2 == 1; }
   const std::vector<float>& result(size_t t) const { return InPlace(t) ? ins[t] : outs[t]; }
 
-  const std::vector<size_t> counts = Counts();
+  const std::vector<size_t> counts;
   std::vector<std::vector<float>> ins, outs;
   std::vector<SharedCollectives::Piece> pieces;
 };
 
+// Large and small groups in turn: more than two ranks sum large ones by slices and small
+// ones each in full, and each kind must wait for what the other left in the areas.
 TEST(SharedCollectivesTest, SumsEveryTensorOverEveryRankInPlaceOrNot) {
   for (int size : {1, 2, 3, 4, 5}) {
     OnRanks(size, [&](int rank, SharedCollectives& reduce) {
-      RankTensors x(rank);
-      reduce.Allreduce(x.pieces, DType::kFloat32, /*average=*/false, Yield);
-      for (size_t t = 0; t < x.counts.size(); ++t) {
-        for (size_t i = 0; i < x.counts[t]; ++i) {
-          float want = 0;
-          for (int r = 0; r < size; ++r) want += Value(r, t, i);
-          ASSERT_EQ(x.result(t)[i], want)
-              << "size " << size << " rank " << rank << " tensor " << t << " element " << i;
-          if (!RankTensors::InPlace(t)) {
-            ASSERT_EQ(x.ins[t][i], Value(rank, t, i)) << "input changed";
+      for (bool small : {false, true, true, false, true}) {
+        RankTensors x(rank, small);
+        reduce.Allreduce(x.pieces, DType::kFloat32, /*average=*/false, Yield);
+        for (size_t t = 0; t < x.counts.size(); ++t) {
+          for (size_t i = 0; i < x.counts[t]; ++i) {
+            float want = 0;
+            for (int r = 0; r < size; ++r) want += Value(r, t, i);
+            ASSERT_EQ(x.result(t)[i], want)
+                << "size " << size << " rank " << rank << " tensor " << t << " element " << i;
+            if (!RankTensors::InPlace(t)) {
+              ASSERT_EQ(x.ins[t][i], Value(rank, t, i)) << "input changed";
+            }
           }
         }
       }
@@ -96,7 +103,7 @@ TEST(SharedCollectivesTest, SumsEveryTensorOverEveryRankInPlaceOrNot) {
 
 // Every rank receives the same bits, those of a sum in rank order, also where float sums
 // round; and consecutive ops (of other sizes, dtypes and kinds) continue in step. Two ranks
-// take their own path (each sums every element, from alternating halves of the areas).
+// sum every element each; four sum the large op by slices and the small one each in full.
 TEST(SharedCollectivesTest, EveryRankGetsTheRankOrderSumBitForBit) {
   for (int size : {2, 4}) {
     const size_t count = SharedCollectives::kRoundBytes / sizeof(float) + 123;
