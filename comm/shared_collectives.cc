@@ -122,34 +122,38 @@ void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype,
   }
 }
 
+char* SharedCollectives::half(int rank) const { return result(rank) + (halves_ % 2) * kHalfBytes; }
+
+void SharedCollectives::StartHalves(const std::function<void(int64_t since)>& idle) {
+  // After a sliced allreduce the others may still be copying sums out of this rank's
+  // result area, which a round in halves writes before its meeting.
+  if (sliced_last_) Meet(idle);
+  sliced_last_ = false;
+}
+
 void SharedCollectives::AllreduceByAll(const std::vector<Piece>& pieces, size_t total, DType dtype,
                                        bool average,
                                        const std::function<void(int64_t since)>& idle) {
-  // After a sliced allreduce the others may still be copying sums out of this rank's
-  // result area, which this one writes before its first meeting.
-  if (sliced_last_) Meet(idle);
-  sliced_last_ = false;
+  StartHalves(idle);
   const size_t item = DTypeSize(dtype);
-  constexpr size_t kHalf = kRoundBytes / 2;
-  const size_t per_round = kHalf / item;
-  for (size_t base = 0; base < total; base += per_round) {
+  const size_t per_round = kHalfBytes / item;
+  for (size_t base = 0; base < total; base += per_round, ++halves_) {
     const size_t m = std::min(per_round, total - base);
-    const size_t half = (halves_++ % 2) * kHalf;
-    auto area = [&](int r) { return result(r) + half; };
+    char* mine = half(rank_);
     ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
-      std::memcpy(area(rank_) + pos * item, static_cast<const char*>(p.in) + at * item, n * item);
+      std::memcpy(mine + pos * item, static_cast<const char*>(p.in) + at * item, n * item);
     });
     Meet(idle);
     ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
       char* out = static_cast<char*>(p.out) + at * item;
+      auto term = [&](int r) { return half(r) + pos * item; };
       if (size_ == 2) {
         // Its own input where it is: a sum of two terms is the same bits in either order.
-        Add(out, static_cast<const char*>(p.in) + at * item, area(1 - rank_) + pos * item, dtype,
-            n);
+        Add(out, static_cast<const char*>(p.in) + at * item, term(1 - rank_), dtype, n);
       } else {
         // In rank order, every term from the areas (the output may be this rank's input).
-        Add(out, area(0) + pos * item, area(1) + pos * item, dtype, n);
-        for (int r = 2; r < size_; ++r) AddInPlace(out, area(r) + pos * item, dtype, n);
+        Add(out, term(0), term(1), dtype, n);
+        for (int r = 2; r < size_; ++r) AddInPlace(out, term(r), dtype, n);
       }
       if (average) Divide(out, dtype, n, size_);
     });
@@ -158,12 +162,13 @@ void SharedCollectives::AllreduceByAll(const std::vector<Piece>& pieces, size_t 
 
 void SharedCollectives::Broadcast(const std::vector<Piece>& pieces, size_t item, int root,
                                   const std::function<void(int64_t since)>& idle) {
+  StartHalves(idle);
   size_t total = 0;
   for (const Piece& p : pieces) total += p.count;
-  const size_t per_round = kRoundBytes / item;
-  char* area = input(root);
-  for (size_t base = 0; base < total; base += per_round) {
+  const size_t per_round = kHalfBytes / item;
+  for (size_t base = 0; base < total; base += per_round, ++halves_) {
     const size_t m = std::min(per_round, total - base);
+    char* area = half(root);
     if (rank_ == root) {
       ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
         const char* from = static_cast<const char*>(p.in) + at * item;
@@ -177,32 +182,31 @@ void SharedCollectives::Broadcast(const std::vector<Piece>& pieces, size_t item,
         std::memcpy(static_cast<char*>(p.out) + at * item, area + pos * item, n * item);
       });
     }
-    Meet(idle);
   }
 }
 
 void SharedCollectives::Allgather(const void* in, void* out, const std::vector<size_t>& part_bytes,
                                   const std::function<void(int64_t since)>& idle) {
+  StartHalves(idle);
   std::vector<size_t> offset(size_ + 1, 0);
   for (int r = 0; r < size_; ++r) offset[r + 1] = offset[r] + part_bytes[r];
   const size_t longest = *std::max_element(part_bytes.begin(), part_bytes.end());
   char* gathered = static_cast<char*>(out);
-  for (size_t base = 0; base < longest; base += kRoundBytes) {
+  for (size_t base = 0; base < longest; base += kHalfBytes, ++halves_) {
     auto length = [&](int r) {
-      return part_bytes[r] > base ? std::min(kRoundBytes, part_bytes[r] - base) : size_t{0};
+      return part_bytes[r] > base ? std::min(kHalfBytes, part_bytes[r] - base) : size_t{0};
     };
     if (const size_t n = length(rank_); n > 0) {
       const char* from = static_cast<const char*>(in) + base;
-      std::memcpy(input(rank_), from, n);
+      std::memcpy(half(rank_), from, n);
       std::memcpy(gathered + offset[rank_] + base, from, n);
     }
     Meet(idle);
     for (int r = 0; r < size_; ++r) {
       if (const size_t n = length(r); r != rank_ && n > 0) {
-        std::memcpy(gathered + offset[r] + base, input(r), n);
+        std::memcpy(gathered + offset[r] + base, half(r), n);
       }
     }
-    Meet(idle);
   }
 }
 

@@ -1,32 +1,32 @@
 // Collectives through memory the ranks share, when every rank of the job is on one machine:
 // allreduce, broadcast and allgather read each tensor where it is and write each output
 // where it goes (a fused group needs no fusion buffer). Each rank has a counter of its own,
-// on its own cache lines, and two areas of kRoundBytes: input and result. An op moves its
-// bytes in rounds of at most kRoundBytes, each between meetings (every rank counts itself
-// in and waits until all have):
-//   - allreduce, sliced: each rank copies the others' slices of its inputs (the tensors
-//     taken as one sequence of elements, one slice per rank) into its input area; meeting;
-//     each rank sums its own slice over every rank, in rank order, its own inputs read
-//     where they are, into its result area (and divides it, for an average); meeting; each
-//     rank copies every slice's sum into its outputs. Each element is summed once, so
-//     every rank gets the same bits;
+// on its own cache lines, and two areas of kRoundBytes: input and result. Every rank counts
+// itself in at a meeting and waits until all have. Most ops go in rounds "in halves": a
+// round of up to half an area writes into one half of the writer's result area (the halves
+// taken in turn, round after round, op after op), then meets once, then reads:
 //   - allreduce, summed by all (two ranks, and more ranks up to kAllSumBytes): each rank
-//     copies all its inputs into a half of its result area (rounds of half an area, the
-//     halves taken in turn); meeting; each rank sums every element over every rank, in
-//     rank order, straight into its outputs (two ranks: its own inputs read where they
-//     are). One copy and one pass fewer, and one meeting per round; every rank adds the
-//     same terms in the same order (a sum of two in either order), so it gets the same
-//     bits, as the sliced form would give;
-//   - broadcast: the root copies its inputs into its input area (and into its own outputs
-//     directly); meeting; the others copy them out; meeting;
-//   - allgather: each rank copies its part into its input area (and into its own output
-//     directly); meeting; each rank copies the others' parts out; meeting.
-// An area is written only after every rank is done reading what the previous round left in
-// it: the meeting in between, or, for a half of the result area summed by all, the meeting
-// of the round between (which another rank reaches only after reading that half), and one
-// more meeting when such a round follows a sliced one, whose sums may still be being read.
-// So the areas serve every round. The rounds and their counters continue from op to op,
-// which every rank runs in the same order.
+//     copies its inputs into its half; meeting; each rank sums every element over every
+//     rank, in rank order, straight into its outputs (two ranks: its own inputs read where
+//     they are);
+//   - broadcast: the root copies its inputs into its half (and into its own outputs
+//     directly); meeting; the others copy them out;
+//   - allgather: each rank copies its part into its half (and into its own output
+//     directly); meeting; each rank copies the others' parts out.
+// Larger allreduces of more than two ranks go sliced, in rounds of a whole area between two
+// meetings, so that each element is summed by one rank instead of all: each rank copies the
+// others' slices of its inputs (the tensors taken as one sequence of elements, one slice
+// per rank) into its input area; meeting; each rank sums its own slice over every rank, in
+// rank order, its own inputs read where they are, into its result area (and divides it,
+// for an average); meeting; each rank copies every slice's sum into its outputs.
+// Either way every rank gets the same bits, those of the sum in rank order (a sum of two
+// terms in either order).
+// An area is written only after every rank is done reading what was left in it: a half
+// after the meeting of the round between (which another rank reaches only after reading
+// it), with one more meeting when the round follows a sliced one, whose sums may still be
+// being read; a sliced round's areas after its own meetings. So the areas serve every
+// round. The rounds and their counters continue from op to op, which every rank runs in
+// the same order.
 //
 // A rank that waits polls through a callback, so that another rank's one-sided op into its
 // window, which may need its MPI progress, is not held up. There is no deadline: a rank
@@ -84,6 +84,11 @@ class SharedCollectives {
  private:
   char* input(int rank) const;
   char* result(int rank) const;
+  static constexpr size_t kHalfBytes = kRoundBytes / 2;
+  // Rounds in halves (see above): `rank`'s half of its result area for this round.
+  char* half(int rank) const;
+  // Before the first round in halves of an op: meets first if the last allreduce was sliced.
+  void StartHalves(const std::function<void(int64_t since)>& idle);
   // Allreduce where each rank sums every element (see above).
   void AllreduceByAll(const std::vector<Piece>& pieces, size_t total, DType dtype, bool average,
                       const std::function<void(int64_t since)>& idle);
@@ -93,7 +98,7 @@ class SharedCollectives {
   char* memory_;
   int size_, rank_;
   uint64_t meetings_ = 0;     // this rank's, so far
-  uint64_t halves_ = 0;       // AllreduceByAll's rounds, so far
+  uint64_t halves_ = 0;       // rounds in halves, so far
   bool sliced_last_ = false;  // the last allreduce was sliced
 };
 

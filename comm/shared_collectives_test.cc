@@ -168,19 +168,36 @@ TEST(SharedCollectivesTest, HalfPrecisionSumsAsAdd) {
 
 // Broadcast from each root of tensors spanning several rounds (one empty, some in place on
 // the root): every rank gets the root's bytes; the root's inputs stay as they were.
+// Broadcasts from every root in turn, large and small, with an allreduce between them (sliced
+// on 3 ranks), in one run: each op must wait for what the ones before it left in the areas.
 TEST(SharedCollectivesTest, BroadcastCopiesTheRootsTensorsToEveryRank) {
-  constexpr int kSize = 3;
-  for (int root = 0; root < kSize; ++root) {
-    OnRanks(kSize, [&](int rank, SharedCollectives& shared) {
-      RankTensors x(rank);
-      shared.Broadcast(x.pieces, sizeof(float), root, Yield);
-      for (size_t t = 0; t < x.counts.size(); ++t) {
-        for (size_t i = 0; i < x.counts[t]; ++i) {
-          ASSERT_EQ(x.result(t)[i], Value(root, t, i))
-              << "root " << root << " rank " << rank << " tensor " << t << " element " << i;
-          if (rank == root && !RankTensors::InPlace(t)) {
-            ASSERT_EQ(x.ins[t][i], Value(rank, t, i)) << "the root's input changed";
+  for (int size : {2, 3}) {
+    OnRanks(size, [&](int rank, SharedCollectives& shared) {
+      for (int root = 0; root < size; ++root) {
+        for (bool small : {false, true, false}) {
+          RankTensors x(rank, small);
+          shared.Broadcast(x.pieces, sizeof(float), root, Yield);
+          for (size_t t = 0; t < x.counts.size(); ++t) {
+            for (size_t i = 0; i < x.counts[t]; ++i) {
+              ASSERT_EQ(x.result(t)[i], Value(root, t, i))
+                  << "size " << size << " root " << root << " rank " << rank << " tensor " << t
+                  << " element " << i;
+              if (rank == root && !RankTensors::InPlace(t)) {
+                ASSERT_EQ(x.ins[t][i], Value(rank, t, i)) << "the root's input changed";
+              }
+            }
           }
+        }
+        // One full round, so that the last round's sums are long to copy out.
+        const size_t n = SharedCollectives::kRoundBytes / sizeof(float);
+        std::vector<float> y(n);
+        for (size_t i = 0; i < n; ++i) y[i] = Value(rank, 0, i);
+        shared.Allreduce({{y.data(), y.data(), n}}, DType::kFloat32, /*average=*/false, Yield);
+        for (size_t i = 0; i < n; ++i) {
+          float want = 0;
+          for (int r = 0; r < size; ++r) want += Value(r, 0, i);
+          ASSERT_EQ(y[i], want) << "allreduce after root " << root << ", rank " << rank << " at "
+                                << i;
         }
       }
     });
