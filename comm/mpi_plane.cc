@@ -124,15 +124,15 @@ const config::IntSetting kSharedMemoryBytes(
     "broadcasts and allgathers over all of them of up to this many bytes (a fused group: all "
     "of its tensors; an allgather: its output) run through memory the ranks share, reading "
     "each input and writing each output where it is (no fusion buffer), instead of MPI's "
-    "collectives. -1: 512 KiB, and allreduces of any size when the job has two ranks or the "
-    "machine's ranks outnumber its CPUs; 0: never. Every rank must see the same value.",
+    "collectives. -1: 512 KiB, allreduces and broadcasts of any size when the job has two "
+    "ranks, and allreduces of any size when the machine's ranks outnumber its CPUs; 0: never. "
+    "Every rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 // Whether an op of `bytes` over every rank runs through shared memory; `any_size`: by
 // default whatever its size. With a CPU per rank, Open MPI (which reads another rank's
-// buffer directly, one copy) overtakes its broadcast and allgather from 1 MiB on 2 ranks,
-// and its allreduce of more than 2 ranks; its allreduce of 2 ranks (one copy and one pass
-// over the data per rank: SharedCollectives) beat MPI's at every size up to 16 MiB. Where
+// buffer directly, one copy) overtakes its allgather from 1 MiB on 2 ranks; its allreduce
+// and broadcast of 2 ranks beat MPI's at every size measured (up to 16 and 64 MiB). Where
 // ranks share CPUs, it beat MPI's allreduce at every size up to 16 MiB on 4 ranks, but not
 // its allgather from 4 MiB or its broadcast from 1 MiB (bench/README.md).
 bool UseSharedMemory(size_t bytes, bool any_size) {
@@ -427,7 +427,8 @@ Status MpiPlane::RunBroadcast(Group& group) {
   WEFT_ASSIGN_OR_RETURN(MPI_Comm comm, CommOf(ranks));
   size_t bytes = 0;
   for (auto& r : group) bytes += r->out.nbytes();
-  if (shared_.has_value() && ranks.empty() && UseSharedMemory(bytes, /*any_size=*/false)) {
+  // Two ranks broadcast faster through shared memory at every size (bench/README.md).
+  if (shared_.has_value() && ranks.empty() && UseSharedMemory(bytes, /*any_size=*/ctx_.size == 2)) {
     const int64_t start = TraceStart(timeline_);
     shared_->Broadcast(SharedPieces(group), group[0]->out.itemsize(), root, idle_);
     Trace(group, "communicate", start);
