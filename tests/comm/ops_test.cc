@@ -360,6 +360,55 @@ TEST(Broadcast, FromEveryRoot) {
   }
 }
 
+// Broadcasts through shared memory (every size: a 64 MiB limit) and through MPI (limit 0)
+// give the root's exact values: a fused group of odd sizes spanning several rounds, in
+// place and not, then a lone 3 MiB op, from every root in turn, with an allreduce between
+// roots, so that each op follows what the one before it left in the segment.
+TEST(Broadcast, SharedMemoryRoundsMatchMpi) {
+  const std::vector<int64_t> counts = {1, 70000, 3, 300001, 257};
+  for (const char* limit : {"67108864", "0"}) {
+    ASSERT_TRUE(config::Registry::Global().Set("WEFT_SHARED_MEMORY_BYTES", limit).ok());
+    for (int root = 0; root < size(); ++root) {
+      auto value = [&](int r, size_t k, int64_t i) { return (r * 7 + k * 3 + i) % 101; };
+      std::vector<Buffer> ins, outs;
+      for (int64_t c : counts) {
+        ins.emplace_back(DType::kFloat32, std::vector<int64_t>{c});
+        outs.emplace_back(DType::kFloat32, std::vector<int64_t>{c});
+      }
+      std::vector<Handle> hs;
+      group_start();
+      for (size_t k = 0; k < counts.size(); ++k) {
+        for (int64_t i = 0; i < counts[k]; ++i) ins[k].Set(i, value(rank(), k, i));
+        const bool in_place = k % 2 == 0;
+        auto h =
+            broadcast_nonblocking(ins[k].view(), in_place ? ins[k].view() : outs[k].view(), root);
+        ASSERT_TRUE(h.ok()) << h.status();
+        hs.push_back(*h);
+      }
+      ASSERT_TRUE(group_end().ok());
+      for (auto& h : hs) ASSERT_TRUE(wait(h).ok());
+      for (size_t k = 0; k < counts.size(); ++k) {
+        const Buffer& got = k % 2 == 0 ? ins[k] : outs[k];
+        for (int64_t i = 0; i < counts[k]; ++i) {
+          ASSERT_EQ(got.Get(i), value(root, k, i))
+              << "limit " << limit << " root " << root << " tensor " << k << " at " << i;
+        }
+      }
+      Buffer lone(DType::kFloat32, {3 << 18});  // 3 MiB
+      for (int64_t i = 0; i < lone.numel(); ++i) lone.Set(i, value(rank(), 9, i));
+      ASSERT_TRUE(broadcast(lone.view(), lone.view(), root).ok());
+      for (int64_t i = 0; i < lone.numel(); ++i) {
+        ASSERT_EQ(lone.Get(i), value(root, 9, i)) << "limit " << limit << " lone op at " << i;
+      }
+      Buffer sum(DType::kFloat32, {1 << 18});  // 1 MiB
+      sum.Fill(rank());
+      ASSERT_TRUE(allreduce(sum.view(), sum.view(), false).ok());
+      ExpectAll(sum, size() * (size() - 1) / 2.0, "allreduce between broadcasts");
+    }
+  }
+  config::Registry::Global().Unset("WEFT_SHARED_MEMORY_BYTES");
+}
+
 TEST(Allgather, VariableFirstDimension) {
   for (DType d : {DType::kFloat32, DType::kInt8, DType::kFloat16}) {
     Buffer in(d, {rank() + 1, 2});
