@@ -35,6 +35,21 @@ void ForEachRun(const std::vector<SharedCollectives::Piece>& pieces, size_t from
   }
 }
 
+// out = term(0) + term(1) + ... + term(size - 1), added in that order (divided by `size`
+// for an average): `n` elements of `dtype`. Every rank adds the same terms in the same
+// order, so every rank gets the same bits (where both terms are NaN, which one the sum
+// carries depends on the order).
+template <typename Term>
+void SumInRankOrder(char* out, Term term, int size, DType dtype, size_t n, bool average) {
+  if (size == 1) {
+    std::memcpy(out, term(0), n * DTypeSize(dtype));
+  } else {
+    Add(out, term(0), term(1), dtype, n);
+    for (int r = 2; r < size; ++r) AddInPlace(out, term(r), dtype, n);
+  }
+  if (average) Divide(out, dtype, n, size);
+}
+
 }  // namespace
 
 size_t SharedCollectives::Footprint(int size) {
@@ -101,14 +116,7 @@ void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype,
           auto term = [&](int r) -> const char* {
             return r == rank_ ? static_cast<const char*>(p.in) + at * item : input(r) + offset;
           };
-          char* sum = result(rank_) + offset;
-          if (size_ == 1) {
-            std::memcpy(sum, term(0), n * item);
-          } else {
-            Add(sum, term(0), term(1), dtype, n);
-          }
-          for (int r = 2; r < size_; ++r) AddInPlace(sum, term(r), dtype, n);
-          if (average) Divide(sum, dtype, n, size_);
+          SumInRankOrder(result(rank_) + offset, term, size_, dtype, n, average);
         });
     Meet(idle);
     for (int r = 0; r < size_; ++r) {
@@ -145,17 +153,14 @@ void SharedCollectives::AllreduceByAll(const std::vector<Piece>& pieces, size_t 
     });
     Meet(idle);
     ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
-      char* out = static_cast<char*>(p.out) + at * item;
-      auto term = [&](int r) { return half(r) + pos * item; };
-      if (size_ == 2) {
-        // Its own input where it is: a sum of two terms is the same bits in either order.
-        Add(out, static_cast<const char*>(p.in) + at * item, term(1 - rank_), dtype, n);
-      } else {
-        // In rank order, every term from the areas (the output may be this rank's input).
-        Add(out, term(0), term(1), dtype, n);
-        for (int r = 2; r < size_; ++r) AddInPlace(out, term(r), dtype, n);
-      }
-      if (average) Divide(out, dtype, n, size_);
+      // Two ranks read their own input where it is (Add reads an element's two terms before
+      // it writes the sum, so the output may be the input); more ranks read every term from
+      // the areas, as the output may be an input a later AddInPlace would read.
+      auto term = [&](int r) -> const char* {
+        return size_ == 2 && r == rank_ ? static_cast<const char*>(p.in) + at * item
+                                        : half(r) + pos * item;
+      };
+      SumInRankOrder(static_cast<char*>(p.out) + at * item, term, size_, dtype, n, average);
     });
   }
 }

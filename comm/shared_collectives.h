@@ -19,8 +19,7 @@
 // per rank) into its input area; meeting; each rank sums its own slice over every rank, in
 // rank order, its own inputs read where they are, into its result area (and divides it,
 // for an average); meeting; each rank copies every slice's sum into its outputs.
-// Either way every rank gets the same bits, those of the sum in rank order (a sum of two
-// terms in either order).
+// Either way every rank gets the same bits, those of the sum in rank order.
 // An area is written only after every rank is done reading what was left in it: a half
 // after the meeting of the round between (which another rank reaches only after reading
 // it), with one more meeting when the round follows a sliced one, whose sums may still be
