@@ -235,7 +235,7 @@ MpiPlane::MpiPlane(const Context& ctx, Timeline* timeline, PeerTransport* peers,
   std::string why;
   shared_segment_ =
       SharedSegment::Map(ctx.local, ctx.local_rank, SharedCollectives::Footprint(ctx.size),
-                         "reduce", kSharedMemoryBytes.Get() != 0, &why);
+                         "collectives", kSharedMemoryBytes.Get() != 0, &why);
   if (!why.empty()) {
     WEFT_LOG(Warning) << "collectives go through MPI, not shared memory: " << why;
   }
