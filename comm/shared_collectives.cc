@@ -4,6 +4,11 @@
 #include <atomic>
 #include <cstring>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define WEFT_STREAM_STORES 1
+#endif
+
 #include "comm/reduce.h"
 #include "core/timeline.h"
 
@@ -13,6 +18,9 @@ namespace {
 
 // Two lines per counter: the hardware's adjacent-line prefetch would otherwise pair them.
 constexpr size_t kCounterBytes = 128;
+
+// Copies into the areas of fewer bytes than this stream (CopyIn).
+constexpr size_t kStreamBelowBytes = size_t{16} << 10;
 
 using Counter = std::atomic<uint64_t>;
 static_assert(Counter::is_always_lock_free, "the counters are shared between processes");
@@ -59,6 +67,28 @@ size_t SharedCollectives::Footprint(int size) {
 SharedCollectives::SharedCollectives(void* memory, int size, int rank)
     : memory_(static_cast<char*>(memory)), size_(size), rank_(rank) {}
 
+void SharedCollectives::CopyIn(char* dst, const void* from, size_t n) {
+  const char* src = static_cast<const char*>(from);
+#ifdef WEFT_STREAM_STORES
+  // Plain copies up to the first whole line of `dst`, and after the last.
+  const size_t head = std::min(n, (64 - reinterpret_cast<uintptr_t>(dst) % 64) % 64);
+  const size_t body = (n - head) / 64 * 64;
+  if (n < kStreamBelowBytes && body > 0) {
+    std::memcpy(dst, src, head);
+    char* d = dst + head;
+    const char* s = src + head;
+    for (size_t i = 0; i < body; i += 16) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
+    }
+    std::memcpy(d + body, s + body, n - head - body);
+    streamed_ = true;
+    return;
+  }
+#endif
+  std::memcpy(dst, src, n);
+}
+
 char* SharedCollectives::input(int rank) const {
   return memory_ + static_cast<size_t>(size_) * kCounterBytes + 2 * kRoundBytes * rank;
 }
@@ -70,7 +100,12 @@ void SharedCollectives::Meet(const std::function<void(int64_t since)>& idle) {
   auto counter = [this](int rank) {
     return reinterpret_cast<Counter*>(memory_ + static_cast<size_t>(rank) * kCounterBytes);
   };
-  // Release: what this rank wrote before is seen by a rank that sees the count.
+  // Release: what this rank wrote before is seen by a rank that sees the count. Streamed
+  // stores are not ordered with other stores: a fence first.
+#ifdef WEFT_STREAM_STORES
+  if (streamed_) _mm_sfence();
+#endif
+  streamed_ = false;
   counter(rank_)->store(mark, std::memory_order_release);
   int64_t since = 0;
   for (int r = 0; r < size_; ++r) {
@@ -103,8 +138,8 @@ void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype,
     auto copy_in = [&](size_t from, size_t to) {
       ForEachRun(pieces, base + from, base + to,
                  [&](const Piece& p, size_t at, size_t n, size_t pos) {
-                   std::memcpy(mine + (from + pos) * item,
-                               static_cast<const char*>(p.in) + at * item, n * item);
+                   CopyIn(mine + (from + pos) * item, static_cast<const char*>(p.in) + at * item,
+                          n * item);
                  });
     };
     copy_in(0, first);
@@ -149,7 +184,7 @@ void SharedCollectives::AllreduceByAll(const std::vector<Piece>& pieces, size_t 
     const size_t m = std::min(per_round, total - base);
     char* mine = half(rank_);
     ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
-      std::memcpy(mine + pos * item, static_cast<const char*>(p.in) + at * item, n * item);
+      CopyIn(mine + pos * item, static_cast<const char*>(p.in) + at * item, n * item);
     });
     Meet(idle);
     ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
@@ -177,7 +212,7 @@ void SharedCollectives::Broadcast(const std::vector<Piece>& pieces, size_t item,
     if (rank_ == root) {
       ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
         const char* from = static_cast<const char*>(p.in) + at * item;
-        std::memcpy(area + pos * item, from, n * item);
+        CopyIn(area + pos * item, from, n * item);
         if (p.out != p.in) std::memcpy(static_cast<char*>(p.out) + at * item, from, n * item);
       });
     }
@@ -203,7 +238,7 @@ void SharedCollectives::Allgather(const void* in, void* out, const std::vector<s
     };
     if (const size_t n = length(rank_); n > 0) {
       const char* from = static_cast<const char*>(in) + base;
-      std::memcpy(half(rank_), from, n);
+      CopyIn(half(rank_), from, n);
       std::memcpy(gathered + offset[rank_] + base, from, n);
     }
     Meet(idle);
