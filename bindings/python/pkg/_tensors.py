@@ -135,7 +135,9 @@ def empty_like(x, cx, kind):
     if x.nbytes >= _POOLED_BYTES:
         capsule = _c.weft_tensor_empty_like(cx)
         return numpy.asarray(_Owned(capsule)), capsule
-    out = numpy.empty_like(x, order="C")
+    # x is a contiguous numpy.ndarray (prepare): numpy.empty gives the same layout at a
+    # fifth of empty_like's cost (0.11 against 0.51 us).
+    out = numpy.empty(x.shape, x.dtype)
     return out, out.__dlpack__()
 
 
