@@ -93,9 +93,9 @@ const config::IntSetting kRingAllreduceBytes(
     "(WEFT_EXCHANGE_TRANSPORT) instead of MPI_Allreduce: every one when the job spans several "
     "machines; on one machine, over the mpi transport, only an unfused op whose output is not "
     "its input on any rank. -1: across machines 256 KiB over tcp and 8 MiB over mpi or ucx, "
-    "on one machine 128 KiB per rank of the op, except never for a job of two ranks that "
-    "sums through shared memory (WEFT_SHARED_MEMORY_BYTES); 0: always MPI_Allreduce. Every "
-    "rank must see the same value.",
+    "on one machine 128 KiB per rank of the op, except never for an op that sums through "
+    "shared memory (WEFT_SHARED_MEMORY_BYTES); 0: always MPI_Allreduce. Every rank must see "
+    "the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 // Whether an allreduce of `bytes` over `members` ranks runs weft's ring. Across machines,
@@ -104,16 +104,17 @@ const config::IntSetting kRingAllreduceBytes(
 // is as fast in place, but out of place Open MPI first copies the whole input into the
 // output, while the ring reads the input where it is and receives into the output: as fast
 // as in place from 2 MiB, faster below, and 1.4-1.7x faster than MPI's out-of-place
-// allreduce at 8-16 MiB on 2 ranks (bench/README.md). Two ranks that can sum through shared
-// memory (`shared_pair`) are faster there than the ring at every size, in place or not.
+// allreduce at 8-16 MiB on 2 ranks (bench/README.md). An op that can sum through shared
+// memory (`shared`) is faster there still, in place or not: 2 ranks at every size, 4 ranks
+// sharing 2 cores 1.1-1.7x out of place from 512 KiB to 16 MiB.
 bool UseRing(PeerTransportKind kind, int machines, int members, size_t bytes, bool out_of_place,
-             bool shared_pair) {
+             bool shared) {
   if (members <= 1) return false;
   if (machines == 1 && !(out_of_place && kind == PeerTransportKind::kMpi)) return false;
   int64_t threshold = kRingAllreduceBytes.Get();
   if (threshold < 0) {
     if (machines == 1) {
-      if (shared_pair) return false;
+      if (shared) return false;
       threshold = (int64_t{128} << 10) * members;
     } else {
       threshold = kind == PeerTransportKind::kTcp ? int64_t{256} << 10 : int64_t{8} << 20;
@@ -385,8 +386,8 @@ Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
   const bool two = ctx_.size == 2;
   const bool shared = shared_.has_value() && ranks.empty() &&
                       UseSharedMemory(bytes, /*any_size=*/ctx_.oversubscribed || two);
-  const bool use_ring = UseRing(peers_->kind(), ctx_.machine_size, members, bytes, out_of_place,
-                                /*shared_pair=*/shared && two);
+  const bool use_ring =
+      UseRing(peers_->kind(), ctx_.machine_size, members, bytes, out_of_place, shared);
   if (!use_ring && shared) {
     // Every rank's tensors are in this machine's memory: each is read where it is and
     // written where it goes, with no fusion buffer.
