@@ -134,6 +134,14 @@ const config::IntSetting kSharedMemoryBytes(
     "Every rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
+const config::IntSetting kSharedMemoryStream(
+    "WEFT_SHARED_MEMORY_STREAM", -1,
+    "How the collectives through shared memory copy tensors of under 16 KiB into the memory "
+    "the ranks share: 0 with plain stores, 1 with non-temporal stores (faster where the "
+    "ranks' CPUs take cache lines from each other slowly, slower where they share a cache); "
+    "-1: rank 0 times both now and then, and every rank follows its choice.",
+    /*min=*/-1, /*max=*/1);
+
 // Whether an op of `bytes` over every rank runs through shared memory; `any_size`: by
 // default whatever its size. With a CPU per rank, Open MPI (which reads another rank's
 // buffer directly, one copy) overtakes its allgather from 1 MiB on 2 ranks; its allreduce
@@ -241,7 +249,10 @@ MpiPlane::MpiPlane(const Context& ctx, Timeline* timeline, PeerTransport* peers,
     WEFT_LOG(Warning) << "collectives go through MPI, not shared memory: " << why;
   }
   if (shared_segment_ != nullptr) {
-    shared_.emplace(shared_segment_->data(), ctx.size, ctx.rank);
+    const int64_t stream = kSharedMemoryStream.Get();
+    std::optional<CopyMode> copies;
+    if (stream >= 0) copies = stream == 1 ? CopyMode::kStream : CopyMode::kPlain;
+    shared_.emplace(shared_segment_->data(), ctx.size, ctx.rank, copies);
   }
 }
 

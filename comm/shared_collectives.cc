@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <limits>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -19,8 +21,11 @@ namespace {
 // Two lines per counter: the hardware's adjacent-line prefetch would otherwise pair them.
 constexpr size_t kCounterBytes = 128;
 
-// Copies into the areas of fewer bytes than this stream (CopyIn).
+// Copies into the areas of fewer bytes than this may stream (CopyIn).
 constexpr size_t kStreamBelowBytes = size_t{16} << 10;
+// Rounds that could stream fewer bytes than this are not timed for the tuner: their
+// copies take too little of the round to tell the modes apart.
+constexpr size_t kTimedAboveBytes = size_t{64} << 10;
 
 using Counter = std::atomic<uint64_t>;
 static_assert(Counter::is_always_lock_free, "the counters are shared between processes");
@@ -58,14 +63,84 @@ void SumInRankOrder(char* out, Term term, int size, DType dtype, size_t n, bool 
   if (average) Divide(out, dtype, n, size);
 }
 
-}  // namespace
-
-size_t SharedCollectives::Footprint(int size) {
-  return static_cast<size_t>(size) * (kCounterBytes + 2 * kRoundBytes);
+int64_t NowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
-SharedCollectives::SharedCollectives(void* memory, int size, int rank)
-    : memory_(static_cast<char*>(memory)), size_(size), rank_(rank) {}
+}  // namespace
+
+double CopyTuner::Best(CopyMode m) const {
+  double best = std::numeric_limits<double>::infinity();
+  for (double c : cost_[static_cast<int>(m)]) {
+    if (c > 0) best = std::min(best, c);
+  }
+  return best;
+}
+
+void CopyTuner::Record(int64_t ns, size_t bytes) {
+  if (bytes == 0) return;
+  if (skip_) {
+    skip_ = false;
+  } else {
+    const int m = static_cast<int>(next());
+    cost_[m][next_slot_[m]] = static_cast<double>(std::max<int64_t>(ns, 1)) / bytes;
+    next_slot_[m] = (next_slot_[m] + 1) % kWindow;
+  }
+  ++rounds_;
+  const CopyMode other = Other(chosen_);
+  if (!trying_) {
+    const bool untried = Best(other) == std::numeric_limits<double>::infinity();
+    if (rounds_ >= (untried ? trial_ : period_)) {
+      // A fresh trial: what the other mode cost before may no longer hold.
+      std::fill(std::begin(cost_[static_cast<int>(other)]),
+                std::end(cost_[static_cast<int>(other)]), 0.0);
+      trying_ = true;
+      rounds_ = 0;
+      skip_ = true;
+    }
+  } else if (rounds_ >= trial_) {
+    trying_ = false;
+    rounds_ = 0;
+    if (Best(other) < Best(chosen_)) {
+      chosen_ = other;
+    }
+    skip_ = true;
+  }
+}
+
+size_t SharedCollectives::Footprint(int size) {
+  // The counters, the copy mode's word, the areas.
+  return (static_cast<size_t>(size) + 1) * kCounterBytes + size * 2 * kRoundBytes;
+}
+
+SharedCollectives::SharedCollectives(void* memory, int size, int rank,
+                                     std::optional<CopyMode> copies)
+    : memory_(static_cast<char*>(memory)), size_(size), rank_(rank), copies_(copies) {}
+
+void SharedCollectives::StartRound() {
+  streamable_ = 0;
+  CopyMode mode;
+  if (copies_.has_value()) {
+    mode = *copies_;
+  } else {
+    auto* word = reinterpret_cast<std::atomic<uint64_t>*>(memory_ + size_ * kCounterBytes);
+    if (rank_ == 0) {
+      mode = tuner_.next();
+      word->store(static_cast<uint64_t>(mode), std::memory_order_relaxed);
+    } else {
+      mode = static_cast<CopyMode>(word->load(std::memory_order_relaxed));
+    }
+  }
+  stream_ = mode == CopyMode::kStream;
+}
+
+void SharedCollectives::EndRound(int64_t ns) {
+  if (rank_ == 0 && !copies_.has_value() && streamable_ >= kTimedAboveBytes) {
+    tuner_.Record(ns, streamable_);
+  }
+}
 
 void SharedCollectives::CopyIn(char* dst, const void* from, size_t n) {
   const char* src = static_cast<const char*>(from);
@@ -73,7 +148,8 @@ void SharedCollectives::CopyIn(char* dst, const void* from, size_t n) {
   // Plain copies up to the first whole line of `dst`, and after the last.
   const size_t head = std::min(n, (64 - reinterpret_cast<uintptr_t>(dst) % 64) % 64);
   const size_t body = (n - head) / 64 * 64;
-  if (n < kStreamBelowBytes && body > 0) {
+  if (n < kStreamBelowBytes && body > 0) streamable_ += n;
+  if (stream_ && n < kStreamBelowBytes && body > 0) {
     std::memcpy(dst, src, head);
     char* d = dst + head;
     const char* s = src + head;
@@ -90,7 +166,7 @@ void SharedCollectives::CopyIn(char* dst, const void* from, size_t n) {
 }
 
 char* SharedCollectives::input(int rank) const {
-  return memory_ + static_cast<size_t>(size_) * kCounterBytes + 2 * kRoundBytes * rank;
+  return memory_ + (static_cast<size_t>(size_) + 1) * kCounterBytes + 2 * kRoundBytes * rank;
 }
 
 char* SharedCollectives::result(int rank) const { return input(rank) + kRoundBytes; }
@@ -129,6 +205,7 @@ void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype,
   // Segments start on 64-byte boundaries of the areas.
   const size_t align = std::max<size_t>(1, 64 / item);
   for (size_t base = 0; base < total; base += per_round) {
+    StartRound();
     const size_t m = std::min(per_round, total - base);
     const size_t per = ((m + size_ - 1) / size_ + align - 1) / align * align;
     auto lo = [&](int r) { return std::min(m, per * static_cast<size_t>(r)); };
@@ -180,13 +257,19 @@ void SharedCollectives::AllreduceByAll(const std::vector<Piece>& pieces, size_t 
   StartHalves(idle);
   const size_t item = DTypeSize(dtype);
   const size_t per_round = kHalfBytes / item;
+  // Rank 0 times its rounds for the tuner, but for the meetings.
+  const bool timed = rank_ == 0 && !copies_.has_value();
   for (size_t base = 0; base < total; base += per_round, ++halves_) {
+    StartRound();
+    const int64_t start = timed ? NowNanos() : 0;
     const size_t m = std::min(per_round, total - base);
     char* mine = half(rank_);
     ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
       CopyIn(mine + pos * item, static_cast<const char*>(p.in) + at * item, n * item);
     });
+    const int64_t copied = timed ? NowNanos() : 0;
     Meet(idle);
+    const int64_t met = timed ? NowNanos() : 0;
     ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
       // Two ranks read their own input where it is (Add reads an element's two terms before
       // it writes the sum, so the output may be the input); more ranks read every term from
@@ -197,6 +280,7 @@ void SharedCollectives::AllreduceByAll(const std::vector<Piece>& pieces, size_t 
       };
       SumInRankOrder(static_cast<char*>(p.out) + at * item, term, size_, dtype, n, average);
     });
+    if (timed) EndRound((copied - start) + (NowNanos() - met));
   }
 }
 
@@ -207,6 +291,7 @@ void SharedCollectives::Broadcast(const std::vector<Piece>& pieces, size_t item,
   for (const Piece& p : pieces) total += p.count;
   const size_t per_round = kHalfBytes / item;
   for (size_t base = 0; base < total; base += per_round, ++halves_) {
+    StartRound();
     const size_t m = std::min(per_round, total - base);
     char* area = half(root);
     if (rank_ == root) {
@@ -233,6 +318,7 @@ void SharedCollectives::Allgather(const void* in, void* out, const std::vector<s
   const size_t longest = *std::max_element(part_bytes.begin(), part_bytes.end());
   char* gathered = static_cast<char*>(out);
   for (size_t base = 0; base < longest; base += kHalfBytes, ++halves_) {
+    StartRound();
     auto length = [&](int r) {
       return part_bytes[r] > base ? std::min(kHalfBytes, part_bytes[r] - base) : size_t{0};
     };

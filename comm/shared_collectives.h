@@ -30,20 +30,59 @@
 // A rank that waits polls through a callback, so that another rank's one-sided op into its
 // window, which may need its MPI progress, is not held up. There is no deadline: a rank
 // that never arrives leaves the others waiting as MPI would, inside the op's transfers,
-// where the engine's watchdog ends the job after WEFT_STALL_TIMEOUT_SECONDS. Pure code over
-// a block of memory (a segment the ranks map, or a test's buffer). Internal to comm/.
+// where the engine's watchdog ends the job after WEFT_STALL_TIMEOUT_SECONDS. Small copies
+// into the areas go with plain or non-temporal stores, as rank 0's CopyTuner finds faster
+// from the time its rounds take (the only clock read here). Code over a block of memory (a
+// segment the ranks map, or a test's buffer). Internal to comm/.
 #ifndef WEFT_COMM_SHARED_COLLECTIVES_H_
 #define WEFT_COMM_SHARED_COLLECTIVES_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "core/tensor.h"
 
 namespace weft {
 namespace comm {
+
+// How copies of under kStreamBelowBytes (shared_collectives.cc) go into the areas: with
+// plain stores, or with non-temporal ones, which write whole lines without first taking
+// each line back from the caches of the ranks that read it last. Which is faster depends
+// on where the ranks run (SharedCollectives::CopyIn says what was measured).
+enum class CopyMode : uint64_t { kPlain = 0, kStream = 1 };
+
+// Picks the copy mode from the time rounds take: it runs the chosen mode and, every
+// `period` rounds (at first after `trial`), `trial` rounds of the other, then keeps
+// whichever had the lower cost per byte in its last `kWindow` rounds. The first round
+// after each change is not counted: the other ranks may still have written the round in
+// the old mode. Pure: tests drive it with made-up times.
+class CopyTuner {
+ public:
+  static constexpr int kWindow = 4;
+  explicit CopyTuner(int period = 256, int trial = 4) : period_(period), trial_(trial) {}
+  // The mode for the next round.
+  CopyMode next() const { return trying_ ? Other(chosen_) : chosen_; }
+  // The round just run in next()'s mode took `ns` for `bytes`.
+  void Record(int64_t ns, size_t bytes);
+
+ private:
+  static CopyMode Other(CopyMode m) {
+    return m == CopyMode::kPlain ? CopyMode::kStream : CopyMode::kPlain;
+  }
+  // The lowest cost per byte among a mode's last kWindow rounds (infinite: none yet).
+  double Best(CopyMode m) const;
+
+  int period_, trial_;
+  CopyMode chosen_ = CopyMode::kPlain;
+  bool trying_ = false;
+  int rounds_ = 0;                // in the current stretch (chosen or trial)
+  bool skip_ = false;             // the next round is not counted
+  double cost_[2][kWindow] = {};  // ns per byte, by mode; 0: empty
+  int next_slot_[2] = {0, 0};
+};
 
 class SharedCollectives {
  public:
@@ -52,8 +91,10 @@ class SharedCollectives {
   static constexpr size_t kAllSumBytes = size_t{32} << 10;
   // The memory `size` ranks share: zeroed before the first rank uses it.
   static size_t Footprint(int size);
-  // This rank's view of that memory.
-  SharedCollectives(void* memory, int size, int rank);
+  // This rank's view of that memory. `copies`: how copies into the areas go; without one,
+  // rank 0 picks by timing (CopyTuner) and every rank follows it.
+  SharedCollectives(void* memory, int size, int rank,
+                    std::optional<CopyMode> copies = std::nullopt);
 
   // One tensor of a (fused) group: `count` elements read from `in` and written to `out`
   // (which may be `in`; otherwise they must not overlap).
@@ -91,15 +132,22 @@ class SharedCollectives {
   // Allreduce where each rank sums every element (see above).
   void AllreduceByAll(const std::vector<Piece>& pieces, size_t total, DType dtype, bool average,
                       const std::function<void(int64_t since)>& idle);
-  // Copies `n` bytes of this rank's into an area the others read after the next meeting.
-  // Their caches hold the area's lines from the last time they read them, and a plain store
-  // takes each line back first, one at a time: copying 64 tensors of 4 KiB into 256 KiB of
-  // an area took 16 us, where one copy of 256 KiB, whose `rep movsb` writes whole lines,
-  // took 6.5. Copies of under kStreamBelowBytes (in .cc) use non-temporal stores, which
-  // write whole lines without taking them: 6.1 us for the 64 (2 processes on a 2-CPU AMD
-  // EPYC VM). Larger copies are as fast plainly, and leave the lines where the readers find
-  // them sooner.
+  // Copies `n` bytes of this rank's into an area the others read after the next meeting;
+  // counts those it may stream in `streamable_`. The readers' caches hold the area's lines
+  // from the last time they read them, and a plain store takes each line back first, one
+  // at a time. Where that is slow, copies of under kStreamBelowBytes (in .cc) gain from
+  // non-temporal stores, which write whole lines without taking them, but the readers then
+  // find the data in memory rather than in a cache. On a 2-CPU AMD EPYC VM whose two CPUs
+  // changed places now and then, copying 64 tensors of 4 KiB into 256 KiB of an area and
+  // the other process reading it took 30 us plainly and 20 streamed one time, 14 and 28
+  // another: hence the tuner (copies_, tuner_). Larger copies go plainly, whose `rep movsb`
+  // writes whole lines.
   void CopyIn(char* dst, const void* src, size_t n);
+  // Sets the copy mode of the round about to start: the fixed one, or, tuned, rank 0's
+  // tuner's choice, which rank 0 publishes in the segment and the others read there.
+  void StartRound();
+  // Rank 0: the round that StartRound began spent `ns` outside its meetings.
+  void EndRound(int64_t ns);
   // Counts this rank in for the next meeting, and waits until every rank has.
   void Meet(const std::function<void(int64_t since)>& idle);
 
@@ -109,6 +157,11 @@ class SharedCollectives {
   uint64_t halves_ = 0;       // rounds in halves, so far
   bool sliced_last_ = false;  // the last allreduce was sliced
   bool streamed_ = false;     // CopyIn streamed since the last meeting
+  // The copy mode: fixed, or (none) rank 0's tuner's, published in the segment.
+  std::optional<CopyMode> copies_;
+  CopyTuner tuner_;        // rank 0, without a fixed mode
+  bool stream_ = false;    // this round's copies stream (StartRound)
+  size_t streamable_ = 0;  // bytes this round copied that could stream
 };
 
 }  // namespace comm

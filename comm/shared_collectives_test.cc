@@ -30,18 +30,41 @@ struct Shared {
 // Threads wait for each other as ranks that share cores do.
 void Yield(int64_t since) { std::this_thread::yield(); }
 
-// Runs body(rank, reduce) on `size` threads, one rank each, over one shared block.
-template <typename Body>
-void OnRanks(int size, Body body) {
+// Runs body(rank, reduce) on `size` threads, one rank each, over one shared block, each
+// rank copying into the areas as copies(rank) says.
+template <typename Copies, typename Body>
+void OnRanksCopying(int size, Copies copies, Body body) {
   Shared shared(size);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < size; ++rank) {
     threads.emplace_back([&, rank] {
-      SharedCollectives reduce(shared.memory, size, rank);
+      SharedCollectives reduce(shared.memory, size, rank, copies(rank));
       body(rank, reduce);
     });
   }
   for (auto& t : threads) t.join();
+}
+
+// The same with rank 0's tuner choosing the copies.
+template <typename Body>
+void OnRanks(int size, Body body) {
+  OnRanksCopying(
+      size, [](int) { return std::optional<CopyMode>(); }, body);
+}
+
+// Every way copies into the areas go: fixed plain or streamed, tuned, and mixed (rank 0
+// streams and the others do not, as while the others have not seen the tuner's change yet).
+const std::vector<std::pair<const char*, std::optional<CopyMode> (*)(int)>>& CopyWays() {
+  static const std::vector<std::pair<const char*, std::optional<CopyMode> (*)(int)>> ways = {
+      {"plain", [](int) { return std::optional<CopyMode>(CopyMode::kPlain); }},
+      {"streamed", [](int) { return std::optional<CopyMode>(CopyMode::kStream); }},
+      {"tuned", [](int) { return std::optional<CopyMode>(); }},
+      {"mixed",
+       [](int rank) {
+         return std::optional<CopyMode>(rank == 0 ? CopyMode::kStream : CopyMode::kPlain);
+       }},
+  };
+  return ways;
 }
 
 // Tensors of odd sizes (one empty), some in place and some not, spanning several rounds;
@@ -81,25 +104,97 @@ struct RankTensors {
 // Large and small groups in turn: more than two ranks sum large ones by slices and small
 // ones each in full, and each kind must wait for what the other left in the areas.
 TEST(SharedCollectivesTest, SumsEveryTensorOverEveryRankInPlaceOrNot) {
-  for (int size : {1, 2, 3, 4, 5}) {
-    OnRanks(size, [&](int rank, SharedCollectives& reduce) {
-      for (bool small : {false, true, true, false, true}) {
-        RankTensors x(rank, small);
-        reduce.Allreduce(x.pieces, DType::kFloat32, /*average=*/false, Yield);
-        for (size_t t = 0; t < x.counts.size(); ++t) {
-          for (size_t i = 0; i < x.counts[t]; ++i) {
-            float want = 0;
-            for (int r = 0; r < size; ++r) want += Value(r, t, i);
-            ASSERT_EQ(x.result(t)[i], want)
-                << "size " << size << " rank " << rank << " tensor " << t << " element " << i;
-            if (!RankTensors::InPlace(t)) {
-              ASSERT_EQ(x.ins[t][i], Value(rank, t, i)) << "input changed";
+  for (const auto& [way, copies] : CopyWays()) {
+    for (int size : {1, 2, 3, 4, 5}) {
+      OnRanksCopying(size, copies, [&](int rank, SharedCollectives& reduce) {
+        for (bool small : {false, true, true, false, true}) {
+          RankTensors x(rank, small);
+          reduce.Allreduce(x.pieces, DType::kFloat32, /*average=*/false, Yield);
+          for (size_t t = 0; t < x.counts.size(); ++t) {
+            for (size_t i = 0; i < x.counts[t]; ++i) {
+              float want = 0;
+              for (int r = 0; r < size; ++r) want += Value(r, t, i);
+              ASSERT_EQ(x.result(t)[i], want) << way << " copies, size " << size << " rank " << rank
+                                              << " tensor " << t << " element " << i;
+              if (!RankTensors::InPlace(t)) {
+                ASSERT_EQ(x.ins[t][i], Value(rank, t, i)) << "input changed";
+              }
             }
+          }
+        }
+      });
+    }
+  }
+}
+
+// A fused group of many small tensors (what the streamed copies are for), op after op, long
+// enough for rank 0's tuner to try both ways and switch between them while the other ranks
+// follow a round or more late: every op's sums stay right.
+TEST(SharedCollectivesTest, SmallTensorsSumRightWhileTheTunerSwitches) {
+  constexpr int kTensors = 48;
+  constexpr size_t kCount = 1000;  // 4000 bytes each: copies that may stream
+  for (int size : {2, 3}) {
+    OnRanks(size, [&](int rank, SharedCollectives& reduce) {
+      std::vector<std::vector<float>> ins(kTensors), outs(kTensors);
+      std::vector<SharedCollectives::Piece> pieces;
+      for (int t = 0; t < kTensors; ++t) {
+        ins[t].resize(kCount);
+        outs[t].resize(kCount);
+        pieces.push_back({ins[t].data(), outs[t].data(), kCount});
+      }
+      for (int op = 0; op < 40; ++op) {
+        for (int t = 0; t < kTensors; ++t) {
+          for (size_t i = 0; i < kCount; ++i) ins[t][i] = Value(rank, t + op, i);
+        }
+        reduce.Allreduce(pieces, DType::kFloat32, /*average=*/false, Yield);
+        for (int t = 0; t < kTensors; ++t) {
+          for (size_t i = 0; i < kCount; ++i) {
+            float want = 0;
+            for (int r = 0; r < size; ++r) want += Value(r, t + op, i);
+            ASSERT_EQ(outs[t][i], want)
+                << "size " << size << " op " << op << " rank " << rank << " tensor " << t;
           }
         }
       }
     });
   }
+}
+
+// The tuner keeps the cheaper way, tries the other every `period` rounds (the first time
+// after `trial`), skips the first round after each change, and follows a change of costs.
+TEST(CopyTunerTest, KeepsTheCheaperWayAndNoticesWhenItChanges) {
+  constexpr int kPeriod = 10, kTrial = 3;
+  CopyTuner tuner(kPeriod, kTrial);
+  double plain = 2.0, stream = 1.0;  // ns per byte
+  std::vector<CopyMode> seen;
+  auto run = [&](int rounds) {
+    for (int i = 0; i < rounds; ++i) {
+      const CopyMode m = tuner.next();
+      seen.push_back(m);
+      tuner.Record(static_cast<int64_t>((m == CopyMode::kPlain ? plain : stream) * 1000), 1000);
+    }
+  };
+  run(kTrial);  // plain, the first choice
+  EXPECT_EQ(seen, std::vector<CopyMode>(kTrial, CopyMode::kPlain));
+  run(kTrial);  // the first trial of streaming, which is cheaper
+  EXPECT_EQ(tuner.next(), CopyMode::kStream);
+  seen.clear();
+  run(kPeriod);  // it streams; then tries plain again
+  EXPECT_EQ(seen, std::vector<CopyMode>(kPeriod, CopyMode::kStream));
+  seen.clear();
+  run(kTrial);
+  EXPECT_EQ(seen, std::vector<CopyMode>(kTrial, CopyMode::kPlain));
+  EXPECT_EQ(tuner.next(), CopyMode::kStream);  // still the cheaper
+  // Streaming gets dearer: the next trial of plain wins it back.
+  stream = 3.0;
+  run(kPeriod + kTrial);
+  EXPECT_EQ(tuner.next(), CopyMode::kPlain);
+  // A round right after a change is not counted: an outlier there changes nothing.
+  CopyTuner fresh(kPeriod, kTrial);
+  for (int i = 0; i < kTrial; ++i) fresh.Record(2000, 1000);  // plain: 2 ns per byte
+  fresh.Record(1, 1000);                                      // the trial's first: skipped
+  for (int i = 1; i < kTrial; ++i) fresh.Record(3000, 1000);  // streaming: 3
+  EXPECT_EQ(fresh.next(), CopyMode::kPlain);
 }
 
 // Every rank receives the same bits, those of a sum in rank order, also where float sums
@@ -188,7 +283,7 @@ TEST(SharedCollectivesTest, HalfPrecisionSumsAsAdd) {
 // on 3 ranks), in one run: each op must wait for what the ones before it left in the areas.
 TEST(SharedCollectivesTest, BroadcastCopiesTheRootsTensorsToEveryRank) {
   for (int size : {2, 3}) {
-    OnRanks(size, [&](int rank, SharedCollectives& shared) {
+    OnRanksCopying(size, CopyWays()[3].second, [&](int rank, SharedCollectives& shared) {
       for (int root = 0; root < size; ++root) {
         for (bool small : {false, true, false}) {
           RankTensors x(rank, small);
@@ -228,7 +323,7 @@ TEST(SharedCollectivesTest, AllgatherPlacesEveryPartInRankOrder) {
   size_t total = 0;
   for (size_t p : parts) total += p;
   auto byte = [](int rank, size_t i) { return static_cast<char>(rank * 37 + i % 251); };
-  OnRanks(kSize, [&](int rank, SharedCollectives& shared) {
+  OnRanksCopying(kSize, CopyWays()[1].second, [&](int rank, SharedCollectives& shared) {
     std::vector<char> in(parts[rank]);
     for (size_t i = 0; i < in.size(); ++i) in[i] = byte(rank, i);
     std::vector<char> out(total, 0);
