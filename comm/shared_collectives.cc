@@ -204,8 +204,11 @@ void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype,
   const size_t per_round = kRoundBytes / item;
   // Segments start on 64-byte boundaries of the areas.
   const size_t align = std::max<size_t>(1, 64 / item);
+  // Rank 0 times its rounds for the tuner, but for the meetings.
+  const bool timed = rank_ == 0 && !copies_.has_value();
   for (size_t base = 0; base < total; base += per_round) {
     StartRound();
+    const int64_t start = timed ? NowNanos() : 0;
     const size_t m = std::min(per_round, total - base);
     const size_t per = ((m + size_ - 1) / size_ + align - 1) / align * align;
     auto lo = [&](int r) { return std::min(m, per * static_cast<size_t>(r)); };
@@ -221,7 +224,9 @@ void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype,
     };
     copy_in(0, first);
     copy_in(last, m);
+    const int64_t copied = timed ? NowNanos() : 0;
     Meet(idle);
+    const int64_t met = timed ? NowNanos() : 0;
     ForEachRun(
         pieces, base + first, base + last, [&](const Piece& p, size_t at, size_t n, size_t pos) {
           const size_t offset = (first + pos) * item;
@@ -230,7 +235,9 @@ void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype,
           };
           SumInRankOrder(result(rank_) + offset, term, size_, dtype, n, average);
         });
+    const int64_t summed = timed ? NowNanos() : 0;
     Meet(idle);
+    const int64_t met_again = timed ? NowNanos() : 0;
     for (int r = 0; r < size_; ++r) {
       const char* sums = result(r);
       ForEachRun(pieces, base + lo(r), base + lo(r + 1),
@@ -239,6 +246,7 @@ void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype,
                                n * item);
                  });
     }
+    if (timed) EndRound((copied - start) + (summed - met) + (NowNanos() - met_again));
   }
 }
 
