@@ -117,9 +117,13 @@ size_t SharedCollectives::Footprint(int size) {
 
 SharedCollectives::SharedCollectives(void* memory, int size, int rank,
                                      std::optional<CopyMode> copies)
-    : memory_(static_cast<char*>(memory)), size_(size), rank_(rank), copies_(copies) {}
+    : memory_(static_cast<char*>(memory)),
+      size_(size),
+      rank_(rank),
+      copies_(copies),
+      tuning_(rank == 0 && !copies.has_value()) {}
 
-void SharedCollectives::StartRound() {
+void SharedCollectives::StartRound(bool timed) {
   streamable_ = 0;
   CopyMode mode;
   if (copies_.has_value()) {
@@ -128,18 +132,26 @@ void SharedCollectives::StartRound() {
     auto* word = reinterpret_cast<std::atomic<uint64_t>*>(memory_ + size_ * kCounterBytes);
     if (rank_ == 0) {
       mode = tuner_.next();
-      word->store(static_cast<uint64_t>(mode), std::memory_order_relaxed);
+      // Only a change: the others read the word every round.
+      if (mode != published_) word->store(static_cast<uint64_t>(mode), std::memory_order_relaxed);
+      published_ = mode;
     } else {
       mode = static_cast<CopyMode>(word->load(std::memory_order_relaxed));
     }
   }
   stream_ = mode == CopyMode::kStream;
+  round_timed_ = timed && tuning_;
+  if (round_timed_) {
+    round_start_ns_ = NowNanos();
+    met_ns_ = 0;
+  }
 }
 
-void SharedCollectives::EndRound(int64_t ns) {
-  if (rank_ == 0 && !copies_.has_value() && streamable_ >= kTimedAboveBytes) {
-    tuner_.Record(ns, streamable_);
+void SharedCollectives::EndRound() {
+  if (round_timed_ && streamable_ >= kTimedAboveBytes) {
+    tuner_.Record(NowNanos() - round_start_ns_ - met_ns_, streamable_);
   }
+  round_timed_ = false;
 }
 
 void SharedCollectives::CopyIn(char* dst, const void* from, size_t n) {
@@ -172,6 +184,8 @@ char* SharedCollectives::input(int rank) const {
 char* SharedCollectives::result(int rank) const { return input(rank) + kRoundBytes; }
 
 void SharedCollectives::Meet(const std::function<void(int64_t since)>& idle) {
+  // A timed round counts its meetings out (the fence's wait among them).
+  const int64_t arrived_ns = round_timed_ ? NowNanos() : 0;
   const uint64_t mark = ++meetings_;
   auto counter = [this](int rank) {
     return reinterpret_cast<Counter*>(memory_ + static_cast<size_t>(rank) * kCounterBytes);
@@ -190,6 +204,7 @@ void SharedCollectives::Meet(const std::function<void(int64_t since)>& idle) {
       idle(since);
     }
   }
+  if (round_timed_) met_ns_ += NowNanos() - arrived_ns;
 }
 
 void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype, bool average,
@@ -204,11 +219,8 @@ void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype,
   const size_t per_round = kRoundBytes / item;
   // Segments start on 64-byte boundaries of the areas.
   const size_t align = std::max<size_t>(1, 64 / item);
-  // Rank 0 times its rounds for the tuner, but for the meetings.
-  const bool timed = rank_ == 0 && !copies_.has_value();
   for (size_t base = 0; base < total; base += per_round) {
-    StartRound();
-    const int64_t start = timed ? NowNanos() : 0;
+    StartRound(/*timed=*/true);
     const size_t m = std::min(per_round, total - base);
     const size_t per = ((m + size_ - 1) / size_ + align - 1) / align * align;
     auto lo = [&](int r) { return std::min(m, per * static_cast<size_t>(r)); };
@@ -224,9 +236,7 @@ void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype,
     };
     copy_in(0, first);
     copy_in(last, m);
-    const int64_t copied = timed ? NowNanos() : 0;
     Meet(idle);
-    const int64_t met = timed ? NowNanos() : 0;
     ForEachRun(
         pieces, base + first, base + last, [&](const Piece& p, size_t at, size_t n, size_t pos) {
           const size_t offset = (first + pos) * item;
@@ -235,9 +245,7 @@ void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype,
           };
           SumInRankOrder(result(rank_) + offset, term, size_, dtype, n, average);
         });
-    const int64_t summed = timed ? NowNanos() : 0;
     Meet(idle);
-    const int64_t met_again = timed ? NowNanos() : 0;
     for (int r = 0; r < size_; ++r) {
       const char* sums = result(r);
       ForEachRun(pieces, base + lo(r), base + lo(r + 1),
@@ -246,7 +254,7 @@ void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype,
                                n * item);
                  });
     }
-    if (timed) EndRound((copied - start) + (summed - met) + (NowNanos() - met_again));
+    EndRound();
   }
 }
 
@@ -265,19 +273,14 @@ void SharedCollectives::AllreduceByAll(const std::vector<Piece>& pieces, size_t 
   StartHalves(idle);
   const size_t item = DTypeSize(dtype);
   const size_t per_round = kHalfBytes / item;
-  // Rank 0 times its rounds for the tuner, but for the meetings.
-  const bool timed = rank_ == 0 && !copies_.has_value();
   for (size_t base = 0; base < total; base += per_round, ++halves_) {
-    StartRound();
-    const int64_t start = timed ? NowNanos() : 0;
+    StartRound(/*timed=*/true);
     const size_t m = std::min(per_round, total - base);
     char* mine = half(rank_);
     ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
       CopyIn(mine + pos * item, static_cast<const char*>(p.in) + at * item, n * item);
     });
-    const int64_t copied = timed ? NowNanos() : 0;
     Meet(idle);
-    const int64_t met = timed ? NowNanos() : 0;
     ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
       // Two ranks read their own input where it is (Add reads an element's two terms before
       // it writes the sum, so the output may be the input); more ranks read every term from
@@ -288,7 +291,7 @@ void SharedCollectives::AllreduceByAll(const std::vector<Piece>& pieces, size_t 
       };
       SumInRankOrder(static_cast<char*>(p.out) + at * item, term, size_, dtype, n, average);
     });
-    if (timed) EndRound((copied - start) + (NowNanos() - met));
+    EndRound();
   }
 }
 
@@ -299,7 +302,7 @@ void SharedCollectives::Broadcast(const std::vector<Piece>& pieces, size_t item,
   for (const Piece& p : pieces) total += p.count;
   const size_t per_round = kHalfBytes / item;
   for (size_t base = 0; base < total; base += per_round, ++halves_) {
-    StartRound();
+    StartRound(/*timed=*/false);
     const size_t m = std::min(per_round, total - base);
     char* area = half(root);
     if (rank_ == root) {
@@ -326,7 +329,7 @@ void SharedCollectives::Allgather(const void* in, void* out, const std::vector<s
   const size_t longest = *std::max_element(part_bytes.begin(), part_bytes.end());
   char* gathered = static_cast<char*>(out);
   for (size_t base = 0; base < longest; base += kHalfBytes, ++halves_) {
-    StartRound();
+    StartRound(/*timed=*/false);
     auto length = [&](int r) {
       return part_bytes[r] > base ? std::min(kHalfBytes, part_bytes[r] - base) : size_t{0};
     };

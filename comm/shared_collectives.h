@@ -145,9 +145,10 @@ class SharedCollectives {
   void CopyIn(char* dst, const void* src, size_t n);
   // Sets the copy mode of the round about to start: the fixed one, or, tuned, rank 0's
   // tuner's choice, which rank 0 publishes in the segment and the others read there.
-  void StartRound();
-  // Rank 0: the round that StartRound began spent `ns` outside its meetings.
-  void EndRound(int64_t ns);
+  // `timed`: an allreduce's round, which rank 0 times for its tuner, but for its meetings.
+  void StartRound(bool timed);
+  // Ends a round: rank 0 gives a timed one's time to its tuner.
+  void EndRound();
   // Counts this rank in for the next meeting, and waits until every rank has.
   void Meet(const std::function<void(int64_t since)>& idle);
 
@@ -159,9 +160,14 @@ class SharedCollectives {
   bool streamed_ = false;     // CopyIn streamed since the last meeting
   // The copy mode: fixed, or (none) rank 0's tuner's, published in the segment.
   std::optional<CopyMode> copies_;
-  CopyTuner tuner_;        // rank 0, without a fixed mode
-  bool stream_ = false;    // this round's copies stream (StartRound)
-  size_t streamable_ = 0;  // bytes this round copied that could stream
+  const bool tuning_;                      // rank 0 without a fixed mode: tuner_ chooses
+  CopyTuner tuner_;                        // rank 0, tuning
+  CopyMode published_ = CopyMode::kPlain;  // rank 0: the mode in the segment's word
+  bool stream_ = false;                    // this round's copies stream (StartRound)
+  size_t streamable_ = 0;                  // bytes this round copied that could stream
+  bool round_timed_ = false;               // rank 0 times this round (StartRound, Meet, EndRound)
+  int64_t round_start_ns_ = 0;
+  int64_t met_ns_ = 0;  // the timed round's meetings so far
 };
 
 }  // namespace comm
