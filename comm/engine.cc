@@ -71,7 +71,7 @@ double Engine::stall_timeout_s() { return kStallTimeout.Get(); }
 void Request::Complete(Status s) {
   std::lock_guard<std::mutex> lock(mu);
   status = std::move(s);
-  done = true;
+  done.store(true, std::memory_order_release);
   cv.notify_all();
 }
 

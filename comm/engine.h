@@ -77,15 +77,15 @@ struct Request {
 
   std::mutex mu;
   std::condition_variable cv;
-  bool done = false;
+  // Set once, under mu, after `status`, which is final from then on: a caller that sees it
+  // set reads the status without the lock (a burst's later handles, done with the first,
+  // cost their waits one load each).
+  std::atomic<bool> done{false};
   Status status;
   std::vector<std::shared_ptr<const void>> owners;  // Handle::keep_alive; guarded by mu
   std::weak_ptr<Engine> engine;  // lets a waiting caller drive the engine
 
-  bool is_done() {
-    std::lock_guard<std::mutex> lock(mu);
-    return done;
-  }
+  bool is_done() const { return done.load(std::memory_order_acquire); }
 
   void Complete(Status s);
 };

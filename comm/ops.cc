@@ -68,7 +68,7 @@ StatusOr<Handle> allreduce_nonblocking(const TensorView& in, const TensorView& o
   r->desc.group = std::move(set);
   Status checks = CheckTensor(in, "allreduce", "input");
   if (checks.ok()) checks = CheckSameLayout(in, out, "allreduce");
-  return SubmitOrRefuse(*state, r, std::move(checks));
+  return SubmitOrRefuse(*state, std::move(r), std::move(checks));
 }
 
 StatusOr<Handle> broadcast_nonblocking(const TensorView& in, const TensorView& out, int root_rank,
@@ -86,7 +86,7 @@ StatusOr<Handle> broadcast_nonblocking(const TensorView& in, const TensorView& o
     checks = InvalidArgument("broadcast: root_rank ", root_rank, " is not in `ranks` (",
                              comm::RankList(ranks), ")");
   }
-  return SubmitOrRefuse(*state, r, std::move(checks));
+  return SubmitOrRefuse(*state, std::move(r), std::move(checks));
 }
 
 namespace {
@@ -112,7 +112,7 @@ StatusOr<Handle> send_nonblocking(const TensorView& in, int dst, const std::stri
   WEFT_ASSIGN_OR_RETURN(auto r, PointToPoint(*state, "send", dst, in, TensorView(), name));
   r->send = {{dst, 1.0}};
   r->desc.send_ranks = {dst};
-  return SubmitOrRefuse(*state, r, CheckTensor(in, "send", "input"));
+  return SubmitOrRefuse(*state, std::move(r), CheckTensor(in, "send", "input"));
 }
 
 StatusOr<Handle> recv_nonblocking(const TensorView& out, int src, const std::string& name) {
@@ -120,7 +120,7 @@ StatusOr<Handle> recv_nonblocking(const TensorView& out, int src, const std::str
   WEFT_ASSIGN_OR_RETURN(auto r, PointToPoint(*state, "recv", src, out, out, name));
   r->recv = {{src, 1.0}};
   r->desc.recv_ranks = {src};
-  return SubmitOrRefuse(*state, r, CheckTensor(out, "recv", "output"));
+  return SubmitOrRefuse(*state, std::move(r), CheckTensor(out, "recv", "output"));
 }
 
 StatusOr<Handle> recv_nonblocking(Allocator alloc, int src, const std::string& name) {
@@ -149,7 +149,7 @@ StatusOr<Handle> allgather_nonblocking(const TensorView& in, Allocator alloc,
   if (checks.ok() && !alloc) checks = InvalidArgument("allgather: no output allocator given");
   auto r = NewRequest(*state, OpType::kAllgather, in, TensorView(), name);
   r->alloc = std::move(alloc);
-  return SubmitOrRefuse(*state, r, std::move(checks));
+  return SubmitOrRefuse(*state, std::move(r), std::move(checks));
 }
 
 StatusOr<Handle> neighbor_allgather_nonblocking(const TensorView& in, Allocator alloc,
@@ -194,7 +194,7 @@ StatusOr<Handle> neighbor_allgather_nonblocking(const TensorView& in, Allocator 
   }
   for (const auto& e : r->send) r->desc.send_ranks.push_back(e.first);
   for (const auto& e : r->recv) r->desc.recv_ranks.push_back(e.first);
-  return Submit(*state, r);
+  return Submit(*state, std::move(r));
 }
 
 StatusOr<Handle> neighbor_allreduce_nonblocking(const TensorView& in, const TensorView& out,
@@ -212,7 +212,7 @@ StatusOr<Handle> neighbor_allreduce_nonblocking(const TensorView& in, const Tens
                                     "src_weights", "dst_weights");
   }
   r->desc.fusion_signature = PatternSignature("nar", r->self_weight, r->send, r->recv);
-  return SubmitOrRefuse(*state, r, std::move(checks));
+  return SubmitOrRefuse(*state, std::move(r), std::move(checks));
 }
 
 StatusOr<Handle> hierarchical_neighbor_allreduce_nonblocking(
@@ -237,7 +237,7 @@ StatusOr<Handle> hierarchical_neighbor_allreduce_nonblocking(
                                     "src_machine_weights", "dst_machine_weights");
   }
   r->desc.fusion_signature = PatternSignature("hnar", r->self_weight, r->send, r->recv);
-  return SubmitOrRefuse(*state, r, std::move(checks));
+  return SubmitOrRefuse(*state, std::move(r), std::move(checks));
 }
 
 StatusOr<Handle> pair_gossip_nonblocking(const TensorView& in, const TensorView& out, int peer,
@@ -263,7 +263,7 @@ StatusOr<Handle> pair_gossip_nonblocking(const TensorView& in, const TensorView&
   r->desc.send_ranks = {peer};
   r->desc.recv_ranks = {peer};
   r->desc.fusion_signature = PatternSignature("gossip", self_weight, r->send, r->recv);
-  return Submit(*state, r);
+  return Submit(*state, std::move(r));
 }
 
 namespace comm {
@@ -294,7 +294,7 @@ Status RefuseOp(const OpIdentity& id, Status why) {
 StatusOr<Handle> barrier_nonblocking() {
   WEFT_ASSIGN_OR_RETURN(auto state, Begin("barrier", ""));
   auto r = NewRequest(*state, OpType::kBarrier, TensorView(), TensorView(), "");
-  return Submit(*state, r);
+  return Submit(*state, std::move(r));
 }
 
 bool poll(const Handle& handle) {
@@ -308,9 +308,11 @@ bool poll(const Handle& handle) {
 Status wait(const Handle& handle) {
   if (!handle.request_) return InvalidArgument("wait: the handle is empty");
   comm::Request& r = *handle.request_;
-  if (auto engine = r.engine.lock()) WEFT_RETURN_IF_ERROR(engine->DriveUntilDone(r));
-  std::unique_lock<std::mutex> lock(r.mu);
-  r.cv.wait(lock, [&] { return r.done; });
+  if (!r.is_done()) {
+    if (auto engine = r.engine.lock()) WEFT_RETURN_IF_ERROR(engine->DriveUntilDone(r));
+    std::unique_lock<std::mutex> lock(r.mu);
+    r.cv.wait(lock, [&] { return r.done.load(std::memory_order_relaxed); });
+  }
   return r.status;
 }
 
