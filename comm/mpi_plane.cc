@@ -129,9 +129,8 @@ const config::IntSetting kSharedMemoryBytes(
     "broadcasts and allgathers over all of them of up to this many bytes (a fused group: all "
     "of its tensors; an allgather: its output) run through memory the ranks share, reading "
     "each input and writing each output where it is (no fusion buffer), instead of MPI's "
-    "collectives. -1: 512 KiB, allreduces and broadcasts of any size when the job has two "
-    "ranks, and allreduces of any size when the machine's ranks outnumber its CPUs; 0: never. "
-    "Every rank must see the same value.",
+    "collectives. -1: any size when the job has two ranks or the machine's ranks outnumber "
+    "its CPUs, otherwise 512 KiB; 0: never. Every rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 const config::IntSetting kSharedMemoryStream(
@@ -143,11 +142,12 @@ const config::IntSetting kSharedMemoryStream(
     /*min=*/-1, /*max=*/1);
 
 // Whether an op of `bytes` over every rank runs through shared memory; `any_size`: by
-// default whatever its size. With a CPU per rank, Open MPI (which reads another rank's
-// buffer directly, one copy) overtakes its allgather from 1 MiB on 2 ranks; its allreduce
-// and broadcast of 2 ranks beat MPI's at every size measured (up to 16 and 64 MiB). Where
-// ranks share CPUs, it beat MPI's allreduce at every size up to 16 MiB on 4 ranks, but not
-// its allgather from 4 MiB or its broadcast from 1 MiB (bench/README.md).
+// default whatever its size. Two ranks with a CPU each, and 4 ranks sharing 2 CPUs, ran every
+// op faster through shared memory than through Open MPI at every size measured, although an
+// allgather copies each part twice there and once in Open MPI (allgather on 2 ranks
+// 1.06-1.74x MPI's speed at 1-64 MiB, on 4 ranks 2.35-3.32x at 1-32 MiB; broadcast on 4
+// ranks 2.53-4.04x; bench/README.md). More ranks with a CPU each were not measured: they
+// keep MPI's collectives past 512 KiB.
 bool UseSharedMemory(size_t bytes, bool any_size) {
   int64_t limit = kSharedMemoryBytes.Get();
   if (limit < 0) limit = any_size ? std::numeric_limits<int64_t>::max() : int64_t{512} << 10;
@@ -192,6 +192,8 @@ class MpiPlane : public HostPlane {
   void Close() override;
 
  private:
+  // Whether ops through shared memory take any size by default (UseSharedMemory).
+  bool AnySize() const { return ctx_.size == 2 || ctx_.oversubscribed; }
   Status RunAllreduce(Group& group, const Response& response);
   Status RunBroadcast(Group& group);
   Status RunAllgather(Group& group, const Response& response);
@@ -394,9 +396,7 @@ Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
   for (auto& r : group) bytes += r->in.nbytes();
   // A fused group reads its packed buffer in place.
   const bool out_of_place = response.out_of_place && group.size() == 1;
-  const bool two = ctx_.size == 2;
-  const bool shared = shared_.has_value() && ranks.empty() &&
-                      UseSharedMemory(bytes, /*any_size=*/ctx_.oversubscribed || two);
+  const bool shared = shared_.has_value() && ranks.empty() && UseSharedMemory(bytes, AnySize());
   const bool use_ring =
       UseRing(peers_->kind(), ctx_.machine_size, members, bytes, out_of_place, shared);
   if (!use_ring && shared) {
@@ -440,8 +440,7 @@ Status MpiPlane::RunBroadcast(Group& group) {
   WEFT_ASSIGN_OR_RETURN(MPI_Comm comm, CommOf(ranks));
   size_t bytes = 0;
   for (auto& r : group) bytes += r->out.nbytes();
-  // Two ranks broadcast faster through shared memory at every size (bench/README.md).
-  if (shared_.has_value() && ranks.empty() && UseSharedMemory(bytes, /*any_size=*/ctx_.size == 2)) {
+  if (shared_.has_value() && ranks.empty() && UseSharedMemory(bytes, AnySize())) {
     const int64_t start = TraceStart(timeline_);
     shared_->Broadcast(SharedPieces(group), group[0]->out.itemsize(), root, idle_);
     Trace(group, "communicate", start);
@@ -492,7 +491,7 @@ Status MpiPlane::RunAllgather(Group& group, const Response& response) {
   WEFT_RETURN_IF_ERROR(CheckAllocated(out, r.in.dtype(), shape, r.in.device()));
   r.out = *out;
   const int64_t start = TraceStart(timeline_);
-  if (shared_.has_value() && UseSharedMemory(total, /*any_size=*/false)) {
+  if (shared_.has_value() && UseSharedMemory(total, AnySize())) {
     std::vector<size_t> parts(counts.begin(), counts.end());
     shared_->Allgather(r.in.data(), r.out.data(), parts, idle_);
     r.backend = "SHM";

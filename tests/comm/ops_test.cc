@@ -428,6 +428,41 @@ TEST(Allgather, VariableFirstDimension) {
   }
 }
 
+// Allgathers through shared memory (every size: a 64 MiB limit) and through MPI (limit 0)
+// place every rank's rows alike: parts of different lengths, the longest spanning several
+// of the segment's 512 KiB rounds and the shortest none (rank 0 adds no rows), each
+// allgather after an allreduce that leaves its own bytes in the segment.
+TEST(Allgather, SharedMemoryRoundsMatchMpi) {
+  constexpr int64_t kRowFloats = 3;
+  auto rows_of = [](int r) -> int64_t { return r == 0 ? 0 : 70001 * r + 5; };  // 0.8 MiB per r
+  auto value = [](int r, int64_t i) { return static_cast<double>((r * 131 + i * 7) % 1009); };
+  for (const char* limit : {"67108864", "0"}) {
+    ASSERT_TRUE(config::Registry::Global().Set("WEFT_SHARED_MEMORY_BYTES", limit).ok());
+    for (int pass = 0; pass < 2; ++pass) {
+      Buffer sum(DType::kFloat32, {1 << 17});
+      sum.Fill(rank());
+      ASSERT_TRUE(allreduce(sum.view(), sum.view(), false).ok());
+      ExpectAll(sum, size() * (size() - 1) / 2.0, "allreduce between allgathers");
+      Buffer in(DType::kFloat32, {rows_of(rank()), kRowFloats});
+      for (int64_t i = 0; i < in.numel(); ++i) in.Set(i, value(rank(), i));
+      Arena arena;
+      auto out = allgather(in.view(), arena.allocator());
+      ASSERT_TRUE(out.ok()) << out.status();
+      int64_t rows = 0;
+      for (int r = 0; r < size(); ++r) rows += rows_of(r);
+      ASSERT_EQ(out->shape(), (std::vector<int64_t>{rows, kRowFloats}));
+      int64_t at = 0;
+      for (int r = 0; r < size(); ++r) {
+        for (int64_t i = 0; i < rows_of(r) * kRowFloats; ++i, ++at) {
+          ASSERT_EQ(Buffer::Read(out->data(), DType::kFloat32, at), value(r, i))
+              << "limit " << limit << " pass " << pass << ": rank " << r << "'s element " << i;
+        }
+      }
+    }
+  }
+  config::Registry::Global().Unset("WEFT_SHARED_MEMORY_BYTES");
+}
+
 TEST(NeighborAllgather, StaticTopologyOrdersByRank) {
   const int n = size();
   for (const auto& [name, topo] : AllTopologies(n)) {
