@@ -129,8 +129,9 @@ const config::IntSetting kSharedMemoryBytes(
     "broadcasts and allgathers over all of them of up to this many bytes (a fused group: all "
     "of its tensors; an allgather: its output) run through memory the ranks share, reading "
     "each input and writing each output where it is (no fusion buffer), instead of MPI's "
-    "collectives. -1: any size when the job has two ranks or the machine's ranks outnumber "
-    "its CPUs, otherwise 512 KiB; 0: never. Every rank must see the same value.",
+    "collectives. -1: 512 KiB, but any size when the machine's ranks outnumber its CPUs, "
+    "and for allreduces and broadcasts when the job has two ranks; 0: never. Every rank must "
+    "see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 const config::IntSetting kSharedMemoryStream(
@@ -142,12 +143,15 @@ const config::IntSetting kSharedMemoryStream(
     /*min=*/-1, /*max=*/1);
 
 // Whether an op of `bytes` over every rank runs through shared memory; `any_size`: by
-// default whatever its size. Two ranks with a CPU each, and 4 ranks sharing 2 CPUs, ran every
-// op faster through shared memory than through Open MPI at every size measured, although an
-// allgather copies each part twice there and once in Open MPI (allgather on 2 ranks
-// 1.06-1.74x MPI's speed at 1-64 MiB, on 4 ranks 2.35-3.32x at 1-32 MiB; broadcast on 4
-// ranks 2.53-4.04x; bench/README.md). More ranks with a CPU each were not measured: they
-// keep MPI's collectives past 512 KiB.
+// default whatever its size. Where 4 ranks share 2 CPUs every op ran faster through shared
+// memory than through Open MPI at every size measured (512 KiB to 32 MiB: allgather
+// 0.98-3.32x MPI's speed, broadcast 1.44-4.04x, with and without weftrun's malloc settings);
+// so did two ranks with a CPU each for allreduces and broadcasts (up to 16 and 64 MiB).
+// Their allgathers, which copy each part twice through the segment where Open MPI copies it
+// once from the other rank's buffer, lost from 1 MiB where the buffers sit on huge pages
+// (weftrun's settings: 0.57-0.86x against 0.88-1.02 through MPI) and won where they do not
+// (1.06-1.74x against 0.92-1.09), so they keep 512 KiB, as do jobs of more ranks with a CPU
+// each, which were not measured (bench/README.md).
 bool UseSharedMemory(size_t bytes, bool any_size) {
   int64_t limit = kSharedMemoryBytes.Get();
   if (limit < 0) limit = any_size ? std::numeric_limits<int64_t>::max() : int64_t{512} << 10;
@@ -192,7 +196,8 @@ class MpiPlane : public HostPlane {
   void Close() override;
 
  private:
-  // Whether ops through shared memory take any size by default (UseSharedMemory).
+  // Whether allreduces and broadcasts through shared memory take any size by default
+  // (UseSharedMemory).
   bool AnySize() const { return ctx_.size == 2 || ctx_.oversubscribed; }
   Status RunAllreduce(Group& group, const Response& response);
   Status RunBroadcast(Group& group);
@@ -491,7 +496,9 @@ Status MpiPlane::RunAllgather(Group& group, const Response& response) {
   WEFT_RETURN_IF_ERROR(CheckAllocated(out, r.in.dtype(), shape, r.in.device()));
   r.out = *out;
   const int64_t start = TraceStart(timeline_);
-  if (shared_.has_value() && UseSharedMemory(total, AnySize())) {
+  // Not AnySize(): two ranks with a CPU each gather faster through Open MPI's single copy
+  // past 512 KiB where the buffers sit on huge pages, as weftrun's malloc settings put them.
+  if (shared_.has_value() && UseSharedMemory(total, ctx_.oversubscribed)) {
     std::vector<size_t> parts(counts.begin(), counts.end());
     shared_->Allgather(r.in.data(), r.out.data(), parts, idle_);
     r.backend = "SHM";
