@@ -42,6 +42,11 @@ class Engine;
 using HostCopier = std::function<Status(void* dst, const void* src, size_t bytes, bool to_device)>;
 
 struct Request {
+  Request() = default;
+  // Copy-constructs the views: a view's dimensions copy as one block that way, where
+  // assigning them goes element by element (a quarter of a submission's instructions).
+  Request(const TensorView& in_view, const TensorView& out_view) : in(in_view), out(out_view) {}
+
   Descriptor desc;  // what is negotiated (op, key, shape, pattern...)
   TensorView in;
   TensorView out;

@@ -202,9 +202,7 @@ std::string WinCreateKey(const std::string& name) { return "win_create:" + name;
 
 std::shared_ptr<Request> NewRequest(const State& state, OpType op, const TensorView& in,
                                     const TensorView& out, const std::string& name) {
-  auto r = std::make_shared<Request>();
-  r->in = in;
-  r->out = out;
+  auto r = std::make_shared<Request>(in, out);
   r->desc.rank = state.ctx.rank;
   r->desc.op = op;
   r->desc.key = name;
