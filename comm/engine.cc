@@ -204,9 +204,11 @@ Status Engine::AssignKey(Request& r, bool refusing) {
     }
     if (d.group.empty()) {
       r.number = next_unnamed_++;
+      d.number = r.number;
       d.key = UnnamedKey(r.number, "");
     } else {
-      d.key = UnnamedKey(next_unnamed_in_group_[d.group]++, KeyScope(d.group));
+      d.number = next_unnamed_in_group_[d.group]++;
+      d.key = UnnamedKey(d.number, KeyScope(d.group));
     }
   } else if (d.key[0] != '#') {  // '#': internal ops with a fixed key (shutdown, window ops)
     d.key += KeyScope(d.group);

@@ -235,7 +235,10 @@ Follows Classify(const Descriptor& d, const Descriptor* previous) {
   const bool repeat = previous != nullptr && SameButKey(d, *previous);
   assert(previous == nullptr || repeat == SameEncodingButKey(d, *previous));
   if (!repeat) return Follows::kNot;
-  return IsNextUnnamedKey(previous->key, d.key) ? Follows::kNext : Follows::kRepeat;
+  // Equal groups (SameButKey) give equal scopes: the numbers alone tell.
+  const bool next = d.number >= 0 && previous->number >= 0 ? d.number == previous->number + 1
+                                                           : IsNextUnnamedKey(previous->key, d.key);
+  return next ? Follows::kNext : Follows::kRepeat;
 }
 
 }  // namespace
