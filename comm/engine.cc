@@ -203,9 +203,8 @@ Status Engine::AssignKey(Request& r, bool refusing) {
                    : "give the op a name (named ops are matched by name, from any thread)");
     }
     if (d.group.empty()) {
-      r.number = next_unnamed_++;
-      d.number = r.number;
-      d.key = UnnamedKey(r.number, "");
+      d.number = next_unnamed_++;
+      d.key = UnnamedKey(d.number, "");
     } else {
       d.number = next_unnamed_in_group_[d.group]++;
       d.key = UnnamedKey(d.number, KeyScope(d.group));
@@ -460,7 +459,11 @@ bool Engine::Progress() {
         local_.push_back(r);
         continue;
       }
-      if (r->number >= 0 && control_->agreement() != nullptr && TryDirect(r)) continue;
+      // Direct agreement numbers the unnamed ops of every rank (no process set) only.
+      if (r->desc.number >= 0 && r->desc.group.empty() && control_->agreement() != nullptr &&
+          TryDirect(r)) {
+        continue;
+      }
       descriptors.push_back(&r->desc);
       // A refused op runs nothing here: only the others are told.
       if (r->desc.refused_code == 0) outstanding_[r->desc.key] = r;
@@ -516,7 +519,7 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r) {
         direct_ == nullptr && outstanding_.empty() && local_.empty() && !device_->busy() &&
         d.shape.size() + 2 <= Agreement::kAgreedWords && r->in.nbytes() < (uint64_t{1} << 40) &&
         (!dynamic || ctx_.size <= 32) && kDirectAgreement.Get())) {
-    agreement.Skip(r->number);
+    agreement.Skip(r->desc.number);
     return false;
   }
   // What the coordinator would check (Coordinator::Validate): the op, dtype, device type,
@@ -542,7 +545,7 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r) {
     // The rows (under 2^40 bytes, so they fit) and whether the op is in place.
     facts.own = d.rows() * 2 + (d.in_place ? 1 : 0);
   }
-  const Agreement::Decision decision = agreement.Arrive(r->number, facts);
+  const Agreement::Decision decision = agreement.Arrive(r->desc.number, facts);
   if (decision == Agreement::Decision::kNegotiate) return false;
   direct_ = r;
   // kRun (this rank counted in last): SettleDirect runs it, after this round's descriptors
@@ -566,7 +569,7 @@ bool Engine::PatternsMatch(const Agreement& agreement) const {
 
 bool Engine::SettleDirect(bool must) {
   Agreement& agreement = *control_->agreement();
-  const int64_t number = direct_->number;
+  const int64_t number = direct_->desc.number;
   Agreement::Decision decision = direct_runs_ ? Agreement::Decision::kRun : agreement.Poll(number);
   if (decision == Agreement::Decision::kWait &&
       (must || NowMicros() - direct_since_us_ > kDirectWaitMicros)) {
@@ -833,7 +836,7 @@ void Engine::FailAll(const Status& status) {
   device_->Drain();  // started on the device: it completes on its own, with its own status
   if (direct_ != nullptr) {
     // Whatever it says, nothing runs now.
-    if (!direct_runs_) control_->agreement()->Withdraw(direct_->number);
+    if (!direct_runs_) control_->agreement()->Withdraw(direct_->desc.number);
     outstanding_[direct_->desc.key] = std::move(direct_);
     direct_ = nullptr;
   }

@@ -70,8 +70,6 @@ struct Request {
   // The caller waits for it right away, outside a group: it may run without the
   // coordinator's answer when every rank calls it alike (agreement.h).
   bool blocking = false;
-  // An unnamed op of every rank (no process set): its number in the call order; else -1.
-  int64_t number = -1;
   // Neighbor ops: the exchange follows the topology (no dst_weights), which is the same on
   // every rank, so every rank's sends match the others' receives without a check.
   bool topology_pattern = false;

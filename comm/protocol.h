@@ -41,8 +41,9 @@ struct Descriptor {
   int32_t rank = 0;
   OpType op = OpType::kAllreduce;
   std::string key;  // what matches requests across ranks: the name, or "#<seq>"
-  // An unnamed op's number, as its key gives it (the engine sets both); -1 when unknown.
-  // Not sent: it only spares the sender parsing its own keys (Classify).
+  // An unnamed op's number in its scope, as its key gives it (the engine sets both); -1 for
+  // other ops, and for descriptors read from the wire. Not sent: it spares the sender
+  // parsing its own keys (Classify), and numbers direct agreement's ops (engine.cc).
   int64_t number = -1;
   // For messages, where Describe's words do not fit (window ops); usually empty, and
   // Describe names the op from its key.
