@@ -160,8 +160,9 @@ void SharedCollectives::CopyIn(char* dst, const void* from, size_t n) {
   // Plain copies up to the first whole line of `dst`, and after the last.
   const size_t head = std::min(n, (64 - reinterpret_cast<uintptr_t>(dst) % 64) % 64);
   const size_t body = (n - head) / 64 * 64;
-  if (n < kStreamBelowBytes && body > 0) streamable_ += n;
-  if (stream_ && n < kStreamBelowBytes && body > 0) {
+  const bool streamable = n < kStreamBelowBytes && body > 0;
+  if (streamable) streamable_ += n;
+  if (stream_ && streamable) {
     std::memcpy(dst, src, head);
     char* d = dst + head;
     const char* s = src + head;
