@@ -358,8 +358,8 @@ Status Engine::DriveUntilDone(Request& r) {
         "wait: called while this thread runs weft's engine (from an output Allocator?); "
         "it would wait for itself");
   }
-  // Done already (a burst's later handles, completed with the first): nothing to drive,
-  // and nothing was taken from the engine thread to hand back.
+  // Done since the caller looked (wait() returns at once for an op done before): nothing
+  // to drive, and nothing was taken from the engine thread to hand back.
   if (r.is_done()) return OkStatus();
   int64_t last_progress_us = NowMicros();
   while (!r.is_done()) {

@@ -496,8 +496,7 @@ Status MpiPlane::RunAllgather(Group& group, const Response& response) {
   WEFT_RETURN_IF_ERROR(CheckAllocated(out, r.in.dtype(), shape, r.in.device()));
   r.out = *out;
   const int64_t start = TraceStart(timeline_);
-  // Not AnySize(): two ranks with a CPU each gather faster through Open MPI's single copy
-  // past 512 KiB where the buffers sit on huge pages, as weftrun's malloc settings put them.
+  // Not AnySize(): two ranks with a CPU each keep the limit (UseSharedMemory says why).
   if (shared_.has_value() && UseSharedMemory(total, ctx_.oversubscribed)) {
     std::vector<size_t> parts(counts.begin(), counts.end());
     shared_->Allgather(r.in.data(), r.out.data(), parts, idle_);
