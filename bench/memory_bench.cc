@@ -27,7 +27,7 @@
 
 namespace {
 
-constexpr size_t kRoundBytes = size_t{512} << 10;
+size_t g_round_bytes = size_t{512} << 10;
 constexpr size_t kStageBytes = size_t{16} << 10;
 
 enum Loop { kInPlace, kOutOfPlace, kStreaming, kLoops };
@@ -60,7 +60,7 @@ void AddStreaming(float* out, const float* in, const float* other, size_t count,
 }
 
 void Pass(Loop loop, Buffers& b, size_t count) {
-  const size_t per_round = kRoundBytes / sizeof(float);
+  const size_t per_round = g_round_bytes / sizeof(float);
   float* in = b.in.data();
   float* out = loop == kInPlace ? in : b.out.data();
   for (size_t base = 0; base < count; base += per_round) {
@@ -94,12 +94,15 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   int64_t min_bytes = int64_t{1} << 20, max_bytes = int64_t{64} << 20;
   int reps = 21;
+  int64_t round_bytes = int64_t{512} << 10;
   weft::cli::FlagSet flags(
       "memory_bench",
       "The memory floor under out-of-place reductions: one rank's reduction loop in place, "
       "out of place and out of place with streaming stores, on every rank at once.");
   flags.Int("--min-bytes", &min_bytes, "smallest buffer per rank; sizes double", 4096)
       .Int("--max-bytes", &max_bytes, "largest buffer per rank", 4096, int64_t{1} << 32)
+      .Int("--round-bytes", &round_bytes, "bytes per round (weft's allreduce: 524288)", 4096,
+           int64_t{1} << 30)
       .Int("--reps", &reps, "timed passes of each loop per size", 1, 100000);
   const weft::Status parsed = flags.Parse(std::vector<std::string>(argv + 1, argv + argc));
   if (!parsed.ok() || flags.help_requested()) {
@@ -115,7 +118,7 @@ int main(int argc, char** argv) {
     std::printf(
         "# memory_bench: %d rank(s) at once; float32; rounds of %zu KiB; us, slowest "
         "rank, median of %d\n",
-        size, kRoundBytes >> 10, reps);
+        size, g_round_bytes >> 10, reps);
     std::printf("| bytes per rank | in place | out of place | ratio | streaming | ratio |\n");
     std::printf("| --- | --- | --- | --- | --- | --- |\n");
   }
@@ -124,8 +127,8 @@ int main(int argc, char** argv) {
     Buffers b;
     b.in.assign(count, 1.0f);
     b.out.assign(count, 0.0f);
-    b.mine.assign(kRoundBytes / sizeof(float), 0.0f);
-    b.other.assign(kRoundBytes / sizeof(float), 2.0f);
+    b.mine.assign(g_round_bytes / sizeof(float), 0.0f);
+    b.other.assign(g_round_bytes / sizeof(float), 2.0f);
     b.stage.assign(kStageBytes / sizeof(float), 0.0f);
     std::vector<double> times[kLoops];
     for (int loop = 0; loop < kLoops; ++loop) Pass(static_cast<Loop>(loop), b, count);  // warm-up
