@@ -184,13 +184,11 @@ char* SharedCollectives::input(int rank) const {
 
 char* SharedCollectives::result(int rank) const { return input(rank) + kRoundBytes; }
 
-void SharedCollectives::Meet(const std::function<void(int64_t since)>& idle) {
-  // A timed round counts its meetings out (the fence's wait among them).
-  const int64_t arrived_ns = round_timed_ ? NowNanos() : 0;
-  const uint64_t mark = ++meetings_;
-  auto counter = [this](int rank) {
-    return reinterpret_cast<Counter*>(memory_ + static_cast<size_t>(rank) * kCounterBytes);
-  };
+std::atomic<uint64_t>* SharedCollectives::counter(int rank) const {
+  return reinterpret_cast<Counter*>(memory_ + static_cast<size_t>(rank) * kCounterBytes);
+}
+
+void SharedCollectives::Count(uint64_t mark) {
   // Release: what this rank wrote before is seen by a rank that sees the count. Streamed
   // stores are not ordered with other stores: a fence first.
 #ifdef WEFT_STREAM_STORES
@@ -198,13 +196,38 @@ void SharedCollectives::Meet(const std::function<void(int64_t since)>& idle) {
 #endif
   streamed_ = false;
   counter(rank_)->store(mark, std::memory_order_release);
+}
+
+void SharedCollectives::WaitFor(int from, int to, uint64_t mark,
+                                const std::function<void(int64_t since)>& idle) {
   int64_t since = 0;
-  for (int r = 0; r < size_; ++r) {
+  for (int r = from; r < to; ++r) {
     while (counter(r)->load(std::memory_order_acquire) < mark) {
       if (since == 0) since = Timeline::NowMicros();
       idle(since);
     }
   }
+}
+
+void SharedCollectives::Meet(const std::function<void(int64_t since)>& idle) {
+  // A timed round counts its meetings out (the fence's wait among them).
+  const int64_t arrived_ns = round_timed_ ? NowNanos() : 0;
+  const uint64_t mark = ++meetings_;
+  Count(mark);
+  WaitFor(0, size_, mark, idle);
+  one_way_before_ = one_way_last_;
+  one_way_last_ = false;
+  if (round_timed_) met_ns_ += NowNanos() - arrived_ns;
+}
+
+void SharedCollectives::BeforeWrite(const std::function<void(int64_t since)>& idle) {
+  // After a whole meeting every rank has counted it, and so read what the rounds before it
+  // left. After a one-way one, the half about to be written was last written two meetings
+  // ago; its readers counted in once done: at that meeting if it went one way too, at the
+  // next otherwise (a whole meeting's readers read after it).
+  if (!one_way_last_) return;
+  const int64_t arrived_ns = round_timed_ ? NowNanos() : 0;
+  WaitFor(0, size_, one_way_before_ ? meetings_ - 1 : meetings_, idle);
   if (round_timed_) met_ns_ += NowNanos() - arrived_ns;
 }
 
@@ -278,6 +301,7 @@ void SharedCollectives::AllreduceByAll(const std::vector<Piece>& pieces, size_t 
     StartRound(/*timed=*/true);
     const size_t m = std::min(per_round, total - base);
     char* mine = half(rank_);
+    BeforeWrite(idle);
     ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
       CopyIn(mine + pos * item, static_cast<const char*>(p.in) + at * item, n * item);
     });
@@ -306,19 +330,30 @@ void SharedCollectives::Broadcast(const std::vector<Piece>& pieces, size_t item,
     StartRound(/*timed=*/false);
     const size_t m = std::min(per_round, total - base);
     char* area = half(root);
+    // The meeting goes one way: the root counts in once its inputs are in the area and goes
+    // on; the others wait for that count alone, copy out, then count in.
     if (rank_ == root) {
+      BeforeWrite(idle);
       ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
-        const char* from = static_cast<const char*>(p.in) + at * item;
-        CopyIn(area + pos * item, from, n * item);
-        if (p.out != p.in) std::memcpy(static_cast<char*>(p.out) + at * item, from, n * item);
+        CopyIn(area + pos * item, static_cast<const char*>(p.in) + at * item, n * item);
       });
-    }
-    Meet(idle);
-    if (rank_ != root) {
+      Count(++meetings_);
+      ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t) {
+        if (p.out != p.in) {
+          std::memcpy(static_cast<char*>(p.out) + at * item,
+                      static_cast<const char*>(p.in) + at * item, n * item);
+        }
+      });
+    } else {
+      const uint64_t mark = ++meetings_;
+      WaitFor(root, root + 1, mark, idle);
       ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
         std::memcpy(static_cast<char*>(p.out) + at * item, area + pos * item, n * item);
       });
+      Count(mark);
     }
+    one_way_before_ = one_way_last_;
+    one_way_last_ = true;
   }
 }
 
@@ -334,6 +369,7 @@ void SharedCollectives::Allgather(const void* in, void* out, const std::vector<s
     auto length = [&](int r) {
       return part_bytes[r] > base ? std::min(kHalfBytes, part_bytes[r] - base) : size_t{0};
     };
+    BeforeWrite(idle);
     if (const size_t n = length(rank_); n > 0) {
       const char* from = static_cast<const char*>(in) + base;
       CopyIn(half(rank_), from, n);

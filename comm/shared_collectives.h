@@ -10,7 +10,8 @@
 //     rank, in rank order, straight into its outputs (two ranks: its own inputs read where
 //     they are);
 //   - broadcast: the root copies its inputs into its half (and into its own outputs
-//     directly); meeting; the others copy them out;
+//     directly); a one-way meeting: the root counts in and goes on, the others wait for
+//     the root's count alone, copy the inputs out, then count in;
 //   - allgather: each rank copies its part into its half (and into its own output
 //     directly); meeting; each rank copies the others' parts out.
 // Larger allreduces of more than two ranks go sliced, in rounds of a whole area between two
@@ -23,9 +24,11 @@
 // An area is written only after every rank is done reading what was left in it: a half
 // after the meeting of the round between (which another rank reaches only after reading
 // it), with one more meeting when the round follows a sliced one, whose sums may still be
-// being read; a sliced round's areas after its own meetings. So the areas serve every
-// round. The rounds and their counters continue from op to op, which every rank runs in
-// the same order.
+// being read; a sliced round's areas after its own meetings. After a one-way meeting a
+// rank about to write a half first waits until every rank has counted in as far as its
+// readers count once done (BeforeWrite): the root of a broadcast runs at most one round
+// ahead of its slowest reader. So the areas serve every round. The rounds and their counters
+// continue from op to op, which every rank runs in the same order.
 //
 // A rank that waits polls through a callback, so that another rank's one-sided op into its
 // window, which may need its MPI progress, is not held up. There is no deadline: a rank
@@ -37,6 +40,7 @@
 #ifndef WEFT_COMM_SHARED_COLLECTIVES_H_
 #define WEFT_COMM_SHARED_COLLECTIVES_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -149,8 +153,17 @@ class SharedCollectives {
   void StartRound(bool timed);
   // Ends a round: rank 0 gives a timed one's time to its tuner.
   void EndRound();
+  std::atomic<uint64_t>* counter(int rank) const;
+  // Sets this rank's count to `mark` (release: what it wrote before is seen by whoever
+  // sees the count).
+  void Count(uint64_t mark);
+  // Waits until ranks [from, to) have counted `mark`.
+  void WaitFor(int from, int to, uint64_t mark, const std::function<void(int64_t since)>& idle);
   // Counts this rank in for the next meeting, and waits until every rank has.
   void Meet(const std::function<void(int64_t since)>& idle);
+  // Before this rank writes into a half: after a one-way meeting, waits until every rank
+  // is done reading what the half held.
+  void BeforeWrite(const std::function<void(int64_t since)>& idle);
 
   char* memory_;
   int size_, rank_;
@@ -158,6 +171,10 @@ class SharedCollectives {
   uint64_t halves_ = 0;       // rounds in halves, so far
   bool sliced_last_ = false;  // the last allreduce was sliced
   bool streamed_ = false;     // CopyIn streamed since the last meeting
+  // The last meeting, and the one before it, went one way (a broadcast's: only the root's
+  // count is waited for, and the others count in once done reading).
+  bool one_way_last_ = false;
+  bool one_way_before_ = false;
   // The copy mode: fixed, or (none) rank 0's tuner's, published in the segment.
   std::optional<CopyMode> copies_;
   const bool tuning_;                      // rank 0 without a fixed mode: tuner_ chooses

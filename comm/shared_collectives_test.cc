@@ -1,11 +1,13 @@
 #include "comm/shared_collectives.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -309,6 +311,62 @@ TEST(SharedCollectivesTest, BroadcastCopiesTheRootsTensorsToEveryRank) {
           for (int r = 0; r < size; ++r) want += Value(r, 0, i);
           ASSERT_EQ(y[i], want) << "allreduce after root " << root << ", rank " << rank << " at "
                                 << i;
+        }
+      }
+    });
+  }
+}
+
+// A broadcast's root does not wait for the others to copy its inputs out: it may start the
+// next op while they still read, theirs or the op's before. Ops in turn whose readers take
+// long (spanning rounds) before a broadcast and short ops after it, each rank late now and
+// then, and values of each op's own: a rank that wrote an area before every rank was done
+// reading what it held before shows as a wrong value.
+TEST(SharedCollectivesTest, BroadcastRootsRunAheadOnlyAsFarAsTheReadersAllow) {
+  enum Kind { kAllgather, kBroadcast, kAllreduce };
+  const std::vector<std::pair<Kind, bool>> pattern = {
+      {kAllgather, true},  {kBroadcast, false}, {kAllreduce, false}, {kAllreduce, true},
+      {kBroadcast, false}, {kAllgather, false}, {kAllgather, true},  {kBroadcast, false},
+      {kAllgather, false}, {kBroadcast, true},  {kBroadcast, false}};
+  const size_t long_count = SharedCollectives::kRoundBytes * 3 / 4 / sizeof(float) + 5;
+  for (int size : {2, 3, 4}) {
+    OnRanksCopying(size, CopyWays()[3].second, [&](int rank, SharedCollectives& shared) {
+      auto value = [](int op, int r, size_t i) {
+        return static_cast<float>(op * 1000 + r * 100 + static_cast<int>(i % 97));
+      };
+      for (int op = 0; op < 88; ++op) {
+        if (rank == (op * 7 + 1) % size && op % 3 == 0) {
+          std::this_thread::sleep_for(std::chrono::microseconds(50 + 40 * (op % 5)));
+        }
+        const auto [kind, long_op] = pattern[op % pattern.size()];
+        const size_t count = long_op ? long_count : 37;
+        std::vector<float> in(count), out(count * size, -1.0f);
+        for (size_t i = 0; i < count; ++i) in[i] = value(op, rank, i);
+        const std::string what = "size " + std::to_string(size) + " op " + std::to_string(op) +
+                                 " rank " + std::to_string(rank);
+        if (kind == kBroadcast) {
+          const int root = op % size;
+          shared.Broadcast({{in.data(), out.data(), count}}, sizeof(float), root, Yield);
+          for (size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(out[i], value(op, root, i)) << what << " broadcast, element " << i;
+          }
+        } else if (kind == kAllreduce) {
+          shared.Allreduce({{in.data(), out.data(), count}}, DType::kFloat32, /*average=*/false,
+                           Yield);
+          for (size_t i = 0; i < count; ++i) {
+            float want = 0;
+            for (int r = 0; r < size; ++r) want += value(op, r, i);
+            ASSERT_EQ(out[i], want) << what << " allreduce, element " << i;
+          }
+        } else {
+          std::vector<size_t> parts(size, count * sizeof(float));
+          shared.Allgather(in.data(), out.data(), parts, Yield);
+          for (int r = 0; r < size; ++r) {
+            for (size_t i = 0; i < count; ++i) {
+              ASSERT_EQ(out[r * count + i], value(op, r, i))
+                  << what << " allgather, part " << r << " element " << i;
+            }
+          }
         }
       }
     });
