@@ -1,5 +1,7 @@
 // The data plane for host memory: MPI collectives, and weft's own algorithms (neighbor
 // exchanges, pair gossip, the hierarchical op, the ring allreduce) over the peer transport.
+#include <unistd.h>
+
 #include <algorithm>
 #include <climits>
 #include <cstdio>
@@ -129,9 +131,10 @@ const config::IntSetting kSharedMemoryBytes(
     "broadcasts and allgathers over all of them of up to this many bytes (a fused group: all "
     "of its tensors; an allgather: its output) run through memory the ranks share, reading "
     "each input and writing each output where it is (no fusion buffer), instead of MPI's "
-    "collectives. -1: 512 KiB, but any size when the machine's ranks outnumber its CPUs, "
-    "and for allreduces and broadcasts when the job has two ranks; 0: never. Every rank must "
-    "see the same value.",
+    "collectives. -1: 512 KiB (allgathers: 128 KiB where larger ones read the other ranks' "
+    "memory instead, WEFT_CROSS_MEMORY_ATTACH_BYTES), but any size when the machine's ranks "
+    "outnumber its CPUs, and for allreduces and broadcasts when the job has two ranks; 0: "
+    "never. Every rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 const config::IntSetting kSharedMemoryStream(
@@ -142,6 +145,46 @@ const config::IntSetting kSharedMemoryStream(
     "-1: rank 0 times both now and then, and every rank follows its choice.",
     /*min=*/-1, /*max=*/1);
 
+const config::IntSetting kCrossMemoryAttachBytes(
+    "WEFT_CROSS_MEMORY_ATTACH_BYTES", int64_t{1} << 20,
+    "When every rank of the job is on one machine: allgathers over all of them of up to "
+    "this many bytes (their output) that do not go through shared memory copy each other "
+    "rank's part straight from that rank's input into the output with process_vm_readv "
+    "(Linux's cross-memory attach), where init() found that the ranks may read each other's "
+    "memory, instead of running MPI's allgather; 0: never. While it is not 0 and "
+    "WEFT_SHARED_MEMORY_BYTES is -1, allgathers of more than 128 KiB go this way rather than "
+    "through shared memory, unless the machine's ranks outnumber its CPUs. Every rank must "
+    "see the same value.",
+    /*min=*/0, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
+
+// Whether every rank of `local` (every rank of the job, `rank` among them) can read every
+// other's memory with process_vm_readv: each tries a word of each other's, and they agree.
+// On success `pids` holds each rank's process. Collective over `local`.
+bool ProbeDirectReads(MPI_Comm local, int size, int rank, std::vector<int64_t>* pids) {
+  // What each rank's word holds: its process id, scrambled, so that a read of the wrong
+  // process or address shows.
+  auto expected = [](int64_t pid) { return static_cast<uint64_t>(pid) * 0x9e3779b97f4a7c15u; };
+  const int64_t me = getpid();
+  volatile uint64_t word = expected(me);
+  const int64_t post[2] = {me, static_cast<int64_t>(reinterpret_cast<uintptr_t>(&word))};
+  std::vector<int64_t> posts(2 * size);
+  int ok = MPI_Allgather(post, 2, MPI_INT64_T, posts.data(), 2, MPI_INT64_T, local) == MPI_SUCCESS;
+  for (int r = 0; ok && r < size; ++r) {
+    if (r == rank) continue;
+    uint64_t got = 0;
+    const void* from = reinterpret_cast<const void*>(static_cast<uintptr_t>(posts[2 * r + 1]));
+    ok = ReadProcessMemory(posts[2 * r], from, &got, sizeof(got)).ok() &&
+         got == expected(posts[2 * r]);
+  }
+  // Every rank has read before any leaves the allreduce: `word` outlives the reads.
+  int all = 0;
+  if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, local) != MPI_SUCCESS) return false;
+  if (all != 1) return false;
+  pids->resize(size);
+  for (int r = 0; r < size; ++r) (*pids)[r] = posts[2 * r];
+  return true;
+}
+
 // Whether an op of `bytes` over every rank runs through shared memory; `any_size`: by
 // default whatever its size. Where 4 ranks share 2 CPUs every op ran faster through shared
 // memory than through Open MPI at every size measured (512 KiB to 32 MiB: allgather
@@ -151,12 +194,23 @@ const config::IntSetting kSharedMemoryStream(
 // once from the other rank's buffer, lost from 1 MiB where the buffers sit on huge pages
 // (weftrun's settings: 0.57-0.86x against 0.88-1.02 through MPI) and won where they do not
 // (1.06-1.74x against 0.92-1.09), so they keep 512 KiB, as do jobs of more ranks with a CPU
-// each, which were not measured (bench/README.md).
-bool UseSharedMemory(size_t bytes, bool any_size) {
+// each, which were not measured (bench/README.md). Where the ranks can read each other's
+// memory, reading each part once from its rank's buffer (AllgatherDirect) beat the segment
+// from 256 KiB on two ranks with a CPU each (and MPI's allgather up to 1 MiB), so their
+// allgathers keep `direct_below` instead.
+bool UseSharedMemory(size_t bytes, bool any_size, int64_t direct_below = -1) {
   int64_t limit = kSharedMemoryBytes.Get();
-  if (limit < 0) limit = any_size ? std::numeric_limits<int64_t>::max() : int64_t{512} << 10;
+  if (limit < 0) {
+    limit = any_size           ? std::numeric_limits<int64_t>::max()
+            : direct_below > 0 ? direct_below
+                               : int64_t{512} << 10;
+  }
   return bytes <= static_cast<uint64_t>(limit);
 }
+
+// Allgathers of more than this many bytes read the others' parts where they are, where
+// they can, unless WEFT_SHARED_MEMORY_BYTES says otherwise (UseSharedMemory).
+constexpr int64_t kDirectAllgatherAboveBytes = int64_t{128} << 10;
 
 // A group's tensors for SharedCollectives (whose timeline names they now take).
 std::vector<SharedCollectives::Piece> SharedPieces(Group& group) {
@@ -260,6 +314,16 @@ MpiPlane::MpiPlane(const Context& ctx, Timeline* timeline, PeerTransport* peers,
     std::optional<CopyMode> copies;
     if (stream >= 0) copies = stream == 1 ? CopyMode::kStream : CopyMode::kPlain;
     shared_.emplace(shared_segment_->data(), ctx.size, ctx.rank, copies);
+    // The segment's ranks are the job's, in the same order (local_rank == rank).
+    std::vector<int64_t> pids;
+    const bool wanted = kCrossMemoryAttachBytes.Get() > 0;
+    if (wanted && ctx.local_rank == ctx.rank &&
+        ProbeDirectReads(ctx.local, ctx.size, ctx.rank, &pids)) {
+      shared_->EnableDirectReads(std::move(pids));
+    } else if (wanted && ctx.rank == 0) {
+      WEFT_LOG(Info) << "large allgathers go through MPI: the ranks cannot read each other's "
+                        "memory (process_vm_readv)";
+    }
   }
 }
 
@@ -496,13 +560,23 @@ Status MpiPlane::RunAllgather(Group& group, const Response& response) {
   WEFT_RETURN_IF_ERROR(CheckAllocated(out, r.in.dtype(), shape, r.in.device()));
   r.out = *out;
   const int64_t start = TraceStart(timeline_);
-  // Not AnySize(): two ranks with a CPU each keep the limit (UseSharedMemory says why).
-  if (shared_.has_value() && UseSharedMemory(total, ctx_.oversubscribed)) {
+  // Not AnySize(): two ranks with a CPU each keep a limit (UseSharedMemory says why).
+  const bool direct = shared_.has_value() && shared_->direct_reads() &&
+                      total <= static_cast<uint64_t>(kCrossMemoryAttachBytes.Get());
+  if (shared_.has_value() &&
+      UseSharedMemory(total, ctx_.oversubscribed, direct ? kDirectAllgatherAboveBytes : -1)) {
     std::vector<size_t> parts(counts.begin(), counts.end());
     shared_->Allgather(r.in.data(), r.out.data(), parts, idle_);
     r.backend = "SHM";
     Trace(group, "communicate", start);
     return OkStatus();
+  }
+  if (direct) {
+    std::vector<size_t> parts(counts.begin(), counts.end());
+    r.backend = "CMA";
+    const Status read = shared_->AllgatherDirect(r.in.data(), r.out.data(), parts, idle_);
+    Trace(group, "communicate", start);
+    return read.ok() ? read : Annotate(read, Describe(r.desc));
   }
   // Equal parts are the common case, and MPI's algorithms for it are better tuned.
   const bool equal = std::all_of(counts.begin(), counts.end(), [&](int c) { return c == counts[0]; });

@@ -1,10 +1,15 @@
 #include "comm/shared_collectives.h"
 
+#include <sys/types.h>
+#include <sys/uio.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <limits>
+#include <string>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -188,6 +193,10 @@ std::atomic<uint64_t>* SharedCollectives::counter(int rank) const {
   return reinterpret_cast<Counter*>(memory_ + static_cast<size_t>(rank) * kCounterBytes);
 }
 
+std::atomic<uint64_t>* SharedCollectives::post(int rank) const {
+  return reinterpret_cast<Counter*>(memory_ + static_cast<size_t>(rank) * kCounterBytes + 64);
+}
+
 void SharedCollectives::Count(uint64_t mark) {
   // Release: what this rank wrote before is seen by a rank that sees the count. Streamed
   // stores are not ordered with other stores: a fence first.
@@ -209,11 +218,13 @@ void SharedCollectives::WaitFor(int from, int to, uint64_t mark,
   }
 }
 
-void SharedCollectives::Meet(const std::function<void(int64_t since)>& idle) {
+void SharedCollectives::Meet(const std::function<void(int64_t since)>& idle,
+                             const std::function<void()>& meanwhile) {
   // A timed round counts its meetings out (the fence's wait among them).
   const int64_t arrived_ns = round_timed_ ? NowNanos() : 0;
   const uint64_t mark = ++meetings_;
   Count(mark);
+  if (meanwhile) meanwhile();
   WaitFor(0, size_, mark, idle);
   one_way_before_ = one_way_last_;
   one_way_last_ = false;
@@ -382,6 +393,56 @@ void SharedCollectives::Allgather(const void* in, void* out, const std::vector<s
       }
     }
   }
+}
+
+Status SharedCollectives::AllgatherDirect(const void* in, void* out,
+                                          const std::vector<size_t>& part_bytes,
+                                          const std::function<void(int64_t since)>& idle) {
+  std::vector<size_t> offset(size_ + 1, 0);
+  for (int r = 0; r < size_; ++r) offset[r + 1] = offset[r] + part_bytes[r];
+  char* gathered = static_cast<char*>(out);
+  post(rank_)->store(reinterpret_cast<uintptr_t>(in), std::memory_order_relaxed);
+  // This rank's own part while the others count in.
+  Meet(idle, [&] {
+    if (part_bytes[rank_] > 0) std::memcpy(gathered + offset[rank_], in, part_bytes[rank_]);
+  });
+  Status status = OkStatus();
+  for (int k = 1; k < size_ && status.ok(); ++k) {
+    const int r = (rank_ + k) % size_;  // each rank starts with a different one
+    if (part_bytes[r] == 0) continue;
+    const auto* from = reinterpret_cast<const void*>(
+        static_cast<uintptr_t>(post(r)->load(std::memory_order_relaxed)));
+    status = ReadProcessMemory(pids_[r], from, gathered + offset[r], part_bytes[r]);
+    if (!status.ok())
+      status = Annotate(status,
+                        "allgather: reading rank " + std::to_string(r) + "'s part from its memory");
+  }
+  // Done reading: the others may return. The areas were not written, and every rank has
+  // read what ops before left in them (it counted in here after): nothing to wait for
+  // before the next op writes them.
+  Meet(idle);
+  sliced_last_ = false;
+  return status;
+}
+
+Status ReadProcessMemory(int64_t pid, const void* from, void* to, size_t bytes) {
+  size_t done = 0;
+  while (done < bytes) {
+    iovec local{static_cast<char*>(to) + done, bytes - done};
+    iovec remote{const_cast<char*>(static_cast<const char*>(from)) + done, bytes - done};
+    const ssize_t n = process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int error = n < 0 ? errno : EIO;
+      return Internal("process_vm_readv of ", bytes - done, " bytes from process ", pid,
+                      " failed: ", std::strerror(error),
+                      error == EPERM ? " (the kernel does not let this process read the other's "
+                                       "memory; set WEFT_CROSS_MEMORY_ATTACH_BYTES=0)"
+                                     : "");
+    }
+    done += static_cast<size_t>(n);
+  }
+  return OkStatus();
 }
 
 }  // namespace comm

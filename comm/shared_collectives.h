@@ -14,6 +14,12 @@
 //     the root's count alone, copy the inputs out, then count in;
 //   - allgather: each rank copies its part into its half (and into its own output
 //     directly); meeting; each rank copies the others' parts out.
+// A larger allgather may read the others' parts where they are instead (AllgatherDirect),
+// where the kernel lets the ranks read each other's memory (Linux's cross-memory attach,
+// process_vm_readv): each rank posts its input's address beside its counter and counts in;
+// once all have, each copies every other rank's part straight from that rank's input into
+// its output; a second meeting, so that no rank returns (and lets its caller change its
+// input) while another still reads it. One copy per part, where the areas take two.
 // Larger allreduces of more than two ranks go sliced, in rounds of a whole area between two
 // meetings, so that each element is summed by one rank instead of all: each rank copies the
 // others' slices of its inputs (the tensors taken as one sequence of elements, one slice
@@ -45,8 +51,10 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <utility>
 #include <vector>
 
+#include "core/status.h"
 #include "core/tensor.h"
 
 namespace weft {
@@ -124,6 +132,16 @@ class SharedCollectives {
   // into every rank's `out`, rank r's part after those of the ranks before it.
   void Allgather(const void* in, void* out, const std::vector<size_t>& part_bytes,
                  const std::function<void(int64_t since)>& idle);
+  // Lets AllgatherDirect read rank r's memory as process pids[r] (pids: one per rank, in
+  // rank order), once every rank has found that it can (ReadProcessMemory).
+  void EnableDirectReads(std::vector<int64_t> pids) { pids_ = std::move(pids); }
+  bool direct_reads() const { return !pids_.empty(); }
+  // Allgather as above, each part read from its rank's `in` where it is (see above); every
+  // rank calls it for the same ops, after EnableDirectReads. A read that fails (the other
+  // process gone, or its memory no longer readable) fails the op on the reading rank alone,
+  // which still meets the others: none of them waits for it in vain.
+  Status AllgatherDirect(const void* in, void* out, const std::vector<size_t>& part_bytes,
+                         const std::function<void(int64_t since)>& idle);
 
  private:
   char* input(int rank) const;
@@ -154,13 +172,18 @@ class SharedCollectives {
   // Ends a round: rank 0 gives a timed one's time to its tuner.
   void EndRound();
   std::atomic<uint64_t>* counter(int rank) const;
+  // The word a rank posts its input's address in for AllgatherDirect: on its counter's
+  // second line, which only that rank writes.
+  std::atomic<uint64_t>* post(int rank) const;
   // Sets this rank's count to `mark` (release: what it wrote before is seen by whoever
   // sees the count).
   void Count(uint64_t mark);
   // Waits until ranks [from, to) have counted `mark`.
   void WaitFor(int from, int to, uint64_t mark, const std::function<void(int64_t since)>& idle);
-  // Counts this rank in for the next meeting, and waits until every rank has.
-  void Meet(const std::function<void(int64_t since)>& idle);
+  // Counts this rank in for the next meeting, and waits until every rank has; `meanwhile`,
+  // if given, runs between the two.
+  void Meet(const std::function<void(int64_t since)>& idle,
+            const std::function<void()>& meanwhile = nullptr);
   // Before this rank writes into a half: after a one-way meeting, waits until every rank
   // is done reading what the half held.
   void BeforeWrite(const std::function<void(int64_t since)>& idle);
@@ -185,7 +208,12 @@ class SharedCollectives {
   bool round_timed_ = false;               // rank 0 times this round (StartRound, Meet, EndRound)
   int64_t round_start_ns_ = 0;
   int64_t met_ns_ = 0;  // the timed round's meetings so far
+  std::vector<int64_t> pids_;  // each rank's process, for AllgatherDirect (EnableDirectReads)
 };
+
+// Copies `bytes` from address `from` of process `pid` to `to` in this one, with
+// process_vm_readv; an error names the process and what the kernel said.
+Status ReadProcessMemory(int64_t pid, const void* from, void* to, size_t bytes);
 
 }  // namespace comm
 }  // namespace weft

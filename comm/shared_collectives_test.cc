@@ -1,5 +1,8 @@
 #include "comm/shared_collectives.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -318,19 +321,22 @@ TEST(SharedCollectivesTest, BroadcastCopiesTheRootsTensorsToEveryRank) {
 }
 
 // A broadcast's root does not wait for the others to copy its inputs out: it may start the
-// next op while they still read, theirs or the op's before. Ops in turn whose readers take
+// next op while they still read, theirs or the op's before. (Direct allgathers among them
+// write no area but must keep the meetings in step.) Ops in turn whose readers take
 // long (spanning rounds) before a broadcast and short ops after it, each rank late now and
 // then, and values of each op's own: a rank that wrote an area before every rank was done
 // reading what it held before shows as a wrong value.
 TEST(SharedCollectivesTest, BroadcastRootsRunAheadOnlyAsFarAsTheReadersAllow) {
-  enum Kind { kAllgather, kBroadcast, kAllreduce };
+  enum Kind { kAllgather, kBroadcast, kAllreduce, kAllgatherDirect };
   const std::vector<std::pair<Kind, bool>> pattern = {
-      {kAllgather, true},  {kBroadcast, false}, {kAllreduce, false}, {kAllreduce, true},
-      {kBroadcast, false}, {kAllgather, false}, {kAllgather, true},  {kBroadcast, false},
-      {kAllgather, false}, {kBroadcast, true},  {kBroadcast, false}};
+      {kAllgather, true},  {kBroadcast, false},       {kAllreduce, false}, {kAllreduce, true},
+      {kBroadcast, false}, {kAllgather, false},       {kAllgather, true},  {kBroadcast, false},
+      {kAllgather, false}, {kBroadcast, true},        {kBroadcast, false}, {kAllgatherDirect, true},
+      {kBroadcast, false}, {kAllgatherDirect, false}, {kAllreduce, true}};
   const size_t long_count = SharedCollectives::kRoundBytes * 3 / 4 / sizeof(float) + 5;
   for (int size : {2, 3, 4}) {
     OnRanksCopying(size, CopyWays()[3].second, [&](int rank, SharedCollectives& shared) {
+      shared.EnableDirectReads(std::vector<int64_t>(size, getpid()));
       auto value = [](int op, int r, size_t i) {
         return static_cast<float>(op * 1000 + r * 100 + static_cast<int>(i % 97));
       };
@@ -360,7 +366,11 @@ TEST(SharedCollectivesTest, BroadcastRootsRunAheadOnlyAsFarAsTheReadersAllow) {
           }
         } else {
           std::vector<size_t> parts(size, count * sizeof(float));
-          shared.Allgather(in.data(), out.data(), parts, Yield);
+          if (kind == kAllgatherDirect) {
+            ASSERT_TRUE(shared.AllgatherDirect(in.data(), out.data(), parts, Yield).ok());
+          } else {
+            shared.Allgather(in.data(), out.data(), parts, Yield);
+          }
           for (int r = 0; r < size; ++r) {
             for (size_t i = 0; i < count; ++i) {
               ASSERT_EQ(out[r * count + i], value(op, r, i))
@@ -396,6 +406,97 @@ TEST(SharedCollectivesTest, AllgatherPlacesEveryPartInRankOrder) {
       }
     }
   });
+}
+
+// Direct allgathers read each part from its rank's input: parts of different lengths (one
+// empty, one spanning rounds) land in rank order, op after op, with allreduces (sliced on 3
+// and 4 ranks) and allgathers through the areas between. Each rank overwrites its input as
+// soon as an op returns, and one rank in turn starts late: a rank that returned while
+// another still read its input shows as a wrong value in that other's output.
+TEST(SharedCollectivesTest, AllgatherDirectReadsEveryPartWhereItIs) {
+  for (int size : {2, 3, 4}) {
+    std::vector<size_t> parts = {5, 0, SharedCollectives::kRoundBytes * 3 + 3, 4096};
+    parts.resize(size);
+    size_t total = 0;
+    for (size_t p : parts) total += p;
+    auto byte = [](int op, int rank, size_t i) {
+      return static_cast<char>(op * 11 + rank * 37 + i % 251);
+    };
+    OnRanks(size, [&](int rank, SharedCollectives& shared) {
+      shared.EnableDirectReads(std::vector<int64_t>(size, getpid()));
+      std::vector<char> in(parts[rank]), out(total);
+      for (int op = 0; op < 24; ++op) {
+        if (rank == op % size && op % 2 == 0) {
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+        for (size_t i = 0; i < in.size(); ++i) in[i] = byte(op, rank, i);
+        std::fill(out.begin(), out.end(), 0);
+        const bool direct = op % 3 != 2;
+        if (direct) {
+          const Status status = shared.AllgatherDirect(in.data(), out.data(), parts, Yield);
+          ASSERT_TRUE(status.ok()) << status;
+        } else {
+          shared.Allgather(in.data(), out.data(), parts, Yield);
+        }
+        std::fill(in.begin(), in.end(), 0x7f);
+        size_t at = 0;
+        for (int r = 0; r < size; ++r) {
+          for (size_t i = 0; i < parts[r]; ++i) {
+            ASSERT_EQ(out[at + i], byte(op, r, i)) << "size " << size << " op " << op << " rank "
+                                                   << rank << " part " << r << " byte " << i;
+          }
+          at += parts[r];
+        }
+        if (op % 4 == 1) {
+          const size_t n = SharedCollectives::kRoundBytes / sizeof(float) + 9;
+          std::vector<float> y(n, static_cast<float>(rank));
+          shared.Allreduce({{y.data(), y.data(), n}}, DType::kFloat32, /*average=*/false, Yield);
+          ASSERT_EQ(y[n - 1], size * (size - 1) / 2.0f) << "allreduce after op " << op;
+        }
+      }
+    });
+  }
+}
+
+// A rank that cannot read another's memory (here: a process that does not exist) gets an
+// error naming the rank it read; the others' op succeeds, no rank waits in vain, and the
+// ops after it run as usual.
+TEST(SharedCollectivesTest, AllgatherDirectFailsOnlyOnTheRankThatCannotRead) {
+  constexpr int64_t kNoSuchProcess = 0x7ffffff0;  // above any pid_max Linux allows
+  const std::vector<size_t> parts = {4096, 4096};
+  OnRanks(2, [&](int rank, SharedCollectives& shared) {
+    std::vector<int64_t> pids(2, getpid());
+    if (rank == 1) pids[0] = kNoSuchProcess;
+    shared.EnableDirectReads(pids);
+    std::vector<char> in(4096, static_cast<char>(rank + 1)), out(8192, 0);
+    const Status status = shared.AllgatherDirect(in.data(), out.data(), parts, Yield);
+    if (rank == 1) {
+      ASSERT_FALSE(status.ok());
+      EXPECT_NE(status.ToString().find("reading rank 0's part"), std::string::npos) << status;
+      EXPECT_NE(status.ToString().find("process_vm_readv"), std::string::npos) << status;
+    } else {
+      ASSERT_TRUE(status.ok()) << status;
+      EXPECT_EQ(out[4096], 2);
+    }
+    EXPECT_EQ(out[rank * 4096], rank + 1) << "its own part";
+    std::vector<float> y(1000, static_cast<float>(rank + 1));
+    shared.Allreduce({{y.data(), y.data(), y.size()}}, DType::kFloat32, /*average=*/false, Yield);
+    EXPECT_EQ(y[999], 3.0f);
+    shared.Allgather(in.data(), out.data(), parts, Yield);
+    EXPECT_EQ(out[0], 1);
+    EXPECT_EQ(out[4096], 2);
+  });
+}
+
+TEST(ReadProcessMemoryTest, CopiesAndNamesWhatFailed) {
+  std::vector<char> from(3 << 20), to(3 << 20);
+  for (size_t i = 0; i < from.size(); ++i) from[i] = static_cast<char>(i % 253);
+  ASSERT_TRUE(ReadProcessMemory(getpid(), from.data(), to.data(), from.size()).ok());
+  EXPECT_EQ(from, to);
+  const Status bad = ReadProcessMemory(getpid(), nullptr, to.data(), 64);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.ToString().find("Bad address"), std::string::npos) << bad;
+  EXPECT_NE(bad.ToString().find(std::to_string(getpid())), std::string::npos) << bad;
 }
 
 }  // namespace

@@ -428,16 +428,20 @@ TEST(Allgather, VariableFirstDimension) {
   }
 }
 
-// Allgathers through shared memory (every size: a 64 MiB limit) and through MPI (limit 0)
-// place every rank's rows alike: parts of different lengths, the longest spanning several
-// of the segment's 512 KiB rounds and the shortest none (rank 0 adds no rows), each
-// allgather after an allreduce that leaves its own bytes in the segment.
+// Allgathers through shared memory (every size: a 64 MiB limit), read from the other ranks'
+// memory (limit 0, WEFT_CROSS_MEMORY_ATTACH_BYTES 64 MiB, where the ranks can) and through
+// MPI (both 0) place every rank's rows alike: parts of different lengths, the longest spanning
+// several of the segment's 512 KiB rounds and the shortest none (rank 0 adds no rows),
+// each allgather after an allreduce that leaves its own bytes in the segment.
 TEST(Allgather, SharedMemoryRoundsMatchMpi) {
   constexpr int64_t kRowFloats = 3;
   auto rows_of = [](int r) -> int64_t { return r == 0 ? 0 : 70001 * r + 5; };  // 0.8 MiB per r
   auto value = [](int r, int64_t i) { return static_cast<double>((r * 131 + i * 7) % 1009); };
-  for (const char* limit : {"67108864", "0"}) {
+  const std::pair<const char*, const char*> ways[] = {
+      {"67108864", "0"}, {"0", "67108864"}, {"0", "0"}};
+  for (const auto& [limit, cma] : ways) {
     ASSERT_TRUE(config::Registry::Global().Set("WEFT_SHARED_MEMORY_BYTES", limit).ok());
+    ASSERT_TRUE(config::Registry::Global().Set("WEFT_CROSS_MEMORY_ATTACH_BYTES", cma).ok());
     for (int pass = 0; pass < 2; ++pass) {
       Buffer sum(DType::kFloat32, {1 << 17});
       sum.Fill(rank());
@@ -455,12 +459,14 @@ TEST(Allgather, SharedMemoryRoundsMatchMpi) {
       for (int r = 0; r < size(); ++r) {
         for (int64_t i = 0; i < rows_of(r) * kRowFloats; ++i, ++at) {
           ASSERT_EQ(Buffer::Read(out->data(), DType::kFloat32, at), value(r, i))
-              << "limit " << limit << " pass " << pass << ": rank " << r << "'s element " << i;
+              << "limit " << limit << " cma " << cma << " pass " << pass << ": rank " << r
+              << "'s element " << i;
         }
       }
     }
   }
   config::Registry::Global().Unset("WEFT_SHARED_MEMORY_BYTES");
+  config::Registry::Global().Unset("WEFT_CROSS_MEMORY_ATTACH_BYTES");
 }
 
 TEST(NeighborAllgather, StaticTopologyOrdersByRank) {
