@@ -151,7 +151,9 @@ const config::IntSetting kCrossMemoryAttachBytes(
     "this many bytes (their output) that do not go through shared memory copy each other "
     "rank's part straight from that rank's input into the output with process_vm_readv "
     "(Linux's cross-memory attach), where init() found that the ranks may read each other's "
-    "memory, instead of running MPI's allgather; 0: never. While it is not 0 and "
+    "memory, instead of running MPI's allgather; so do neighbor allreduces of 4 KiB up to "
+    "this many bytes (a fused group: all of its tensors) over the default exchange "
+    "transport, instead of MPI's sends and receives; 0: never. While it is not 0 and "
     "WEFT_SHARED_MEMORY_BYTES is -1, allgathers of more than 128 KiB go this way rather than "
     "through shared memory, unless the machine's ranks outnumber its CPUs. Every rank must "
     "see the same value.",
@@ -208,6 +210,12 @@ bool UseSharedMemory(size_t bytes, bool any_size, int64_t direct_below = -1) {
   return bytes <= static_cast<uint64_t>(limit);
 }
 
+// Neighbor allreduces of at least this many bytes (and up to WEFT_CROSS_MEMORY_ATTACH_BYTES)
+// read their peers' inputs where they are, where they can. Below it Open MPI sends eagerly
+// (its shared-memory transport's eager limit is 4 KiB), in about 1 us on 2 ranks, where the
+// two meetings and the system call take about 3.5 us more (bench/README.md); from it Open
+// MPI also reads the other process's memory, after a handshake of its own.
+constexpr size_t kDirectExchangeFromBytes = size_t{4} << 10;
 // Allgathers of more than this many bytes read the others' parts where they are, where
 // they can, unless WEFT_SHARED_MEMORY_BYTES says otherwise (UseSharedMemory).
 constexpr int64_t kDirectAllgatherAboveBytes = int64_t{128} << 10;
@@ -274,7 +282,12 @@ class MpiPlane : public HostPlane {
                   const std::function<void(size_t, size_t)>& arrived);
   // Combines the received buffers into `out`: self_weight * in + sum_k w_k * recv_k, then
   // unpacks a fused group.
-  Status ExchangeAndCombine(Group& group, const std::vector<std::pair<int, double>>& recv);
+  // `direct`: through SharedCollectives::ExchangeDirect instead of the peer transport
+  // (UseDirectExchange), combined once every peer has read this rank's input.
+  Status ExchangeAndCombine(Group& group, const std::vector<std::pair<int, double>>& recv,
+                            bool direct = false);
+  // Whether a neighbor allreduce of `group` reads its peers' inputs where they are.
+  bool UseDirectExchange(const Group& group) const;
   // Packs the inputs of a fused group into one buffer (or returns the lone input).
   void* Pack(Group& group, size_t* count);
   void Unpack(Group& group, const void* buffer);
@@ -694,7 +707,8 @@ Status MpiPlane::Exchange(const std::vector<int>* to_data, const void* send_buf,
   return status.ok() ? Annotate(rest, "neighbor exchange") : status;
 }
 
-Status MpiPlane::ExchangeAndCombine(Group& group, const std::vector<std::pair<int, double>>& recv) {
+Status MpiPlane::ExchangeAndCombine(Group& group, const std::vector<std::pair<int, double>>& recv,
+                                    bool direct) {
   Request& r = *group[0];
   const DType dtype = r.in.dtype();
   const size_t item = DTypeSize(dtype);
@@ -708,6 +722,30 @@ Status MpiPlane::ExchangeAndCombine(Group& group, const std::vector<std::pair<in
     send_buf = out;
   }
   int64_t start = TraceStart(timeline_);
+  if (direct) {
+    // Read every peer's input whole, then combine: `out` may be this rank's input (in
+    // place, or a fused group's buffer), which the others read until the second meeting.
+    if (recv_scratch_.size() < recv.size()) recv_scratch_.resize(recv.size());
+    std::vector<int> from;
+    std::vector<char*> into;
+    std::vector<WeightedTerm> terms = {{send_buf, r.self_weight}};
+    for (size_t k = 0; k < recv.size(); ++k) {
+      if (recv[k].second == 0.0) continue;  // weighs nothing: not read at all
+      if (recv_scratch_[k].size() < count * item) recv_scratch_[k].resize(count * item);
+      from.push_back(recv[k].first);
+      into.push_back(recv_scratch_[k].data());
+      terms.push_back({recv_scratch_[k].data(), recv[k].second});
+    }
+    for (auto& member : group) member->backend = "CMA";
+    const Status read = shared_->ExchangeDirect(send_buf, count, dtype, r.send, from, into, idle_);
+    if (!read.ok()) return Annotate(read, Describe(r.desc));
+    WeightedSum(out, dtype, count, terms);
+    Trace(group, "communicate", start);
+    start = TraceStart(timeline_);
+    Unpack(group, out);
+    Trace(group, "combine", start);
+    return OkStatus();
+  }
   // out = self_weight * in + sum_k w_k * recv_k, a chunk at a time as the chunks arrive.
   std::vector<WeightedTerm> terms;
   WEFT_RETURN_IF_ERROR(Exchange(
@@ -727,8 +765,22 @@ Status MpiPlane::ExchangeAndCombine(Group& group, const std::vector<std::pair<in
   return OkStatus();
 }
 
+bool MpiPlane::UseDirectExchange(const Group& group) const {
+  // What decides is the same on every rank: the ranks all on this machine and able to read
+  // each other's memory, the op over all of them (every rank meets), the exchange on the
+  // default transport (one chosen explicitly keeps its traffic), and the bytes.
+  if (!shared_.has_value() || !shared_->direct_reads() ||
+      peers_->kind() != PeerTransportKind::kMpi || !group[0]->desc.group.empty()) {
+    return false;
+  }
+  size_t bytes = 0;
+  for (const auto& r : group) bytes += r->in.nbytes();
+  return bytes >= kDirectExchangeFromBytes &&
+         bytes <= static_cast<uint64_t>(kCrossMemoryAttachBytes.Get());
+}
+
 Status MpiPlane::RunNeighborAllreduce(Group& group) {
-  return ExchangeAndCombine(group, group[0]->recv);
+  return ExchangeAndCombine(group, group[0]->recv, UseDirectExchange(group));
 }
 
 Status MpiPlane::RunHierarchical(Group& group) {

@@ -116,8 +116,9 @@ void CopyTuner::Record(int64_t ns, size_t bytes) {
 }
 
 size_t SharedCollectives::Footprint(int size) {
-  // The counters, the copy mode's word, the areas.
-  return (static_cast<size_t>(size) + 1) * kCounterBytes + size * 2 * kRoundBytes;
+  // The counters, the copy mode's word, the areas, the scales of ExchangeDirect.
+  return (static_cast<size_t>(size) + 1) * kCounterBytes + size * 2 * kRoundBytes +
+         static_cast<size_t>(size) * size * sizeof(uint64_t);
 }
 
 SharedCollectives::SharedCollectives(void* memory, int size, int rank,
@@ -195,6 +196,11 @@ std::atomic<uint64_t>* SharedCollectives::counter(int rank) const {
 
 std::atomic<uint64_t>* SharedCollectives::post(int rank) const {
   return reinterpret_cast<Counter*>(memory_ + static_cast<size_t>(rank) * kCounterBytes + 64);
+}
+
+std::atomic<uint64_t>* SharedCollectives::scale(int sender, int receiver) const {
+  char* table = input(size_);  // just past the last rank's areas
+  return reinterpret_cast<Counter*>(table) + static_cast<size_t>(sender) * size_ + receiver;
 }
 
 void SharedCollectives::Count(uint64_t mark) {
@@ -421,6 +427,45 @@ Status SharedCollectives::AllgatherDirect(const void* in, void* out,
   // read what ops before left in them (it counted in here after): nothing to wait for
   // before the next op writes them.
   Meet(idle);
+  sliced_last_ = false;
+  return status;
+}
+
+Status SharedCollectives::ExchangeDirect(const void* in, size_t count, DType dtype,
+                                         const std::vector<std::pair<int, double>>& send,
+                                         const std::vector<int>& from,
+                                         const std::vector<char*>& into,
+                                         const std::function<void(int64_t since)>& idle) {
+  auto bits = [](double d) {
+    uint64_t b;
+    std::memcpy(&b, &d, sizeof(b));
+    return b;
+  };
+  // Every entry of this rank's row, so that none is left from an op before.
+  for (int r = 0; r < size_; ++r) scale(rank_, r)->store(bits(1.0), std::memory_order_relaxed);
+  for (const auto& [to, factor] : send) {
+    scale(rank_, to)->store(bits(factor), std::memory_order_relaxed);
+  }
+  post(rank_)->store(reinterpret_cast<uintptr_t>(in), std::memory_order_relaxed);
+  Meet(idle);
+  const size_t bytes = count * DTypeSize(dtype);
+  Status status = OkStatus();
+  for (size_t k = 0; k < from.size() && status.ok(); ++k) {
+    const int r = from[k];
+    const auto* source = reinterpret_cast<const void*>(
+        static_cast<uintptr_t>(post(r)->load(std::memory_order_relaxed)));
+    status = ReadProcessMemory(pids_[r], source, into[k], bytes);
+    if (!status.ok()) {
+      status = Annotate(status, "neighbor exchange: reading rank " + std::to_string(r) +
+                                    "'s input from its memory");
+      break;
+    }
+    const uint64_t b = scale(r, rank_)->load(std::memory_order_relaxed);
+    double factor;
+    std::memcpy(&factor, &b, sizeof(factor));
+    if (factor != 1.0) WeightedSum(into[k], dtype, count, {{into[k], factor}});
+  }
+  Meet(idle);  // done reading (see AllgatherDirect)
   sliced_last_ = false;
   return status;
 }

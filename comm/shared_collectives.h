@@ -19,7 +19,9 @@
 // process_vm_readv): each rank posts its input's address beside its counter and counts in;
 // once all have, each copies every other rank's part straight from that rank's input into
 // its output; a second meeting, so that no rank returns (and lets its caller change its
-// input) while another still reads it. One copy per part, where the areas take two.
+// input) while another still reads it. One copy per part, where the areas take two. A
+// neighbor exchange reads its in-neighbors' inputs the same way (ExchangeDirect), each
+// sender posting the scale it sends to each destination in a table after the areas.
 // Larger allreduces of more than two ranks go sliced, in rounds of a whole area between two
 // meetings, so that each element is summed by one rank instead of all: each rank copies the
 // others' slices of its inputs (the tensors taken as one sequence of elements, one slice
@@ -142,6 +144,17 @@ class SharedCollectives {
   // which still meets the others: none of them waits for it in vain.
   Status AllgatherDirect(const void* in, void* out, const std::vector<size_t>& part_bytes,
                          const std::function<void(int64_t since)>& idle);
+  // A neighbor exchange by the same direct reads (after EnableDirectReads; every rank calls
+  // it for the same ops, each with `count` elements of `dtype`): each rank posts its `in`
+  // and the scale it sends to each destination (`send`: rank and scale), and meets; then
+  // copies the input of each rank from[k] into into[k] (count elements), multiplied by the
+  // scale that rank sends to this one as reduce.h's WeightedSum makes a sender's scaled
+  // copy (the same bits); then meets again, so that no rank changes its input while
+  // another reads it. A failed read fails the op on the reading rank alone.
+  Status ExchangeDirect(const void* in, size_t count, DType dtype,
+                        const std::vector<std::pair<int, double>>& send,
+                        const std::vector<int>& from, const std::vector<char*>& into,
+                        const std::function<void(int64_t since)>& idle);
 
  private:
   char* input(int rank) const;
@@ -175,6 +188,9 @@ class SharedCollectives {
   // The word a rank posts its input's address in for AllgatherDirect: on its counter's
   // second line, which only that rank writes.
   std::atomic<uint64_t>* post(int rank) const;
+  // The scale (a double's bits) `sender` applies to what `receiver` reads of it in
+  // ExchangeDirect: a table of size x size words after the areas, row by sender.
+  std::atomic<uint64_t>* scale(int sender, int receiver) const;
   // Sets this rank's count to `mark` (release: what it wrote before is seen by whoever
   // sees the count).
   void Count(uint64_t mark);

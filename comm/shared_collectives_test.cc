@@ -488,6 +488,72 @@ TEST(SharedCollectivesTest, AllgatherDirectFailsOnlyOnTheRankThatCannotRead) {
   });
 }
 
+// A direct neighbor exchange: each rank sends to the next two ranks (itself too on 2
+// ranks, where the next but one is itself) with scales of its own (one of them 1), and
+// reads from the two before it; what a rank reads is the sender's input times the
+// sender's scale for it, bit for bit as WeightedSum makes a sender's scaled copy. Mixed
+// with allreduces and direct allgathers, with a late rank and inputs overwritten as soon as
+// an op returns: a rank that returned while another still read it shows as a wrong value.
+TEST(SharedCollectivesTest, ExchangeDirectReadsScaledAsEachSenderSays) {
+  for (int size : {2, 3, 4}) {
+    OnRanks(size, [&](int rank, SharedCollectives& shared) {
+      shared.EnableDirectReads(std::vector<int64_t>(size, getpid()));
+      const size_t count = SharedCollectives::kRoundBytes / sizeof(float) + 13;
+      auto value = [](int op, int r, size_t i) {
+        return static_cast<float>(op * 3 + r * 7 + static_cast<int>(i % 89)) / 7.0f;
+      };
+      auto scale_of = [](int op, int from, int to) {
+        return (from + to + op) % 3 == 0 ? 1.0 : 1.0 / (3 + from + 2 * to + op % 2);
+      };
+      std::vector<float> in(count), got0(count), got1(count);
+      for (int op = 0; op < 20; ++op) {
+        if (rank == op % size && op % 2 == 1) {
+          std::this_thread::sleep_for(std::chrono::microseconds(300));
+        }
+        for (size_t i = 0; i < count; ++i) in[i] = value(op, rank, i);
+        std::vector<std::pair<int, double>> send;
+        for (int k = 1; k <= 2; ++k) {
+          const int to = (rank + k) % size;
+          send.push_back({to, scale_of(op, rank, to)});
+        }
+        const std::vector<int> from = {(rank + size - 1) % size, (rank + size - 2) % size};
+        const std::vector<char*> into = {reinterpret_cast<char*>(got0.data()),
+                                         reinterpret_cast<char*>(got1.data())};
+        const Status status =
+            shared.ExchangeDirect(in.data(), count, DType::kFloat32, send, from, into, Yield);
+        ASSERT_TRUE(status.ok()) << status;
+        std::fill(in.begin(), in.end(), -1.0f);
+        for (int k = 0; k < 2; ++k) {
+          const int r = from[k];
+          std::vector<float> theirs(count), want(count);
+          for (size_t i = 0; i < count; ++i) theirs[i] = value(op, r, i);
+          WeightedSum(want.data(), DType::kFloat32, count,
+                      {{theirs.data(), scale_of(op, r, rank)}});
+          const std::vector<float>& got = k == 0 ? got0 : got1;
+          for (size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+                << "size " << size << " op " << op << " rank " << rank << " from " << r
+                << " element " << i << ": " << got[i] << " against " << want[i];
+          }
+        }
+        if (op % 3 == 0) {
+          std::vector<float> y(count, static_cast<float>(rank));
+          shared.Allreduce({{y.data(), y.data(), count}}, DType::kFloat32, /*average=*/false,
+                           Yield);
+          ASSERT_EQ(y[count - 1], size * (size - 1) / 2.0f) << "allreduce after op " << op;
+        } else if (op % 3 == 1) {
+          std::vector<float> part(7, static_cast<float>(rank)), all(7 * size);
+          ASSERT_TRUE(shared
+                          .AllgatherDirect(part.data(), all.data(),
+                                           std::vector<size_t>(size, 7 * sizeof(float)), Yield)
+                          .ok());
+          ASSERT_EQ(all[7 * size - 1], size - 1.0f);
+        }
+      }
+    });
+  }
+}
+
 TEST(ReadProcessMemoryTest, CopiesAndNamesWhatFailed) {
   std::vector<char> from(3 << 20), to(3 << 20);
   for (size_t i = 0; i < from.size(); ++i) from[i] = static_cast<char>(i % 253);

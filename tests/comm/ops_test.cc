@@ -667,6 +667,67 @@ TEST(NeighborAllreduce, ElementsKeepTheirPlaceInLargeExchanges) {
   }
 }
 
+// Neighbor allreduces that read their peers' inputs where they are (every rank on this
+// machine, WEFT_CROSS_MEMORY_ATTACH_BYTES 64 MiB) and those that go through the exchange
+// transport (0) give the same bits: sizes on both sides of 4 KiB and of a transport chunk,
+// three dtypes, scaled sends that round (dst weights of thirds), in place and not, and a
+// fused group.
+TEST(NeighborAllreduce, DirectReadsMatchTheTransportBitForBit) {
+  const int n = size();
+  if (n < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int to = (rank() + 1) % n, from = (rank() + n - 1) % n;
+  NeighborAllreduceOptions opts;
+  opts.self_weight = 1.0 / 3;
+  opts.src_weights = std::map<int, double>{{from, 2.0 / 3}};
+  opts.dst_weights = std::map<int, double>{{to, (rank() + 1) / 3.0}};
+  auto value = [&](int64_t i) { return ((rank() + 3) * 7919 * (i + 1)) % 1013 / 17.0; };
+  auto run = [&](DType dtype, std::vector<int64_t> counts, bool in_place, const char* limit) {
+    EXPECT_TRUE(config::Registry::Global().Set("WEFT_CROSS_MEMORY_ATTACH_BYTES", limit).ok());
+    std::vector<Buffer> xs, ys;
+    for (int64_t c : counts) {
+      xs.emplace_back(dtype, std::vector<int64_t>{c});
+      ys.emplace_back(dtype, std::vector<int64_t>{c});
+      for (int64_t i = 0; i < c; ++i) xs.back().Set(i, value(i));
+    }
+    std::vector<Handle> hs;
+    group_start();
+    for (size_t k = 0; k < counts.size(); ++k) {
+      auto h = neighbor_allreduce_nonblocking(xs[k].view(), in_place ? xs[k].view() : ys[k].view(),
+                                              opts);
+      EXPECT_TRUE(h.ok()) << h.status();
+      if (h.ok()) hs.push_back(*h);
+    }
+    EXPECT_TRUE(group_end().ok());
+    for (auto& h : hs) EXPECT_TRUE(wait(h).ok());
+    std::vector<std::vector<double>> got;
+    for (size_t k = 0; k < counts.size(); ++k) {
+      const Buffer& out = in_place ? xs[k] : ys[k];
+      got.emplace_back();
+      for (int64_t i = 0; i < counts[k]; ++i) got.back().push_back(out.Get(i));
+    }
+    return got;
+  };
+  const std::vector<std::vector<int64_t>> groups = {
+      {1000}, {1100}, {70001}, {300001}, {3, 20000, 1001}};
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kFloat64}) {
+    for (const auto& counts : groups) {
+      for (bool in_place : {false, true}) {
+        const auto direct = run(dtype, counts, in_place, "67108864");
+        const auto transport = run(dtype, counts, in_place, "0");
+        for (size_t k = 0; k < counts.size(); ++k) {
+          for (int64_t i = 0; i < counts[k]; ++i) {
+            ASSERT_EQ(std::memcmp(&direct[k][i], &transport[k][i], sizeof(double)), 0)
+                << DTypeName(dtype) << " tensor " << k << " of " << counts.size() << " ("
+                << counts[k] << (in_place ? ", in place" : "") << ") element " << i << ": "
+                << direct[k][i] << " against " << transport[k][i];
+          }
+        }
+      }
+    }
+  }
+  config::Registry::Global().Unset("WEFT_CROSS_MEMORY_ATTACH_BYTES");
+}
+
 TEST(NeighborAllreduce, RankWithNoSendersReturnsSelfWeightTimesInput) {
   const int n = size();
   // Everyone sends to rank 0 only; rank 0 receives from all, the others from nobody.
