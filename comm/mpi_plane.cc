@@ -153,10 +153,11 @@ const config::IntSetting kCrossMemoryAttachBytes(
     "(Linux's cross-memory attach), where init() found that the ranks may read each other's "
     "memory, instead of running MPI's allgather; so do neighbor allreduces of 4 KiB up to "
     "this many bytes (a fused group: all of its tensors) over the default exchange "
-    "transport, instead of MPI's sends and receives; 0: never. While it is not 0 and "
-    "WEFT_SHARED_MEMORY_BYTES is -1, allgathers of more than 128 KiB go this way rather than "
-    "through shared memory, unless the machine's ranks outnumber its CPUs. Every rank must "
-    "see the same value.",
+    "transport, instead of MPI's sends and receives; 0: never. Either needs the shared "
+    "memory segment (not mapped when WEFT_SHARED_MEMORY_BYTES is 0 at init()). While it is "
+    "not 0 and WEFT_SHARED_MEMORY_BYTES is -1, allgathers of more than 128 KiB go this way "
+    "rather than through shared memory, unless the machine's ranks outnumber its CPUs. "
+    "Every rank must see the same value.",
     /*min=*/0, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 // Whether every rank of `local` (every rank of the job, `rank` among them) can read every
@@ -767,8 +768,9 @@ Status MpiPlane::ExchangeAndCombine(Group& group, const std::vector<std::pair<in
 
 bool MpiPlane::UseDirectExchange(const Group& group) const {
   // What decides is the same on every rank: the ranks all on this machine and able to read
-  // each other's memory, the op over all of them (every rank meets), the exchange on the
-  // default transport (one chosen explicitly keeps its traffic), and the bytes.
+  // each other's memory, the op over all of them (every rank meets), the exchange on MPI
+  // (the default on one machine; tcp or ucx chosen explicitly keeps its traffic), and the
+  // bytes.
   if (!shared_.has_value() || !shared_->direct_reads() ||
       peers_->kind() != PeerTransportKind::kMpi || !group[0]->desc.group.empty()) {
     return false;
