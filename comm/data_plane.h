@@ -57,6 +57,10 @@ class HostPlane : public DataPlane {
   virtual StatusOr<MPI_Comm> CommOf(const std::vector<int32_t>& ranks) = 0;
   // Frees the communicators it created (before MPI_Finalize).
   virtual void Close() = 0;
+  // Whether Run(response, group) waits for the other ranks first in a loop of its own that
+  // polls through the plane's `idle` callback (a meeting in shared memory, MakeHostPlane),
+  // rather than inside MPI or the peer transport; every rank of the op answers alike.
+  virtual bool MeetsFirst(const Response& response, const Group& group) const = 0;
 };
 // `peers` moves the engine's own point-to-point traffic; it outlives the plane. Collective
 // over ctx.local (the segment of the collectives through shared memory,

@@ -609,15 +609,18 @@ bool Engine::SettleDirect(bool must) {
   // spins on it until the scheduler takes it away (2 ranks beside a busy program: a 4 B
   // broadcast took 4 ms per op instead of microseconds). When ranks share cores, waiting
   // polls yield anyway, and that wait costs every rank a turn of the scheduler before each
-  // op (4 ranks on 2 cores: 4 B broadcasts 6-8 us slower). A rank that died meanwhile holds
-  // this wait as it would hold the op: the watchdog covers both.
+  // op (4 ranks on 2 cores: 4 B broadcasts 6-8 us slower). An op whose first step is a
+  // meeting through shared memory already waits so (HostPlane::MeetsFirst), and a second
+  // wait before it cost 0.2-0.5 us per small op on 2 ranks. A rank that died meanwhile
+  // holds this wait as it would hold the op: the watchdog covers both.
   Running running(this, *r, 0);
-  if (!IdleWaitYields(/*polled_mpi=*/false)) {
+  std::vector<std::shared_ptr<Request>> group{r};
+  if (!IdleWaitYields(/*polled_mpi=*/false) && !host_->MeetsFirst(response, group)) {
     const int64_t since = NowMicros();
     while (!agreement.SeenByAll(number)) IdleWait(since, /*polled_mpi=*/false);
   }
   if (timeline_->enabled()) Span(*r, "negotiate", r->dequeued_us, NowMicros(), "direct");
-  std::vector<std::shared_ptr<Request>> group{std::move(r)};
+  r.reset();
   const int64_t start = NowMicros();
   Execute(response, group);
   last_run_us_.store(NowMicros() - start, std::memory_order_relaxed);

@@ -257,11 +257,23 @@ class MpiPlane : public HostPlane {
   std::optional<Status> Run(const Response& response, Group& group) override;
   StatusOr<MPI_Comm> CommOf(const std::vector<int32_t>& ranks) override;
   void Close() override;
+  bool MeetsFirst(const Response& response, const Group& group) const override;
 
  private:
   // Whether allreduces and broadcasts through shared memory take any size by default
   // (UseSharedMemory).
   bool AnySize() const { return ctx_.size == 2 || ctx_.oversubscribed; }
+  // How an allreduce of `group` runs: through the shared segment (`shared` and not
+  // `ring`), weft's ring, or MPI_Allreduce.
+  struct AllreducePath {
+    bool shared, ring;
+  };
+  AllreducePath AllreducePathOf(const Response& response, const Group& group) const;
+  // Whether a broadcast of `group` runs through the shared segment.
+  bool BroadcastShared(const Group& group) const;
+  // How an allgather of `total` bytes of output over every rank runs.
+  enum class GatherWay { kShared, kDirect, kMpi };
+  GatherWay AllgatherWay(size_t total) const;
   Status RunAllreduce(Group& group, const Response& response);
   Status RunBroadcast(Group& group);
   Status RunAllgather(Group& group, const Response& response);
@@ -469,20 +481,66 @@ Status MpiPlane::RunSendRecv(Group& group, const Response& response) {
   return OkStatus();
 }
 
-Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
-  InitTypes();
-  const DType dtype = group[0]->in.dtype();
+MpiPlane::AllreducePath MpiPlane::AllreducePathOf(const Response& response,
+                                                  const Group& group) const {
   const std::vector<int32_t>& ranks = group[0]->desc.group;
-  WEFT_ASSIGN_OR_RETURN(MPI_Comm comm, CommOf(ranks));
   const int members = ranks.empty() ? ctx_.size : static_cast<int>(ranks.size());
   size_t bytes = 0;
   for (auto& r : group) bytes += r->in.nbytes();
   // A fused group reads its packed buffer in place.
   const bool out_of_place = response.out_of_place && group.size() == 1;
   const bool shared = shared_.has_value() && ranks.empty() && UseSharedMemory(bytes, AnySize());
-  const bool use_ring =
-      UseRing(peers_->kind(), ctx_.machine_size, members, bytes, out_of_place, shared);
-  if (!use_ring && shared) {
+  return {shared, UseRing(peers_->kind(), ctx_.machine_size, members, bytes, out_of_place, shared)};
+}
+
+bool MpiPlane::BroadcastShared(const Group& group) const {
+  size_t bytes = 0;
+  for (auto& r : group) bytes += r->out.nbytes();
+  return shared_.has_value() && group[0]->desc.group.empty() && UseSharedMemory(bytes, AnySize());
+}
+
+MpiPlane::GatherWay MpiPlane::AllgatherWay(size_t total) const {
+  if (!shared_.has_value()) return GatherWay::kMpi;
+  // Not AnySize(): two ranks with a CPU each keep a limit (UseSharedMemory says why).
+  const bool direct =
+      shared_->direct_reads() && total <= static_cast<uint64_t>(kCrossMemoryAttachBytes.Get());
+  if (UseSharedMemory(total, ctx_.oversubscribed, direct ? kDirectAllgatherAboveBytes : -1)) {
+    return GatherWay::kShared;
+  }
+  return direct ? GatherWay::kDirect : GatherWay::kMpi;
+}
+
+bool MpiPlane::MeetsFirst(const Response& response, const Group& group) const {
+  switch (response.op) {
+    case OpType::kAllreduce: {
+      const AllreducePath path = AllreducePathOf(response, group);
+      return path.shared && !path.ring;
+    }
+    case OpType::kBroadcast:
+      return BroadcastShared(group);
+    case OpType::kAllgather: {
+      const Request& r = *group[0];
+      const size_t row_bytes = static_cast<size_t>(RowElements(r.in.shape())) * r.in.itemsize();
+      size_t total = 0;
+      for (int64_t rows : response.first_dims.at(0)) total += static_cast<size_t>(rows) * row_bytes;
+      return AllgatherWay(total) != GatherWay::kMpi;
+    }
+    case OpType::kNeighborAllreduce:
+      return UseDirectExchange(group);
+    default:
+      return false;
+  }
+}
+
+Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
+  InitTypes();
+  const DType dtype = group[0]->in.dtype();
+  const std::vector<int32_t>& ranks = group[0]->desc.group;
+  WEFT_ASSIGN_OR_RETURN(MPI_Comm comm, CommOf(ranks));
+  const int members = ranks.empty() ? ctx_.size : static_cast<int>(ranks.size());
+  const AllreducePath path = AllreducePathOf(response, group);
+  const bool use_ring = path.ring;
+  if (!use_ring && path.shared) {
     // Every rank's tensors are in this machine's memory: each is read where it is and
     // written where it goes, with no fusion buffer.
     const int64_t start = TraceStart(timeline_);
@@ -521,9 +579,7 @@ Status MpiPlane::RunBroadcast(Group& group) {
   const int root = group[0]->desc.root;
   const std::vector<int32_t>& ranks = group[0]->desc.group;
   WEFT_ASSIGN_OR_RETURN(MPI_Comm comm, CommOf(ranks));
-  size_t bytes = 0;
-  for (auto& r : group) bytes += r->out.nbytes();
-  if (shared_.has_value() && ranks.empty() && UseSharedMemory(bytes, AnySize())) {
+  if (BroadcastShared(group)) {
     const int64_t start = TraceStart(timeline_);
     shared_->Broadcast(SharedPieces(group), group[0]->out.itemsize(), root, idle_);
     Trace(group, "communicate", start);
@@ -574,18 +630,15 @@ Status MpiPlane::RunAllgather(Group& group, const Response& response) {
   WEFT_RETURN_IF_ERROR(CheckAllocated(out, r.in.dtype(), shape, r.in.device()));
   r.out = *out;
   const int64_t start = TraceStart(timeline_);
-  // Not AnySize(): two ranks with a CPU each keep a limit (UseSharedMemory says why).
-  const bool direct = shared_.has_value() && shared_->direct_reads() &&
-                      total <= static_cast<uint64_t>(kCrossMemoryAttachBytes.Get());
-  if (shared_.has_value() &&
-      UseSharedMemory(total, ctx_.oversubscribed, direct ? kDirectAllgatherAboveBytes : -1)) {
+  const GatherWay way = AllgatherWay(total);
+  if (way == GatherWay::kShared) {
     std::vector<size_t> parts(counts.begin(), counts.end());
     shared_->Allgather(r.in.data(), r.out.data(), parts, idle_);
     r.backend = "SHM";
     Trace(group, "communicate", start);
     return OkStatus();
   }
-  if (direct) {
+  if (way == GatherWay::kDirect) {
     std::vector<size_t> parts(counts.begin(), counts.end());
     r.backend = "CMA";
     const Status read = shared_->AllgatherDirect(r.in.data(), r.out.data(), parts, idle_);
