@@ -613,14 +613,16 @@ bool Engine::SettleDirect(bool must) {
   // meeting through shared memory already waits so (HostPlane::MeetsFirst), and a second
   // wait before it cost 0.2-0.5 us per small op on 2 ranks. A rank that died meanwhile
   // holds this wait as it would hold the op: the watchdog covers both.
-  Running running(this, *r, 0);
-  std::vector<std::shared_ptr<Request>> group{r};
+  std::vector<std::shared_ptr<Request>> group{std::move(r)};
+  Request& request = *group[0];
+  Running running(this, request, 0);
   if (!IdleWaitYields(/*polled_mpi=*/false) && !host_->MeetsFirst(response, group)) {
     const int64_t since = NowMicros();
     while (!agreement.SeenByAll(number)) IdleWait(since, /*polled_mpi=*/false);
   }
-  if (timeline_->enabled()) Span(*r, "negotiate", r->dequeued_us, NowMicros(), "direct");
-  r.reset();
+  if (timeline_->enabled()) {
+    Span(request, "negotiate", request.dequeued_us, NowMicros(), "direct");
+  }
   const int64_t start = NowMicros();
   Execute(response, group);
   last_run_us_.store(NowMicros() - start, std::memory_order_relaxed);

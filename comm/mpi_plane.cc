@@ -347,8 +347,8 @@ MpiPlane::MpiPlane(const Context& ctx, Timeline* timeline, PeerTransport* peers,
         ProbeDirectReads(ctx.local, ctx.size, ctx.rank, &pids)) {
       shared_->EnableDirectReads(std::move(pids));
     } else if (wanted && ctx.rank == 0) {
-      WEFT_LOG(Info) << "large allgathers go through MPI: the ranks cannot read each other's "
-                        "memory (process_vm_readv)";
+      WEFT_LOG(Info) << "allgathers and neighbor allreduces go through shared memory or MPI: "
+                        "the ranks cannot read each other's memory (process_vm_readv)";
     }
   }
 }
@@ -631,17 +631,16 @@ Status MpiPlane::RunAllgather(Group& group, const Response& response) {
   r.out = *out;
   const int64_t start = TraceStart(timeline_);
   const GatherWay way = AllgatherWay(total);
-  if (way == GatherWay::kShared) {
-    std::vector<size_t> parts(counts.begin(), counts.end());
-    shared_->Allgather(r.in.data(), r.out.data(), parts, idle_);
-    r.backend = "SHM";
-    Trace(group, "communicate", start);
-    return OkStatus();
-  }
-  if (way == GatherWay::kDirect) {
-    std::vector<size_t> parts(counts.begin(), counts.end());
-    r.backend = "CMA";
-    const Status read = shared_->AllgatherDirect(r.in.data(), r.out.data(), parts, idle_);
+  if (way != GatherWay::kMpi) {
+    const std::vector<size_t> parts(counts.begin(), counts.end());
+    Status read = OkStatus();
+    if (way == GatherWay::kShared) {
+      r.backend = "SHM";
+      shared_->Allgather(r.in.data(), r.out.data(), parts, idle_);
+    } else {
+      r.backend = "CMA";
+      read = shared_->AllgatherDirect(r.in.data(), r.out.data(), parts, idle_);
+    }
     Trace(group, "communicate", start);
     return read.ok() ? read : Annotate(read, Describe(r.desc));
   }
@@ -794,24 +793,20 @@ Status MpiPlane::ExchangeAndCombine(Group& group, const std::vector<std::pair<in
     const Status read = shared_->ExchangeDirect(send_buf, count, dtype, r.send, from, into, idle_);
     if (!read.ok()) return Annotate(read, Describe(r.desc));
     WeightedSum(out, dtype, count, terms);
-    Trace(group, "communicate", start);
-    start = TraceStart(timeline_);
-    Unpack(group, out);
-    Trace(group, "combine", start);
-    return OkStatus();
+  } else {
+    // out = self_weight * in + sum_k w_k * recv_k, a chunk at a time as the chunks arrive.
+    std::vector<WeightedTerm> terms;
+    WEFT_RETURN_IF_ERROR(Exchange(
+        /*to_data=*/nullptr, send_buf, count, dtype, r.send, recv, [&](size_t begin, size_t end) {
+          terms.assign(1, {send_buf + begin * item, r.self_weight});
+          for (size_t k = 0; k < recv.size(); ++k) {
+            if (recv[k].second == 0.0) continue;
+            terms.push_back({recv_scratch_[k].data() + begin * item, recv[k].second});
+          }
+          WeightedSum(out + begin * item, dtype, end - begin, terms);
+        }));
+    for (auto& member : group) member->backend = peers_->name();
   }
-  // out = self_weight * in + sum_k w_k * recv_k, a chunk at a time as the chunks arrive.
-  std::vector<WeightedTerm> terms;
-  WEFT_RETURN_IF_ERROR(Exchange(
-      /*to_data=*/nullptr, send_buf, count, dtype, r.send, recv, [&](size_t begin, size_t end) {
-        terms.assign(1, {send_buf + begin * item, r.self_weight});
-        for (size_t k = 0; k < recv.size(); ++k) {
-          if (recv[k].second == 0.0) continue;
-          terms.push_back({recv_scratch_[k].data() + begin * item, recv[k].second});
-        }
-        WeightedSum(out + begin * item, dtype, end - begin, terms);
-      }));
-  for (auto& member : group) member->backend = peers_->name();
   Trace(group, "communicate", start);
   start = TraceStart(timeline_);
   Unpack(group, out);

@@ -9,13 +9,13 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
-#include <string>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define WEFT_STREAM_STORES 1
 #endif
 
+#include "absl/strings/str_cat.h"
 #include "comm/reduce.h"
 #include "core/timeline.h"
 
@@ -416,12 +416,7 @@ Status SharedCollectives::AllgatherDirect(const void* in, void* out,
   for (int k = 1; k < size_ && status.ok(); ++k) {
     const int r = (rank_ + k) % size_;  // each rank starts with a different one
     if (part_bytes[r] == 0) continue;
-    const auto* from = reinterpret_cast<const void*>(
-        static_cast<uintptr_t>(post(r)->load(std::memory_order_relaxed)));
-    status = ReadProcessMemory(pids_[r], from, gathered + offset[r], part_bytes[r]);
-    if (!status.ok())
-      status = Annotate(status,
-                        "allgather: reading rank " + std::to_string(r) + "'s part from its memory");
+    status = ReadPosted(r, gathered + offset[r], part_bytes[r], "allgather", "part");
   }
   // Done reading: the others may return. The areas were not written, and every rank has
   // read what ops before left in them (it counted in here after): nothing to wait for
@@ -452,14 +447,8 @@ Status SharedCollectives::ExchangeDirect(const void* in, size_t count, DType dty
   Status status = OkStatus();
   for (size_t k = 0; k < from.size() && status.ok(); ++k) {
     const int r = from[k];
-    const auto* source = reinterpret_cast<const void*>(
-        static_cast<uintptr_t>(post(r)->load(std::memory_order_relaxed)));
-    status = ReadProcessMemory(pids_[r], source, into[k], bytes);
-    if (!status.ok()) {
-      status = Annotate(status, "neighbor exchange: reading rank " + std::to_string(r) +
-                                    "'s input from its memory");
-      break;
-    }
+    status = ReadPosted(r, into[k], bytes, "neighbor exchange", "input");
+    if (!status.ok()) break;
     const uint64_t b = scale(r, rank_)->load(std::memory_order_relaxed);
     double factor;
     std::memcpy(&factor, &b, sizeof(factor));
@@ -468,6 +457,16 @@ Status SharedCollectives::ExchangeDirect(const void* in, size_t count, DType dty
   Meet(idle);  // done reading (see AllgatherDirect)
   sliced_last_ = false;
   return status;
+}
+
+Status SharedCollectives::ReadPosted(int rank, void* to, size_t bytes, const char* op,
+                                     const char* thing) const {
+  const auto* from = reinterpret_cast<const void*>(
+      static_cast<uintptr_t>(post(rank)->load(std::memory_order_relaxed)));
+  const Status status = ReadProcessMemory(pids_[rank], from, to, bytes);
+  if (status.ok()) return status;
+  return Annotate(status,
+                  absl::StrCat(op, ": reading rank ", rank, "'s ", thing, " from its memory"));
 }
 
 Status ReadProcessMemory(int64_t pid, const void* from, void* to, size_t bytes) {

@@ -134,8 +134,8 @@ class SharedCollectives {
   // into every rank's `out`, rank r's part after those of the ranks before it.
   void Allgather(const void* in, void* out, const std::vector<size_t>& part_bytes,
                  const std::function<void(int64_t since)>& idle);
-  // Lets AllgatherDirect read rank r's memory as process pids[r] (pids: one per rank, in
-  // rank order), once every rank has found that it can (ReadProcessMemory).
+  // Lets AllgatherDirect and ExchangeDirect read rank r's memory as process pids[r] (pids:
+  // one per rank, in rank order), once every rank has found that it can (ReadProcessMemory).
   void EnableDirectReads(std::vector<int64_t> pids) { pids_ = std::move(pids); }
   bool direct_reads() const { return !pids_.empty(); }
   // Allgather as above, each part read from its rank's `in` where it is (see above); every
@@ -191,6 +191,9 @@ class SharedCollectives {
   // The scale (a double's bits) `sender` applies to what `receiver` reads of it in
   // ExchangeDirect: a table of size x size words after the areas, row by sender.
   std::atomic<uint64_t>* scale(int sender, int receiver) const;
+  // Copies `bytes` from what `rank` posted into `to` (a direct op's read, after the meeting
+  // that follows the posts); an error says "`op`: reading rank R's `thing` from its memory".
+  Status ReadPosted(int rank, void* to, size_t bytes, const char* op, const char* thing) const;
   // Sets this rank's count to `mark` (release: what it wrote before is seen by whoever
   // sees the count).
   void Count(uint64_t mark);
@@ -224,7 +227,7 @@ class SharedCollectives {
   bool round_timed_ = false;               // rank 0 times this round (StartRound, Meet, EndRound)
   int64_t round_start_ns_ = 0;
   int64_t met_ns_ = 0;  // the timed round's meetings so far
-  std::vector<int64_t> pids_;  // each rank's process, for AllgatherDirect (EnableDirectReads)
+  std::vector<int64_t> pids_;  // each rank's process, for the direct ops (EnableDirectReads)
 };
 
 // Copies `bytes` from address `from` of process `pid` to `to` in this one, with
