@@ -128,13 +128,14 @@ bool UseRing(PeerTransportKind kind, int machines, int members, size_t bytes, bo
 const config::IntSetting kSharedMemoryBytes(
     "WEFT_SHARED_MEMORY_BYTES", -1,
     "When every rank of the job is on one machine, allreduces (that do not run weft's ring), "
-    "broadcasts and allgathers over all of them of up to this many bytes (a fused group: all "
-    "of its tensors; an allgather: its output) run through memory the ranks share, reading "
-    "each input and writing each output where it is (no fusion buffer), instead of MPI's "
-    "collectives. -1: 512 KiB (allgathers: 128 KiB where larger ones read the other ranks' "
-    "memory instead, WEFT_CROSS_MEMORY_ATTACH_BYTES), but any size when the machine's ranks "
-    "outnumber its CPUs, and for allreduces and broadcasts when the job has two ranks; 0: "
-    "never. Every rank must see the same value.",
+    "broadcasts, allgathers and neighbor allreduces over all of them of up to this many bytes "
+    "(a fused group: all of its tensors; an allgather: its output) run through memory the "
+    "ranks share, reading each input and writing each output where it is (no fusion buffer), "
+    "instead of MPI's collectives and point-to-point messages. -1: 512 KiB (allgathers: 128 "
+    "KiB where larger ones read the other ranks' memory instead, "
+    "WEFT_CROSS_MEMORY_ATTACH_BYTES), but any size when the machine's ranks outnumber its "
+    "CPUs, and for allreduces and broadcasts when the job has two ranks; neighbor "
+    "allreduces: 64 KiB; 0: never. Every rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 const config::IntSetting kSharedMemoryStream(
@@ -151,13 +152,13 @@ const config::IntSetting kCrossMemoryAttachBytes(
     "this many bytes (their output) that do not go through shared memory copy each other "
     "rank's part straight from that rank's input into the output with process_vm_readv "
     "(Linux's cross-memory attach), where init() found that the ranks may read each other's "
-    "memory, instead of running MPI's allgather; so do neighbor allreduces of 4 KiB up to "
-    "this many bytes (a fused group: all of its tensors) over the default exchange "
-    "transport, instead of MPI's sends and receives; 0: never. Either needs the shared "
-    "memory segment (not mapped when WEFT_SHARED_MEMORY_BYTES is 0 at init()). While it is "
-    "not 0 and WEFT_SHARED_MEMORY_BYTES is -1, allgathers of more than 128 KiB go this way "
-    "rather than through shared memory, unless the machine's ranks outnumber its CPUs. "
-    "Every rank must see the same value.",
+    "memory, instead of running MPI's allgather; so do neighbor allreduces of up to this "
+    "many bytes (a fused group: all of its tensors) over the default exchange transport that "
+    "do not go through shared memory (from 4 KiB), instead of MPI's sends and receives; 0: "
+    "never. Either needs the shared memory segment (not mapped when WEFT_SHARED_MEMORY_BYTES "
+    "is 0 at init()). While it is not 0 and WEFT_SHARED_MEMORY_BYTES is -1, allgathers of "
+    "more than 128 KiB go this way rather than through shared memory, unless the machine's "
+    "ranks outnumber its CPUs. Every rank must see the same value.",
     /*min=*/0, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 // Whether every rank of `local` (every rank of the job, `rank` among them) can read every
@@ -211,11 +212,20 @@ bool UseSharedMemory(size_t bytes, bool any_size, int64_t direct_below = -1) {
   return bytes <= static_cast<uint64_t>(limit);
 }
 
-// Neighbor allreduces of at least this many bytes (and up to WEFT_CROSS_MEMORY_ATTACH_BYTES)
-// read their peers' inputs where they are, where they can. Below it Open MPI sends eagerly
-// (its shared-memory transport's eager limit is 4 KiB), in about 1 us on 2 ranks, where the
-// two meetings and the system call take about 3.5 us more (bench/README.md); from it Open
-// MPI also reads the other process's memory, after a handshake of its own.
+// Neighbor allreduces of up to this many bytes go through shared memory unless
+// WEFT_SHARED_MEMORY_BYTES says otherwise: one copy into the segment and one meeting, where
+// Open MPI sends eagerly up to 4 KiB and reads the other process's memory after a
+// handshake from there. Against MPI and the direct reads below they gained up to 64 KiB (on
+// 2 ranks with a CPU each 2.1-2.6x at 4-8 KiB), and at 128 KiB lost on 2 ranks for a
+// one-peer schedule while 4 ranks sharing 2 CPUs still gained; from 512 KiB they lost
+// (bench/README.md).
+constexpr int64_t kSharedExchangeBytes = int64_t{64} << 10;
+// Neighbor allreduces past that limit, of at least this many bytes (and up to
+// WEFT_CROSS_MEMORY_ATTACH_BYTES), read their peers' inputs where they are, where they can
+// (the floor matters where WEFT_SHARED_MEMORY_BYTES is set lower). Below it Open MPI sends
+// eagerly (its shared-memory transport's eager limit is 4 KiB), in about 1 us on 2 ranks,
+// where the two meetings and the system call take about 3.5 us more (bench/README.md); from
+// it Open MPI also reads the other process's memory, after a handshake of its own.
 constexpr size_t kDirectExchangeFromBytes = size_t{4} << 10;
 // Allgathers of more than this many bytes read the others' parts where they are, where
 // they can, unless WEFT_SHARED_MEMORY_BYTES says otherwise (UseSharedMemory).
@@ -293,14 +303,16 @@ class MpiPlane : public HostPlane {
                   const std::vector<std::pair<int, double>>& send,
                   const std::vector<std::pair<int, double>>& recv,
                   const std::function<void(size_t, size_t)>& arrived);
+  // How a neighbor exchange moves its data: over the peer transport, through the shared
+  // segment (SharedCollectives::Exchange), or reading each peer's input where it is
+  // (SharedCollectives::ExchangeDirect).
+  enum class ExchangeWay { kTransport, kShared, kDirect };
   // Combines the received buffers into `out`: self_weight * in + sum_k w_k * recv_k, then
-  // unpacks a fused group.
-  // `direct`: through SharedCollectives::ExchangeDirect instead of the peer transport
-  // (UseDirectExchange), combined once every peer has read this rank's input.
+  // unpacks a fused group. kDirect combines once every peer has read this rank's input.
   Status ExchangeAndCombine(Group& group, const std::vector<std::pair<int, double>>& recv,
-                            bool direct = false);
-  // Whether a neighbor allreduce of `group` reads its peers' inputs where they are.
-  bool UseDirectExchange(const Group& group) const;
+                            ExchangeWay way = ExchangeWay::kTransport);
+  // How a neighbor allreduce of `group` exchanges.
+  ExchangeWay NeighborExchangeWay(const Group& group) const;
   // Packs the inputs of a fused group into one buffer (or returns the lone input).
   void* Pack(Group& group, size_t* count);
   void Unpack(Group& group, const void* buffer);
@@ -526,7 +538,7 @@ bool MpiPlane::MeetsFirst(const Response& response, const Group& group) const {
       return AllgatherWay(total) != GatherWay::kMpi;
     }
     case OpType::kNeighborAllreduce:
-      return UseDirectExchange(group);
+      return NeighborExchangeWay(group) != ExchangeWay::kTransport;
     default:
       return false;
   }
@@ -761,7 +773,7 @@ Status MpiPlane::Exchange(const std::vector<int>* to_data, const void* send_buf,
 }
 
 Status MpiPlane::ExchangeAndCombine(Group& group, const std::vector<std::pair<int, double>>& recv,
-                                    bool direct) {
+                                    ExchangeWay way) {
   Request& r = *group[0];
   const DType dtype = r.in.dtype();
   const size_t item = DTypeSize(dtype);
@@ -775,7 +787,31 @@ Status MpiPlane::ExchangeAndCombine(Group& group, const std::vector<std::pair<in
     send_buf = out;
   }
   int64_t start = TraceStart(timeline_);
-  if (direct) {
+  if (way == ExchangeWay::kShared) {
+    // Round by round, straight from the senders' halves (or their scaled copies).
+    const size_t round = std::min(count, shared_->ExchangeRoundElements(item));
+    std::vector<int> from;
+    std::vector<double> weights;
+    std::vector<char*> scratch;
+    if (recv_scratch_.size() < recv.size()) recv_scratch_.resize(recv.size());
+    for (size_t k = 0; k < recv.size(); ++k) {
+      if (recv[k].second == 0.0) continue;  // weighs nothing: not read at all
+      if (recv_scratch_[k].size() < round * item) recv_scratch_[k].resize(round * item);
+      from.push_back(recv[k].first);
+      weights.push_back(recv[k].second);
+      scratch.push_back(recv_scratch_[k].data());
+    }
+    std::vector<WeightedTerm> terms;
+    shared_->Exchange(
+        send_buf, count, dtype, r.send, from, scratch,
+        [&](size_t begin, size_t end, const std::vector<const char*>& received) {
+          terms.assign(1, {send_buf + begin * item, r.self_weight});
+          for (size_t k = 0; k < received.size(); ++k) terms.push_back({received[k], weights[k]});
+          WeightedSum(out + begin * item, dtype, end - begin, terms);
+        },
+        idle_);
+    for (auto& member : group) member->backend = "SHM";
+  } else if (way == ExchangeWay::kDirect) {
     // Read every peer's input whole, then combine: `out` may be this rank's input (in
     // place, or a fused group's buffer), which the others read until the second meeting.
     if (recv_scratch_.size() < recv.size()) recv_scratch_.resize(recv.size());
@@ -814,23 +850,28 @@ Status MpiPlane::ExchangeAndCombine(Group& group, const std::vector<std::pair<in
   return OkStatus();
 }
 
-bool MpiPlane::UseDirectExchange(const Group& group) const {
-  // What decides is the same on every rank: the ranks all on this machine and able to read
-  // each other's memory, the op over all of them (every rank meets), the exchange on MPI
-  // (the default on one machine; tcp or ucx chosen explicitly keeps its traffic), and the
-  // bytes.
-  if (!shared_.has_value() || !shared_->direct_reads() ||
-      peers_->kind() != PeerTransportKind::kMpi || !group[0]->desc.group.empty()) {
-    return false;
+MpiPlane::ExchangeWay MpiPlane::NeighborExchangeWay(const Group& group) const {
+  // What decides is the same on every rank: the ranks all on this machine (the segment
+  // mapped), the op over all of them (every rank meets), the exchange on MPI (the default
+  // on one machine; tcp or ucx chosen explicitly keeps its traffic), and the bytes.
+  if (!shared_.has_value() || peers_->kind() != PeerTransportKind::kMpi ||
+      !group[0]->desc.group.empty()) {
+    return ExchangeWay::kTransport;
   }
   size_t bytes = 0;
   for (const auto& r : group) bytes += r->in.nbytes();
-  return bytes >= kDirectExchangeFromBytes &&
-         bytes <= static_cast<uint64_t>(kCrossMemoryAttachBytes.Get());
+  const int64_t shared_limit =
+      kSharedMemoryBytes.Get() < 0 ? kSharedExchangeBytes : kSharedMemoryBytes.Get();
+  if (bytes <= static_cast<uint64_t>(shared_limit)) return ExchangeWay::kShared;
+  if (shared_->direct_reads() && bytes >= kDirectExchangeFromBytes &&
+      bytes <= static_cast<uint64_t>(kCrossMemoryAttachBytes.Get())) {
+    return ExchangeWay::kDirect;
+  }
+  return ExchangeWay::kTransport;
 }
 
 Status MpiPlane::RunNeighborAllreduce(Group& group) {
-  return ExchangeAndCombine(group, group[0]->recv, UseDirectExchange(group));
+  return ExchangeAndCombine(group, group[0]->recv, NeighborExchangeWay(group));
 }
 
 Status MpiPlane::RunHierarchical(Group& group) {

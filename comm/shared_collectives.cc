@@ -401,6 +401,41 @@ void SharedCollectives::Allgather(const void* in, void* out, const std::vector<s
   }
 }
 
+void SharedCollectives::Exchange(const void* in, size_t count, DType dtype,
+                                 const std::vector<std::pair<int, double>>& send,
+                                 const std::vector<int>& from, const std::vector<char*>& scratch,
+                                 const Received& arrived,
+                                 const std::function<void(int64_t since)>& idle) {
+  StartHalves(idle);
+  const size_t item = DTypeSize(dtype);
+  const size_t head = ScalesBytes();
+  const size_t per_round = ExchangeRoundElements(item);
+  std::vector<const char*> received(from.size());
+  for (size_t base = 0; base < count; base += per_round, ++halves_) {
+    StartRound(/*timed=*/false);
+    const size_t m = std::min(per_round, count - base);
+    char* mine = half(rank_);
+    BeforeWrite(idle);
+    // Every destination's scale, so that none is left from a round before.
+    auto* scales = reinterpret_cast<double*>(mine);
+    std::fill(scales, scales + size_, 1.0);
+    for (const auto& [to, factor] : send) scales[to] = factor;
+    CopyIn(mine + head, static_cast<const char*>(in) + base * item, m * item);
+    Meet(idle);
+    for (size_t k = 0; k < from.size(); ++k) {
+      const char* theirs = half(from[k]);
+      const double factor = reinterpret_cast<const double*>(theirs)[rank_];
+      received[k] = theirs + head;
+      if (factor != 1.0) {
+        WeightedSum(scratch[k], dtype, m, {{received[k], factor}});
+        received[k] = scratch[k];
+      }
+    }
+    arrived(base, base + m, received);
+    EndRound();
+  }
+}
+
 Status SharedCollectives::AllgatherDirect(const void* in, void* out,
                                           const std::vector<size_t>& part_bytes,
                                           const std::function<void(int64_t since)>& idle) {

@@ -13,7 +13,10 @@
 //     directly); a one-way meeting: the root counts in and goes on, the others wait for
 //     the root's count alone, copy the inputs out, then count in;
 //   - allgather: each rank copies its part into its half (and into its own output
-//     directly); meeting; each rank copies the others' parts out.
+//     directly); meeting; each rank copies the others' parts out;
+//   - neighbor exchange: each rank writes the scale it sends to each destination at the
+//     head of its half and copies its input after it; meeting; each rank combines its
+//     in-neighbors' halves (scaled as their senders say) into its output.
 // A larger allgather may read the others' parts where they are instead (AllgatherDirect),
 // where the kernel lets the ranks read each other's memory (Linux's cross-memory attach,
 // process_vm_readv): each rank posts its input's address beside its counter and counts in;
@@ -144,6 +147,26 @@ class SharedCollectives {
   // which still meets the others: none of them waits for it in vain.
   Status AllgatherDirect(const void* in, void* out, const std::vector<size_t>& part_bytes,
                          const std::function<void(int64_t since)>& idle);
+  // What a neighbor exchange through the areas hands over per round (Exchange): for each
+  // in-neighbor k, the round's elements of its input as it sends them to this rank.
+  using Received =
+      std::function<void(size_t begin, size_t end, const std::vector<const char*>& received)>;
+  // A neighbor exchange through the areas, in rounds in halves (every rank calls it for the
+  // same ops, each with `count` elements of `dtype`): each rank writes the scale it sends to
+  // each destination (`send`: rank and scale; 1 for the others) at the head of its half and
+  // copies the round's part of `in` after it; meeting; then arrived(begin, end, received)
+  // runs for the round's elements [begin, end), received[k] pointing at element `begin` of
+  // rank from[k]'s input as that rank sends it to this one: in the sender's half where its
+  // scale is 1, else multiplied by the scale into scratch[k] (which holds at least
+  // min(count, RoundElements) elements) as reduce.h's WeightedSum makes a sender's scaled
+  // copy (the same bits); they hold during that call. `in` may be the output arrived()
+  // writes: no rank reads a round's part of it after the round's meeting.
+  void Exchange(const void* in, size_t count, DType dtype,
+                const std::vector<std::pair<int, double>>& send, const std::vector<int>& from,
+                const std::vector<char*>& scratch, const Received& arrived,
+                const std::function<void(int64_t since)>& idle);
+  // Elements of `item` bytes per round of Exchange.
+  size_t ExchangeRoundElements(size_t item) const { return (kHalfBytes - ScalesBytes()) / item; }
   // A neighbor exchange by the same direct reads (after EnableDirectReads; every rank calls
   // it for the same ops, each with `count` elements of `dtype`): each rank posts its `in`
   // and the scale it sends to each destination (`send`: rank and scale), and meets; then
@@ -162,6 +185,11 @@ class SharedCollectives {
   static constexpr size_t kHalfBytes = kRoundBytes / 2;
   // Rounds in halves (see above): `rank`'s half of its result area for this round.
   char* half(int rank) const;
+  // The head of a half in Exchange: one scale (a double's bits) per destination rank, whole
+  // lines, so that the data after it starts on one.
+  size_t ScalesBytes() const {
+    return (static_cast<size_t>(size_) * sizeof(uint64_t) + 63) / 64 * 64;
+  }
   // Before the first round in halves of an op: meets first if the last allreduce was sliced.
   void StartHalves(const std::function<void(int64_t since)>& idle);
   // Allreduce where each rank sums every element (see above).

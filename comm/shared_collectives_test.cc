@@ -554,6 +554,87 @@ TEST(SharedCollectivesTest, ExchangeDirectReadsScaledAsEachSenderSays) {
   }
 }
 
+// A neighbor exchange through the areas hands each rank its in-neighbors' inputs, each
+// scaled as its sender says (bit for bit as WeightedSum scales a sender's copy), round by
+// round, op after op: long ops span rounds, one rank in turn starts late, the receiver
+// writes over its own input from inside each round (in place), and broadcasts (one-way
+// meetings), sliced allreduces and direct allgathers run between.
+TEST(SharedCollectivesTest, ExchangeScalesAsEachSenderSaysRoundByRound) {
+  for (int size : {2, 3, 4}) {
+    OnRanksCopying(size, CopyWays()[3].second, [&](int rank, SharedCollectives& shared) {
+      shared.EnableDirectReads(std::vector<int64_t>(size, getpid()));
+      const size_t long_count = 2 * shared.ExchangeRoundElements(sizeof(float)) + 13;
+      auto value = [](int op, int r, size_t i) {
+        return static_cast<float>(op * 3 + r * 7 + static_cast<int>(i % 89)) / 7.0f;
+      };
+      auto scale_of = [](int op, int from, int to) {
+        return (from + to + op) % 3 == 0 ? 1.0 : 1.0 / (3 + from + 2 * to + op % 2);
+      };
+      for (int op = 0; op < 30; ++op) {
+        if (rank == op % size && op % 2 == 1) {
+          std::this_thread::sleep_for(std::chrono::microseconds(300));
+        }
+        const size_t count = op % 3 == 2 ? 5 : long_count;
+        std::vector<float> in(count);
+        for (size_t i = 0; i < count; ++i) in[i] = value(op, rank, i);
+        std::vector<std::pair<int, double>> send;
+        for (int k = 1; k <= 2 && k < size; ++k) {
+          const int to = (rank + k) % size;
+          send.push_back({to, scale_of(op, rank, to)});
+        }
+        std::vector<int> from = {(rank + size - 1) % size};
+        if (size > 2) from.push_back((rank + size - 2) % size);
+        std::vector<std::vector<float>> got(from.size(), std::vector<float>(count, -5.0f)),
+            scratch(from.size(), std::vector<float>(count));
+        std::vector<char*> into;
+        for (auto& v : scratch) into.push_back(reinterpret_cast<char*>(v.data()));
+        size_t next = 0;
+        shared.Exchange(
+            in.data(), count, DType::kFloat32, send, from, into,
+            [&](size_t begin, size_t end, const std::vector<const char*>& received) {
+              ASSERT_EQ(begin, next);
+              next = end;
+              for (size_t k = 0; k < from.size(); ++k) {
+                std::memcpy(&got[k][begin], received[k], (end - begin) * sizeof(float));
+              }
+              std::fill(in.begin() + begin, in.begin() + end, -1.0f);
+            },
+            Yield);
+        ASSERT_EQ(next, count);
+        for (size_t k = 0; k < from.size(); ++k) {
+          const int r = from[k];
+          std::vector<float> theirs(count), want(count);
+          for (size_t i = 0; i < count; ++i) theirs[i] = value(op, r, i);
+          WeightedSum(want.data(), DType::kFloat32, count,
+                      {{theirs.data(), scale_of(op, r, rank)}});
+          for (size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(std::memcmp(&got[k][i], &want[i], sizeof(float)), 0)
+                << "size " << size << " op " << op << " rank " << rank << " from " << r
+                << " element " << i << ": " << got[k][i] << " against " << want[i];
+          }
+        }
+        if (op % 4 == 0) {
+          std::vector<float> y(long_count, static_cast<float>(rank));
+          shared.Allreduce({{y.data(), y.data(), long_count}}, DType::kFloat32,
+                           /*average=*/false, Yield);
+          ASSERT_EQ(y[long_count - 1], size * (size - 1) / 2.0f) << "allreduce after op " << op;
+        } else if (op % 4 == 1) {
+          std::vector<float> b(9, static_cast<float>(rank));
+          shared.Broadcast({{b.data(), b.data(), 9}}, sizeof(float), op % size, Yield);
+          ASSERT_EQ(b[8], static_cast<float>(op % size)) << "broadcast after op " << op;
+        } else if (op % 4 == 2) {
+          std::vector<float> part(7, static_cast<float>(rank)), all(7 * size);
+          ASSERT_TRUE(shared
+                          .AllgatherDirect(part.data(), all.data(),
+                                           std::vector<size_t>(size, 7 * sizeof(float)), Yield)
+                          .ok());
+          ASSERT_EQ(all[7 * size - 1], size - 1.0f);
+        }
+      }
+    });
+  }
+}
+
 TEST(ReadProcessMemoryTest, CopiesAndNamesWhatFailed) {
   std::vector<char> from(3 << 20), to(3 << 20);
   for (size_t i = 0; i < from.size(); ++i) from[i] = static_cast<char>(i % 253);

@@ -667,12 +667,13 @@ TEST(NeighborAllreduce, ElementsKeepTheirPlaceInLargeExchanges) {
   }
 }
 
-// Neighbor allreduces that read their peers' inputs where they are (every rank on this
-// machine, WEFT_CROSS_MEMORY_ATTACH_BYTES 64 MiB) and those that go through the exchange
-// transport (0) give the same bits: sizes on both sides of 4 KiB and of a transport chunk,
-// three dtypes, scaled sends that round (dst weights of thirds), in place and not, and a
-// fused group.
-TEST(NeighborAllreduce, DirectReadsMatchTheTransportBitForBit) {
+// Neighbor allreduces through shared memory (every rank on this machine,
+// WEFT_SHARED_MEMORY_BYTES 64 MiB: several rounds for the larger ones), those that read
+// their peers' inputs where they are (WEFT_CROSS_MEMORY_ATTACH_BYTES 64 MiB) and those that
+// go through the exchange transport (both 0) give the same bits: sizes on both sides of
+// 4 KiB and of a transport chunk, three dtypes, scaled sends that round (dst weights of
+// thirds), in place and not, and a fused group.
+TEST(NeighborAllreduce, SharedMemoryAndDirectReadsMatchTheTransportBitForBit) {
   const int n = size();
   if (n < 2) GTEST_SKIP() << "needs 2 ranks";
   const int to = (rank() + 1) % n, from = (rank() + n - 1) % n;
@@ -681,8 +682,12 @@ TEST(NeighborAllreduce, DirectReadsMatchTheTransportBitForBit) {
   opts.src_weights = std::map<int, double>{{from, 2.0 / 3}};
   opts.dst_weights = std::map<int, double>{{to, (rank() + 1) / 3.0}};
   auto value = [&](int64_t i) { return ((rank() + 3) * 7919 * (i + 1)) % 1013 / 17.0; };
-  auto run = [&](DType dtype, std::vector<int64_t> counts, bool in_place, const char* limit) {
-    EXPECT_TRUE(config::Registry::Global().Set("WEFT_CROSS_MEMORY_ATTACH_BYTES", limit).ok());
+  // The way each op takes: through shared memory up to `shared` bytes, else reading the
+  // in-neighbors' inputs up to `direct` bytes, else the transport.
+  auto run = [&](DType dtype, std::vector<int64_t> counts, bool in_place, const char* shared,
+                 const char* direct) {
+    EXPECT_TRUE(config::Registry::Global().Set("WEFT_SHARED_MEMORY_BYTES", shared).ok());
+    EXPECT_TRUE(config::Registry::Global().Set("WEFT_CROSS_MEMORY_ATTACH_BYTES", direct).ok());
     std::vector<Buffer> xs, ys;
     for (int64_t c : counts) {
       xs.emplace_back(dtype, std::vector<int64_t>{c});
@@ -712,19 +717,24 @@ TEST(NeighborAllreduce, DirectReadsMatchTheTransportBitForBit) {
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kFloat64}) {
     for (const auto& counts : groups) {
       for (bool in_place : {false, true}) {
-        const auto direct = run(dtype, counts, in_place, "67108864");
-        const auto transport = run(dtype, counts, in_place, "0");
-        for (size_t k = 0; k < counts.size(); ++k) {
-          for (int64_t i = 0; i < counts[k]; ++i) {
-            ASSERT_EQ(std::memcmp(&direct[k][i], &transport[k][i], sizeof(double)), 0)
-                << DTypeName(dtype) << " tensor " << k << " of " << counts.size() << " ("
-                << counts[k] << (in_place ? ", in place" : "") << ") element " << i << ": "
-                << direct[k][i] << " against " << transport[k][i];
+        const auto transport = run(dtype, counts, in_place, "0", "0");
+        const std::pair<const char*, std::vector<std::vector<double>>> ways[] = {
+            {"shared memory", run(dtype, counts, in_place, "67108864", "0")},
+            {"direct reads", run(dtype, counts, in_place, "0", "67108864")}};
+        for (const auto& [way, got] : ways) {
+          for (size_t k = 0; k < counts.size(); ++k) {
+            for (int64_t i = 0; i < counts[k]; ++i) {
+              ASSERT_EQ(std::memcmp(&got[k][i], &transport[k][i], sizeof(double)), 0)
+                  << way << ", " << DTypeName(dtype) << " tensor " << k << " of " << counts.size()
+                  << " (" << counts[k] << (in_place ? ", in place" : "") << ") element " << i
+                  << ": " << got[k][i] << " against " << transport[k][i];
+            }
           }
         }
       }
     }
   }
+  config::Registry::Global().Unset("WEFT_SHARED_MEMORY_BYTES");
   config::Registry::Global().Unset("WEFT_CROSS_MEMORY_ATTACH_BYTES");
 }
 

@@ -40,7 +40,7 @@ TEST(Timeline, EveryPhaseIsRecorded) {
   const std::string file = dir + "/trace." + std::to_string(me) + ".json";
   std::string cmd = "/usr/bin/python3 tests/check_trace.py " + file +
                     " queue negotiate communicate combine";
-  if (n > 1) cmd += " fuse error SHM_ALLREDUCE MPI_ALLREDUCE";
+  if (n > 1) cmd += " fuse error SHM_ALLREDUCE MPI_ALLREDUCE SHM_NEIGHBOR_ALLREDUCE";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 
