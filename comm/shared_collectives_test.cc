@@ -488,6 +488,29 @@ TEST(SharedCollectivesTest, AllgatherDirectFailsOnlyOnTheRankThatCannotRead) {
   });
 }
 
+// An op of another kind between two neighbor exchanges (their tests below), checked: an
+// allreduce of `count` elements (sliced on more than two ranks when that is long), a
+// broadcast from rank op % size (a one-way meeting), or a small direct allgather.
+enum class Between { kNothing, kAllreduce, kBroadcast, kAllgatherDirect };
+void RunBetween(SharedCollectives& shared, int size, int rank, Between kind, size_t count, int op) {
+  if (kind == Between::kAllreduce) {
+    std::vector<float> y(count, static_cast<float>(rank));
+    shared.Allreduce({{y.data(), y.data(), count}}, DType::kFloat32, /*average=*/false, Yield);
+    ASSERT_EQ(y[count - 1], size * (size - 1) / 2.0f) << "allreduce after op " << op;
+  } else if (kind == Between::kBroadcast) {
+    std::vector<float> b(9, static_cast<float>(rank));
+    shared.Broadcast({{b.data(), b.data(), 9}}, sizeof(float), op % size, Yield);
+    ASSERT_EQ(b[8], static_cast<float>(op % size)) << "broadcast after op " << op;
+  } else if (kind == Between::kAllgatherDirect) {
+    std::vector<float> part(7, static_cast<float>(rank)), all(7 * size);
+    ASSERT_TRUE(shared
+                    .AllgatherDirect(part.data(), all.data(),
+                                     std::vector<size_t>(size, 7 * sizeof(float)), Yield)
+                    .ok());
+    ASSERT_EQ(all[7 * size - 1], size - 1.0f) << "allgather after op " << op;
+  }
+}
+
 // A direct neighbor exchange: each rank sends to the next two ranks (itself too on 2
 // ranks, where the next but one is itself) with scales of its own (one of them 1), and
 // reads from the two before it; what a rank reads is the sender's input times the
@@ -536,19 +559,9 @@ TEST(SharedCollectivesTest, ExchangeDirectReadsScaledAsEachSenderSays) {
                 << " element " << i << ": " << got[i] << " against " << want[i];
           }
         }
-        if (op % 3 == 0) {
-          std::vector<float> y(count, static_cast<float>(rank));
-          shared.Allreduce({{y.data(), y.data(), count}}, DType::kFloat32, /*average=*/false,
-                           Yield);
-          ASSERT_EQ(y[count - 1], size * (size - 1) / 2.0f) << "allreduce after op " << op;
-        } else if (op % 3 == 1) {
-          std::vector<float> part(7, static_cast<float>(rank)), all(7 * size);
-          ASSERT_TRUE(shared
-                          .AllgatherDirect(part.data(), all.data(),
-                                           std::vector<size_t>(size, 7 * sizeof(float)), Yield)
-                          .ok());
-          ASSERT_EQ(all[7 * size - 1], size - 1.0f);
-        }
+        const Between between[] = {Between::kAllreduce, Between::kAllgatherDirect,
+                                   Between::kNothing};
+        ASSERT_NO_FATAL_FAILURE(RunBetween(shared, size, rank, between[op % 3], count, op));
       }
     });
   }
@@ -613,23 +626,9 @@ TEST(SharedCollectivesTest, ExchangeScalesAsEachSenderSaysRoundByRound) {
                 << " element " << i << ": " << got[k][i] << " against " << want[i];
           }
         }
-        if (op % 4 == 0) {
-          std::vector<float> y(long_count, static_cast<float>(rank));
-          shared.Allreduce({{y.data(), y.data(), long_count}}, DType::kFloat32,
-                           /*average=*/false, Yield);
-          ASSERT_EQ(y[long_count - 1], size * (size - 1) / 2.0f) << "allreduce after op " << op;
-        } else if (op % 4 == 1) {
-          std::vector<float> b(9, static_cast<float>(rank));
-          shared.Broadcast({{b.data(), b.data(), 9}}, sizeof(float), op % size, Yield);
-          ASSERT_EQ(b[8], static_cast<float>(op % size)) << "broadcast after op " << op;
-        } else if (op % 4 == 2) {
-          std::vector<float> part(7, static_cast<float>(rank)), all(7 * size);
-          ASSERT_TRUE(shared
-                          .AllgatherDirect(part.data(), all.data(),
-                                           std::vector<size_t>(size, 7 * sizeof(float)), Yield)
-                          .ok());
-          ASSERT_EQ(all[7 * size - 1], size - 1.0f);
-        }
+        const Between between[] = {Between::kAllreduce, Between::kBroadcast,
+                                   Between::kAllgatherDirect, Between::kNothing};
+        ASSERT_NO_FATAL_FAILURE(RunBetween(shared, size, rank, between[op % 4], long_count, op));
       }
     });
   }
