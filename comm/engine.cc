@@ -59,6 +59,13 @@ const config::IntSetting kWaitSpinMaxMicros(
 // sooner when it stops with work left.
 constexpr int64_t kDrivenSleepMicros = 50000;
 
+// Where the machine's ranks outnumber its CPUs, nonblocking submissions (and the end of a
+// group) do not wake the engine thread: woken, it took a CPU from a rank, which cost a
+// burst of 64 nonblocking 4 KiB allreduces on 4 ranks sharing 2 CPUs 20-35% of its time
+// (bench/README.md); a caller that waits runs the engine itself anyway. The idle thread
+// instead looks this often, so an op nobody waits on yet still starts within this long.
+constexpr int64_t kSharedCpuIdleMicros = 1000;
+
 int64_t NowMicros() { return Timeline::NowMicros(); }
 
 // Set while this thread runs Progress(): code it calls (an Allocator) must not wait.
@@ -244,8 +251,9 @@ StatusOr<Handle> Engine::Submit(std::shared_ptr<Request> r, bool caller_waits, b
     r->engine = weak_from_this();
     in_flight_.fetch_add(1);
     // Only the first request of a burst wakes a sleeping engine thread (it drains the whole
-    // queue); a futex wake per request was measurable in 64-op bursts.
-    wake = !caller_waits && TakeWakeUp();
+    // queue); a futex wake per request was measurable in 64-op bursts. Where ranks share
+    // CPUs none does (kSharedCpuIdleMicros).
+    wake = !caller_waits && !ctx_.oversubscribed && TakeWakeUp();
     queue_.push_back(r);
   }
   if (wake) queue_cv_.notify_one();
@@ -322,7 +330,9 @@ void Engine::Loop() {
     } else if (windows.load() > 0) {
       sleep_us = kMaxSleepMicros.Get();  // others' one-sided ops may need our progress
     } else {
-      sleep_us = ctx_.rank == 0 ? 10000 : 100000;  // rank 0 still watches for stalls
+      // Rank 0 still watches for stalls; where ranks share CPUs, submissions are not
+      // announced and wait for this thread's next look.
+      sleep_us = ctx_.oversubscribed ? kSharedCpuIdleMicros : ctx_.rank == 0 ? 10000 : 100000;
     }
     std::unique_lock<std::mutex> lock(queue_mu_);
     sleeping_ = true;
@@ -410,7 +420,7 @@ void Engine::Wake() {
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
-    wake = !queue_.empty() && TakeWakeUp();
+    wake = !ctx_.oversubscribed && !queue_.empty() && TakeWakeUp();
   }
   if (wake) queue_cv_.notify_one();
 }

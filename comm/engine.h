@@ -139,7 +139,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Makes the calling thread the one whose unnamed ops are numbered (init()'s until then).
   void ClaimCallOrder() { order_thread_.store(std::this_thread::get_id()); }
   // Wakes the engine thread if it sleeps with requests queued: the end of a group, whose
-  // requests were submitted without waking it.
+  // requests were submitted without waking it (not where ranks share CPUs: Loop's idle
+  // sleep is short there instead).
   void Wake();
   // Number of submitted requests not yet completed.
   int64_t in_flight() const { return in_flight_.load(); }
