@@ -347,6 +347,33 @@ TEST(Group, ANonblockingOpCompletesWhileItsGroupIsStillOpen) {
   ExpectAll(a, size() * (size() - 1) / 2.0, "left in an open group");
 }
 
+// A nonblocking op whose caller neither waits nor polls still runs: the engine thread takes
+// it (where ranks share CPUs, at its next look, as submissions do not wake it there), so the
+// other ranks' waits end while the last rank sleeps. Every engine thread is idle first (a
+// rank other than 0 then sleeps longest between looks).
+TEST(Nonblocking, RunsWhileItsCallerNeitherWaitsNorPolls) {
+  const int n = size();
+  if (n < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int sleeper = n - 1;
+  Buffer a(DType::kFloat64, {8});
+  a.Fill(rank());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto h = allreduce_nonblocking(a.view(), a.view(), false, "left.alone");
+  ASSERT_TRUE(h.ok()) << h.status();
+  const auto start = std::chrono::steady_clock::now();
+  if (rank() == sleeper) std::this_thread::sleep_for(std::chrono::seconds(2));
+  ASSERT_TRUE(wait(*h).ok());
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ExpectAll(a, n * (n - 1) / 2.0, "an op its caller left alone");
+  // How many of the other ranks waited about as long as the sleeper slept.
+  Buffer late(DType::kFloat64, {1});
+  late.Fill(rank() != sleeper && waited > 1.5 ? 1 : 0);
+  ASSERT_TRUE(allreduce(late.view(), late.view(), false).ok());
+  EXPECT_EQ(late.Get(0), 0) << "ranks waited for rank " << sleeper
+                            << "'s op until it waited itself: nothing ran it meanwhile";
+}
+
 TEST(Broadcast, FromEveryRoot) {
   for (int root = 0; root < size(); ++root) {
     for (DType d : {DType::kFloat32, DType::kInt64, DType::kBFloat16}) {
