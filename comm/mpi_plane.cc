@@ -201,14 +201,13 @@ bool ProbeDirectReads(MPI_Comm local, int size, int rank, std::vector<int64_t>* 
 // each, which were not measured (bench/README.md). Where the ranks can read each other's
 // memory, reading each part once from its rank's buffer (AllgatherDirect) beat the segment
 // from 256 KiB on two ranks with a CPU each (and MPI's allgather up to 1 MiB), so their
-// allgathers keep `direct_below` instead.
-bool UseSharedMemory(size_t bytes, bool any_size, int64_t direct_below = -1) {
+// allgathers keep a lower `default_limit` instead, as do neighbor allreduces (their own
+// measurements below).
+constexpr int64_t kSharedMemoryDefaultBytes = int64_t{512} << 10;
+bool UseSharedMemory(size_t bytes, bool any_size,
+                     int64_t default_limit = kSharedMemoryDefaultBytes) {
   int64_t limit = kSharedMemoryBytes.Get();
-  if (limit < 0) {
-    limit = any_size           ? std::numeric_limits<int64_t>::max()
-            : direct_below > 0 ? direct_below
-                               : int64_t{512} << 10;
-  }
+  if (limit < 0) limit = any_size ? std::numeric_limits<int64_t>::max() : default_limit;
   return bytes <= static_cast<uint64_t>(limit);
 }
 
@@ -313,6 +312,14 @@ class MpiPlane : public HostPlane {
                             ExchangeWay way = ExchangeWay::kTransport);
   // How a neighbor allreduce of `group` exchanges.
   ExchangeWay NeighborExchangeWay(const Group& group) const;
+  // The in-neighbors of `recv` that a shared or direct exchange reads (one of weight 0 is
+  // not read at all), each with its weight and a receive buffer of at least `bytes`.
+  struct Readers {
+    std::vector<int> from;
+    std::vector<double> weights;
+    std::vector<char*> into;
+  };
+  Readers PeersToRead(const std::vector<std::pair<int, double>>& recv, size_t bytes);
   // Packs the inputs of a fused group into one buffer (or returns the lone input).
   void* Pack(Group& group, size_t* count);
   void Unpack(Group& group, const void* buffer);
@@ -516,7 +523,8 @@ MpiPlane::GatherWay MpiPlane::AllgatherWay(size_t total) const {
   // Not AnySize(): two ranks with a CPU each keep a limit (UseSharedMemory says why).
   const bool direct =
       shared_->direct_reads() && total <= static_cast<uint64_t>(kCrossMemoryAttachBytes.Get());
-  if (UseSharedMemory(total, ctx_.oversubscribed, direct ? kDirectAllgatherAboveBytes : -1)) {
+  if (UseSharedMemory(total, ctx_.oversubscribed,
+                      direct ? kDirectAllgatherAboveBytes : kSharedMemoryDefaultBytes)) {
     return GatherWay::kShared;
   }
   return direct ? GatherWay::kDirect : GatherWay::kMpi;
@@ -789,24 +797,16 @@ Status MpiPlane::ExchangeAndCombine(Group& group, const std::vector<std::pair<in
   int64_t start = TraceStart(timeline_);
   if (way == ExchangeWay::kShared) {
     // Round by round, straight from the senders' halves (or their scaled copies).
-    const size_t round = std::min(count, shared_->ExchangeRoundElements(item));
-    std::vector<int> from;
-    std::vector<double> weights;
-    std::vector<char*> scratch;
-    if (recv_scratch_.size() < recv.size()) recv_scratch_.resize(recv.size());
-    for (size_t k = 0; k < recv.size(); ++k) {
-      if (recv[k].second == 0.0) continue;  // weighs nothing: not read at all
-      if (recv_scratch_[k].size() < round * item) recv_scratch_[k].resize(round * item);
-      from.push_back(recv[k].first);
-      weights.push_back(recv[k].second);
-      scratch.push_back(recv_scratch_[k].data());
-    }
+    const Readers peers =
+        PeersToRead(recv, std::min(count, shared_->ExchangeRoundElements(item)) * item);
     std::vector<WeightedTerm> terms;
     shared_->Exchange(
-        send_buf, count, dtype, r.send, from, scratch,
+        send_buf, count, dtype, r.send, peers.from, peers.into,
         [&](size_t begin, size_t end, const std::vector<const char*>& received) {
           terms.assign(1, {send_buf + begin * item, r.self_weight});
-          for (size_t k = 0; k < received.size(); ++k) terms.push_back({received[k], weights[k]});
+          for (size_t k = 0; k < received.size(); ++k) {
+            terms.push_back({received[k], peers.weights[k]});
+          }
           WeightedSum(out + begin * item, dtype, end - begin, terms);
         },
         idle_);
@@ -814,19 +814,14 @@ Status MpiPlane::ExchangeAndCombine(Group& group, const std::vector<std::pair<in
   } else if (way == ExchangeWay::kDirect) {
     // Read every peer's input whole, then combine: `out` may be this rank's input (in
     // place, or a fused group's buffer), which the others read until the second meeting.
-    if (recv_scratch_.size() < recv.size()) recv_scratch_.resize(recv.size());
-    std::vector<int> from;
-    std::vector<char*> into;
+    const Readers peers = PeersToRead(recv, count * item);
     std::vector<WeightedTerm> terms = {{send_buf, r.self_weight}};
-    for (size_t k = 0; k < recv.size(); ++k) {
-      if (recv[k].second == 0.0) continue;  // weighs nothing: not read at all
-      if (recv_scratch_[k].size() < count * item) recv_scratch_[k].resize(count * item);
-      from.push_back(recv[k].first);
-      into.push_back(recv_scratch_[k].data());
-      terms.push_back({recv_scratch_[k].data(), recv[k].second});
+    for (size_t k = 0; k < peers.from.size(); ++k) {
+      terms.push_back({peers.into[k], peers.weights[k]});
     }
     for (auto& member : group) member->backend = "CMA";
-    const Status read = shared_->ExchangeDirect(send_buf, count, dtype, r.send, from, into, idle_);
+    const Status read =
+        shared_->ExchangeDirect(send_buf, count, dtype, r.send, peers.from, peers.into, idle_);
     if (!read.ok()) return Annotate(read, Describe(r.desc));
     WeightedSum(out, dtype, count, terms);
   } else {
@@ -850,6 +845,20 @@ Status MpiPlane::ExchangeAndCombine(Group& group, const std::vector<std::pair<in
   return OkStatus();
 }
 
+MpiPlane::Readers MpiPlane::PeersToRead(const std::vector<std::pair<int, double>>& recv,
+                                        size_t bytes) {
+  if (recv_scratch_.size() < recv.size()) recv_scratch_.resize(recv.size());
+  Readers peers;
+  for (size_t k = 0; k < recv.size(); ++k) {
+    if (recv[k].second == 0.0) continue;
+    if (recv_scratch_[k].size() < bytes) recv_scratch_[k].resize(bytes);
+    peers.from.push_back(recv[k].first);
+    peers.weights.push_back(recv[k].second);
+    peers.into.push_back(recv_scratch_[k].data());
+  }
+  return peers;
+}
+
 MpiPlane::ExchangeWay MpiPlane::NeighborExchangeWay(const Group& group) const {
   // What decides is the same on every rank: the ranks all on this machine (the segment
   // mapped), the op over all of them (every rank meets), the exchange on MPI (the default
@@ -860,9 +869,7 @@ MpiPlane::ExchangeWay MpiPlane::NeighborExchangeWay(const Group& group) const {
   }
   size_t bytes = 0;
   for (const auto& r : group) bytes += r->in.nbytes();
-  const int64_t shared_limit =
-      kSharedMemoryBytes.Get() < 0 ? kSharedExchangeBytes : kSharedMemoryBytes.Get();
-  if (bytes <= static_cast<uint64_t>(shared_limit)) return ExchangeWay::kShared;
+  if (UseSharedMemory(bytes, /*any_size=*/false, kSharedExchangeBytes)) return ExchangeWay::kShared;
   if (shared_->direct_reads() && bytes >= kDirectExchangeFromBytes &&
       bytes <= static_cast<uint64_t>(kCrossMemoryAttachBytes.Get())) {
     return ExchangeWay::kDirect;

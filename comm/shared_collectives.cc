@@ -432,7 +432,6 @@ void SharedCollectives::Exchange(const void* in, size_t count, DType dtype,
       }
     }
     arrived(base, base + m, received);
-    EndRound();
   }
 }
 

@@ -158,7 +158,7 @@ class SharedCollectives {
   // runs for the round's elements [begin, end), received[k] pointing at element `begin` of
   // rank from[k]'s input as that rank sends it to this one: in the sender's half where its
   // scale is 1, else multiplied by the scale into scratch[k] (which holds at least
-  // min(count, RoundElements) elements) as reduce.h's WeightedSum makes a sender's scaled
+  // min(count, ExchangeRoundElements) elements) as reduce.h's WeightedSum makes a sender's scaled
   // copy (the same bits); they hold during that call. `in` may be the output arrived()
   // writes: no rank reads a round's part of it after the round's meeting.
   void Exchange(const void* in, size_t count, DType dtype,
