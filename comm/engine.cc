@@ -546,6 +546,13 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r) {
     facts.agreed[2 + i] = static_cast<uint64_t>(d.shape[i]);
   }
   facts.agreed_words = 2 + static_cast<int>(d.shape.size());
+  // The op's first round written ahead, where it can be: the agreement then stands for
+  // that round's meeting, if every rank staged alike (a fact they agree on).
+  {
+    Running running(this, *r, 0);  // staging may wait for ranks still reading an op before
+    direct_staged_ = host_->Stage(*r);
+  }
+  facts.agreed[0] |= static_cast<uint64_t>(direct_staged_) << 41;
   if (dynamic) {
     uint64_t sends = 0, receives = 0;
     for (int32_t to : d.send_ranks) sends |= uint64_t{1} << to;
@@ -623,6 +630,7 @@ bool Engine::SettleDirect(bool must) {
   // meeting through shared memory already waits so (HostPlane::MeetsFirst), and a second
   // wait before it cost 0.2-0.5 us per small op on 2 ranks. A rank that died meanwhile
   // holds this wait as it would hold the op: the watchdog covers both.
+  r->staged = direct_staged_;
   std::vector<std::shared_ptr<Request>> group{std::move(r)};
   Request& request = *group[0];
   Running running(this, request, 0);

@@ -38,6 +38,11 @@ class DevicePlane;
 // One op, from submission to completion.
 class Engine;
 
+// How the first round of an op that runs on direct agreement was written ahead of it
+// (HostPlane::Stage): its agreement, which every rank counted in to after writing, then
+// stands for that round's meeting.
+enum class Staged : uint8_t { kNone = 0, kSegment = 1, kDirectReads = 2 };
+
 // Synchronous copies between host memory and a CUDA device.
 using HostCopier = std::function<Status(void* dst, const void* src, size_t bytes, bool to_device)>;
 
@@ -73,6 +78,9 @@ struct Request {
   // Neighbor ops: the exchange follows the topology (no dst_weights), which is the same on
   // every rank, so every rank's sends match the others' receives without a check.
   bool topology_pattern = false;
+  // Set on an op that runs on direct agreement only, once every rank has counted in with
+  // the same way of staging it.
+  Staged staged = Staged::kNone;
 
   // Timeline only: 0 while it is off (TraceStart).
   int64_t submitted_us = 0;
@@ -281,6 +289,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::shared_ptr<Request> direct_;
   int64_t direct_since_us_ = 0;
   bool direct_runs_ = false;  // every rank counted in already when this one did
+  Staged direct_staged_ = Staged::kNone;  // how this rank staged it
   // Descriptors to the coordinator, its responses back. Opened by the constructor, which
   // init() runs on every rank at the same point (opening it is collective on rank 0's
   // machine).

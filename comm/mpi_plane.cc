@@ -267,6 +267,7 @@ class MpiPlane : public HostPlane {
   StatusOr<MPI_Comm> CommOf(const std::vector<int32_t>& ranks) override;
   void Close() override;
   bool MeetsFirst(const Response& response, const Group& group) const override;
+  Staged Stage(Request& r) override;
 
  private:
   // Whether allreduces and broadcasts through shared memory take any size by default
@@ -278,8 +279,10 @@ class MpiPlane : public HostPlane {
     bool shared, ring;
   };
   AllreducePath AllreducePathOf(const Response& response, const Group& group) const;
-  // Whether a broadcast of `group` runs through the shared segment.
+  // Whether a broadcast of `group` runs through the shared segment; of `bytes` over every
+  // rank (`whole`) or a process set.
   bool BroadcastShared(const Group& group) const;
+  bool BroadcastShared(size_t bytes, bool whole) const;
   // How an allgather of `total` bytes of output over every rank runs.
   enum class GatherWay { kShared, kDirect, kMpi };
   GatherWay AllgatherWay(size_t total) const;
@@ -310,8 +313,15 @@ class MpiPlane : public HostPlane {
   // unpacks a fused group. kDirect combines once every peer has read this rank's input.
   Status ExchangeAndCombine(Group& group, const std::vector<std::pair<int, double>>& recv,
                             ExchangeWay way = ExchangeWay::kTransport);
-  // How a neighbor allreduce of `group` exchanges.
+  // How a neighbor allreduce of `group` exchanges; of `bytes` over every rank (`whole`) or
+  // a process set.
   ExchangeWay NeighborExchangeWay(const Group& group) const;
+  ExchangeWay NeighborExchangeWay(size_t bytes, bool whole) const;
+  // Whether `group` (one op) was staged (Stage) as `way`: it then runs that way with
+  // `staged` (shared_collectives.h).
+  static bool Ahead(const Group& group, Staged way) {
+    return group.size() == 1 && group[0]->staged == way;
+  }
   // The in-neighbors of `recv` that a shared or direct exchange reads (one of weight 0 is
   // not read at all), each with its weight and a receive buffer of at least `bytes`.
   struct Readers {
@@ -515,7 +525,11 @@ MpiPlane::AllreducePath MpiPlane::AllreducePathOf(const Response& response,
 bool MpiPlane::BroadcastShared(const Group& group) const {
   size_t bytes = 0;
   for (auto& r : group) bytes += r->out.nbytes();
-  return shared_.has_value() && group[0]->desc.group.empty() && UseSharedMemory(bytes, AnySize());
+  return BroadcastShared(bytes, group[0]->desc.group.empty());
+}
+
+bool MpiPlane::BroadcastShared(size_t bytes, bool whole) const {
+  return shared_.has_value() && whole && UseSharedMemory(bytes, AnySize());
 }
 
 MpiPlane::GatherWay MpiPlane::AllgatherWay(size_t total) const {
@@ -552,6 +566,50 @@ bool MpiPlane::MeetsFirst(const Response& response, const Group& group) const {
   }
 }
 
+Staged MpiPlane::Stage(Request& r) {
+  if (!shared_.has_value() || !r.desc.group.empty()) return Staged::kNone;
+  const size_t bytes = r.in.nbytes();
+  const DType dtype = r.in.dtype();
+  const std::vector<SharedCollectives::Piece> pieces = {
+      {r.in.data(), r.out.data(), static_cast<size_t>(r.in.numel())}};
+  auto segment = [](bool staged) { return staged ? Staged::kSegment : Staged::kNone; };
+  switch (r.desc.op) {
+    case OpType::kAllreduce:
+      // The ring, which a setting may still choose for an op out of place on some rank,
+      // takes the op unstaged (Ahead).
+      if (!UseSharedMemory(bytes, AnySize())) return Staged::kNone;
+      return segment(shared_->StageAllreduce(pieces, dtype, idle_));
+    case OpType::kBroadcast:
+      if (!BroadcastShared(r.out.nbytes(), /*whole=*/true)) return Staged::kNone;
+      return segment(shared_->StageBroadcast(pieces, r.out.itemsize(), r.desc.root, idle_));
+    case OpType::kAllgather:
+      // Its way depends on every rank's part: staged for equal parts, and run staged where
+      // the parts agreed come to the same way.
+      switch (AllgatherWay(bytes * static_cast<size_t>(ctx_.size))) {
+        case GatherWay::kShared:
+          return segment(shared_->StageAllgather(r.in.data(), bytes, idle_));
+        case GatherWay::kDirect:
+          return shared_->StageDirect(r.in.data(), nullptr) ? Staged::kDirectReads : Staged::kNone;
+        case GatherWay::kMpi:
+          return Staged::kNone;
+      }
+      return Staged::kNone;
+    case OpType::kNeighborAllreduce:
+      switch (NeighborExchangeWay(bytes, /*whole=*/true)) {
+        case ExchangeWay::kShared:
+          return segment(shared_->StageExchange(r.in.data(), static_cast<size_t>(r.in.numel()),
+                                                dtype, r.send, idle_));
+        case ExchangeWay::kDirect:
+          return shared_->StageDirect(r.in.data(), &r.send) ? Staged::kDirectReads : Staged::kNone;
+        case ExchangeWay::kTransport:
+          return Staged::kNone;
+      }
+      return Staged::kNone;
+    default:
+      return Staged::kNone;
+  }
+}
+
 Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
   InitTypes();
   const DType dtype = group[0]->in.dtype();
@@ -564,7 +622,8 @@ Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
     // Every rank's tensors are in this machine's memory: each is read where it is and
     // written where it goes, with no fusion buffer.
     const int64_t start = TraceStart(timeline_);
-    shared_->Allreduce(SharedPieces(group), dtype, group[0]->desc.average, idle_);
+    shared_->Allreduce(SharedPieces(group), dtype, group[0]->desc.average, idle_,
+                       Ahead(group, Staged::kSegment));
     Trace(group, "communicate", start);
     return OkStatus();
   }
@@ -601,7 +660,8 @@ Status MpiPlane::RunBroadcast(Group& group) {
   WEFT_ASSIGN_OR_RETURN(MPI_Comm comm, CommOf(ranks));
   if (BroadcastShared(group)) {
     const int64_t start = TraceStart(timeline_);
-    shared_->Broadcast(SharedPieces(group), group[0]->out.itemsize(), root, idle_);
+    shared_->Broadcast(SharedPieces(group), group[0]->out.itemsize(), root, idle_,
+                       Ahead(group, Staged::kSegment));
     Trace(group, "communicate", start);
     return OkStatus();
   }
@@ -656,10 +716,11 @@ Status MpiPlane::RunAllgather(Group& group, const Response& response) {
     Status read = OkStatus();
     if (way == GatherWay::kShared) {
       r.backend = "SHM";
-      shared_->Allgather(r.in.data(), r.out.data(), parts, idle_);
+      shared_->Allgather(r.in.data(), r.out.data(), parts, idle_, Ahead(group, Staged::kSegment));
     } else {
       r.backend = "CMA";
-      read = shared_->AllgatherDirect(r.in.data(), r.out.data(), parts, idle_);
+      read = shared_->AllgatherDirect(r.in.data(), r.out.data(), parts, idle_,
+                                      Ahead(group, Staged::kDirectReads));
     }
     Trace(group, "communicate", start);
     return read.ok() ? read : Annotate(read, Describe(r.desc));
@@ -809,7 +870,7 @@ Status MpiPlane::ExchangeAndCombine(Group& group, const std::vector<std::pair<in
           }
           WeightedSum(out + begin * item, dtype, end - begin, terms);
         },
-        idle_);
+        idle_, Ahead(group, Staged::kSegment));
     for (auto& member : group) member->backend = "SHM";
   } else if (way == ExchangeWay::kDirect) {
     // Read every peer's input whole, then combine: `out` may be this rank's input (in
@@ -821,7 +882,8 @@ Status MpiPlane::ExchangeAndCombine(Group& group, const std::vector<std::pair<in
     }
     for (auto& member : group) member->backend = "CMA";
     const Status read =
-        shared_->ExchangeDirect(send_buf, count, dtype, r.send, peers.from, peers.into, idle_);
+        shared_->ExchangeDirect(send_buf, count, dtype, r.send, peers.from, peers.into, idle_,
+                                Ahead(group, Staged::kDirectReads));
     if (!read.ok()) return Annotate(read, Describe(r.desc));
     WeightedSum(out, dtype, count, terms);
   } else {
@@ -860,15 +922,18 @@ MpiPlane::Readers MpiPlane::PeersToRead(const std::vector<std::pair<int, double>
 }
 
 MpiPlane::ExchangeWay MpiPlane::NeighborExchangeWay(const Group& group) const {
+  size_t bytes = 0;
+  for (const auto& r : group) bytes += r->in.nbytes();
+  return NeighborExchangeWay(bytes, group[0]->desc.group.empty());
+}
+
+MpiPlane::ExchangeWay MpiPlane::NeighborExchangeWay(size_t bytes, bool whole) const {
   // What decides is the same on every rank: the ranks all on this machine (the segment
   // mapped), the op over all of them (every rank meets), the exchange on MPI (the default
   // on one machine; tcp or ucx chosen explicitly keeps its traffic), and the bytes.
-  if (!shared_.has_value() || peers_->kind() != PeerTransportKind::kMpi ||
-      !group[0]->desc.group.empty()) {
+  if (!shared_.has_value() || peers_->kind() != PeerTransportKind::kMpi || !whole) {
     return ExchangeWay::kTransport;
   }
-  size_t bytes = 0;
-  for (const auto& r : group) bytes += r->in.nbytes();
   if (UseSharedMemory(bytes, /*any_size=*/false, kSharedExchangeBytes)) return ExchangeWay::kShared;
   if (shared_->direct_reads() && bytes >= kDirectExchangeFromBytes &&
       bytes <= static_cast<uint64_t>(kCrossMemoryAttachBytes.Get())) {

@@ -248,14 +248,46 @@ void SharedCollectives::BeforeWrite(const std::function<void(int64_t since)>& id
   if (round_timed_) met_ns_ += NowNanos() - arrived_ns;
 }
 
-void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype, bool average,
-                                  const std::function<void(int64_t since)>& idle) {
+bool SharedCollectives::Staged() {
+#ifdef WEFT_STREAM_STORES
+  if (streamed_) _mm_sfence();
+#endif
+  staged_ = true;
+  return true;
+}
+
+bool SharedCollectives::TakeStaged(bool staged) {
+  const bool ahead = staged && staged_;
+  staged_ = false;
+  return ahead;
+}
+
+void SharedCollectives::MetAhead() {
+  Count(++meetings_);
+  one_way_before_ = one_way_last_;
+  one_way_last_ = false;
+}
+
+bool SharedCollectives::StageAllreduce(const std::vector<Piece>& pieces, DType dtype,
+                                       const std::function<void(int64_t since)>& idle) {
+  staged_ = false;
   const size_t item = DTypeSize(dtype);
   size_t total = 0;
   for (const Piece& p : pieces) total += p.count;
-  if (size_ == 2 || (size_ > 2 && total * item <= kAllSumBytes)) {
-    return AllreduceByAll(pieces, total, dtype, average, idle);
-  }
+  if (sliced_last_ || Sliced(total * item)) return false;
+  StartRound(/*timed=*/false);
+  BeforeWrite(idle);
+  WritePieces(pieces, 0, std::min(kHalfBytes / item, total), item);
+  return Staged();
+}
+
+void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype, bool average,
+                                  const std::function<void(int64_t since)>& idle, bool staged) {
+  const bool ahead = TakeStaged(staged);
+  const size_t item = DTypeSize(dtype);
+  size_t total = 0;
+  for (const Piece& p : pieces) total += p.count;
+  if (!Sliced(total * item)) return AllreduceByAll(pieces, total, dtype, average, idle, ahead);
   sliced_last_ = true;
   const size_t per_round = kRoundBytes / item;
   // Segments start on 64-byte boundaries of the areas.
@@ -308,21 +340,30 @@ void SharedCollectives::StartHalves(const std::function<void(int64_t since)>& id
   sliced_last_ = false;
 }
 
+void SharedCollectives::WritePieces(const std::vector<Piece>& pieces, size_t base, size_t m,
+                                    size_t item) {
+  char* mine = half(rank_);
+  ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
+    CopyIn(mine + pos * item, static_cast<const char*>(p.in) + at * item, n * item);
+  });
+}
+
 void SharedCollectives::AllreduceByAll(const std::vector<Piece>& pieces, size_t total, DType dtype,
-                                       bool average,
-                                       const std::function<void(int64_t since)>& idle) {
-  StartHalves(idle);
+                                       bool average, const std::function<void(int64_t since)>& idle,
+                                       bool ahead) {
+  if (!ahead) StartHalves(idle);
   const size_t item = DTypeSize(dtype);
   const size_t per_round = kHalfBytes / item;
   for (size_t base = 0; base < total; base += per_round, ++halves_) {
-    StartRound(/*timed=*/true);
     const size_t m = std::min(per_round, total - base);
-    char* mine = half(rank_);
-    BeforeWrite(idle);
-    ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
-      CopyIn(mine + pos * item, static_cast<const char*>(p.in) + at * item, n * item);
-    });
-    Meet(idle);
+    if (ahead && base == 0) {
+      MetAhead();
+    } else {
+      StartRound(/*timed=*/true);
+      BeforeWrite(idle);
+      WritePieces(pieces, base, m, item);
+      Meet(idle);
+    }
     ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
       // Two ranks read their own input where it is (Add reads an element's two terms before
       // it writes the sum, so the output may be the input); more ranks read every term from
@@ -337,23 +378,40 @@ void SharedCollectives::AllreduceByAll(const std::vector<Piece>& pieces, size_t 
   }
 }
 
+bool SharedCollectives::StageBroadcast(const std::vector<Piece>& pieces, size_t item, int root,
+                                       const std::function<void(int64_t since)>& idle) {
+  staged_ = false;
+  if (sliced_last_) return false;
+  StartRound(/*timed=*/false);
+  if (rank_ == root) {
+    size_t total = 0;
+    for (const Piece& p : pieces) total += p.count;
+    BeforeWrite(idle);
+    WritePieces(pieces, 0, std::min(kHalfBytes / item, total), item);
+  }
+  return Staged();
+}
+
 void SharedCollectives::Broadcast(const std::vector<Piece>& pieces, size_t item, int root,
-                                  const std::function<void(int64_t since)>& idle) {
-  StartHalves(idle);
+                                  const std::function<void(int64_t since)>& idle, bool staged) {
+  const bool ahead = TakeStaged(staged);
+  if (!ahead) StartHalves(idle);
   size_t total = 0;
   for (const Piece& p : pieces) total += p.count;
   const size_t per_round = kHalfBytes / item;
   for (size_t base = 0; base < total; base += per_round, ++halves_) {
-    StartRound(/*timed=*/false);
+    // A staged first round: the root's inputs are in its half, and every rank knows.
+    const bool met = ahead && base == 0;
+    if (!met) StartRound(/*timed=*/false);
     const size_t m = std::min(per_round, total - base);
     char* area = half(root);
     // The meeting goes one way: the root counts in once its inputs are in the area and goes
     // on; the others wait for that count alone, copy out, then count in.
     if (rank_ == root) {
-      BeforeWrite(idle);
-      ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
-        CopyIn(area + pos * item, static_cast<const char*>(p.in) + at * item, n * item);
-      });
+      if (!met) {
+        BeforeWrite(idle);
+        WritePieces(pieces, base, m, item);
+      }
       Count(++meetings_);
       ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t) {
         if (p.out != p.in) {
@@ -363,7 +421,7 @@ void SharedCollectives::Broadcast(const std::vector<Piece>& pieces, size_t item,
       });
     } else {
       const uint64_t mark = ++meetings_;
-      WaitFor(root, root + 1, mark, idle);
+      if (!met) WaitFor(root, root + 1, mark, idle);
       ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
         std::memcpy(static_cast<char*>(p.out) + at * item, area + pos * item, n * item);
       });
@@ -374,25 +432,46 @@ void SharedCollectives::Broadcast(const std::vector<Piece>& pieces, size_t item,
   }
 }
 
+void SharedCollectives::WritePart(const void* in, size_t base, size_t n) {
+  if (n > 0) CopyIn(half(rank_), static_cast<const char*>(in) + base, n);
+}
+
+bool SharedCollectives::StageAllgather(const void* in, size_t part_bytes,
+                                       const std::function<void(int64_t since)>& idle) {
+  staged_ = false;
+  if (sliced_last_) return false;
+  StartRound(/*timed=*/false);
+  BeforeWrite(idle);
+  WritePart(in, 0, std::min(kHalfBytes, part_bytes));
+  return Staged();
+}
+
 void SharedCollectives::Allgather(const void* in, void* out, const std::vector<size_t>& part_bytes,
-                                  const std::function<void(int64_t since)>& idle) {
-  StartHalves(idle);
+                                  const std::function<void(int64_t since)>& idle, bool staged) {
+  const bool ahead = TakeStaged(staged);
+  if (!ahead) StartHalves(idle);
   std::vector<size_t> offset(size_ + 1, 0);
   for (int r = 0; r < size_; ++r) offset[r + 1] = offset[r] + part_bytes[r];
   const size_t longest = *std::max_element(part_bytes.begin(), part_bytes.end());
   char* gathered = static_cast<char*>(out);
   for (size_t base = 0; base < longest; base += kHalfBytes, ++halves_) {
-    StartRound(/*timed=*/false);
+    const bool met = ahead && base == 0;
     auto length = [&](int r) {
       return part_bytes[r] > base ? std::min(kHalfBytes, part_bytes[r] - base) : size_t{0};
     };
-    BeforeWrite(idle);
-    if (const size_t n = length(rank_); n > 0) {
-      const char* from = static_cast<const char*>(in) + base;
-      CopyIn(half(rank_), from, n);
-      std::memcpy(gathered + offset[rank_] + base, from, n);
+    if (!met) {
+      StartRound(/*timed=*/false);
+      BeforeWrite(idle);
+      WritePart(in, base, length(rank_));
     }
-    Meet(idle);
+    if (const size_t n = length(rank_); n > 0) {
+      std::memcpy(gathered + offset[rank_] + base, static_cast<const char*>(in) + base, n);
+    }
+    if (met) {
+      MetAhead();
+    } else {
+      Meet(idle);
+    }
     for (int r = 0; r < size_; ++r) {
       if (const size_t n = length(r); r != rank_ && n > 0) {
         std::memcpy(gathered + offset[r] + base, half(r), n);
@@ -405,23 +484,23 @@ void SharedCollectives::Exchange(const void* in, size_t count, DType dtype,
                                  const std::vector<std::pair<int, double>>& send,
                                  const std::vector<int>& from, const std::vector<char*>& scratch,
                                  const Received& arrived,
-                                 const std::function<void(int64_t since)>& idle) {
-  StartHalves(idle);
+                                 const std::function<void(int64_t since)>& idle, bool staged) {
+  const bool ahead = TakeStaged(staged);
+  if (!ahead) StartHalves(idle);
   const size_t item = DTypeSize(dtype);
   const size_t head = ScalesBytes();
   const size_t per_round = ExchangeRoundElements(item);
   std::vector<const char*> received(from.size());
   for (size_t base = 0; base < count; base += per_round, ++halves_) {
-    StartRound(/*timed=*/false);
     const size_t m = std::min(per_round, count - base);
-    char* mine = half(rank_);
-    BeforeWrite(idle);
-    // Every destination's scale, so that none is left from a round before.
-    auto* scales = reinterpret_cast<double*>(mine);
-    std::fill(scales, scales + size_, 1.0);
-    for (const auto& [to, factor] : send) scales[to] = factor;
-    CopyIn(mine + head, static_cast<const char*>(in) + base * item, m * item);
-    Meet(idle);
+    if (ahead && base == 0) {
+      MetAhead();
+    } else {
+      StartRound(/*timed=*/false);
+      BeforeWrite(idle);
+      WriteExchange(in, base, m, item, send);
+      Meet(idle);
+    }
     for (size_t k = 0; k < from.size(); ++k) {
       const char* theirs = half(from[k]);
       const double factor = reinterpret_cast<const double*>(theirs)[rank_];
@@ -435,17 +514,70 @@ void SharedCollectives::Exchange(const void* in, size_t count, DType dtype,
   }
 }
 
+void SharedCollectives::WriteExchange(const void* in, size_t base, size_t m, size_t item,
+                                      const std::vector<std::pair<int, double>>& send) {
+  char* mine = half(rank_);
+  // Every destination's scale, so that none is left from a round before.
+  auto* scales = reinterpret_cast<double*>(mine);
+  std::fill(scales, scales + size_, 1.0);
+  for (const auto& [to, factor] : send) scales[to] = factor;
+  CopyIn(mine + ScalesBytes(), static_cast<const char*>(in) + base * item, m * item);
+}
+
+bool SharedCollectives::StageExchange(const void* in, size_t count, DType dtype,
+                                      const std::vector<std::pair<int, double>>& send,
+                                      const std::function<void(int64_t since)>& idle) {
+  staged_ = false;
+  if (sliced_last_) return false;
+  const size_t item = DTypeSize(dtype);
+  StartRound(/*timed=*/false);
+  BeforeWrite(idle);
+  WriteExchange(in, 0, std::min(ExchangeRoundElements(item), count), item, send);
+  return Staged();
+}
+
+bool SharedCollectives::StageDirect(const void* in,
+                                    const std::vector<std::pair<int, double>>* send) {
+  // The direct ops write no area: nothing to wait for (see AllgatherDirect).
+  staged_ = false;
+  if (!direct_reads()) return false;
+  if (send != nullptr) PostScales(*send);
+  post(rank_)->store(reinterpret_cast<uintptr_t>(in), std::memory_order_relaxed);
+  return Staged();
+}
+
+void SharedCollectives::PostScales(const std::vector<std::pair<int, double>>& send) {
+  auto bits = [](double d) {
+    uint64_t b;
+    std::memcpy(&b, &d, sizeof(b));
+    return b;
+  };
+  // Every entry of this rank's row, so that none is left from an op before.
+  for (int r = 0; r < size_; ++r) scale(rank_, r)->store(bits(1.0), std::memory_order_relaxed);
+  for (const auto& [to, factor] : send) {
+    scale(rank_, to)->store(bits(factor), std::memory_order_relaxed);
+  }
+}
+
 Status SharedCollectives::AllgatherDirect(const void* in, void* out,
                                           const std::vector<size_t>& part_bytes,
-                                          const std::function<void(int64_t since)>& idle) {
+                                          const std::function<void(int64_t since)>& idle,
+                                          bool staged) {
+  const bool ahead = TakeStaged(staged);
   std::vector<size_t> offset(size_ + 1, 0);
   for (int r = 0; r < size_; ++r) offset[r + 1] = offset[r] + part_bytes[r];
   char* gathered = static_cast<char*>(out);
-  post(rank_)->store(reinterpret_cast<uintptr_t>(in), std::memory_order_relaxed);
   // This rank's own part while the others count in.
-  Meet(idle, [&] {
+  auto own = [&] {
     if (part_bytes[rank_] > 0) std::memcpy(gathered + offset[rank_], in, part_bytes[rank_]);
-  });
+  };
+  if (ahead) {
+    MetAhead();
+    own();
+  } else {
+    post(rank_)->store(reinterpret_cast<uintptr_t>(in), std::memory_order_relaxed);
+    Meet(idle, own);
+  }
   Status status = OkStatus();
   for (int k = 1; k < size_ && status.ok(); ++k) {
     const int r = (rank_ + k) % size_;  // each rank starts with a different one
@@ -464,19 +596,15 @@ Status SharedCollectives::ExchangeDirect(const void* in, size_t count, DType dty
                                          const std::vector<std::pair<int, double>>& send,
                                          const std::vector<int>& from,
                                          const std::vector<char*>& into,
-                                         const std::function<void(int64_t since)>& idle) {
-  auto bits = [](double d) {
-    uint64_t b;
-    std::memcpy(&b, &d, sizeof(b));
-    return b;
-  };
-  // Every entry of this rank's row, so that none is left from an op before.
-  for (int r = 0; r < size_; ++r) scale(rank_, r)->store(bits(1.0), std::memory_order_relaxed);
-  for (const auto& [to, factor] : send) {
-    scale(rank_, to)->store(bits(factor), std::memory_order_relaxed);
+                                         const std::function<void(int64_t since)>& idle,
+                                         bool staged) {
+  if (TakeStaged(staged)) {
+    MetAhead();
+  } else {
+    PostScales(send);
+    post(rank_)->store(reinterpret_cast<uintptr_t>(in), std::memory_order_relaxed);
+    Meet(idle);
   }
-  post(rank_)->store(reinterpret_cast<uintptr_t>(in), std::memory_order_relaxed);
-  Meet(idle);
   const size_t bytes = count * DTypeSize(dtype);
   Status status = OkStatus();
   for (size_t k = 0; k < from.size() && status.ok(); ++k) {

@@ -41,6 +41,17 @@
 // ahead of its slowest reader. So the areas serve every round. The rounds and their counters
 // continue from op to op, which every rank runs in the same order.
 //
+// An op's first round may be written ahead of its meeting ("staged"), where the caller meets
+// every rank of the op by other means first (the engine's direct agreement, agreement.h):
+// each rank writes what it would write before the round's meeting (a Stage call), then
+// counts in to the caller's meeting; the op, run with `staged` once every rank has, takes
+// that meeting for the round's: each rank counts the round's meeting without waiting for
+// it. The write happens where it would anyway, after this rank's last op, so the same
+// rules keep it from any area another rank still reads; a staged round that is not run so
+// (the caller's meeting decided otherwise, or another op ran first) is written again by
+// whichever op runs next. A Stage call may wait for other ranks to finish reading an
+// earlier op (BeforeWrite), never for a meeting.
+//
 // A rank that waits polls through a callback, so that another rank's one-sided op into its
 // window, which may need its MPI progress, is not held up. There is no deadline: a rank
 // that never arrives leaves the others waiting as MPI would, inside the op's transfers,
@@ -126,17 +137,30 @@ class SharedCollectives {
   // While it waits for other ranks, idle(since) runs between two polls (`since`: when the
   // wait began): spin.h's IdleWait, and whatever progress other ranks may need from this
   // one meanwhile.
+  // `staged`: this rank staged the op (StageAllreduce returned true) and every rank has
+  // since met the others as the caller does (see above); the same on every rank. So for
+  // every op below.
   void Allreduce(const std::vector<Piece>& pieces, DType dtype, bool average,
-                 const std::function<void(int64_t since)>& idle);
+                 const std::function<void(int64_t since)>& idle, bool staged = false);
+  // Writes the first round of Allreduce(pieces, dtype, ...) ahead; false where it cannot
+  // (a sliced allreduce, or one right after one: that round needs a meeting of its own).
+  bool StageAllreduce(const std::vector<Piece>& pieces, DType dtype,
+                      const std::function<void(int64_t since)>& idle);
   // Copies the root's inputs of `pieces` (elements of `item` bytes) into every rank's
   // outputs (the root's too, where an output is not its input); the other ranks' inputs are
   // not read.
   void Broadcast(const std::vector<Piece>& pieces, size_t item, int root,
-                 const std::function<void(int64_t since)>& idle);
+                 const std::function<void(int64_t since)>& idle, bool staged = false);
+  // Writes the root's first round of that Broadcast ahead (the others write nothing).
+  bool StageBroadcast(const std::vector<Piece>& pieces, size_t item, int root,
+                      const std::function<void(int64_t since)>& idle);
   // Gathers every rank's `in` (part_bytes[r] bytes on rank r, the same list on every rank)
   // into every rank's `out`, rank r's part after those of the ranks before it.
   void Allgather(const void* in, void* out, const std::vector<size_t>& part_bytes,
-                 const std::function<void(int64_t since)>& idle);
+                 const std::function<void(int64_t since)>& idle, bool staged = false);
+  // Writes this rank's first round of an Allgather of its `in` (`part_bytes` of it) ahead.
+  bool StageAllgather(const void* in, size_t part_bytes,
+                      const std::function<void(int64_t since)>& idle);
   // Lets AllgatherDirect and ExchangeDirect read rank r's memory as process pids[r] (pids:
   // one per rank, in rank order), once every rank has found that it can (ReadProcessMemory).
   void EnableDirectReads(std::vector<int64_t> pids) { pids_ = std::move(pids); }
@@ -146,7 +170,10 @@ class SharedCollectives {
   // process gone, or its memory no longer readable) fails the op on the reading rank alone,
   // which still meets the others: none of them waits for it in vain.
   Status AllgatherDirect(const void* in, void* out, const std::vector<size_t>& part_bytes,
-                         const std::function<void(int64_t since)>& idle);
+                         const std::function<void(int64_t since)>& idle, bool staged = false);
+  // Posts what this rank's AllgatherDirect or ExchangeDirect of `in` posts before its first
+  // meeting (`send`: ExchangeDirect's scales; null for AllgatherDirect) ahead.
+  bool StageDirect(const void* in, const std::vector<std::pair<int, double>>* send);
   // What a neighbor exchange through the areas hands over per round (Exchange): for each
   // in-neighbor k, the round's elements of its input as it sends them to this rank.
   using Received =
@@ -164,7 +191,11 @@ class SharedCollectives {
   void Exchange(const void* in, size_t count, DType dtype,
                 const std::vector<std::pair<int, double>>& send, const std::vector<int>& from,
                 const std::vector<char*>& scratch, const Received& arrived,
-                const std::function<void(int64_t since)>& idle);
+                const std::function<void(int64_t since)>& idle, bool staged = false);
+  // Writes this rank's first round of that Exchange ahead.
+  bool StageExchange(const void* in, size_t count, DType dtype,
+                     const std::vector<std::pair<int, double>>& send,
+                     const std::function<void(int64_t since)>& idle);
   // Elements of `item` bytes per round of Exchange.
   size_t ExchangeRoundElements(size_t item) const { return (kHalfBytes - ScalesBytes()) / item; }
   // A neighbor exchange by the same direct reads (after EnableDirectReads; every rank calls
@@ -177,7 +208,7 @@ class SharedCollectives {
   Status ExchangeDirect(const void* in, size_t count, DType dtype,
                         const std::vector<std::pair<int, double>>& send,
                         const std::vector<int>& from, const std::vector<char*>& into,
-                        const std::function<void(int64_t since)>& idle);
+                        const std::function<void(int64_t since)>& idle, bool staged = false);
 
  private:
   char* input(int rank) const;
@@ -192,9 +223,31 @@ class SharedCollectives {
   }
   // Before the first round in halves of an op: meets first if the last allreduce was sliced.
   void StartHalves(const std::function<void(int64_t since)>& idle);
-  // Allreduce where each rank sums every element (see above).
+  // Whether an allreduce of `bytes` goes sliced (see above).
+  bool Sliced(size_t bytes) const { return size_ < 2 || (size_ > 2 && bytes > kAllSumBytes); }
+  // Allreduce where each rank sums every element (see above); `ahead`: its first round was
+  // staged, and met.
   void AllreduceByAll(const std::vector<Piece>& pieces, size_t total, DType dtype, bool average,
-                      const std::function<void(int64_t since)>& idle);
+                      const std::function<void(int64_t since)>& idle, bool ahead);
+  // What a round in halves writes into this rank's half before its meeting: the elements
+  // [base, base + m) of an allreduce's (or a broadcast root's) pieces; the `n` bytes from
+  // `base` of an allgather's part; an exchange's scales and its input's elements
+  // [base, base + m).
+  void WritePieces(const std::vector<Piece>& pieces, size_t base, size_t m, size_t item);
+  void WritePart(const void* in, size_t base, size_t n);
+  void WriteExchange(const void* in, size_t base, size_t m, size_t item,
+                     const std::vector<std::pair<int, double>>& send);
+  // Posts ExchangeDirect's scales in this rank's row of the table.
+  void PostScales(const std::vector<std::pair<int, double>>& send);
+  // Ends a Stage call that wrote: the streamed stores fenced (the caller's meeting orders
+  // the others' reads after them), the staging noted. Returns true.
+  bool Staged();
+  // Whether an op run with `staged` finds its staging still there (no op ran since), which
+  // holds alike on every rank; forgets it either way.
+  bool TakeStaged(bool staged);
+  // The first meeting of a staged op: counts it, without waiting (the caller's meeting
+  // stood for it).
+  void MetAhead();
   // Copies `n` bytes of this rank's into an area the others read after the next meeting;
   // counts those it may stream in `streamable_`. The readers' caches hold the area's lines
   // from the last time they read them, and a plain store takes each line back first, one
@@ -240,6 +293,7 @@ class SharedCollectives {
   uint64_t meetings_ = 0;     // this rank's, so far
   uint64_t halves_ = 0;       // rounds in halves, so far
   bool sliced_last_ = false;  // the last allreduce was sliced
+  bool staged_ = false;       // a Stage call wrote, and no op ran since
   bool streamed_ = false;     // CopyIn streamed since the last meeting
   // The last meeting, and the one before it, went one way (a broadcast's: only the root's
   // count is waited for, and the others count in once done reading).

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -629,6 +630,150 @@ TEST(SharedCollectivesTest, ExchangeScalesAsEachSenderSaysRoundByRound) {
         const Between between[] = {Between::kAllreduce, Between::kBroadcast,
                                    Between::kAllgatherDirect, Between::kNothing};
         ASSERT_NO_FATAL_FAILURE(RunBetween(shared, size, rank, between[op % 4], long_count, op));
+      }
+    });
+  }
+}
+
+// Staged ops (shared_collectives.h): every rank writes an op's first round ahead, the ranks
+// meet by other means (here a barrier of the test's own), and the op, run with `staged`,
+// takes that meeting for its first. Every kind, short and spanning rounds, one rank late now
+// and then, inputs overwritten as soon as an op returns; broadcasts (one-way meetings) and
+// sliced allreduces before staging; ops staged and then overtaken by another op before they
+// run with `staged` (as the engine may, alike on every rank), which must find their staging
+// gone; and ops not staged between. Values of each op's own: a round read before it was
+// written, or written while another rank still read what it replaced, shows.
+TEST(SharedCollectivesTest, StagedOpsTakeTheCallersMeetingForTheirFirst) {
+  enum Kind { kAllreduce, kBroadcast, kAllgather, kExchange, kAllgatherDirect, kExchangeDirect };
+  constexpr int kKinds = 6;
+  enum Mode { kStaged, kOvertaken, kPlain };
+  constexpr int kModes = 3;
+  const size_t long_count = SharedCollectives::kRoundBytes * 3 / 4 / sizeof(float) + 5;
+  for (int size : {2, 3, 4}) {
+    std::atomic<int> met{0};
+    std::unique_ptr<std::atomic<int>[]> staged_on(new std::atomic<int>[2 * size]);
+    OnRanksCopying(size, CopyWays()[3].second, [&](int rank, SharedCollectives& shared) {
+      shared.EnableDirectReads(std::vector<int64_t>(size, getpid()));
+      int meetings = 0;
+      auto meet = [&] {
+        met.fetch_add(1);
+        ++meetings;
+        while (met.load() < meetings * size) std::this_thread::yield();
+      };
+      auto value = [](int op, int r, size_t i) {
+        return static_cast<float>(op * 1000 + r * 100 + static_cast<int>(i % 97));
+      };
+      const int to = (rank + 1) % size, from = (rank + size - 1) % size;
+      for (int op = 0; op < 72; ++op) {
+        const Kind kind = static_cast<Kind>(op % kKinds);
+        const Mode mode = static_cast<Mode>(op / kKinds % kModes);
+        const size_t count = (op / (kKinds * kModes)) % 2 == 1 ? long_count : 37;
+        const std::string what = "size " + std::to_string(size) + " op " + std::to_string(op) +
+                                 " kind " + std::to_string(kind) + " mode " + std::to_string(mode) +
+                                 " rank " + std::to_string(rank);
+        if (rank == (op * 5 + 1) % size && op % 3 == 0) {
+          std::this_thread::sleep_for(std::chrono::microseconds(50 + 40 * (op % 5)));
+        }
+        // Allgathers: rank r's part is count + r elements.
+        const bool gather = kind == kAllgather || kind == kAllgatherDirect;
+        std::vector<size_t> parts(size);
+        size_t total = 0;
+        for (int r = 0; r < size; ++r) total += (parts[r] = (count + r) * sizeof(float)) / 4;
+        std::vector<float> in(gather ? count + rank : count), out(total, -1.0f), got(count, -1.0f);
+        for (size_t i = 0; i < in.size(); ++i) in[i] = value(op, rank, i);
+        const std::vector<std::pair<int, double>> send = {{to, 0.5}};
+        const int root = op % size;
+        auto stage = [&]() -> bool {
+          switch (kind) {
+            case kAllreduce:
+              return shared.StageAllreduce({{in.data(), out.data(), count}}, DType::kFloat32,
+                                           Yield);
+            case kBroadcast:
+              return shared.StageBroadcast({{in.data(), out.data(), count}}, sizeof(float), root,
+                                           Yield);
+            case kAllgather:
+              return shared.StageAllgather(in.data(), parts[rank], Yield);
+            case kExchange:
+              return shared.StageExchange(in.data(), count, DType::kFloat32, send, Yield);
+            case kAllgatherDirect:
+              return shared.StageDirect(in.data(), nullptr);
+            case kExchangeDirect:
+              return shared.StageDirect(in.data(), &send);
+          }
+          return false;
+        };
+        auto run = [&](bool staged) {
+          std::vector<char*> scratch = {reinterpret_cast<char*>(got.data())};
+          std::vector<float> round_scratch(count);
+          switch (kind) {
+            case kAllreduce:
+              shared.Allreduce({{in.data(), out.data(), count}}, DType::kFloat32,
+                               /*average=*/false, Yield, staged);
+              break;
+            case kBroadcast:
+              shared.Broadcast({{in.data(), out.data(), count}}, sizeof(float), root, Yield,
+                               staged);
+              break;
+            case kAllgather:
+              shared.Allgather(in.data(), out.data(), parts, Yield, staged);
+              break;
+            case kExchange:
+              shared.Exchange(
+                  in.data(), count, DType::kFloat32, send, {from},
+                  {reinterpret_cast<char*>(round_scratch.data())},
+                  [&](size_t begin, size_t end, const std::vector<const char*>& received) {
+                    std::memcpy(&got[begin], received[0], (end - begin) * sizeof(float));
+                  },
+                  Yield, staged);
+              break;
+            case kAllgatherDirect:
+              ASSERT_TRUE(shared.AllgatherDirect(in.data(), out.data(), parts, Yield, staged).ok());
+              break;
+            case kExchangeDirect:
+              ASSERT_TRUE(shared
+                              .ExchangeDirect(in.data(), count, DType::kFloat32, send, {from},
+                                              scratch, Yield, staged)
+                              .ok());
+              break;
+          }
+        };
+        if (mode == kPlain) {
+          ASSERT_NO_FATAL_FAILURE(run(false));
+        } else {
+          const bool staged = stage();
+          staged_on[(op % 2) * size + rank] = staged;
+          meet();
+          for (int r = 0; r < size; ++r) {
+            ASSERT_EQ(staged_on[(op % 2) * size + r].load(), staged) << what << ": staged on " << r;
+          }
+          if (mode == kOvertaken) {
+            ASSERT_NO_FATAL_FAILURE(RunBetween(shared, size, rank, Between::kBroadcast, 9, op));
+          }
+          ASSERT_NO_FATAL_FAILURE(run(staged));
+        }
+        std::fill(in.begin(), in.end(), -1.0f);
+        for (size_t i = 0; i < count; ++i) {
+          if (kind == kAllreduce) {
+            float want = 0;
+            for (int r = 0; r < size; ++r) want += value(op, r, i);
+            ASSERT_EQ(out[i], want) << what << " element " << i;
+          } else if (kind == kBroadcast) {
+            ASSERT_EQ(out[i], value(op, root, i)) << what << " element " << i;
+          } else if (!gather) {
+            ASSERT_EQ(got[i], value(op, from, i) * 0.5f) << what << " element " << i;
+          }
+        }
+        size_t at = 0;
+        for (int r = 0; gather && r < size; at += parts[r] / sizeof(float), ++r) {
+          for (size_t i = 0; i < parts[r] / sizeof(float); ++i) {
+            ASSERT_EQ(out[at + i], value(op, r, i)) << what << " part " << r << " element " << i;
+          }
+        }
+        // Before the next op's staging: a broadcast (one way), or a long allreduce (sliced
+        // on more than two ranks), now and then.
+        const Between between[] = {Between::kNothing, Between::kBroadcast, Between::kNothing,
+                                   Between::kAllreduce, Between::kNothing};
+        ASSERT_NO_FATAL_FAILURE(RunBetween(shared, size, rank, between[op % 5], long_count, op));
       }
     });
   }
