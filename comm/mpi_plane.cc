@@ -147,7 +147,7 @@ const config::IntSetting kSharedMemoryStream(
     /*min=*/-1, /*max=*/1);
 
 const config::IntSetting kCrossMemoryAttachBytes(
-    "WEFT_CROSS_MEMORY_ATTACH_BYTES", int64_t{1} << 20,
+    "WEFT_CROSS_MEMORY_ATTACH_BYTES", int64_t{2} << 20,
     "When every rank of the job is on one machine: allgathers over all of them of up to "
     "this many bytes (their output) that do not go through shared memory copy each other "
     "rank's part straight from that rank's input into the output with process_vm_readv "
@@ -200,7 +200,7 @@ bool ProbeDirectReads(MPI_Comm local, int size, int rank, std::vector<int64_t>* 
 // (1.06-1.74x against 0.92-1.09), so they keep 512 KiB, as do jobs of more ranks with a CPU
 // each, which were not measured (bench/README.md). Where the ranks can read each other's
 // memory, reading each part once from its rank's buffer (AllgatherDirect) beat the segment
-// from 256 KiB on two ranks with a CPU each (and MPI's allgather up to 1 MiB), so their
+// from 256 KiB on two ranks with a CPU each (and MPI's allgather up to 2 MiB), so their
 // allgathers keep a lower `default_limit` instead, as do neighbor allreduces (their own
 // measurements below).
 constexpr int64_t kSharedMemoryDefaultBytes = int64_t{512} << 10;
