@@ -147,19 +147,35 @@ const config::IntSetting kSharedMemoryStream(
     /*min=*/-1, /*max=*/1);
 
 const config::IntSetting kCrossMemoryAttachBytes(
-    "WEFT_CROSS_MEMORY_ATTACH_BYTES", int64_t{2} << 20,
+    "WEFT_CROSS_MEMORY_ATTACH_BYTES", -1,
     "When every rank of the job is on one machine: allgathers over all of them of up to "
     "this many bytes (their output) that do not go through shared memory copy each other "
     "rank's part straight from that rank's input into the output with process_vm_readv "
     "(Linux's cross-memory attach), where init() found that the ranks may read each other's "
     "memory, instead of running MPI's allgather; so do neighbor allreduces of up to this "
     "many bytes (a fused group: all of its tensors) over the default exchange transport that "
-    "do not go through shared memory (from 4 KiB), instead of MPI's sends and receives; 0: "
-    "never. Either needs the shared memory segment (not mapped when WEFT_SHARED_MEMORY_BYTES "
+    "do not go through shared memory (from 4 KiB), instead of MPI's sends and receives. -1: "
+    "2 MiB for allgathers, 4 MiB for neighbor allreduces; 0: never. Either needs the shared memory "
+    "segment (not mapped when WEFT_SHARED_MEMORY_BYTES "
     "is 0 at init()). While it is not 0 and WEFT_SHARED_MEMORY_BYTES is -1, allgathers of "
     "more than 128 KiB go this way rather than through shared memory, unless the machine's "
     "ranks outnumber its CPUs. Every rank must see the same value.",
-    /*min=*/0, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
+    /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
+
+// The direct reads' limits where WEFT_CROSS_MEMORY_ATTACH_BYTES is -1. With the direct
+// agreement standing for their first meeting, on 2 ranks with a CPU each the allgathers'
+// beat MPI_Allgather up to 2 MiB and lost from 4 MiB (four runs of six), while the neighbor
+// exchanges' beat the transport at 4 MiB in every run (1.0-1.1x the raw exchange against
+// 0.8-0.97x); past that both ways moved with the machine's noise (bench/README.md).
+constexpr int64_t kDirectAllgatherBytes = int64_t{2} << 20;
+constexpr int64_t kDirectExchangeBytes = int64_t{4} << 20;
+// Whether an op of `bytes` may read the other ranks' memory where they are, up to the
+// setting, or `default_limit` when it is -1.
+bool UseDirectReads(size_t bytes, int64_t default_limit) {
+  int64_t limit = kCrossMemoryAttachBytes.Get();
+  if (limit < 0) limit = default_limit;
+  return bytes <= static_cast<uint64_t>(limit);
+}
 
 // Whether every rank of `local` (every rank of the job, `rank` among them) can read every
 // other's memory with process_vm_readv: each tries a word of each other's, and they agree.
@@ -371,7 +387,7 @@ MpiPlane::MpiPlane(const Context& ctx, Timeline* timeline, PeerTransport* peers,
     shared_.emplace(shared_segment_->data(), ctx.size, ctx.rank, copies);
     // The segment's ranks are the job's, in the same order (local_rank == rank).
     std::vector<int64_t> pids;
-    const bool wanted = kCrossMemoryAttachBytes.Get() > 0;
+    const bool wanted = kCrossMemoryAttachBytes.Get() != 0;
     if (wanted && ctx.local_rank == ctx.rank &&
         ProbeDirectReads(ctx.local, ctx.size, ctx.rank, &pids)) {
       shared_->EnableDirectReads(std::move(pids));
@@ -535,8 +551,7 @@ bool MpiPlane::BroadcastShared(size_t bytes, bool whole) const {
 MpiPlane::GatherWay MpiPlane::AllgatherWay(size_t total) const {
   if (!shared_.has_value()) return GatherWay::kMpi;
   // Not AnySize(): two ranks with a CPU each keep a limit (UseSharedMemory says why).
-  const bool direct =
-      shared_->direct_reads() && total <= static_cast<uint64_t>(kCrossMemoryAttachBytes.Get());
+  const bool direct = shared_->direct_reads() && UseDirectReads(total, kDirectAllgatherBytes);
   if (UseSharedMemory(total, ctx_.oversubscribed,
                       direct ? kDirectAllgatherAboveBytes : kSharedMemoryDefaultBytes)) {
     return GatherWay::kShared;
@@ -936,7 +951,7 @@ MpiPlane::ExchangeWay MpiPlane::NeighborExchangeWay(size_t bytes, bool whole) co
   }
   if (UseSharedMemory(bytes, /*any_size=*/false, kSharedExchangeBytes)) return ExchangeWay::kShared;
   if (shared_->direct_reads() && bytes >= kDirectExchangeFromBytes &&
-      bytes <= static_cast<uint64_t>(kCrossMemoryAttachBytes.Get())) {
+      UseDirectReads(bytes, kDirectExchangeBytes)) {
     return ExchangeWay::kDirect;
   }
   return ExchangeWay::kTransport;
