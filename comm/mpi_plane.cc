@@ -155,9 +155,9 @@ const config::IntSetting kCrossMemoryAttachBytes(
     "memory, instead of running MPI's allgather; so do neighbor allreduces of up to this "
     "many bytes (a fused group: all of its tensors) over the default exchange transport that "
     "do not go through shared memory (from 4 KiB), instead of MPI's sends and receives. -1: "
-    "2 MiB for allgathers, 4 MiB for neighbor allreduces; 0: never. Either needs the shared memory "
-    "segment (not mapped when WEFT_SHARED_MEMORY_BYTES "
-    "is 0 at init()). While it is not 0 and WEFT_SHARED_MEMORY_BYTES is -1, allgathers of "
+    "2 MiB for allgathers, 4 MiB for neighbor allreduces; 0: never. Either needs the shared "
+    "memory segment (not mapped when WEFT_SHARED_MEMORY_BYTES is 0 at init()). While it is not 0 "
+    "and WEFT_SHARED_MEMORY_BYTES is -1, allgathers of "
     "more than 128 KiB go this way rather than through shared memory, unless the machine's "
     "ranks outnumber its CPUs. Every rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
@@ -295,10 +295,11 @@ class MpiPlane : public HostPlane {
     bool shared, ring;
   };
   AllreducePath AllreducePathOf(const Response& response, const Group& group) const;
-  // Whether a broadcast of `group` runs through the shared segment; of `bytes` over every
-  // rank (`whole`) or a process set.
+  // Whether an allreduce (unless it runs the ring) or a broadcast of `bytes` over every rank
+  // (`whole`) or a process set runs through the shared segment.
+  bool SegmentTakes(size_t bytes, bool whole) const;
+  // Whether a broadcast of `group` runs through the shared segment.
   bool BroadcastShared(const Group& group) const;
-  bool BroadcastShared(size_t bytes, bool whole) const;
   // How an allgather of `total` bytes of output over every rank runs.
   enum class GatherWay { kShared, kDirect, kMpi };
   GatherWay AllgatherWay(size_t total) const;
@@ -534,17 +535,17 @@ MpiPlane::AllreducePath MpiPlane::AllreducePathOf(const Response& response,
   for (auto& r : group) bytes += r->in.nbytes();
   // A fused group reads its packed buffer in place.
   const bool out_of_place = response.out_of_place && group.size() == 1;
-  const bool shared = shared_.has_value() && ranks.empty() && UseSharedMemory(bytes, AnySize());
+  const bool shared = SegmentTakes(bytes, ranks.empty());
   return {shared, UseRing(peers_->kind(), ctx_.machine_size, members, bytes, out_of_place, shared)};
 }
 
 bool MpiPlane::BroadcastShared(const Group& group) const {
   size_t bytes = 0;
   for (auto& r : group) bytes += r->out.nbytes();
-  return BroadcastShared(bytes, group[0]->desc.group.empty());
+  return SegmentTakes(bytes, group[0]->desc.group.empty());
 }
 
-bool MpiPlane::BroadcastShared(size_t bytes, bool whole) const {
+bool MpiPlane::SegmentTakes(size_t bytes, bool whole) const {
   return shared_.has_value() && whole && UseSharedMemory(bytes, AnySize());
 }
 
@@ -585,18 +586,20 @@ Staged MpiPlane::Stage(Request& r) {
   if (!shared_.has_value() || !r.desc.group.empty()) return Staged::kNone;
   const size_t bytes = r.in.nbytes();
   const DType dtype = r.in.dtype();
-  const std::vector<SharedCollectives::Piece> pieces = {
-      {r.in.data(), r.out.data(), static_cast<size_t>(r.in.numel())}};
+  auto pieces = [&] {
+    return std::vector<SharedCollectives::Piece>{
+        {r.in.data(), r.out.data(), static_cast<size_t>(r.in.numel())}};
+  };
   auto segment = [](bool staged) { return staged ? Staged::kSegment : Staged::kNone; };
   switch (r.desc.op) {
     case OpType::kAllreduce:
       // The ring, which a setting may still choose for an op out of place on some rank,
       // takes the op unstaged (Ahead).
-      if (!UseSharedMemory(bytes, AnySize())) return Staged::kNone;
-      return segment(shared_->StageAllreduce(pieces, dtype, idle_));
+      if (!SegmentTakes(bytes, /*whole=*/true)) return Staged::kNone;
+      return segment(shared_->StageAllreduce(pieces(), dtype, idle_));
     case OpType::kBroadcast:
-      if (!BroadcastShared(r.out.nbytes(), /*whole=*/true)) return Staged::kNone;
-      return segment(shared_->StageBroadcast(pieces, r.out.itemsize(), r.desc.root, idle_));
+      if (!SegmentTakes(r.out.nbytes(), /*whole=*/true)) return Staged::kNone;
+      return segment(shared_->StageBroadcast(pieces(), r.out.itemsize(), r.desc.root, idle_));
     case OpType::kAllgather:
       // Its way depends on every rank's part: staged for equal parts, and run staged where
       // the parts agreed come to the same way.
