@@ -268,17 +268,30 @@ void SharedCollectives::MetAhead() {
   one_way_last_ = false;
 }
 
+template <typename Write>
+bool SharedCollectives::StageHalf(bool writes, const std::function<void(int64_t since)>& idle,
+                                  Write write) {
+  staged_ = false;
+  if (sliced_last_) return false;
+  StartRound(/*timed=*/false);
+  if (writes) {
+    BeforeWrite(idle);
+    write();
+  }
+  return Staged();
+}
+
 bool SharedCollectives::StageAllreduce(const std::vector<Piece>& pieces, DType dtype,
                                        const std::function<void(int64_t since)>& idle) {
-  staged_ = false;
   const size_t item = DTypeSize(dtype);
   size_t total = 0;
   for (const Piece& p : pieces) total += p.count;
-  if (sliced_last_ || Sliced(total * item)) return false;
-  StartRound(/*timed=*/false);
-  BeforeWrite(idle);
-  WritePieces(pieces, 0, std::min(kHalfBytes / item, total), item);
-  return Staged();
+  if (Sliced(total * item)) {
+    staged_ = false;
+    return false;
+  }
+  return StageHalf(/*writes=*/true, idle,
+                   [&] { WritePieces(pieces, 0, std::min(kHalfBytes / item, total), item); });
 }
 
 void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype, bool average,
@@ -380,16 +393,11 @@ void SharedCollectives::AllreduceByAll(const std::vector<Piece>& pieces, size_t 
 
 bool SharedCollectives::StageBroadcast(const std::vector<Piece>& pieces, size_t item, int root,
                                        const std::function<void(int64_t since)>& idle) {
-  staged_ = false;
-  if (sliced_last_) return false;
-  StartRound(/*timed=*/false);
-  if (rank_ == root) {
+  return StageHalf(/*writes=*/rank_ == root, idle, [&] {
     size_t total = 0;
     for (const Piece& p : pieces) total += p.count;
-    BeforeWrite(idle);
     WritePieces(pieces, 0, std::min(kHalfBytes / item, total), item);
-  }
-  return Staged();
+  });
 }
 
 void SharedCollectives::Broadcast(const std::vector<Piece>& pieces, size_t item, int root,
@@ -438,12 +446,8 @@ void SharedCollectives::WritePart(const void* in, size_t base, size_t n) {
 
 bool SharedCollectives::StageAllgather(const void* in, size_t part_bytes,
                                        const std::function<void(int64_t since)>& idle) {
-  staged_ = false;
-  if (sliced_last_) return false;
-  StartRound(/*timed=*/false);
-  BeforeWrite(idle);
-  WritePart(in, 0, std::min(kHalfBytes, part_bytes));
-  return Staged();
+  return StageHalf(/*writes=*/true, idle,
+                   [&] { WritePart(in, 0, std::min(kHalfBytes, part_bytes)); });
 }
 
 void SharedCollectives::Allgather(const void* in, void* out, const std::vector<size_t>& part_bytes,
@@ -527,13 +531,10 @@ void SharedCollectives::WriteExchange(const void* in, size_t base, size_t m, siz
 bool SharedCollectives::StageExchange(const void* in, size_t count, DType dtype,
                                       const std::vector<std::pair<int, double>>& send,
                                       const std::function<void(int64_t since)>& idle) {
-  staged_ = false;
-  if (sliced_last_) return false;
   const size_t item = DTypeSize(dtype);
-  StartRound(/*timed=*/false);
-  BeforeWrite(idle);
-  WriteExchange(in, 0, std::min(ExchangeRoundElements(item), count), item, send);
-  return Staged();
+  return StageHalf(/*writes=*/true, idle, [&] {
+    WriteExchange(in, 0, std::min(ExchangeRoundElements(item), count), item, send);
+  });
 }
 
 bool SharedCollectives::StageDirect(const void* in,

@@ -239,6 +239,11 @@ class SharedCollectives {
                      const std::vector<std::pair<int, double>>& send);
   // Posts ExchangeDirect's scales in this rank's row of the table.
   void PostScales(const std::vector<std::pair<int, double>>& send);
+  // A Stage call of an op in halves: unless a sliced allreduce came last (false), waits
+  // until the half is free (BeforeWrite) and calls write() where this rank writes
+  // (`writes`), then Staged().
+  template <typename Write>
+  bool StageHalf(bool writes, const std::function<void(int64_t since)>& idle, Write write);
   // Ends a Stage call that wrote: the streamed stores fenced (the caller's meeting orders
   // the others' reads after them), the staging noted. Returns true.
   bool Staged();
