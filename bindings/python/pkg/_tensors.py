@@ -67,10 +67,26 @@ class _LazyNumpy:
 numpy = _LazyNumpy()
 
 
-# The dtypes weft exchanges, by name as NumPy and torch spell them.
-_NUMPY_DTYPES = frozenset(
-    ["float32", "float64", "float16", "int32", "int64", "int16", "int8", "uint8"])
-_TORCH_DTYPES = frozenset(["torch." + d for d in _NUMPY_DTYPES] + ["torch.bfloat16"])
+# The dtypes weft exchanges, by name as NumPy and torch spell them; torch adds bfloat16.
+_DTYPE_NAMES = ("float32", "float64", "float16", "int32", "int64", "int16", "int8", "uint8")
+# The same as NumPy's and torch's dtype objects, made once each library is loaded: a set
+# lookup of the array's dtype costs 0.04 us per call, where NumPy's dtype.name (Python
+# code) costs 1.3 us, a quarter of a small op's time from Python. NumPy's dtypes are
+# those of this machine's byte order (an array in the other order compares unequal).
+_numpy_dtypes = None
+_torch_dtypes = None
+
+
+def _load_numpy_dtypes(np):
+    global _numpy_dtypes
+    _numpy_dtypes = frozenset(np.dtype(name) for name in _DTYPE_NAMES)
+    return _numpy_dtypes
+
+
+def _load_torch_dtypes(torch):
+    global _torch_dtypes
+    _torch_dtypes = frozenset(getattr(torch, name) for name in _DTYPE_NAMES + ("bfloat16",))
+    return _torch_dtypes
 
 
 def _unsupported(x, what, cause=None):
@@ -84,8 +100,9 @@ def prepare(x, what="tensor"):
     """(array, capsule, kind): `array` is x or its contiguous copy; `capsule` borrows it."""
     np = sys.modules.get("numpy")
     if np is not None and type(x) is np.ndarray:
-        if x.dtype.name not in _NUMPY_DTYPES:
-            raise _unsupported(x, what)
+        if x.dtype not in (_numpy_dtypes or _load_numpy_dtypes(np)):
+            raise _unsupported(x, what, None if x.dtype.isnative else
+                               "not in this machine's byte order: convert it with astype first")
         if not x.flags.c_contiguous:
             x = np.ascontiguousarray(x)
         try:
@@ -99,7 +116,7 @@ def prepare(x, what="tensor"):
             return x, x.__dlpack__(), NUMPY
     torch = _torch()
     if torch is not None and isinstance(x, torch.Tensor):
-        if str(x.dtype) not in _TORCH_DTYPES:
+        if x.dtype not in (_torch_dtypes or _load_torch_dtypes(torch)):
             raise _unsupported(x, what)
         if x.requires_grad:
             x = x.detach()

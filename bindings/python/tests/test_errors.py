@@ -37,6 +37,14 @@ def test_bad_arguments():
         weft.allreduce(np.ones(3, dtype=bool))
     with pytest.raises(weft.UnsupportedDTypeError, match="dtype complex64"):
         weft.allreduce(np.ones(3, dtype=np.complex64))
+    # Another byte order than the machine's (writable or not): refused, never read as this
+    # machine's numbers.
+    swapped = np.ones(3, dtype=np.dtype(np.float32).newbyteorder())
+    with pytest.raises(weft.UnsupportedDTypeError, match="byte order"):
+        weft.allreduce(swapped)
+    swapped.flags.writeable = False
+    with pytest.raises(weft.UnsupportedDTypeError, match="byte order"):
+        weft.allreduce(swapped)
     with pytest.raises(TypeError, match="Tensor of dtype torch.complex64"):
         weft.allreduce(torch.ones(3, dtype=torch.complex64))
     with pytest.raises(weft.UnimplementedError, match="dtype torch.bool"):
