@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <vector>
 
@@ -31,6 +32,29 @@
 namespace weft {
 namespace comm {
 namespace {
+
+// Memory an op takes this rank's part into when its output allocator failed (RunAllgather
+// says why), freed when the op returns.
+class ScratchOutput {
+ public:
+  // At least `bytes` bytes, or null if there are none to be had.
+  char* Take(size_t bytes) {
+    memory_.reset(new (std::nothrow) char[std::max<size_t>(bytes, 1)]);
+    return memory_.get();
+  }
+
+ private:
+  std::unique_ptr<char[]> memory_;
+};
+
+// A failed allocator's error, where not even scratch memory was to be had to take this
+// rank's part: the op's other ranks may then wait for it (WEFT_STALL_TIMEOUT_SECONDS).
+Status NoScratch(const Status& allocated, size_t bytes) {
+  return Status(allocated.code(),
+                absl::StrCat(allocated.message(), "; no scratch memory either (", bytes,
+                             " bytes) to take this rank's part, so the op's other ranks may wait "
+                             "for it"));
+}
 
 constexpr int kDataTag = 3;
 // Counts passed to MPI are ints; larger buffers go in chunks of this many elements.
@@ -482,6 +506,8 @@ Status MpiPlane::RunSendRecv(Group& group, const Response& response) {
   const int64_t start = TraceStart(timeline_);
   const bool sending = !r.send.empty();
   const int peer = sending ? r.send[0].first : r.recv[0].first;
+  Status allocated = OkStatus();
+  size_t discard = 0;  // bytes to take into scratch memory, where the allocator failed
   if (!sending && r.alloc) {
     // The coordinator passed on the sender's shape and dtype (protocol.h).
     if (response.first_dims.size() != 2 || response.first_dims[1].size() != 1) {
@@ -490,22 +516,36 @@ Status MpiPlane::RunSendRecv(Group& group, const Response& response) {
     const std::vector<int64_t>& shape = response.first_dims[0];
     const DType dtype = static_cast<DType>(response.first_dims[1][0]);
     auto out = r.alloc(dtype, shape);
-    WEFT_RETURN_IF_ERROR(CheckAllocated(out, dtype, shape, Device{}));  // CPU only
-    r.out = *out;
+    allocated = CheckAllocated(out, dtype, shape, Device{});  // CPU only
+    if (allocated.ok()) {
+      r.out = *out;
+    } else {
+      // As in RunAllgather: the sender would wait for this rank to take its data, so it
+      // does, chunk after chunk into the same scratch memory, then fails.
+      discard = DTypeSize(dtype);
+      for (int64_t d : shape) discard *= static_cast<size_t>(d);
+    }
   }
   char* data = static_cast<char*>(sending ? r.in.data() : r.out.data());
-  const size_t bytes = sending ? r.in.nbytes() : r.out.nbytes();
+  size_t bytes = sending ? r.in.nbytes() : r.out.nbytes();
+  ScratchOutput scratch;
+  if (!allocated.ok()) {
+    bytes = discard;
+    data = scratch.Take(std::min(bytes, kMaxChunk));
+    if (data == nullptr && bytes > 0) return NoScratch(allocated, std::min(bytes, kMaxChunk));
+  }
   // Both ranks submitted the op, so the peer's data is due now. A peer that dies after
   // submitting would leave a blocking call waiting forever; with a stall timeout the
   // transfer fails after it instead (the rest of the job is then in doubt anyway).
   const double timeout_s = Engine::stall_timeout_s();
   for (size_t done = 0; done < bytes || done == 0; done += kMaxChunk) {
     const int n = static_cast<int>(std::min(kMaxChunk, bytes - done));
+    char* at = allocated.ok() ? data + done : data;
     MPI_Request req;
-    WEFT_RETURN_IF_ERROR(
-        MpiCheck(sending ? MPI_Isend(data + done, n, MPI_BYTE, peer, kDataTag, ctx_.data, &req)
-                         : MPI_Irecv(data + done, n, MPI_BYTE, peer, kDataTag, ctx_.data, &req),
-                 sending ? "MPI_Isend" : "MPI_Irecv"));
+    WEFT_RETURN_IF_ERROR(MpiCheck(sending
+                                      ? MPI_Isend(at, n, MPI_BYTE, peer, kDataTag, ctx_.data, &req)
+                                      : MPI_Irecv(at, n, MPI_BYTE, peer, kDataTag, ctx_.data, &req),
+                                  sending ? "MPI_Isend" : "MPI_Irecv"));
     const int64_t posted = Timeline::NowMicros();
     const int64_t deadline = posted + static_cast<int64_t>(timeout_s * 1e6);
     for (;;) {
@@ -524,7 +564,7 @@ Status MpiPlane::RunSendRecv(Group& group, const Response& response) {
     if (bytes == 0) break;
   }
   Trace(group, "communicate", start);
-  return OkStatus();
+  return allocated;
 }
 
 MpiPlane::AllreducePath MpiPlane::AllreducePathOf(const Response& response,
@@ -724,9 +764,17 @@ Status MpiPlane::RunAllgather(Group& group, const Response& response) {
     displs[i] = static_cast<int>(total);
     total += bytes;
   }
+  // A rank whose allocator fails still takes its part, with no output (or scratch memory),
+  // then fails: the others would wait for it otherwise, and where they count the op's first
+  // meeting without waiting (staged), they would run on a meeting ahead of it, reading and
+  // overwriting areas out of step from then on.
   auto out = r.alloc(r.in.dtype(), shape);
-  WEFT_RETURN_IF_ERROR(CheckAllocated(out, r.in.dtype(), shape, r.in.device()));
-  r.out = *out;
+  const Status allocated = CheckAllocated(out, r.in.dtype(), shape, r.in.device());
+  void* gathered = nullptr;
+  if (allocated.ok()) {
+    r.out = *out;
+    gathered = r.out.data();
+  }
   const int64_t start = TraceStart(timeline_);
   const GatherWay way = AllgatherWay(total);
   if (way != GatherWay::kMpi) {
@@ -734,29 +782,34 @@ Status MpiPlane::RunAllgather(Group& group, const Response& response) {
     Status read = OkStatus();
     if (way == GatherWay::kShared) {
       r.backend = "SHM";
-      shared_->Allgather(r.in.data(), r.out.data(), parts, idle_, Ahead(group, Staged::kSegment));
+      shared_->Allgather(r.in.data(), gathered, parts, idle_, Ahead(group, Staged::kSegment));
     } else {
       r.backend = "CMA";
-      read = shared_->AllgatherDirect(r.in.data(), r.out.data(), parts, idle_,
+      read = shared_->AllgatherDirect(r.in.data(), gathered, parts, idle_,
                                       Ahead(group, Staged::kDirectReads));
     }
     Trace(group, "communicate", start);
+    if (!allocated.ok()) return allocated;
     return read.ok() ? read : Annotate(read, Describe(r.desc));
+  }
+  ScratchOutput scratch;
+  if (!allocated.ok()) {
+    gathered = scratch.Take(total);
+    if (gathered == nullptr) return NoScratch(allocated, total);
   }
   // Equal parts are the common case, and MPI's algorithms for it are better tuned.
   const bool equal = std::all_of(counts.begin(), counts.end(), [&](int c) { return c == counts[0]; });
   if (equal) {
-    WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Allgather(r.in.data(), counts[0], MPI_BYTE, r.out.data(),
-                                                counts[0], MPI_BYTE, ctx_.data),
-                                  "MPI_Allgather"));
+    WEFT_RETURN_IF_ERROR(MpiCheck(
+        MPI_Allgather(r.in.data(), counts[0], MPI_BYTE, gathered, counts[0], MPI_BYTE, ctx_.data),
+        "MPI_Allgather"));
   } else {
-    WEFT_RETURN_IF_ERROR(
-        MpiCheck(MPI_Allgatherv(r.in.data(), counts[ctx_.rank], MPI_BYTE, r.out.data(),
-                                counts.data(), displs.data(), MPI_BYTE, ctx_.data),
-                 "MPI_Allgatherv"));
+    WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Allgatherv(r.in.data(), counts[ctx_.rank], MPI_BYTE, gathered,
+                                                 counts.data(), displs.data(), MPI_BYTE, ctx_.data),
+                                  "MPI_Allgatherv"));
   }
   Trace(group, "communicate", start);
-  return OkStatus();
+  return allocated;
 }
 
 Status MpiPlane::RunNeighborAllgather(std::shared_ptr<Request>& rp,
@@ -766,12 +819,24 @@ Status MpiPlane::RunNeighborAllgather(std::shared_ptr<Request>& rp,
   std::vector<int64_t> shape(r.in.shape().begin(), r.in.shape().end());
   shape[0] = 0;
   for (const auto& src : r.recv) shape[0] += dims[src.first];
-  auto out = r.alloc(r.in.dtype(), shape);
-  WEFT_RETURN_IF_ERROR(CheckAllocated(out, r.in.dtype(), shape, r.in.device()));
-  r.out = *out;
-  if (r.in.nbytes() > static_cast<size_t>(INT_MAX) ||
-      r.out.nbytes() > static_cast<size_t>(INT_MAX)) {
+  size_t total = 0;
+  for (const auto& src : r.recv) total += static_cast<size_t>(dims[src.first]) * row_bytes;
+  // The limit is alike on every rank (the agreed dims): all refuse, none waits.
+  if (r.in.nbytes() > static_cast<size_t>(INT_MAX) || total > static_cast<size_t>(INT_MAX)) {
     return Unimplemented(Describe(r.desc), ": tensors over 2 GiB are not supported");
+  }
+  // As in RunAllgather: a rank whose allocator fails still sends and receives (into scratch
+  // memory), or its peers would wait for it.
+  auto out = r.alloc(r.in.dtype(), shape);
+  const Status allocated = CheckAllocated(out, r.in.dtype(), shape, r.in.device());
+  ScratchOutput scratch;
+  char* gathered = nullptr;
+  if (allocated.ok()) {
+    r.out = *out;
+    gathered = static_cast<char*>(r.out.data());
+  } else {
+    gathered = scratch.Take(total);
+    if (gathered == nullptr) return NoScratch(allocated, total);
   }
   const int64_t start = TraceStart(timeline_);
   std::vector<MPI_Request> reqs;
@@ -779,8 +844,8 @@ Status MpiPlane::RunNeighborAllgather(std::shared_ptr<Request>& rp,
   for (const auto& src : r.recv) {
     const size_t bytes = static_cast<size_t>(dims[src.first]) * row_bytes;
     reqs.emplace_back();
-    MPI_Irecv(static_cast<char*>(r.out.data()) + offset, static_cast<int>(bytes), MPI_BYTE,
-              src.first, kDataTag, ctx_.data, &reqs.back());
+    MPI_Irecv(gathered + offset, static_cast<int>(bytes), MPI_BYTE, src.first, kDataTag, ctx_.data,
+              &reqs.back());
     offset += bytes;
   }
   for (const auto& dst : r.send) {
@@ -792,7 +857,7 @@ Status MpiPlane::RunNeighborAllgather(std::shared_ptr<Request>& rp,
       MpiCheck(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE),
                "neighbor exchange"));
   Trace(Group{rp}, "communicate", start);
-  return OkStatus();
+  return allocated;
 }
 
 Status MpiPlane::Exchange(const std::vector<int>* to_data, const void* send_buf, size_t count,

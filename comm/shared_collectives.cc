@@ -468,7 +468,7 @@ void SharedCollectives::Allgather(const void* in, void* out, const std::vector<s
       BeforeWrite(idle);
       WritePart(in, base, length(rank_));
     }
-    if (const size_t n = length(rank_); n > 0) {
+    if (const size_t n = length(rank_); n > 0 && gathered != nullptr) {
       std::memcpy(gathered + offset[rank_] + base, static_cast<const char*>(in) + base, n);
     }
     if (met) {
@@ -476,7 +476,7 @@ void SharedCollectives::Allgather(const void* in, void* out, const std::vector<s
     } else {
       Meet(idle);
     }
-    for (int r = 0; r < size_; ++r) {
+    for (int r = 0; r < size_ && gathered != nullptr; ++r) {
       if (const size_t n = length(r); r != rank_ && n > 0) {
         std::memcpy(gathered + offset[r] + base, half(r), n);
       }
@@ -570,7 +570,9 @@ Status SharedCollectives::AllgatherDirect(const void* in, void* out,
   char* gathered = static_cast<char*>(out);
   // This rank's own part while the others count in.
   auto own = [&] {
-    if (part_bytes[rank_] > 0) std::memcpy(gathered + offset[rank_], in, part_bytes[rank_]);
+    if (part_bytes[rank_] > 0 && gathered != nullptr) {
+      std::memcpy(gathered + offset[rank_], in, part_bytes[rank_]);
+    }
   };
   if (ahead) {
     MetAhead();
@@ -580,7 +582,7 @@ Status SharedCollectives::AllgatherDirect(const void* in, void* out,
     Meet(idle, own);
   }
   Status status = OkStatus();
-  for (int k = 1; k < size_ && status.ok(); ++k) {
+  for (int k = 1; k < size_ && status.ok() && gathered != nullptr; ++k) {
     const int r = (rank_ + k) % size_;  // each rank starts with a different one
     if (part_bytes[r] == 0) continue;
     status = ReadPosted(r, gathered + offset[r], part_bytes[r], "allgather", "part");

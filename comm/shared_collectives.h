@@ -155,7 +155,10 @@ class SharedCollectives {
   bool StageBroadcast(const std::vector<Piece>& pieces, size_t item, int root,
                       const std::function<void(int64_t since)>& idle);
   // Gathers every rank's `in` (part_bytes[r] bytes on rank r, the same list on every rank)
-  // into every rank's `out`, rank r's part after those of the ranks before it.
+  // into every rank's `out`, rank r's part after those of the ranks before it. A null `out`
+  // takes this rank's part (its input, its meetings) without gathering anything: a rank
+  // with no output to write (its allocator failed) so keeps the others' op, and their count
+  // of meetings, going.
   void Allgather(const void* in, void* out, const std::vector<size_t>& part_bytes,
                  const std::function<void(int64_t since)>& idle, bool staged = false);
   // Writes this rank's first round of an Allgather of its `in` (`part_bytes` of it) ahead.
@@ -168,7 +171,8 @@ class SharedCollectives {
   // Allgather as above, each part read from its rank's `in` where it is (see above); every
   // rank calls it for the same ops, after EnableDirectReads. A read that fails (the other
   // process gone, or its memory no longer readable) fails the op on the reading rank alone,
-  // which still meets the others: none of them waits for it in vain.
+  // which still meets the others: none of them waits for it in vain. A null `out` reads
+  // nothing, as for Allgather.
   Status AllgatherDirect(const void* in, void* out, const std::vector<size_t>& part_bytes,
                          const std::function<void(int64_t since)>& idle, bool staged = false);
   // Posts what this rank's AllgatherDirect or ExchangeDirect of `in` posts before its first

@@ -239,6 +239,134 @@ TEST_F(Errors, WaitingInsideAnAllocatorIsAnErrorNotADeadlock) {
   EXPECT_TRUE(Contains(inner, "from an output Allocator")) << inner;
 }
 
+// Unnamed ops of every kind, each checked on every rank: a rank left a meeting behind or
+// ahead of the others by an earlier op reads or overwrites areas out of step, and one of
+// these sums or gathers comes out wrong (or hangs).
+void ExpectInStep(int64_t count) {
+  const int n = size();
+  testing::Arena arena;
+  for (int64_t elements : {int64_t{4}, count}) {
+    Buffer x(DType::kFloat32, {elements});
+    x.Fill(rank() + 1);
+    ASSERT_TRUE(allreduce(x.view(), x.view(), false).ok());
+    EXPECT_EQ(x.Get(0), n * (n + 1) / 2);
+    EXPECT_EQ(x.Get(elements - 1), n * (n + 1) / 2);
+    Buffer b(DType::kFloat32, {elements});
+    b.Fill(rank() == 0 ? 7 : -1);
+    ASSERT_TRUE(broadcast(b.view(), b.view(), 0).ok());
+    EXPECT_EQ(b.Get(elements - 1), 7);
+    x.Fill(rank() + 1);
+    auto gathered = allgather(x.view(), arena.allocator());
+    ASSERT_TRUE(gathered.ok()) << gathered.status();
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(Buffer::Read(gathered->data(), DType::kFloat32, r * elements), r + 1);
+      EXPECT_EQ(Buffer::Read(gathered->data(), DType::kFloat32, (r + 1) * elements - 1), r + 1);
+    }
+  }
+}
+
+// An output allocator that fails on one rank fails that rank's op with the allocator's
+// error, and nothing else: the rank still takes its part (into no output, or scratch
+// memory), so the other ranks get their whole output and no rank waits for it, and the
+// job stays in step. A blocking allgather's first meeting through shared memory can be
+// agreed ahead ("staged"): a rank that skipped the op's part would then leave every later
+// op a meeting out of step, silently.
+TEST_F(Errors, AFailingOutputAllocatorFailsItsRankAloneAndTheJobStaysInStep) {
+  if (size() < 2) GTEST_SKIP();
+  const int failing = size() - 1;
+  testing::Arena arena;
+  Allocator alloc = [&](DType d, const std::vector<int64_t>& shape) -> StatusOr<TensorView> {
+    if (rank() == failing) return absl::ResourceExhaustedError("no memory left in the test");
+    return arena.allocator()(d, shape);
+  };
+  // Parts of 16 B to 2 MiB per rank: through the segment, by direct reads and through MPI,
+  // as the number of ranks and their CPUs have it.
+  for (int64_t part : {int64_t{4}, int64_t{24} << 10, int64_t{256} << 10, int64_t{512} << 10}) {
+    SCOPED_TRACE(part);
+    Buffer x(DType::kFloat32, {part});
+    x.Fill(rank() + 1);
+    for (bool blocking : {true, false}) {
+      SCOPED_TRACE(blocking ? "blocking" : "nonblocking");
+      StatusOr<TensorView> out = Internal("not run");
+      if (blocking) {
+        out = allgather(x.view(), alloc);
+      } else {
+        auto h = allgather_nonblocking(x.view(), alloc);
+        ASSERT_TRUE(h.ok()) << h.status();
+        const Status st = wait(*h);
+        if (st.ok())
+          out = h->output();
+        else
+          out = st;
+      }
+      if (rank() == failing) {
+        EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted) << out.status();
+        EXPECT_TRUE(Contains(out.status(), "no memory left in the test")) << out.status();
+      } else {
+        ASSERT_TRUE(out.ok()) << out.status();
+        for (int r = 0; r < size(); ++r) {
+          EXPECT_EQ(Buffer::Read(out->data(), DType::kFloat32, r * part), r + 1);
+          EXPECT_EQ(Buffer::Read(out->data(), DType::kFloat32, (r + 1) * part - 1), r + 1);
+        }
+      }
+      EXPECT_EQ(x.Get(part - 1), rank() + 1);  // the input untouched
+      ExpectInStep(part);
+    }
+  }
+  // An allocator that returns a tensor of another shape is refused alike.
+  Buffer small(DType::kFloat32, {4});
+  small.Fill(rank() + 1);
+  Buffer wrong(DType::kFloat32, {3});
+  auto out = allgather(small.view(), [&](DType d, const std::vector<int64_t>& shape) {
+    return rank() == failing ? StatusOr<TensorView>(wrong.view()) : arena.allocator()(d, shape);
+  });
+  if (rank() == failing) {
+    EXPECT_TRUE(Contains(out.status(), "the output allocator returned")) << out.status();
+  } else {
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(Buffer::Read(out->data(), DType::kFloat32, 4 * failing), failing + 1);
+  }
+  ExpectInStep(4);
+}
+
+// The same for the other ops that allocate their output: neighbor_allgather and a recv
+// into allocated memory.
+TEST_F(Errors, AFailingAllocatorOfANeighborGatherOrRecvFailsItsRankAlone) {
+  if (size() < 2) GTEST_SKIP();
+  const int failing = size() - 1;
+  testing::Arena arena;
+  Allocator alloc = [&](DType d, const std::vector<int64_t>& shape) -> StatusOr<TensorView> {
+    if (rank() == failing) return absl::ResourceExhaustedError("no memory left in the test");
+    return arena.allocator()(d, shape);
+  };
+  for (int64_t part : {int64_t{4}, int64_t{256} << 10}) {
+    SCOPED_TRACE(part);
+    Buffer x(DType::kFloat32, {part});
+    x.Fill(rank() + 1);
+    auto out = neighbor_allgather(x.view(), alloc);
+    if (rank() == failing) {
+      EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted) << out.status();
+    } else {
+      ASSERT_TRUE(out.ok()) << out.status();
+      const std::vector<int> from = in_neighbor_ranks();
+      for (size_t k = 0; k < from.size(); ++k) {
+        EXPECT_EQ(Buffer::Read(out->data(), DType::kFloat32, static_cast<int64_t>(k) * part),
+                  from[k] + 1);
+        EXPECT_EQ(
+            Buffer::Read(out->data(), DType::kFloat32, static_cast<int64_t>(k + 1) * part - 1),
+            from[k] + 1);
+      }
+    }
+    if (rank() == 0) {
+      EXPECT_TRUE(send(x.view(), failing).ok());
+    } else if (rank() == failing) {
+      auto got = recv(alloc, 0);
+      EXPECT_EQ(got.status().code(), absl::StatusCode::kResourceExhausted) << got.status();
+    }
+    ExpectInStep(part);
+  }
+}
+
 TEST_F(Errors, StalledRankIsNamedThenTimesOut) {
   if (size() < 2) GTEST_SKIP();
   const int late = size() - 1;
