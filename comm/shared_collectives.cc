@@ -213,15 +213,18 @@ void SharedCollectives::Count(uint64_t mark) {
   counter(rank_)->store(mark, std::memory_order_release);
 }
 
-void SharedCollectives::WaitFor(int from, int to, uint64_t mark,
-                                const std::function<void(int64_t since)>& idle) {
+bool SharedCollectives::WaitFor(int from, int to, uint64_t mark,
+                                const std::function<void(int64_t since)>& idle,
+                                int64_t deadline_us) {
   int64_t since = 0;
   for (int r = from; r < to; ++r) {
     while (counter(r)->load(std::memory_order_acquire) < mark) {
       if (since == 0) since = Timeline::NowMicros();
+      if (deadline_us != 0 && Timeline::NowMicros() > deadline_us) return false;
       idle(since);
     }
   }
+  return true;
 }
 
 void SharedCollectives::Meet(const std::function<void(int64_t since)>& idle,
@@ -237,15 +240,18 @@ void SharedCollectives::Meet(const std::function<void(int64_t since)>& idle,
   if (round_timed_) met_ns_ += NowNanos() - arrived_ns;
 }
 
-void SharedCollectives::BeforeWrite(const std::function<void(int64_t since)>& idle) {
+bool SharedCollectives::BeforeWrite(const std::function<void(int64_t since)>& idle,
+                                    int64_t deadline_us) {
   // After a whole meeting every rank has counted it, and so read what the rounds before it
   // left. After a one-way one, the half about to be written was last written two meetings
   // ago; its readers counted in once done: at that meeting if it went one way too, at the
   // next otherwise (a whole meeting's readers read after it).
-  if (!one_way_last_) return;
+  if (!one_way_last_) return true;
   const int64_t arrived_ns = round_timed_ ? NowNanos() : 0;
-  WaitFor(0, size_, one_way_before_ ? meetings_ - 1 : meetings_, idle);
+  const bool free =
+      WaitFor(0, size_, one_way_before_ ? meetings_ - 1 : meetings_, idle, deadline_us);
   if (round_timed_) met_ns_ += NowNanos() - arrived_ns;
+  return free;
 }
 
 bool SharedCollectives::Staged() {
@@ -275,7 +281,12 @@ bool SharedCollectives::StageHalf(bool writes, const std::function<void(int64_t 
   if (sliced_last_) return false;
   StartRound(/*timed=*/false);
   if (writes) {
-    BeforeWrite(idle);
+    // Staging comes before the op is agreed: a reader that died while reading this half
+    // would hold an unbounded wait here for good (and the watchdog end the job), where the
+    // agreement, given up after the same time, takes the op to the coordinator, whose stall
+    // timeout turns the missing rank into errors. Unstaged here, staged on the others, the
+    // op is negotiated (the staging is an agreed fact).
+    if (!BeforeWrite(idle, Timeline::NowMicros() + kStageWaitMicros)) return false;
     write();
   }
   return Staged();

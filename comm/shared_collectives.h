@@ -117,6 +117,9 @@ class SharedCollectives {
   static constexpr size_t kRoundBytes = size_t{1} << 20;
   // Allreduces of more than two ranks up to this many bytes: each rank sums every element.
   static constexpr size_t kAllSumBytes = size_t{32} << 10;
+  // The longest a Stage call waits for readers of an earlier op to leave the half it would
+  // write (as long as a rank waits for the others to count in to a direct agreement).
+  static constexpr int64_t kStageWaitMicros = 100000;
   // The memory `size` ranks share: zeroed before the first rank uses it.
   static size_t Footprint(int size);
   // This rank's view of that memory. `copies`: how copies into the areas go; without one,
@@ -245,7 +248,8 @@ class SharedCollectives {
   void PostScales(const std::vector<std::pair<int, double>>& send);
   // A Stage call of an op in halves: unless a sliced allreduce came last (false), waits
   // until the half is free (BeforeWrite) and calls write() where this rank writes
-  // (`writes`), then Staged().
+  // (`writes`), then Staged(). It waits kStageWaitMicros at most, and stages nothing
+  // (false) if the half is not free by then.
   template <typename Write>
   bool StageHalf(bool writes, const std::function<void(int64_t since)>& idle, Write write);
   // Ends a Stage call that wrote: the streamed stores fenced (the caller's meeting orders
@@ -287,15 +291,17 @@ class SharedCollectives {
   // Sets this rank's count to `mark` (release: what it wrote before is seen by whoever
   // sees the count).
   void Count(uint64_t mark);
-  // Waits until ranks [from, to) have counted `mark`.
-  void WaitFor(int from, int to, uint64_t mark, const std::function<void(int64_t since)>& idle);
+  // Waits until ranks [from, to) have counted `mark` (true); with `deadline_us` (not 0,
+  // Timeline::NowMicros's clock), gives up then (false).
+  bool WaitFor(int from, int to, uint64_t mark, const std::function<void(int64_t since)>& idle,
+               int64_t deadline_us = 0);
   // Counts this rank in for the next meeting, and waits until every rank has; `meanwhile`,
   // if given, runs between the two.
   void Meet(const std::function<void(int64_t since)>& idle,
             const std::function<void()>& meanwhile = nullptr);
   // Before this rank writes into a half: after a one-way meeting, waits until every rank
-  // is done reading what the half held.
-  void BeforeWrite(const std::function<void(int64_t since)>& idle);
+  // is done reading what the half held (false: `deadline_us` came first, as for WaitFor).
+  bool BeforeWrite(const std::function<void(int64_t since)>& idle, int64_t deadline_us = 0);
 
   char* memory_;
   int size_, rank_;

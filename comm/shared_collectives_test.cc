@@ -779,6 +779,38 @@ TEST(SharedCollectivesTest, StagedOpsTakeTheCallersMeetingForTheirFirst) {
   }
 }
 
+// Staging waits for the readers of an earlier one-way meeting only so long: a reader that
+// never counts in (a rank that died while reading) leaves the op unstaged, to be agreed the
+// slow way, instead of holding the root's staging for good. Once the reader is back, the
+// op runs unstaged and every rank gets the root's tensors.
+TEST(SharedCollectivesTest, StagingGivesUpOnAReaderThatDoesNotCountIn) {
+  constexpr int kSize = 2;
+  constexpr size_t kCount = 37;
+  std::atomic<bool> gave_up{false};
+  OnRanks(kSize, [&](int rank, SharedCollectives& shared) {
+    std::vector<float> first(kCount, rank == 0 ? 1.0f : -1.0f);
+    std::vector<float> second(kCount, rank == 0 ? 2.0f : -1.0f);
+    if (rank == 0) {
+      shared.Broadcast({{first.data(), first.data(), kCount}}, sizeof(float), 0, Yield);
+      const auto start = std::chrono::steady_clock::now();
+      const bool staged =
+          shared.StageBroadcast({{second.data(), second.data(), kCount}}, sizeof(float), 0, Yield);
+      const auto waited = std::chrono::steady_clock::now() - start;
+      EXPECT_FALSE(staged);
+      EXPECT_GE(waited, std::chrono::microseconds(SharedCollectives::kStageWaitMicros));
+      gave_up.store(true);
+      shared.Broadcast({{second.data(), second.data(), kCount}}, sizeof(float), 0, Yield);
+    } else {
+      // Reads nothing of the first broadcast until the root has given up staging the second.
+      while (!gave_up.load()) std::this_thread::yield();
+      shared.Broadcast({{first.data(), first.data(), kCount}}, sizeof(float), 0, Yield);
+      shared.Broadcast({{second.data(), second.data(), kCount}}, sizeof(float), 0, Yield);
+    }
+    EXPECT_EQ(first[kCount - 1], 1.0f) << "rank " << rank;
+    EXPECT_EQ(second[kCount - 1], 2.0f) << "rank " << rank;
+  });
+}
+
 TEST(ReadProcessMemoryTest, CopiesAndNamesWhatFailed) {
   std::vector<char> from(3 << 20), to(3 << 20);
   for (size_t i = 0; i < from.size(); ++i) from[i] = static_cast<char>(i % 253);
