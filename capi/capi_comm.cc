@@ -67,6 +67,9 @@ struct OutputSlot {
   }
   DLManagedTensor* Take() {
     std::lock_guard<std::mutex> lock(mu);
+    return TakeLocked();
+  }
+  DLManagedTensor* TakeLocked() {  // requires mu
     ManagedOutput* out = output;
     output = nullptr;
     taken = true;
@@ -450,13 +453,13 @@ weft_status weft_request_take_output(DLManagedTensor** out, weft_request* reques
                                       "weft_request_wait first");
     }
     WEFT_RETURN_IF_ERROR(weft::wait(request->handle));
-    {
-      std::lock_guard<std::mutex> lock(request->output->mu);
-      if (request->output->taken) {
-        return weft::FailedPrecondition(fn, ": the output was already taken");
-      }
+    // Checked and taken under one lock: two threads taking at once get the output once,
+    // and the other this error (not a null output reported as taken).
+    std::lock_guard<std::mutex> lock(request->output->mu);
+    if (request->output->taken) {
+      return weft::FailedPrecondition(fn, ": the output was already taken");
     }
-    *out = request->output->Take();
+    *out = request->output->TakeLocked();
     return weft::OkStatus();
   });
 }
