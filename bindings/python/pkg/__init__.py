@@ -22,6 +22,7 @@ import functools as _functools
 import operator as _operator
 import sys as _sys
 import warnings as _warnings
+from _thread import allocate_lock as _allocate_lock
 
 from . import _errors
 from . import _tensors
@@ -399,10 +400,14 @@ class Handle:
     >>> y = weft.synchronize(h)
     """
 
-    __slots__ = ("_request", "_result", "_kind", "_gather", "_target", "_done")
+    __slots__ = ("_request", "_result", "_kind", "_gather", "_target", "_done", "_lock")
 
     def __init__(self, request, result, kind, gather=False, target=None):
         self._request = request
+        # Held while a thread finishes the op (waits, takes the output, frees the request):
+        # another thread waiting for the same handle meanwhile must not use the request
+        # the first one frees.
+        self._lock = _allocate_lock()
         self._result = result  # the output array (not for allgather ops)
         self._kind = kind
         self._gather = gather
@@ -418,6 +423,12 @@ class Handle:
     def _finish(self):
         if self._done:
             return self._result
+        with self._lock:
+            if not self._done:
+                self._finish_locked()
+        return self._result
+
+    def _finish_locked(self):
         _c.weft_request_wait(self._request)
         if self._gather:
             self._result = _tensors.from_capsule(
@@ -427,7 +438,6 @@ class Handle:
         request, self._request = self._request, None
         _c.weft_request_free(request)
         self._done = True
-        return self._result
 
 
 def _handle(handle, function):
@@ -458,7 +468,12 @@ def poll(handle):
     """
     if _handle(handle, "poll")._done:
         return True
-    return _c.weft_request_poll(handle._request)
+    if not handle._lock.acquire(False):
+        return False  # another thread is finishing it (synchronize)
+    try:
+        return handle._done or _c.weft_request_poll(handle._request)
+    finally:
+        handle._lock.release()
 
 
 def synchronize(handle):

@@ -378,6 +378,36 @@ def test_blocking_call_releases_the_gil():
         assert count[0] > 1000, count[0]
 
 
+def test_threads_waiting_for_one_handle_all_get_its_result():
+    # Several threads synchronize (and poll) one handle at once: one finishes the op and
+    # frees its request, the others get the same result, not a freed request or a second
+    # take of an allgather's output.
+    n, r = weft.size(), weft.rank()
+    expected = np.repeat(np.arange(1, n + 1, dtype=np.float32), 300)
+    for i in range(40):
+        x = np.full(300, r + 1.0, dtype=np.float32)
+        handle = weft.allgather_nonblocking(x, name=f"threads.{i}")
+        results = [None] * 3
+        errors = []
+
+        def finish(k):
+            try:
+                results[k] = weft.synchronize(handle)
+            except Exception as error:  # noqa: BLE001  (reported below)
+                errors.append(error)
+
+        threads = [threading.Thread(target=finish, args=(k,)) for k in range(3)]
+        for t in threads:
+            t.start()
+        while not weft.poll(handle):
+            pass
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        assert results[0] is results[1] is results[2]
+        assert np.array_equal(results[0], expected)
+
+
 def test_config_and_timeline(tmp_path_factory):
     assert weft.config_get("WEFT_FUSION_THRESHOLD_BYTES").isdigit()
     weft.config_set("WEFT_FUSION_THRESHOLD_BYTES", 4096)
