@@ -42,6 +42,9 @@ class ScratchOutput {
     memory_.reset(new (std::nothrow) char[std::max<size_t>(bytes, 1)]);
     return memory_.get();
   }
+  // Leaves the memory allocated for good: a transfer MPI could not take back may still
+  // write into it.
+  void Abandon() { (void)memory_.release(); }
 
  private:
   std::unique_ptr<char[]> memory_;
@@ -54,6 +57,20 @@ Status NoScratch(const Status& allocated, size_t bytes) {
                 absl::StrCat(allocated.message(), "; no scratch memory either (", bytes,
                              " bytes) to take this rank's part, so the op's other ranks may wait "
                              "for it"));
+}
+
+// Cancels a posted receive and waits for it to end (cancelled, or completed by a message
+// already on its way), a second at most: whether MPI is done with its buffer.
+bool Withdraw(MPI_Request* req) {
+  if (MPI_Cancel(req) != MPI_SUCCESS) return false;
+  const int64_t since = Timeline::NowMicros();
+  for (;;) {
+    int finished = 0;
+    if (MPI_Test(req, &finished, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+    if (finished) return true;
+    if (Timeline::NowMicros() - since > 1000000) return false;
+    IdleWait(since, /*polled_mpi=*/true);
+  }
 }
 
 constexpr int kDataTag = 3;
@@ -553,8 +570,12 @@ Status MpiPlane::RunSendRecv(Group& group, const Response& response) {
       WEFT_RETURN_IF_ERROR(MpiCheck(MPI_Test(&req, &finished, MPI_STATUS_IGNORE), "MPI_Test"));
       if (finished) break;
       if (timeout_s > 0 && Timeline::NowMicros() > deadline) {
-        // The request stays with MPI (cancelling a send is unreliable); so does the buffer,
-        // which is why the op fails rather than completing.
+        // A receive is taken back, so that MPI writes into its buffer no more (a message
+        // on its way completes it instead); the buffer may then be freed or reused, weft's
+        // memory for an allocated output among it. A send cannot be (MPI may not cancel
+        // one): it stays with MPI, and so does its buffer, which is why the op fails
+        // rather than completing; scratch memory MPI may still write into is left to it.
+        if (!sending && !Withdraw(&req)) scratch.Abandon();
         return DeadlineExceeded(Describe(r.desc), ": rank ", peer, " agreed to it but its data ",
                                 sending ? "was not taken" : "did not arrive", " within ", timeout_s,
                                 " s (WEFT_STALL_TIMEOUT_SECONDS); did rank ", peer, " die?");
