@@ -40,6 +40,10 @@ static void weft_py_release(void* owner) {
   PyGILState_Release(gil);
 }
 
+/* The keep-alive list the Python layer armed (weft_py_arm) for the next request this thread
+ * starts; the typemap of weft_request** below ties it to that request. */
+static __thread PyObject* weft_py_armed = NULL;
+
 static int weft_py_int_list(PyObject* list, int** out, size_t* n, const char* what) {
   Py_ssize_t i, len;
   PyObject* seq = PySequence_Fast(list, what);
@@ -152,7 +156,18 @@ static int weft_py_weight_map(PyObject* obj, int** ranks, double** weights, size
 /* ---- created objects ----------------------------------------------------------------------- */
 WEFT_OUT_HANDLE(weft_topology, out)
 WEFT_OUT_HANDLE(weft_schedule, out)
-WEFT_OUT_HANDLE(weft_request, request)
+/* A started request takes the list armed for it before the call returns to Python, where
+ * an exception arriving first (a KeyboardInterrupt) would otherwise leave the op running
+ * with nothing keeping its arrays alive. */
+%typemap(in, numinputs=0) weft_request** request (weft_request* temp = NULL) { $1 = &temp; }
+%typemap(argout) weft_request** request {
+  if (*$1 != NULL && weft_py_armed != NULL) {
+    PyObject* keep = weft_py_armed;
+    weft_py_armed = NULL;
+    if (weft_request_keep_alive(*$1, keep, weft_py_release) != WEFT_OK) Py_DECREF(keep);
+  }
+  $result = SWIG_Python_AppendOutput($result, SWIG_NewPointerObj(*$1, $*1_descriptor, 0));
+}
 WEFT_OUT_HANDLE(weft_step_counter, counter)
 WEFT_OUT_HANDLE(weft_pipe_plan, plan)
 
@@ -641,7 +656,7 @@ PyObject* weft_py_plan_defaults(void) {
   return weft_py_get_options(&opts, weft_py_plan_fields, WEFT_PY_COUNT(weft_py_plan_fields));
 }
 %}
-/* Function pointers do not cross into Python: weft_py_keep_alive below replaces it. */
+/* Function pointers do not cross into Python: weft_py_arm below replaces it. */
 %ignore weft_request_keep_alive;
 /* The option structs themselves are built by the typemaps above. */
 %ignore weft_neighbor_allreduce_options;
@@ -678,7 +693,7 @@ PyObject* weft_py_plan_defaults(void) {
 %include "weft/weft.h"
 
 /* These touch Python objects: they must keep the GIL (every other call releases it). */
-%nothread weft_py_keep_alive;
+%nothread weft_py_arm;
 %nothread weft_py_calls;
 %nothread weft_py_array_interface;
 
@@ -725,12 +740,13 @@ PyObject* weft_py_array_interface(PyObject* capsule) {
                        shape, "typestr", typestr, "version", 3);
 }
 
-/* Keeps `owner` (the op's arrays) alive until the op completes and the request is freed. */
-weft_status weft_py_keep_alive(weft_request* request, PyObject* owner) {
-  weft_status status;
-  Py_INCREF(owner);
-  status = weft_request_keep_alive(request, owner, weft_py_release);
-  if (status != WEFT_OK) Py_DECREF(owner);
-  return status;
+/* Arms `keep` (the op's arrays and capsules) for the next request this thread starts: it
+ * lives until that op completes and the request is freed. A list armed for a call that
+ * failed before starting anything is dropped at the next arming. */
+void weft_py_arm(PyObject* keep) {
+  PyObject* old = weft_py_armed;
+  Py_INCREF(keep);
+  weft_py_armed = keep;
+  Py_XDECREF(old);
 }
 %}

@@ -510,19 +510,19 @@ def synchronize(handle):
 wait = synchronize
 
 
-def _start(request, keep, result, kind, gather=False, target=None):
-    # The C request holds `keep` (inputs, outputs and their capsules) until the op is done,
-    # whatever happens to the Python handle.
-    _c.weft_py_keep_alive(request, keep)
-    return Handle(request, result, kind, gather, target)
+def _arm(keep):
+    """Hands `keep` (an op's inputs, outputs and their capsules) to the next request this
+    thread starts: the C call that starts it ties them to the request before it returns, so
+    that they live until the op is done, whatever happens to the Python handle, even an
+    exception (a KeyboardInterrupt) arriving as the call returns."""
+    _c.weft_py_arm(keep)
+    return keep
 
 
-def _start_into(request, x, cx, y, cy, kind):
-    """_start for an op into an output from _empty_like, which may still be a bare capsule
-    (y None): it is wrapped only once the request holds the capsule, so that nothing can
-    free the memory the op writes in between."""
-    keep = [x, cx, y, cy]
-    _c.weft_py_keep_alive(request, keep)
+def _start_into(request, keep, y, cy, kind):
+    """The Handle of an op into an output from _empty_like, which may still be a bare
+    capsule (y None): it is wrapped only now that the request holds the capsule (`keep`,
+    armed), so that nothing can free the memory the op writes in between."""
     if y is None:
         y = _result(None, cy, kind)
         keep.append(y)
@@ -706,8 +706,9 @@ def allreduce_nonblocking(tensor, average=True, name=None, ranks=None):
     """
     x, cx, kind = _prepare(tensor)
     y, cy = _empty_like(x, cx, kind)
+    keep = _arm([x, cx, y, cy])
     request = _allreduce_nonblocking(cx, cy, average, name, ranks)
-    return _start_into(request, x, cx, y, cy, kind)
+    return _start_into(request, keep, y, cy, kind)
 
 
 @_refused_in_place(_c.WEFT_OP_ALLREDUCE)
@@ -723,8 +724,9 @@ def allreduce_nonblocking_(tensor, average=True, name=None, ranks=None):
         synchronize(handle) returns `tensor`, holding the mean or sum.
     """
     x, cx, kind = _prepare(tensor)
+    _arm([x, cx])
     request = _allreduce_nonblocking(cx, cx, average, name, ranks)
-    return _start(request, (x, cx), x, kind, target=tensor if x is not tensor else None)
+    return Handle(request, x, kind, target=tensor if x is not tensor else None)
 
 
 def _broadcast(cx, cy, root_rank, name, ranks):
@@ -826,8 +828,9 @@ def broadcast_nonblocking(tensor, root_rank, name=None, ranks=None):
     """
     x, cx, kind = _prepare(tensor)
     y, cy = _empty_like(x, cx, kind)
+    keep = _arm([x, cx, y, cy])
     request = _broadcast_nonblocking(cx, cy, root_rank, name, ranks)
-    return _start_into(request, x, cx, y, cy, kind)
+    return _start_into(request, keep, y, cy, kind)
 
 
 @_refused_in_place(_c.WEFT_OP_BROADCAST)
@@ -843,8 +846,9 @@ def broadcast_nonblocking_(tensor, root_rank, name=None, ranks=None):
         synchronize(handle) returns `tensor`, holding root_rank's values.
     """
     x, cx, kind = _prepare(tensor)
+    _arm([x, cx])
     request = _broadcast_nonblocking(cx, cx, root_rank, name, ranks)
-    return _start(request, (x, cx), x, kind, target=tensor if x is not tensor else None)
+    return Handle(request, x, kind, target=tensor if x is not tensor else None)
 
 
 def _peer(rank, function, what):
@@ -911,8 +915,9 @@ def send_nonblocking(tensor, dst, name=None):
         synchronize(handle) returns None once the data has left `tensor`.
     """
     x, cx, kind = _prepare(tensor)
+    _arm([x, cx])
     request = _c.weft_comm_send_nonblocking(cx, _peer(dst, "send", "dst"), _name(name))
-    return _start(request, (x, cx), None, kind)
+    return Handle(request, None, kind)
 
 
 def _result_kind(as_torch):
@@ -993,8 +998,9 @@ def recv_nonblocking(src, name=None, out=None, as_torch=False):
         return Handle(_c.weft_comm_recv_any_nonblocking(src, _name(name)), None, kind,
                       gather=True)
     x, cx, kind = _prepare(out, "out")
+    _arm([x, cx])
     request = _c.weft_comm_recv_nonblocking(cx, src, _name(name))
-    return _start(request, (x, cx), x, kind, target=out if x is not out else None)
+    return Handle(request, x, kind, target=out if x is not out else None)
 
 
 @_refused_in_place(_c.WEFT_OP_ALLGATHER)
@@ -1047,8 +1053,9 @@ def allgather_nonblocking(tensor, name=None):
         synchronize(handle) returns what allgather would.
     """
     x, cx, kind = _prepare(tensor)
+    _arm([x, cx])
     request = _c.weft_comm_allgather_nonblocking(cx, _name(name))
-    return _start(request, (x, cx), None, kind, gather=True)
+    return Handle(request, None, kind, gather=True)
 
 
 def _gather_options(src_ranks, dst_ranks):
@@ -1119,9 +1126,10 @@ def neighbor_allgather_nonblocking(tensor, src_ranks=None, dst_ranks=None,
         synchronize(handle) returns what neighbor_allgather would.
     """
     x, cx, kind = _prepare(tensor)
+    _arm([x, cx])
     request = _c.weft_comm_neighbor_allgather_nonblocking(
         cx, _gather_options(src_ranks, dst_ranks), _name(name))
-    return _start(request, (x, cx), None, kind, gather=True)
+    return Handle(request, None, kind, gather=True)
 
 
 def _allreduce_options(self_weight, src_weights, dst_weights, enable_topo_check):
@@ -1206,10 +1214,11 @@ def neighbor_allreduce_nonblocking(tensor, self_weight=None, src_weights=None,
     """
     x, cx, kind = _prepare(tensor)
     y, cy = _empty_like(x, cx, kind)
+    keep = _arm([x, cx, y, cy])
     request = _c.weft_comm_neighbor_allreduce_nonblocking(
         cx, cy, _allreduce_options(self_weight, src_weights, dst_weights, enable_topo_check),
         _name(name))
-    return _start_into(request, x, cx, y, cy, kind)
+    return _start_into(request, keep, y, cy, kind)
 
 
 def _hierarchical_options(self_weight, src_machine_weights, dst_machine_weights):
@@ -1283,10 +1292,11 @@ def hierarchical_neighbor_allreduce_nonblocking(tensor, self_weight=None,
     """
     x, cx, kind = _prepare(tensor)
     y, cy = _empty_like(x, cx, kind)
+    keep = _arm([x, cx, y, cy])
     request = _c.weft_comm_hierarchical_neighbor_allreduce_nonblocking(
         cx, cy, _hierarchical_options(self_weight, src_machine_weights, dst_machine_weights),
         _name(name))
-    return _start_into(request, x, cx, y, cy, kind)
+    return _start_into(request, keep, y, cy, kind)
 
 
 @_refused_in_place(_c.WEFT_OP_PAIR_GOSSIP)
@@ -1341,9 +1351,10 @@ def pair_gossip_nonblocking(tensor, target_rank, self_weight=0.5, pair_weight=0.
     """
     x, cx, kind = _prepare(tensor)
     y, cy = _empty_like(x, cx, kind)
+    keep = _arm([x, cx, y, cy])
     request = _c.weft_comm_pair_gossip_nonblocking(
         cx, cy, int(target_rank), float(self_weight), float(pair_weight), _name(name))
-    return _start_into(request, x, cx, y, cy, kind)
+    return _start_into(request, keep, y, cy, kind)
 
 
 def barrier():
@@ -1775,8 +1786,9 @@ def win_accumulate(tensor, name, self_weight=None, dst_weights=None, require_mut
 
 def _win_put_nonblocking(call, tensor, name, self_weight, dst_weights, require_mutex):
     x, cx, kind = _prepare(tensor)
+    _arm([x, cx])
     request = call(cx, str(name), _win_put_options(self_weight, dst_weights, require_mutex))
-    return _start(request, (x, cx), True, kind)
+    return Handle(request, True, kind)
 
 
 def win_put_nonblocking(tensor, name, self_weight=None, dst_weights=None,

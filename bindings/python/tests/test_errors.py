@@ -268,3 +268,29 @@ def test_small_misuses_are_clear_errors():
     empty = torch.empty(0, 3)
     assert weft.allreduce(empty, name="empty.rows").shape == (0, 3)
     assert weft.allgather(torch.empty(0, 3), name="empty.gather").shape == (0, 3)
+
+
+def test_an_interrupt_as_a_nonblocking_op_starts_leaves_its_arrays_alive(monkeypatch):
+    # A KeyboardInterrupt can arrive as soon as the C call that started the op returns,
+    # before Python builds the Handle: the op runs on, so its arrays must already be held by
+    # the request (armed before the call), not left to the garbage collector.
+    import gc
+    import weakref
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    for i, (start, wrapper) in enumerate([(weft.allreduce_nonblocking, "_start_into"),
+                                          (weft.allreduce_nonblocking_, "Handle"),
+                                          (weft.allgather_nonblocking, "Handle")]):
+        x = torch.full((70000,), float(weft.rank() + 1))  # outputs of 64 KiB and more: pooled
+        alive = weakref.ref(x)
+        with monkeypatch.context() as patch:
+            patch.setattr(weft, wrapper, interrupted)
+            with pytest.raises(KeyboardInterrupt):
+                start(x, name=f"interrupted.{i}")
+        del x
+        gc.collect()
+        assert alive() is not None, f"{start.__name__}: the op's input was freed while it ran"
+    weft.barrier()
+
