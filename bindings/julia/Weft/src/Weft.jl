@@ -330,12 +330,16 @@ end
 function _start(start, keep, finish)
     _free_dropped_requests()
     request = Ref{Ptr{weft_request}}(C_NULL)
-    GC.@preserve keep _check(start(request))
-    handle = Handle(request[], keep, finish, ReentrantLock(), false, nothing, nothing)
-    lock(_in_flight_lock) do
-        push!(_in_flight, _InFlight(WeakRef(handle), handle.request, keep))
+    # An interrupt (Ctrl-C) between starting the op and recording what it uses would leave
+    # the op running with nothing keeping `keep` alive: it waits until both are done.
+    return disable_sigint() do
+        GC.@preserve keep _check(start(request))
+        handle = Handle(request[], keep, finish, ReentrantLock(), false, nothing, nothing)
+        lock(_in_flight_lock) do
+            push!(_in_flight, _InFlight(WeakRef(handle), handle.request, keep))
+        end
+        handle
     end
-    return handle
 end
 
 """
