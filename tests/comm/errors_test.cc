@@ -265,6 +265,14 @@ void ExpectInStep(int64_t count) {
   }
 }
 
+// An Allocator from `arena` that fails on rank `failing` (as an allocation out of memory).
+Allocator FailingOn(int failing, testing::Arena& arena) {
+  return [failing, &arena](DType d, const std::vector<int64_t>& shape) -> StatusOr<TensorView> {
+    if (rank() == failing) return absl::ResourceExhaustedError("no memory left in the test");
+    return arena.allocator()(d, shape);
+  };
+}
+
 // An output allocator that fails on one rank fails that rank's op with the allocator's
 // error, and nothing else: the rank still takes its part (into no output, or scratch
 // memory), so the other ranks get their whole output and no rank waits for it, and the
@@ -275,10 +283,7 @@ TEST_F(Errors, AFailingOutputAllocatorFailsItsRankAloneAndTheJobStaysInStep) {
   if (size() < 2) GTEST_SKIP();
   const int failing = size() - 1;
   testing::Arena arena;
-  Allocator alloc = [&](DType d, const std::vector<int64_t>& shape) -> StatusOr<TensorView> {
-    if (rank() == failing) return absl::ResourceExhaustedError("no memory left in the test");
-    return arena.allocator()(d, shape);
-  };
+  const Allocator alloc = FailingOn(failing, arena);
   // Parts of 16 B to 2 MiB per rank: through the segment, by direct reads and through MPI,
   // as the number of ranks and their CPUs have it.
   for (int64_t part : {int64_t{4}, int64_t{24} << 10, int64_t{256} << 10, int64_t{512} << 10}) {
@@ -335,10 +340,7 @@ TEST_F(Errors, AFailingAllocatorOfANeighborGatherOrRecvFailsItsRankAlone) {
   if (size() < 2) GTEST_SKIP();
   const int failing = size() - 1;
   testing::Arena arena;
-  Allocator alloc = [&](DType d, const std::vector<int64_t>& shape) -> StatusOr<TensorView> {
-    if (rank() == failing) return absl::ResourceExhaustedError("no memory left in the test");
-    return arena.allocator()(d, shape);
-  };
+  const Allocator alloc = FailingOn(failing, arena);
   for (int64_t part : {int64_t{4}, int64_t{256} << 10}) {
     SCOPED_TRACE(part);
     Buffer x(DType::kFloat32, {part});
