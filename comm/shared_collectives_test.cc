@@ -664,6 +664,7 @@ TEST(SharedCollectivesTest, StagedOpsTakeTheCallersMeetingForTheirFirst) {
         return static_cast<float>(op * 1000 + r * 100 + static_cast<int>(i % 97));
       };
       const int to = (rank + 1) % size, from = (rank + size - 1) % size;
+      int staged_ops = 0;
       for (int op = 0; op < 72; ++op) {
         const Kind kind = static_cast<Kind>(op % kKinds);
         const Mode mode = static_cast<Mode>(op / kKinds % kModes);
@@ -740,12 +741,15 @@ TEST(SharedCollectivesTest, StagedOpsTakeTheCallersMeetingForTheirFirst) {
         if (mode == kPlain) {
           ASSERT_NO_FATAL_FAILURE(run(false));
         } else {
-          const bool staged = stage();
-          staged_on[(op % 2) * size + rank] = staged;
+          staged_on[(op % 2) * size + rank] = stage();
           meet();
-          for (int r = 0; r < size; ++r) {
-            ASSERT_EQ(staged_on[(op % 2) * size + r].load(), staged) << what << ": staged on " << r;
-          }
+          // As the engine's agreement has it: staged only where every rank staged. They
+          // stage alike but where one gave up waiting for the readers of a broadcast
+          // (kStageWaitMicros; a thread descheduled that long under load), and then the op
+          // runs unstaged everywhere, as a negotiated op does.
+          bool staged = true;
+          for (int r = 0; r < size; ++r) staged = staged && staged_on[(op % 2) * size + r].load();
+          staged_ops += staged ? 1 : 0;
           if (mode == kOvertaken) {
             ASSERT_NO_FATAL_FAILURE(RunBetween(shared, size, rank, Between::kBroadcast, 9, op));
           }
@@ -775,6 +779,9 @@ TEST(SharedCollectivesTest, StagedOpsTakeTheCallersMeetingForTheirFirst) {
                                    Between::kAllreduce, Between::kNothing};
         ASSERT_NO_FATAL_FAILURE(RunBetween(shared, size, rank, between[op % 5], long_count, op));
       }
+      // Of the 48 ops staged (or overtaken), 37 (3-4 ranks: none after a sliced allreduce)
+      // or 48 run staged; load may cost a few of them their staging, not most.
+      EXPECT_GT(staged_ops, 24) << "size " << size << " rank " << rank;
     });
   }
 }
