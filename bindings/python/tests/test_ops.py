@@ -408,6 +408,24 @@ def test_threads_waiting_for_one_handle_all_get_its_result():
         assert np.array_equal(results[0], expected)
 
 
+def test_arrays_of_dropped_handles_are_released_once_their_ops_are_done():
+    # weft's engine thread, which often drops an op last, never waits for the GIL to release
+    # the op's arrays: it hands them to Python's main thread, which drops them soon (while
+    # it runs Python code) or at the next op started.
+    import gc
+    import weakref
+    x = torch.ones(70000)
+    alive = weakref.ref(x)
+    handle = weft.allreduce_nonblocking_(x, name="dropped.early")
+    del handle, x
+    weft.barrier()  # after the allreduce on every rank: it is done
+    deadline = time.monotonic() + 10
+    while alive() is not None and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.001)
+    assert alive() is None, "the arrays of a dropped handle stayed alive after its op"
+
+
 def test_config_and_timeline(tmp_path_factory):
     assert weft.config_get("WEFT_FUSION_THRESHOLD_BYTES").isdigit()
     weft.config_set("WEFT_FUSION_THRESHOLD_BYTES", 4096)
