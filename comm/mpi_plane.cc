@@ -842,7 +842,8 @@ Status MpiPlane::RunNeighborAllgather(std::shared_ptr<Request>& rp,
   for (const auto& src : r.recv) shape[0] += dims[src.first];
   size_t total = 0;
   for (const auto& src : r.recv) total += static_cast<size_t>(dims[src.first]) * row_bytes;
-  // The limit is alike on every rank (the agreed dims): all refuse, none waits.
+  // Checked before anything is sent or allocated; a rank over the limit fails alone, and
+  // its peers wait for it (as they do for any rank that cannot take its part).
   if (r.in.nbytes() > static_cast<size_t>(INT_MAX) || total > static_cast<size_t>(INT_MAX)) {
     return Unimplemented(Describe(r.desc), ": tensors over 2 GiB are not supported");
   }
