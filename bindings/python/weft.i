@@ -45,18 +45,18 @@ static size_t weft_py_released_count = 0; /* read unlocked as a hint (__atomic) 
 static size_t weft_py_released_capacity = 0;
 static int weft_py_drain_pending = 0;
 
-/* Drops the references released without the GIL; the caller holds it. */
-static int weft_py_drain(void* unused) {
+/* Drops the references released without the GIL; the caller holds it. `pending`: called
+ * as the pending call weft_py_queue scheduled (a later release schedules another). */
+static int weft_py_drain(void* pending) {
   PyObject** owners;
   size_t n, i;
-  (void)unused;
   pthread_mutex_lock(&weft_py_released_mu);
   owners = weft_py_released;
   n = weft_py_released_count;
   weft_py_released = NULL;
   __atomic_store_n(&weft_py_released_count, 0, __ATOMIC_RELAXED);
   weft_py_released_capacity = 0;
-  weft_py_drain_pending = 0;
+  if (pending != NULL) weft_py_drain_pending = 0;
   pthread_mutex_unlock(&weft_py_released_mu);
   for (i = 0; i < n; ++i) Py_DECREF(owners[i]);
   free(owners);
@@ -68,13 +68,20 @@ static int weft_py_drain(void* unused) {
  * soon in its main thread (Py_AddPendingCall), or the next op started from Python
  * (weft_py_arm), whichever comes first. During interpreter shutdown the reference is left
  * alone (the process is ending). */
+static void weft_py_queue(PyObject* owner);
+
 static void weft_py_release(void* owner) {
-  int schedule;
   if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
   if (PyGILState_Check()) {
     Py_DECREF((PyObject*)owner);
     return;
   }
+  weft_py_queue((PyObject*)owner);
+}
+
+/* Queues `owner` for the next drain (see above); any thread, with or without the GIL. */
+static void weft_py_queue(PyObject* owner) {
+  int schedule;
   pthread_mutex_lock(&weft_py_released_mu);
   if (weft_py_released_count == weft_py_released_capacity) {
     size_t capacity = weft_py_released_capacity > 0 ? 2 * weft_py_released_capacity : 64;
@@ -97,7 +104,7 @@ static void weft_py_release(void* owner) {
   weft_py_drain_pending = 1;
   pthread_mutex_unlock(&weft_py_released_mu);
   /* A full queue of pending calls leaves the drain to the next weft_py_arm. */
-  if (schedule && Py_AddPendingCall(weft_py_drain, NULL) != 0) {
+  if (schedule && Py_AddPendingCall(weft_py_drain, (void*)1) != 0) {
     pthread_mutex_lock(&weft_py_released_mu);
     weft_py_drain_pending = 0;
     pthread_mutex_unlock(&weft_py_released_mu);
@@ -231,6 +238,14 @@ WEFT_OUT_HANDLE(weft_schedule, out)
     if (weft_request_keep_alive(*$1, keep, weft_py_release) != WEFT_OK) Py_DECREF(keep);
   }
   $result = SWIG_Python_AppendOutput($result, SWIG_NewPointerObj(*$1, $*1_descriptor, 0));
+}
+/* A call that failed started nothing: its list is not left armed for another request. */
+%typemap(freearg) weft_request** request {
+  if (weft_py_armed != NULL) {
+    PyObject* stale = weft_py_armed;
+    weft_py_armed = NULL;
+    weft_py_queue(stale);
+  }
 }
 WEFT_OUT_HANDLE(weft_step_counter, counter)
 WEFT_OUT_HANDLE(weft_pipe_plan, plan)
@@ -758,6 +773,8 @@ PyObject* weft_py_plan_defaults(void) {
 
 /* These touch Python objects: they must keep the GIL (every other call releases it). */
 %nothread weft_py_arm;
+/* Freeing a request drops the arrays it kept while this thread holds the GIL anyway. */
+%nothread weft_request_free;
 %nothread weft_py_calls;
 %nothread weft_py_array_interface;
 
@@ -805,13 +822,18 @@ PyObject* weft_py_array_interface(PyObject* capsule) {
 }
 
 /* Arms `keep` (the op's arrays and capsules) for the next request this thread starts: it
- * lives until that op completes and the request is freed. A list armed for a call that
- * failed before starting anything is dropped at the next arming. */
+ * lives until that op completes and the request is freed. None disarms (before a request
+ * that keeps nothing). A list still armed (its call never reached weft) is queued for
+ * release, not dropped here: the drop could run finalizers that start ops of their own. */
 void weft_py_arm(PyObject* keep) {
-  PyObject* old = weft_py_armed;
+  PyObject* old;
   if (__atomic_load_n(&weft_py_released_count, __ATOMIC_RELAXED) > 0) weft_py_drain(NULL);
-  Py_INCREF(keep);
-  weft_py_armed = keep;
-  Py_XDECREF(old);
+  old = weft_py_armed;
+  weft_py_armed = NULL;
+  if (keep != Py_None) {
+    Py_INCREF(keep);
+    weft_py_armed = keep;
+  }
+  if (old != NULL) weft_py_queue(old);
 }
 %}

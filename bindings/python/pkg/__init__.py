@@ -995,6 +995,7 @@ def recv_nonblocking(src, name=None, out=None, as_torch=False):
     if out is None:
         kind = _result_kind(as_torch)
         # Nothing of the caller's to keep alive: weft owns the output until it is taken.
+        _c.weft_py_arm(None)
         return Handle(_c.weft_comm_recv_any_nonblocking(src, _name(name)), None, kind,
                       gather=True)
     x, cx, kind = _prepare(out, "out")
@@ -1380,6 +1381,7 @@ def barrier_nonblocking():
     Handle
         synchronize(handle) returns None once every rank has reached the barrier.
     """
+    _c.weft_py_arm(None)
     return Handle(_c.weft_comm_barrier_nonblocking(), None, _NUMPY)
 
 
@@ -1875,6 +1877,7 @@ def win_get_nonblocking(name, src_weights=None, require_mutex=False):
     Handle
         synchronize(handle) (or win_wait) returns True once the get completed.
     """
+    _c.weft_py_arm(None)
     request = _c.weft_win_get_nonblocking(str(name), _win_get_options(src_weights,
                                                                       require_mutex))
     return Handle(request, True, _NUMPY)

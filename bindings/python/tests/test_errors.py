@@ -294,3 +294,20 @@ def test_an_interrupt_as_a_nonblocking_op_starts_leaves_its_arrays_alive(monkeyp
         assert alive() is not None, f"{start.__name__}: the op's input was freed while it ran"
     weft.barrier()
 
+
+
+def test_a_nonblocking_call_weft_refuses_keeps_nothing_alive():
+    # The arrays armed for a nonblocking call are tied to its request, and only to its
+    # request: a call weft refuses starts none, and they are let go.
+    import gc
+    import weakref
+    x = torch.ones(16)
+    alive = weakref.ref(x)
+    with pytest.raises(weft.InvalidArgumentError, match="reserved"):
+        weft.allreduce_nonblocking(x, name="#reserved")
+    del x
+    deadline = time.monotonic() + 10
+    while alive() is not None and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.001)
+    assert alive() is None, "a refused nonblocking call kept its input alive"
