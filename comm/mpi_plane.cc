@@ -50,6 +50,17 @@ class ScratchOutput {
   std::unique_ptr<char[]> memory_;
 };
 
+// Allocates the output of `r` (dtype, shape, device agreed) with its allocator into r.out;
+// on failure leaves r.out alone and returns why. The op still takes this rank's part then
+// (RunAllgather says why), into no output or scratch memory.
+Status TakeOutput(Request& r, DType dtype, const std::vector<int64_t>& shape,
+                  const Device& device) {
+  auto out = r.alloc(dtype, shape);
+  const Status allocated = CheckAllocated(out, dtype, shape, device);
+  if (allocated.ok()) r.out = *out;
+  return allocated;
+}
+
 // A failed allocator's error, where not even scratch memory was to be had to take this
 // rank's part: the op's other ranks may then wait for it (WEFT_STALL_TIMEOUT_SECONDS).
 Status NoScratch(const Status& allocated, size_t bytes) {
@@ -524,7 +535,9 @@ Status MpiPlane::RunSendRecv(Group& group, const Response& response) {
   const bool sending = !r.send.empty();
   const int peer = sending ? r.send[0].first : r.recv[0].first;
   Status allocated = OkStatus();
-  size_t discard = 0;  // bytes to take into scratch memory, where the allocator failed
+  ScratchOutput scratch;
+  size_t bytes = 0;
+  char* data = nullptr;
   if (!sending && r.alloc) {
     // The coordinator passed on the sender's shape and dtype (protocol.h).
     if (response.first_dims.size() != 2 || response.first_dims[1].size() != 1) {
@@ -532,24 +545,18 @@ Status MpiPlane::RunSendRecv(Group& group, const Response& response) {
     }
     const std::vector<int64_t>& shape = response.first_dims[0];
     const DType dtype = static_cast<DType>(response.first_dims[1][0]);
-    auto out = r.alloc(dtype, shape);
-    allocated = CheckAllocated(out, dtype, shape, Device{});  // CPU only
-    if (allocated.ok()) {
-      r.out = *out;
-    } else {
+    allocated = TakeOutput(r, dtype, shape, Device{});  // CPU only
+    if (!allocated.ok()) {
       // As in RunAllgather: the sender would wait for this rank to take its data, so it
       // does, chunk after chunk into the same scratch memory, then fails.
-      discard = DTypeSize(dtype);
-      for (int64_t d : shape) discard *= static_cast<size_t>(d);
+      bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+      data = scratch.Take(std::min(bytes, kMaxChunk));
+      if (data == nullptr) return NoScratch(allocated, std::min(bytes, kMaxChunk));
     }
   }
-  char* data = static_cast<char*>(sending ? r.in.data() : r.out.data());
-  size_t bytes = sending ? r.in.nbytes() : r.out.nbytes();
-  ScratchOutput scratch;
-  if (!allocated.ok()) {
-    bytes = discard;
-    data = scratch.Take(std::min(bytes, kMaxChunk));
-    if (data == nullptr && bytes > 0) return NoScratch(allocated, std::min(bytes, kMaxChunk));
+  if (allocated.ok()) {
+    data = static_cast<char*>(sending ? r.in.data() : r.out.data());
+    bytes = sending ? r.in.nbytes() : r.out.nbytes();
   }
   // Both ranks submitted the op, so the peer's data is due now. A peer that dies after
   // submitting would leave a blocking call waiting forever; with a stall timeout the
@@ -789,13 +796,8 @@ Status MpiPlane::RunAllgather(Group& group, const Response& response) {
   // then fails: the others would wait for it otherwise, and where they count the op's first
   // meeting without waiting (staged), they would run on a meeting ahead of it, reading and
   // overwriting areas out of step from then on.
-  auto out = r.alloc(r.in.dtype(), shape);
-  const Status allocated = CheckAllocated(out, r.in.dtype(), shape, r.in.device());
-  void* gathered = nullptr;
-  if (allocated.ok()) {
-    r.out = *out;
-    gathered = r.out.data();
-  }
+  const Status allocated = TakeOutput(r, r.in.dtype(), shape, r.in.device());
+  void* gathered = allocated.ok() ? r.out.data() : nullptr;
   const int64_t start = TraceStart(timeline_);
   const GatherWay way = AllgatherWay(total);
   if (way != GatherWay::kMpi) {
@@ -849,17 +851,10 @@ Status MpiPlane::RunNeighborAllgather(std::shared_ptr<Request>& rp,
   }
   // As in RunAllgather: a rank whose allocator fails still sends and receives (into scratch
   // memory), or its peers would wait for it.
-  auto out = r.alloc(r.in.dtype(), shape);
-  const Status allocated = CheckAllocated(out, r.in.dtype(), shape, r.in.device());
+  const Status allocated = TakeOutput(r, r.in.dtype(), shape, r.in.device());
   ScratchOutput scratch;
-  char* gathered = nullptr;
-  if (allocated.ok()) {
-    r.out = *out;
-    gathered = static_cast<char*>(r.out.data());
-  } else {
-    gathered = scratch.Take(total);
-    if (gathered == nullptr) return NoScratch(allocated, total);
-  }
+  char* gathered = static_cast<char*>(allocated.ok() ? r.out.data() : scratch.Take(total));
+  if (!allocated.ok() && gathered == nullptr) return NoScratch(allocated, total);
   const int64_t start = TraceStart(timeline_);
   std::vector<MPI_Request> reqs;
   size_t offset = 0;
