@@ -1,5 +1,5 @@
-// Direct agreement: when every rank of the job shares one machine, a blocking unnamed op that
-// every rank calls with the same arguments while nothing else is in flight can run without
+// Direct agreement: when every rank of the job shares one machine, a blocking op that every
+// rank calls with the same arguments while nothing else is in flight can run without
 // the coordinator's answer. Each rank writes its op's facts into memory the ranks share and
 // counts itself in with one compare-and-swap; when the count reaches the number of ranks
 // the op runs at once on every rank. Any other case (a rank with other ops in flight, a
@@ -13,10 +13,10 @@
 // decided without counting in, and negotiate too. A skip then costs a store to memory no
 // other rank reads unless it waits, which matters for bursts of nonblocking ops.
 //
-// The op's number (its unnamed key, in the scope of every rank) names the word: words are
-// reused every kWords ops, and a word whose op ran directly is reused only after every rank
-// has seen that decision. Pure code over a block of memory (the control channel's shared
-// segment, or a test's buffer). Internal to comm/.
+// The op's number (its place among the rank's ops, Request::turn in engine.h) names the
+// word; which op it is, is one of the facts. Words are reused every kWords ops, and a word
+// whose op ran directly is reused only after every rank has seen that decision. Pure code over a
+// block of memory (the control channel's shared segment, or a test's buffer). Internal to comm/.
 #ifndef WEFT_COMM_AGREEMENT_H_
 #define WEFT_COMM_AGREEMENT_H_
 
@@ -35,7 +35,8 @@ class Agreement {
   // most kAgreedWords),
   // and a fact of each rank's own that the op needs from every rank (allgather's first
   // dimension). A rank's slot keeps its own fact and the first five agreed words in one
-  // cache line, which is all another rank reads for ops of up to three dimensions.
+  // cache line, which is all another rank reads for the engine's ops of up to three
+  // dimensions.
   static constexpr int kAgreedWords = 12;
   struct Facts {
     int agreed_words = kAgreedWords;

@@ -41,9 +41,9 @@ const config::IntSetting kMaxSleepMicros("WEFT_ENGINE_MAX_SLEEP_MICROS", 1000,
 
 const config::BoolSetting kDirectAgreement(
     "WEFT_DIRECT_AGREEMENT", true,
-    "When every rank is on one machine: a blocking unnamed allreduce, broadcast or allgather "
-    "that every rank calls alike while nothing else is in flight runs without waiting for "
-    "the coordinator's answer (0: every op waits for it).");
+    "When every rank is on one machine: a blocking allreduce, broadcast, allgather or "
+    "neighbor_allreduce, named or unnamed, that every rank calls alike while nothing else is "
+    "in flight runs without waiting for the coordinator's answer (0: every op waits for it).");
 
 // How long a blocking op waits for the other ranks to count in before it goes to the
 // coordinator after all, whose stall warnings and timeouts then watch it.
@@ -70,6 +70,21 @@ int64_t NowMicros() { return Timeline::NowMicros(); }
 
 // Set while this thread runs Progress(): code it calls (an Allocator) must not wait.
 thread_local bool t_making_progress = false;
+
+// What tells ops apart under one number of the direct agreement: an unnamed op's number, or
+// (top bit set) a hash of the name, FNV-1a 64 with a final mix, the same in every process
+// (std::hash and absl::Hash need not be). Two names whose hashes collide would be taken for
+// one op only if some ranks called one and the rest the other at the same place, with the
+// same op, dtype, shape and options besides: 2^-63 for any such pair.
+uint64_t OpIdentity(const Descriptor& d) {
+  if (d.number >= 0) return static_cast<uint64_t>(d.number);
+  uint64_t h = 0xcbf29ce484222325u;
+  for (unsigned char c : d.key) h = (h ^ c) * 0x100000001b3u;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdu;
+  h ^= h >> 33;
+  return h | (uint64_t{1} << 63);
+}
 
 }  // namespace
 
@@ -223,7 +238,10 @@ Status Engine::AssignKey(Request& r, bool refusing) {
                              d.group.empty() ? "" : "in this process set ", "on rank ", ctx_.rank,
                              "; wait for it before reusing the name");
     }
+  } else {
+    return OkStatus();
   }
+  if (d.group.empty()) r.turn = next_turn_++;
   return OkStatus();
 }
 
@@ -469,9 +487,8 @@ bool Engine::Progress() {
         local_.push_back(r);
         continue;
       }
-      // Direct agreement numbers the unnamed ops of every rank (no process set) only.
-      if (r->desc.number >= 0 && r->desc.group.empty() && control_->agreement() != nullptr &&
-          TryDirect(r)) {
+      // Direct agreement numbers the ops of every rank (no process set) only.
+      if (r->turn >= 0 && control_->agreement() != nullptr && TryDirect(r)) {
         continue;
       }
       descriptors.push_back(&r->desc);
@@ -528,20 +545,22 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r) {
   if (!(r->blocking && kind && d.refused_code == 0 && d.device.type == Device::Type::kCPU &&
         direct_ == nullptr && outstanding_.empty() && local_.empty() && !device_->busy() &&
         d.shape.size() + 2 <= Agreement::kAgreedWords && r->in.nbytes() < (uint64_t{1} << 40) &&
-        (!dynamic || ctx_.size <= 32) && kDirectAgreement.Get())) {
-    agreement.Skip(r->desc.number);
+        d.root >= -1 && d.root < (1 << 20) && (!dynamic || ctx_.size <= 32) &&
+        kDirectAgreement.Get())) {
+    agreement.Skip(r->turn);
     return false;
   }
-  // What the coordinator would check (Coordinator::Validate): the op, dtype, device type,
-  // shape (but allgather's first dimension), root, average. (Neighbor weights are each
-  // rank's own.)
+  // Which op it is (the coordinator matches keys), then what the coordinator would check
+  // (Coordinator::Validate): the op, dtype, device type, shape (but allgather's first
+  // dimension), root, average. (Neighbor weights are each rank's own.)
   Agreement::Facts facts;
   const bool gather = d.op == OpType::kAllgather;
-  facts.agreed[0] =
-      static_cast<uint64_t>(d.op) | static_cast<uint64_t>(d.dtype) << 8 |
-      static_cast<uint64_t>(d.device.type) << 16 | static_cast<uint64_t>(d.average) << 24 |
-      static_cast<uint64_t>(d.shape.size()) << 32 | static_cast<uint64_t>(dynamic) << 40;
-  facts.agreed[1] = static_cast<uint64_t>(static_cast<int64_t>(d.root));
+  facts.agreed[0] = OpIdentity(d);
+  facts.agreed[1] = static_cast<uint64_t>(d.op) | static_cast<uint64_t>(d.dtype) << 8 |
+                    static_cast<uint64_t>(d.device.type) << 16 |
+                    static_cast<uint64_t>(d.average) << 24 |
+                    static_cast<uint64_t>(d.shape.size()) << 32 |
+                    static_cast<uint64_t>(dynamic) << 40 | static_cast<uint64_t>(d.root + 1) << 43;
   for (size_t i = gather ? 1 : 0; i < d.shape.size(); ++i) {
     facts.agreed[2 + i] = static_cast<uint64_t>(d.shape[i]);
   }
@@ -552,7 +571,7 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r) {
     Running running(this, *r, 0);  // staging may wait for ranks still reading an op before
     direct_staged_ = host_->Stage(*r);
   }
-  facts.agreed[0] |= static_cast<uint64_t>(direct_staged_) << 41;
+  facts.agreed[1] |= static_cast<uint64_t>(direct_staged_) << 41;
   if (dynamic) {
     uint64_t sends = 0, receives = 0;
     for (int32_t to : d.send_ranks) sends |= uint64_t{1} << to;
@@ -562,7 +581,7 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r) {
     // The rows (under 2^40 bytes, so they fit) and whether the op is in place.
     facts.own = d.rows() * 2 + (d.in_place ? 1 : 0);
   }
-  const Agreement::Decision decision = agreement.Arrive(r->desc.number, facts);
+  const Agreement::Decision decision = agreement.Arrive(r->turn, facts);
   if (decision == Agreement::Decision::kNegotiate) return false;
   direct_ = r;
   // kRun (this rank counted in last): SettleDirect runs it, after this round's descriptors
@@ -586,7 +605,7 @@ bool Engine::PatternsMatch(const Agreement& agreement) const {
 
 bool Engine::SettleDirect(bool must) {
   Agreement& agreement = *control_->agreement();
-  const int64_t number = direct_->desc.number;
+  const int64_t number = direct_->turn;
   Agreement::Decision decision = direct_runs_ ? Agreement::Decision::kRun : agreement.Poll(number);
   if (decision == Agreement::Decision::kWait &&
       (must || NowMicros() - direct_since_us_ > kDirectWaitMicros)) {
@@ -859,7 +878,7 @@ void Engine::FailAll(const Status& status) {
   device_->Drain();  // started on the device: it completes on its own, with its own status
   if (direct_ != nullptr) {
     // Whatever it says, nothing runs now.
-    if (!direct_runs_) control_->agreement()->Withdraw(direct_->desc.number);
+    if (!direct_runs_) control_->agreement()->Withdraw(direct_->turn);
     outstanding_[direct_->desc.key] = std::move(direct_);
     direct_ = nullptr;
   }

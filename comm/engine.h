@@ -75,6 +75,12 @@ struct Request {
   // The caller waits for it right away, outside a group: it may run without the
   // coordinator's answer when every rank calls it alike (agreement.h).
   bool blocking = false;
+  // Its place among this rank's ops over every rank, named or unnamed (not those of a
+  // process set, nor internal ones): the number direct agreement knows it by
+  // (agreement.h); -1 for the others. Named ops from several threads may take their places
+  // in another order on each rank: the agreement then finds different ops under one number,
+  // and they are negotiated.
+  int64_t turn = -1;
   // Neighbor ops: the exchange follows the topology (no dst_weights), which is the same on
   // every rank, so every rank's sends match the others' receives without a check.
   bool topology_pattern = false;
@@ -273,6 +279,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // another thread's op behind them must still wake it.
   bool wake_sent_ = false;
   int64_t next_unnamed_ = 0;
+  int64_t next_turn_ = 0;  // Request::turn
   std::map<std::vector<int32_t>, int64_t> next_unnamed_in_group_;
   std::set<std::string> names_in_flight_;
   std::atomic<int64_t> in_flight_{0};
@@ -284,7 +291,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::deque<std::shared_ptr<Request>> local_;  // kWinLocal, in submission order
   bool RunLocal();
   std::unique_ptr<Coordinator> coordinator_;  // rank 0
-  // The blocking op this rank counted in for direct agreement, until decided (in neither
+  // The op this rank counted in for direct agreement, until decided (in neither
   // queue_ nor outstanding_ meanwhile); when it waits since.
   std::shared_ptr<Request> direct_;
   int64_t direct_since_us_ = 0;

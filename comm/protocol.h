@@ -43,7 +43,7 @@ struct Descriptor {
   std::string key;  // what matches requests across ranks: the name, or "#<seq>"
   // An unnamed op's number in its scope, as its key gives it (the engine sets both); -1 for
   // other ops, and for descriptors read from the wire. Not sent: it spares the sender
-  // parsing its own keys (Classify), and numbers direct agreement's ops (engine.cc).
+  // parsing its own keys (Classify), and tells direct agreement's ops apart (engine.cc).
   int64_t number = -1;
   // For messages, where Describe's words do not fit (window ops); usually empty, and
   // Describe names the op from its key.

@@ -257,6 +257,58 @@ TEST_F(DirectAgreement, ANamedOpOnAnotherThreadRunsWhileABlockingOneWaits) {
   EXPECT_LT(fastest, 0.1);
 }
 
+// Named ops agree directly too, by their names: a loop of named blocking ops runs without
+// the coordinator, and where two threads of each rank start named ops of the same shape in
+// a different order on each rank (so that the same place holds "a" on some ranks and "b"
+// on the others), each op still meets its own name's op on every other rank.
+TEST_F(DirectAgreement, NamedOpsAgreeDirectlyByTheirNames) {
+  const int n = size(), me = rank();
+  const int direct = DirectOpsIn("direct_named", [&] {
+    for (int round = 0; round < 10; ++round) {
+      Buffer x(DType::kFloat32, {6});
+      x.Fill(me + round);
+      ASSERT_TRUE(allreduce(x.view(), x.view(), false, "sum." + std::to_string(round % 3)).ok());
+      EXPECT_EQ(x.Get(5), n * (n - 1) / 2.0 + n * round);
+      Buffer b(DType::kInt32, {2});
+      b.Fill(me == round % n ? round : -1);
+      ASSERT_TRUE(broadcast(b.view(), b.view(), round % n, "root").ok());
+      EXPECT_EQ(b.Get(1), round);
+    }
+  });
+  if (n > 1 && config::Registry::Global().GetText("WEFT_DIRECT_AGREEMENT").value_or("1") != "0") {
+    EXPECT_GT(direct, 0);
+  }
+  for (int round = 0; round < 6; ++round) {
+    SCOPED_TRACE(round);
+    Buffer a(DType::kFloat32, {4}), b(DType::kFloat32, {4});
+    a.Fill(me + 1);
+    b.Fill(1000 * (me + 1));
+    const bool a_first = (me + round) % 2 == 0;
+    Status sa, sb;
+    std::thread first([&] {
+      if (a_first) {
+        sa = allreduce(a.view(), a.view(), false, "a");
+      } else {
+        sb = allreduce(b.view(), b.view(), false, "b");
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::thread second([&] {
+      if (a_first) {
+        sb = allreduce(b.view(), b.view(), false, "b");
+      } else {
+        sa = allreduce(a.view(), a.view(), false, "a");
+      }
+    });
+    first.join();
+    second.join();
+    ASSERT_TRUE(sa.ok()) << sa;
+    ASSERT_TRUE(sb.ok()) << sb;
+    EXPECT_EQ(a.Get(3), n * (n + 1) / 2.0);
+    EXPECT_EQ(b.Get(3), 1000 * n * (n + 1) / 2.0);
+  }
+}
+
 // A rank stages an allgather (writes its first round ahead of the agreement) the way its own
 // part would go if every part were as long: ranks whose parts put them on two sides of a
 // limit between the ways (on 2 ranks with a CPU each, 120 KiB of output through the shared
