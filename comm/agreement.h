@@ -1,9 +1,9 @@
-// Direct agreement: when every rank of the job shares one machine, a blocking op that every
-// rank calls with the same arguments while nothing else is in flight can run without
-// the coordinator's answer. Each rank writes its op's facts into memory the ranks share and
+// Direct agreement: when every rank of the job shares one machine, an op that every rank
+// calls with the same arguments while nothing else is in flight can run without the
+// coordinator's answer. Each rank writes its op's facts into memory the ranks share and
 // counts itself in with one compare-and-swap; when the count reaches the number of ranks
-// the op runs at once on every rank. Any other case (a rank with other ops in flight, a
-// nonblocking call, a refusal, arguments that differ, a rank that is late) turns the op
+// the op runs at once on every rank. Any other case (a rank with other ops in flight, an
+// op the engine does not offer, a refusal, arguments that differ, a rank that is late) turns the op
 // over to the coordinator, with the same outcome on every rank: the op completes only when
 // every rank counted in, and a rank that withdraws marks the op's word withdrawn with the
 // same compare-and-swap, so it can happen only before the last rank counts in.

@@ -57,7 +57,7 @@ class ControlChannel {
   // whether the poll gives up the core (spin.h).
   bool polls_mpi() const { return rank_ == 0 ? mpi_peers_ : receivers_[0] == nullptr; }
   // When every rank of the job is on rank 0's machine and uses the shared segment: the
-  // direct agreement of blocking ops there (agreement.h); otherwise null.
+  // direct agreement of ops there (agreement.h); otherwise null.
   Agreement* agreement() const { return agreement_.get(); }
 
  private:

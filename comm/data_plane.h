@@ -61,7 +61,7 @@ class HostPlane : public DataPlane {
   // polls through the plane's `idle` callback (a meeting in shared memory, MakeHostPlane),
   // rather than inside MPI or the peer transport; every rank of the op answers alike.
   virtual bool MeetsFirst(const Response& response, const Group& group) const = 0;
-  // Before the blocking op `r` counts in to the direct agreement: writes ahead what it
+  // Before the op `r` counts in to the direct agreement: writes ahead what it
   // writes before its first meeting through shared memory, where its first step would be
   // one, and says how (shared_collectives.h, "staged"); kNone where it would not, or cannot
   // now. Run() takes the op's `staged` for that meeting, where it still runs the way staged

@@ -41,9 +41,10 @@ const config::IntSetting kMaxSleepMicros("WEFT_ENGINE_MAX_SLEEP_MICROS", 1000,
 
 const config::BoolSetting kDirectAgreement(
     "WEFT_DIRECT_AGREEMENT", true,
-    "When every rank is on one machine: a blocking allreduce, broadcast, allgather or "
-    "neighbor_allreduce, named or unnamed, that every rank calls alike while nothing else is "
-    "in flight runs without waiting for the coordinator's answer (0: every op waits for it).");
+    "When every rank is on one machine: an allreduce, broadcast, allgather or "
+    "neighbor_allreduce, named or unnamed, blocking or started alone, that every rank calls "
+    "alike while nothing else is in flight runs without waiting for the coordinator's answer "
+    "(0: every op waits for it).");
 
 // How long a blocking op waits for the other ranks to count in before it goes to the
 // coordinator after all, whose stall warnings and timeouts then watch it.
@@ -487,8 +488,17 @@ bool Engine::Progress() {
         local_.push_back(r);
         continue;
       }
+      if (direct_ != nullptr) {
+        // An op this rank started before this one waits to be agreed directly: it is
+        // decided now, run or sent to the coordinator ahead of this one, so that the
+        // coordinator hears of this rank's ops in the order they were started (a barrier
+        // then completes after the nonblocking ops its thread started before it).
+        if (!descriptors.empty()) SendDescriptors(descriptors);
+        descriptors.clear();
+        SettleDirect(/*must=*/true);
+      }
       // Direct agreement numbers the ops of every rank (no process set) only.
-      if (r->turn >= 0 && control_->agreement() != nullptr && TryDirect(r)) {
+      if (r->turn >= 0 && control_->agreement() != nullptr && TryDirect(r, batch.size() == 1)) {
         continue;
       }
       descriptors.push_back(&r->desc);
@@ -530,7 +540,7 @@ bool Engine::Progress() {
   return progressed;
 }
 
-bool Engine::TryDirect(const std::shared_ptr<Request>& r) {
+bool Engine::TryDirect(const std::shared_ptr<Request>& r, bool alone) {
   Agreement& agreement = *control_->agreement();
   const Descriptor& d = r->desc;
   // A neighbor_allreduce over the topology: the coordinator's check of every rank's sends
@@ -541,12 +551,14 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r) {
   const bool kind = d.op == OpType::kAllreduce || d.op == OpType::kBroadcast ||
                     d.op == OpType::kAllgather || d.op == OpType::kNeighborAllreduce;
   // Every other op of this rank has completed (no answer pending that the coordinator could
-  // order before this one), the caller waits for this one alone, and the facts fit.
-  if (!(r->blocking && kind && d.refused_code == 0 && d.device.type == Device::Type::kCPU &&
-        direct_ == nullptr && outstanding_.empty() && local_.empty() && !device_->busy() &&
-        d.shape.size() + 2 <= Agreement::kAgreedWords && r->in.nbytes() < (uint64_t{1} << 40) &&
-        d.root >= -1 && d.root < (1 << 20) && (!dynamic || ctx_.size <= 32) &&
-        kDirectAgreement.Get())) {
+  // order before this one), the facts fit, and the op is either blocking or came alone: a
+  // nonblocking op drained with others is most likely part of a burst, which the
+  // coordinator fuses.
+  if (!((r->blocking || alone) && kind && d.refused_code == 0 &&
+        d.device.type == Device::Type::kCPU && direct_ == nullptr && outstanding_.empty() &&
+        local_.empty() && !device_->busy() && d.shape.size() + 2 <= Agreement::kAgreedWords &&
+        r->in.nbytes() < (uint64_t{1} << 40) && d.root >= -1 && d.root < (1 << 20) &&
+        (!dynamic || ctx_.size <= 32) && kDirectAgreement.Get())) {
     agreement.Skip(r->turn);
     return false;
   }

@@ -73,7 +73,8 @@ struct Request {
   const char* backend = "MPI";
 
   // The caller waits for it right away, outside a group: it may run without the
-  // coordinator's answer when every rank calls it alike (agreement.h).
+  // coordinator's answer when every rank calls it alike (agreement.h), as may a
+  // nonblocking op that the engine finds alone.
   bool blocking = false;
   // Its place among this rank's ops over every rank, named or unnamed (not those of a
   // process set, nor internal ones): the number direct agreement knows it by
@@ -229,7 +230,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Direct agreement (agreement.h), all requiring progress_mu_. Whether `r`, just drained,
   // may run without the coordinator's answer; if so it becomes direct_ (true), otherwise
   // every rank is told that it goes to the coordinator.
-  bool TryDirect(const std::shared_ptr<Request>& r);
+  // `alone`: nothing else was drained with it.
+  bool TryDirect(const std::shared_ptr<Request>& r, bool alone);
   // direct_'s decision, once made: runs it, or sends it to the coordinator. `must`: decide
   // now (withdraw unless every rank is in), since this rank has another op to run first.
   bool SettleDirect(bool must);

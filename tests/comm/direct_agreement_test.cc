@@ -185,6 +185,54 @@ TEST_F(DirectAgreement, DisagreementsGetTheCoordinatorsErrors) {
   EXPECT_EQ(z.Get(3), size());
 }
 
+// A nonblocking op that a rank has alone in flight agrees directly as a blocking one does,
+// and computes the same; so does one whose wait comes after other work.
+TEST_F(DirectAgreement, ANonblockingOpAloneInFlightAgreesDirectly) {
+  const int n = size(), me = rank();
+  const int direct = DirectOpsIn("direct_nonblocking", [&] {
+    for (int round = 0; round < 20; ++round) {
+      SCOPED_TRACE(round);
+      Buffer x(DType::kFloat32, {7}), y(DType::kFloat32, {7});
+      x.Fill(me + round);
+      auto h = round % 2 == 0 ? allreduce_nonblocking(x.view(), y.view(), false)
+                              : allreduce_nonblocking(x.view(), y.view(), false, "nb");
+      ASSERT_TRUE(h.ok()) << h.status();
+      if (round % 4 == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      ASSERT_TRUE(wait(*h).ok());
+      EXPECT_EQ(y.Get(6), n * (n - 1) / 2.0 + n * round);
+      Buffer b(DType::kInt64, {3});
+      b.Fill(me == round % n ? 7 * round : -1);
+      auto hb = broadcast_nonblocking(b.view(), b.view(), round % n);
+      ASSERT_TRUE(hb.ok()) << hb.status();
+      ASSERT_TRUE(wait(*hb).ok());
+      EXPECT_EQ(b.Get(2), 7 * round);
+    }
+  });
+  if (n > 1 && config::Registry::Global().GetText("WEFT_DIRECT_AGREEMENT").value_or("1") != "0") {
+    EXPECT_GT(direct, 0);
+  }
+}
+
+// An op started after a nonblocking one that waits to be agreed directly completes after
+// it: a barrier returns once the ops its thread started before it are done, on every rank,
+// whether a rank's engine found the nonblocking op alone (and counted in) or with the
+// barrier (and negotiated both).
+TEST_F(DirectAgreement, ABarrierCompletesAfterTheNonblockingOpsStartedBeforeIt) {
+  const int n = size(), me = rank();
+  for (int round = 0; round < 40; ++round) {
+    SCOPED_TRACE(round);
+    Buffer x(DType::kFloat32, {64});
+    x.Fill(me);
+    auto h = allreduce_nonblocking(x.view(), x.view(), false);
+    ASSERT_TRUE(h.ok()) << h.status();
+    if ((me + round) % 3 == 0) std::this_thread::sleep_for(std::chrono::microseconds(300));
+    ASSERT_TRUE(barrier().ok());
+    EXPECT_TRUE(poll(*h));
+    ASSERT_TRUE(wait(*h).ok());
+    EXPECT_EQ(x.Get(63), n * (n - 1) / 2.0);
+  }
+}
+
 // One rank calls the op nonblocking, or has others in flight: every rank takes the
 // coordinator's way for it, and everything completes in the call order.
 TEST_F(DirectAgreement, RanksThatCannotAgreeDirectlyTakeTheCoordinatorsWay) {
