@@ -85,6 +85,8 @@ bool Withdraw(MPI_Request* req) {
 }
 
 constexpr int kDataTag = 3;
+// Tags from here on number the sends and receives between a pair (MpiPlane::sends_to_).
+constexpr int kPairTagBase = 16;
 // Counts passed to MPI are ints; larger buffers go in chunks of this many elements.
 constexpr size_t kMaxChunk = 1u << 30;
 
@@ -417,6 +419,14 @@ class MpiPlane : public HostPlane {
   AlignedVector<char> ring_scratch_;  // the ring allreduce's incoming segment
   std::vector<AlignedVector<char>> send_scratch_;
   std::map<std::vector<int32_t>, MPI_Comm> group_comms_;  // CommOf
+  // Sends and receives between two ranks run in the same order on both (the coordinator's),
+  // so both count them alike: the k-th send from a to b is b's k-th receive from a. Each
+  // one's messages carry that count in their tag (PairTag), so a message that comes after
+  // its receive gave up (a timed-out recv, whose sender was late) matches no later receive:
+  // with one tag for all it was taken by the pair's next one, whose data it then was, or
+  // which MPI failed as truncated, ending the process.
+  std::vector<uint64_t> sends_to_, receives_from_;  // by data rank
+  int pair_tags_ = 0;                               // how many tags the counts cycle through
   // When every rank is on this machine (and WEFT_SHARED_MEMORY_BYTES is not 0).
   std::unique_ptr<SharedSegment> shared_segment_;
   std::optional<SharedCollectives> shared_;  // in shared_segment_
@@ -424,7 +434,18 @@ class MpiPlane : public HostPlane {
 
 MpiPlane::MpiPlane(const Context& ctx, Timeline* timeline, PeerTransport* peers,
                    std::function<void(int64_t since)> idle)
-    : ctx_(ctx), timeline_(timeline), peers_(peers), idle_(std::move(idle)) {
+    : ctx_(ctx),
+      timeline_(timeline),
+      peers_(peers),
+      idle_(std::move(idle)),
+      sends_to_(static_cast<size_t>(ctx.size)),
+      receives_from_(static_cast<size_t>(ctx.size)) {
+  // MPI guarantees tags up to 32767; Open MPI's ob1 allows 2^31 - 1.
+  int* tag_ub = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(ctx.data, MPI_TAG_UB, &tag_ub, &found);
+  const int64_t upper = found != 0 && tag_ub != nullptr ? *tag_ub : 32767;
+  pair_tags_ = static_cast<int>(std::min<int64_t>(upper - kPairTagBase + 1, int64_t{1} << 30));
   if (ctx.size < 2 || ctx.local_size != ctx.size) return;
   std::string why;
   shared_segment_ =
@@ -534,6 +555,9 @@ Status MpiPlane::RunSendRecv(Group& group, const Response& response) {
   const int64_t start = TraceStart(timeline_);
   const bool sending = !r.send.empty();
   const int peer = sending ? r.send[0].first : r.recv[0].first;
+  // Counted first, whatever happens to the op below: the peer counts it too.
+  uint64_t& count = (sending ? sends_to_ : receives_from_)[static_cast<size_t>(peer)];
+  const int tag = kPairTagBase + static_cast<int>(count++ % static_cast<uint64_t>(pair_tags_));
   Status allocated = OkStatus();
   ScratchOutput scratch;
   size_t bytes = 0;
@@ -566,9 +590,8 @@ Status MpiPlane::RunSendRecv(Group& group, const Response& response) {
     const int n = static_cast<int>(std::min(kMaxChunk, bytes - done));
     char* at = allocated.ok() ? data + done : data;
     MPI_Request req;
-    WEFT_RETURN_IF_ERROR(MpiCheck(sending
-                                      ? MPI_Isend(at, n, MPI_BYTE, peer, kDataTag, ctx_.data, &req)
-                                      : MPI_Irecv(at, n, MPI_BYTE, peer, kDataTag, ctx_.data, &req),
+    WEFT_RETURN_IF_ERROR(MpiCheck(sending ? MPI_Isend(at, n, MPI_BYTE, peer, tag, ctx_.data, &req)
+                                          : MPI_Irecv(at, n, MPI_BYTE, peer, tag, ctx_.data, &req),
                                   sending ? "MPI_Isend" : "MPI_Irecv"));
     const int64_t posted = Timeline::NowMicros();
     const int64_t deadline = posted + static_cast<int64_t>(timeout_s * 1e6);

@@ -174,6 +174,67 @@ TEST(PointToPoint, AMissingSenderIsNamedThenTimesOut) {
   ASSERT_TRUE(barrier().ok());
 }
 
+// A receive that gives up on a late sender (the stall timeout) leaves the sender's message
+// to arrive after it. That message must not be taken by the pair's next receive: a larger
+// one made MPI fail that receive as truncated, ending the process (seen in
+// transition_death_test, whose ranks wait behind a dead one), and one of the same size
+// handed it the wrong op's data. Rank 1 is made late by an Allocator that holds its engine
+// for longer than the timeout in a receive from rank 0; rank 2 gives up on rank 1's first
+// send, then receives its second.
+TEST(PointToPoint, AMessageThatComesAfterItsReceiveGaveUpGoesToNoOtherReceive) {
+  if (size() < 3) GTEST_SKIP();
+  for (int64_t second : {int64_t{8}, int64_t{64}}) {  // smaller than the first, then as large
+    SCOPED_TRACE(second);
+    // Only rank 2's receive is to time out: the others, whose ops and barrier wait for ranks
+    // 1 and 2, take none (the coordinator on rank 0 applies its own).
+    if (rank() == 2) {
+      ASSERT_TRUE(config::Registry::Global().Set("WEFT_STALL_TIMEOUT_SECONDS", "1").ok());
+    }
+    Buffer first(DType::kFloat32, {64}), next(DType::kFloat32, {second});
+    if (rank() == 0) {
+      Buffer x(DType::kFloat32, {4});
+      x.Fill(1);
+      ASSERT_TRUE(send(x.view(), 1, "hold").ok());
+    } else if (rank() == 1) {
+      Owned held;
+      Allocator slow = [&](DType d, const std::vector<int64_t>& shape) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1400));
+        return held.alloc()(d, shape);
+      };
+      first.Fill(100);
+      next.Fill(200);
+      // Once the others have asked for their ops, the three reach rank 0 together and are
+      // answered in this order: rank 1's engine is held before it sends, while rank 2,
+      // told of both its receives at once, gives up on the first.
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      group_start();
+      auto hold = recv_nonblocking(slow, 0, "hold");
+      auto a = send_nonblocking(first.view(), 2, "first");
+      auto b = send_nonblocking(next.view(), 2, "next");
+      ASSERT_TRUE(group_end().ok());
+      ASSERT_TRUE(hold.ok() && a.ok() && b.ok());
+      EXPECT_TRUE(wait(*hold).ok());
+      EXPECT_TRUE(wait(*a).ok());
+      EXPECT_TRUE(wait(*b).ok());
+    } else if (rank() == 2) {
+      first.Fill(-1);
+      next.Fill(-1);
+      Status given_up = recv(first.view(), 1, "first");
+      // Given up after the timeout (or, on a slow machine, in time after all).
+      if (given_up.ok()) {
+        EXPECT_EQ(first.Get(63), 100);
+      } else {
+        EXPECT_EQ(given_up.code(), absl::StatusCode::kDeadlineExceeded) << given_up;
+      }
+      Status b = recv(next.view(), 1, "next");
+      EXPECT_TRUE(b.ok()) << b;
+      for (int64_t i = 0; i < second; ++i) ASSERT_EQ(next.Get(i), 200) << i;
+    }
+    config::Registry::Global().Unset("WEFT_STALL_TIMEOUT_SECONDS");
+    ASSERT_TRUE(barrier().ok());
+  }
+}
+
 TEST(ProcessSets, AllreduceAndBroadcastInDisjointSets) {
   // Even and odd ranks: each set averages and broadcasts among itself, same names.
   std::vector<int> set;

@@ -13,7 +13,13 @@ export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_t
 export OMPI_MCA_pml=ob1
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+fail() {
+  echo "FAIL: $*"
+  # What every rank said, to tell why.
+  [ -d "$out/ranks" ] && tail -n 20 "$out"/ranks/1/rank.*/stderr
+  [ -f "$out/recovery.log" ] && tail -n 40 "$out/recovery.log"
+  exit 1
+}
 
 start=$SECONDS
 timeout 120 mpirun --oversubscribe --bind-to none -np 4 "$binary" --victim 3 >"$out/default.log" 2>&1
