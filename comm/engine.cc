@@ -731,9 +731,12 @@ bool Engine::RunCoordinator() {
     last_stall_check_us_ = now;
     auto report = coordinator_->CheckStalls(now, kStallWarning.Get(), kStallTimeout.Get());
     for (const std::string& w : report.warnings) WEFT_LOG(Warning) << "stall: " << w;
-    // Before any rank hears of a timeout: after it no unnamed op may run without the
-    // coordinator, which fails them.
-    if (!report.errors.empty() && control_->agreement() != nullptr && coordinator_->LostOrder("")) {
+    // Before any rank hears of a timeout, no op may run without the coordinator any more:
+    // the ranks the op fails on have given it a number in the agreement that the rank that
+    // never called it has not, so the same number now stands for different ops, and every
+    // rank that counted in would wait its longest for the others on every op. (After an
+    // unnamed op's timeout the coordinator also fails the unnamed ops that follow.)
+    if (!report.errors.empty() && control_->agreement() != nullptr) {
       control_->agreement()->Disable();
     }
     for (Response& e : report.errors) {

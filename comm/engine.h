@@ -233,7 +233,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // `alone`: nothing else was drained with it.
   bool TryDirect(const std::shared_ptr<Request>& r, bool alone);
   // direct_'s decision, once made: runs it, or sends it to the coordinator. `must`: decide
-  // now (withdraw unless every rank is in), since this rank has another op to run first.
+  // now (withdraw unless every rank is in), since this rank has another op to run first or
+  // has drained a later one, whose descriptor must not reach the coordinator before it.
   bool SettleDirect(bool must);
   // After every rank counted in for a dynamic neighbor_allreduce: whether every rank's sends
   // are what the others expect to receive (their own facts, agreement.h).
