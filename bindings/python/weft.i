@@ -115,6 +115,14 @@ static void weft_py_queue(PyObject* owner) {
  * starts; the typemap of weft_request** below ties it to that request. */
 static __thread PyObject* weft_py_armed = NULL;
 
+/* Queues the list still armed, if any, for release: its call started nothing. Not dropped
+ * here: the drop could run finalizers that start ops of their own. */
+static void weft_py_disarm(void) {
+  PyObject* stale = weft_py_armed;
+  weft_py_armed = NULL;
+  if (stale != NULL) weft_py_queue(stale);
+}
+
 static int weft_py_int_list(PyObject* list, int** out, size_t* n, const char* what) {
   Py_ssize_t i, len;
   PyObject* seq = PySequence_Fast(list, what);
@@ -240,13 +248,7 @@ WEFT_OUT_HANDLE(weft_schedule, out)
   $result = SWIG_Python_AppendOutput($result, SWIG_NewPointerObj(*$1, $*1_descriptor, 0));
 }
 /* A call that failed started nothing: its list is not left armed for another request. */
-%typemap(freearg) weft_request** request {
-  if (weft_py_armed != NULL) {
-    PyObject* stale = weft_py_armed;
-    weft_py_armed = NULL;
-    weft_py_queue(stale);
-  }
-}
+%typemap(freearg) weft_request** request { weft_py_disarm(); }
 WEFT_OUT_HANDLE(weft_step_counter, counter)
 WEFT_OUT_HANDLE(weft_pipe_plan, plan)
 
@@ -824,16 +826,13 @@ PyObject* weft_py_array_interface(PyObject* capsule) {
 /* Arms `keep` (the op's arrays and capsules) for the next request this thread starts: it
  * lives until that op completes and the request is freed. None disarms (before a request
  * that keeps nothing). A list still armed (its call never reached weft) is queued for
- * release, not dropped here: the drop could run finalizers that start ops of their own. */
+ * release (weft_py_disarm). */
 void weft_py_arm(PyObject* keep) {
-  PyObject* old;
   if (__atomic_load_n(&weft_py_released_count, __ATOMIC_RELAXED) > 0) weft_py_drain(NULL);
-  old = weft_py_armed;
-  weft_py_armed = NULL;
+  weft_py_disarm();
   if (keep != Py_None) {
     Py_INCREF(keep);
     weft_py_armed = keep;
   }
-  if (old != NULL) weft_py_queue(old);
 }
 %}
