@@ -421,10 +421,10 @@ class MpiPlane : public HostPlane {
   std::map<std::vector<int32_t>, MPI_Comm> group_comms_;  // CommOf
   // Sends and receives between two ranks run in the same order on both (the coordinator's),
   // so both count them alike: the k-th send from a to b is b's k-th receive from a. Each
-  // one's messages carry that count in their tag (PairTag), so a message that comes after
-  // its receive gave up (a timed-out recv, whose sender was late) matches no later receive:
-  // with one tag for all it was taken by the pair's next one, whose data it then was, or
-  // which MPI failed as truncated, ending the process.
+  // one's messages carry that count in their tag (from kPairTagBase, RunSendRecv), so a
+  // message that comes after its receive gave up (a timed-out recv, whose sender was late)
+  // matches no later receive: with one tag for all it was taken by the pair's next one,
+  // whose data it then was, or which MPI failed as truncated, ending the process.
   std::vector<uint64_t> sends_to_, receives_from_;  // by data rank
   int pair_tags_ = 0;                               // how many tags the counts cycle through
   // When every rank is on this machine (and WEFT_SHARED_MEMORY_BYTES is not 0).
