@@ -32,6 +32,11 @@ class DirectAgreement : public ::testing::Test {
  protected:
   void TearDown() override { ASSERT_TRUE(barrier().ok()); }
 
+  // Whether this run leaves the direct way on (WEFT_DIRECT_AGREEMENT).
+  static bool DirectWayOn() {
+    return config::Registry::Global().GetText("WEFT_DIRECT_AGREEMENT").value_or("1") != "0";
+  }
+
   // Runs `body` with this rank's trace on, and returns how many ops the trace shows as
   // agreed directly (their negotiate span says "direct").
   template <typename Body>
@@ -112,7 +117,7 @@ TEST_F(DirectAgreement, BlockingOpsComputeAsThroughTheCoordinator) {
   });
   if (n == 1) {
     EXPECT_EQ(direct, 0);  // one rank has nothing to agree on
-  } else if (config::Registry::Global().GetText("WEFT_DIRECT_AGREEMENT").value_or("1") == "0") {
+  } else if (!DirectWayOn()) {
     EXPECT_EQ(direct, 0);
   } else {
     // Ranks that are late by more than the wait go through the coordinator (likely only
@@ -208,7 +213,7 @@ TEST_F(DirectAgreement, ANonblockingOpAloneInFlightAgreesDirectly) {
       EXPECT_EQ(b.Get(2), 7 * round);
     }
   });
-  if (n > 1 && config::Registry::Global().GetText("WEFT_DIRECT_AGREEMENT").value_or("1") != "0") {
+  if (n > 1 && DirectWayOn()) {
     EXPECT_GT(direct, 0);
   }
 }
@@ -324,7 +329,7 @@ TEST_F(DirectAgreement, NamedOpsAgreeDirectlyByTheirNames) {
       EXPECT_EQ(b.Get(1), round);
     }
   });
-  if (n > 1 && config::Registry::Global().GetText("WEFT_DIRECT_AGREEMENT").value_or("1") != "0") {
+  if (n > 1 && DirectWayOn()) {
     EXPECT_GT(direct, 0);
   }
   for (int round = 0; round < 6; ++round) {
