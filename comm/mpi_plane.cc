@@ -187,7 +187,8 @@ const config::IntSetting kSharedMemoryBytes(
     "ranks share, reading each input and writing each output where it is (no fusion buffer), "
     "instead of MPI's collectives and point-to-point messages. -1: 512 KiB (allgathers: 128 "
     "KiB where larger ones read the other ranks' memory instead, "
-    "WEFT_CROSS_MEMORY_ATTACH_BYTES), but any size when the machine's ranks outnumber its "
+    "WEFT_CROSS_MEMORY_ATTACH_BYTES; broadcasts of one tensor: under 128 KiB there), but "
+    "any size when the machine's ranks outnumber its "
     "CPUs, and for allreduces and broadcasts when the job has two ranks; neighbor "
     "allreduces: 64 KiB; 0: never. Every rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
@@ -208,12 +209,16 @@ const config::IntSetting kCrossMemoryAttachBytes(
     "(Linux's cross-memory attach), where init() found that the ranks may read each other's "
     "memory, instead of running MPI's allgather; so do neighbor allreduces of up to this "
     "many bytes (a fused group: all of its tensors) over the default exchange transport that "
-    "do not go through shared memory (from 4 KiB), instead of MPI's sends and receives. -1: "
-    "2 MiB for allgathers, 4 MiB for neighbor allreduces; 0: never. Either needs the shared "
+    "do not go through shared memory (from 4 KiB), instead of MPI's sends and receives, and "
+    "broadcasts of one tensor of up to this many bytes that do not go through shared memory, "
+    "where the machine's ranks do not outnumber its CPUs (the readers copy the root's input "
+    "into their outputs). -1: 2 MiB for allgathers, 4 MiB for neighbor allreduces, no limit "
+    "for broadcasts; 0: never. Each needs the shared "
     "memory segment (not mapped when WEFT_SHARED_MEMORY_BYTES is 0 at init()). While it is not 0 "
     "and WEFT_SHARED_MEMORY_BYTES is -1, allgathers of "
-    "more than 128 KiB go this way rather than through shared memory, unless the machine's "
-    "ranks outnumber its CPUs. Every rank must see the same value.",
+    "more than 128 KiB, and broadcasts of one tensor of 128 KiB or more, go this way rather "
+    "than through shared memory, unless the machine's ranks outnumber its CPUs. Every rank "
+    "must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 // The direct reads' limits where WEFT_CROSS_MEMORY_ATTACH_BYTES is -1. With the direct
@@ -223,6 +228,13 @@ const config::IntSetting kCrossMemoryAttachBytes(
 // 0.8-0.97x); past that both ways moved with the machine's noise (bench/README.md).
 constexpr int64_t kDirectAllgatherBytes = int64_t{2} << 20;
 constexpr int64_t kDirectExchangeBytes = int64_t{4} << 20;
+// A broadcast read where the root has it copies it once (by each reader) where the segment
+// copies it twice (by the root in, by each reader out). On 2 ranks with a CPU each that took
+// 0.42-0.74x the segment's time from 256 KiB to 64 MiB and 0.79-0.84x at 128 KiB, but
+// 1.2-1.3x at 64 KiB (the two meetings and the system call), so it takes broadcasts from
+// 128 KiB, of any size (bench/README.md, "Broadcasts: reading the root's memory").
+constexpr int64_t kDirectBroadcastBytes = std::numeric_limits<int64_t>::max();
+constexpr size_t kDirectBroadcastFromBytes = size_t{128} << 10;
 // Whether an op of `bytes` may read the other ranks' memory where they are, up to the
 // setting, or `default_limit` when it is -1.
 bool UseDirectReads(size_t bytes, int64_t default_limit) {
@@ -349,11 +361,15 @@ class MpiPlane : public HostPlane {
     bool shared, ring;
   };
   AllreducePath AllreducePathOf(const Response& response, const Group& group) const;
-  // Whether an allreduce (unless it runs the ring) or a broadcast of `bytes` over every rank
-  // (`whole`) or a process set runs through the shared segment.
+  // Whether an allreduce (unless it runs the ring) of `bytes` over every rank (`whole`) or
+  // a process set runs through the shared segment.
   bool SegmentTakes(size_t bytes, bool whole) const;
-  // Whether a broadcast of `group` runs through the shared segment.
-  bool BroadcastShared(const Group& group) const;
+  // How a broadcast of `bytes` over every rank (`whole`) or a process set runs: through the
+  // shared segment, read by the others from the root's memory (`lone`: of one tensor only),
+  // or MPI_Bcast. Every rank of the op answers alike.
+  enum class BroadcastWay { kShared, kDirect, kMpi };
+  BroadcastWay BroadcastWayOf(size_t bytes, bool whole, bool lone) const;
+  BroadcastWay BroadcastWayOf(const Group& group) const;
   // How an allgather of `total` bytes of output over every rank runs.
   enum class GatherWay { kShared, kDirect, kMpi };
   GatherWay AllgatherWay(size_t total) const;
@@ -630,10 +646,23 @@ MpiPlane::AllreducePath MpiPlane::AllreducePathOf(const Response& response,
   return {shared, UseRing(peers_->kind(), ctx_.machine_size, members, bytes, out_of_place, shared)};
 }
 
-bool MpiPlane::BroadcastShared(const Group& group) const {
+MpiPlane::BroadcastWay MpiPlane::BroadcastWayOf(size_t bytes, bool whole, bool lone) const {
+  if (!shared_.has_value() || !whole) return BroadcastWay::kMpi;
+  const bool direct = lone && !ctx_.oversubscribed && shared_->direct_reads() &&
+                      bytes >= kDirectBroadcastFromBytes &&
+                      UseDirectReads(bytes, kDirectBroadcastBytes);
+  // Below the direct reads' floor the segment keeps the broadcasts it takes by default.
+  if (direct ? UseSharedMemory(bytes, /*any_size=*/false, kDirectBroadcastFromBytes - 1)
+             : UseSharedMemory(bytes, AnySize())) {
+    return BroadcastWay::kShared;
+  }
+  return direct ? BroadcastWay::kDirect : BroadcastWay::kMpi;
+}
+
+MpiPlane::BroadcastWay MpiPlane::BroadcastWayOf(const Group& group) const {
   size_t bytes = 0;
   for (auto& r : group) bytes += r->out.nbytes();
-  return SegmentTakes(bytes, group[0]->desc.group.empty());
+  return BroadcastWayOf(bytes, group[0]->desc.group.empty(), group.size() == 1);
 }
 
 bool MpiPlane::SegmentTakes(size_t bytes, bool whole) const {
@@ -658,7 +687,7 @@ bool MpiPlane::MeetsFirst(const Response& response, const Group& group) const {
       return path.shared && !path.ring;
     }
     case OpType::kBroadcast:
-      return BroadcastShared(group);
+      return BroadcastWayOf(group) != BroadcastWay::kMpi;
     case OpType::kAllgather: {
       const Request& r = *group[0];
       const size_t row_bytes = static_cast<size_t>(RowElements(r.in.shape())) * r.in.itemsize();
@@ -689,8 +718,16 @@ Staged MpiPlane::Stage(Request& r) {
       if (!SegmentTakes(bytes, /*whole=*/true)) return Staged::kNone;
       return segment(shared_->StageAllreduce(pieces(), dtype, idle_));
     case OpType::kBroadcast:
-      if (!SegmentTakes(r.out.nbytes(), /*whole=*/true)) return Staged::kNone;
-      return segment(shared_->StageBroadcast(pieces(), r.out.itemsize(), r.desc.root, idle_));
+      switch (BroadcastWayOf(r.out.nbytes(), /*whole=*/true, /*lone=*/true)) {
+        case BroadcastWay::kShared:
+          return segment(shared_->StageBroadcast(pieces(), r.out.itemsize(), r.desc.root, idle_));
+        case BroadcastWay::kDirect:
+          // Only the root's address is read; the others post theirs all the same.
+          return shared_->StageDirect(r.in.data(), nullptr) ? Staged::kDirectReads : Staged::kNone;
+        case BroadcastWay::kMpi:
+          return Staged::kNone;
+      }
+      return Staged::kNone;
     case OpType::kAllgather:
       // Its way depends on every rank's part: staged for equal parts, and run staged where
       // the parts agreed come to the same way.
@@ -767,12 +804,22 @@ Status MpiPlane::RunBroadcast(Group& group) {
   const int root = group[0]->desc.root;
   const std::vector<int32_t>& ranks = group[0]->desc.group;
   WEFT_ASSIGN_OR_RETURN(MPI_Comm comm, CommOf(ranks));
-  if (BroadcastShared(group)) {
+  const BroadcastWay way = BroadcastWayOf(group);
+  if (way == BroadcastWay::kShared) {
     const int64_t start = TraceStart(timeline_);
     shared_->Broadcast(SharedPieces(group), group[0]->out.itemsize(), root, idle_,
                        Ahead(group, Staged::kSegment));
     Trace(group, "communicate", start);
     return OkStatus();
+  }
+  if (way == BroadcastWay::kDirect) {
+    Request& r = *group[0];
+    const int64_t start = TraceStart(timeline_);
+    r.backend = "CMA";
+    const Status read = shared_->BroadcastDirect(r.in.data(), r.out.data(), r.out.nbytes(), root,
+                                                 idle_, Ahead(group, Staged::kDirectReads));
+    Trace(group, "communicate", start);
+    return read.ok() ? read : Annotate(read, Describe(r.desc));
   }
   const int root_in_comm = ranks.empty() ? root : IndexIn(ranks, root);
   size_t count = 0;

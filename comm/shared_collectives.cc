@@ -575,13 +575,29 @@ Status SharedCollectives::AllgatherDirect(const void* in, void* out,
                                           const std::vector<size_t>& part_bytes,
                                           const std::function<void(int64_t since)>& idle,
                                           bool staged) {
+  return GatherDirect(in, out, part_bytes, idle, staged, "allgather", "part");
+}
+
+Status SharedCollectives::BroadcastDirect(const void* in, void* out, size_t bytes, int root,
+                                          const std::function<void(int64_t since)>& idle,
+                                          bool staged) {
+  std::vector<size_t> parts(size_, 0);
+  parts[root] = bytes;
+  return GatherDirect(rank_ == root ? in : nullptr, out, parts, idle, staged, "broadcast", "input");
+}
+
+Status SharedCollectives::GatherDirect(const void* in, void* out,
+                                       const std::vector<size_t>& part_bytes,
+                                       const std::function<void(int64_t since)>& idle, bool staged,
+                                       const char* op, const char* thing) {
   const bool ahead = TakeStaged(staged);
   std::vector<size_t> offset(size_ + 1, 0);
   for (int r = 0; r < size_; ++r) offset[r + 1] = offset[r] + part_bytes[r];
   char* gathered = static_cast<char*>(out);
   // This rank's own part while the others count in.
   auto own = [&] {
-    if (part_bytes[rank_] > 0 && gathered != nullptr) {
+    // (A broadcast's root in place has its input where it goes already.)
+    if (part_bytes[rank_] > 0 && gathered != nullptr && gathered + offset[rank_] != in) {
       std::memcpy(gathered + offset[rank_], in, part_bytes[rank_]);
     }
   };
@@ -596,7 +612,7 @@ Status SharedCollectives::AllgatherDirect(const void* in, void* out,
   for (int k = 1; k < size_ && status.ok() && gathered != nullptr; ++k) {
     const int r = (rank_ + k) % size_;  // each rank starts with a different one
     if (part_bytes[r] == 0) continue;
-    status = ReadPosted(r, gathered + offset[r], part_bytes[r], "allgather", "part");
+    status = ReadPosted(r, gathered + offset[r], part_bytes[r], op, thing);
   }
   // Done reading: the others may return. The areas were not written, and every rank has
   // read what ops before left in them (it counted in here after): nothing to wait for

@@ -23,6 +23,7 @@
 // once all have, each copies every other rank's part straight from that rank's input into
 // its output; a second meeting, so that no rank returns (and lets its caller change its
 // input) while another still reads it. One copy per part, where the areas take two. A
+// broadcast can go the same way, the root's input being the only part. A
 // neighbor exchange reads its in-neighbors' inputs the same way (ExchangeDirect), each
 // sender posting the scale it sends to each destination in a table after the areas.
 // Larger allreduces of more than two ranks go sliced, in rounds of a whole area between two
@@ -178,8 +179,14 @@ class SharedCollectives {
   // nothing, as for Allgather.
   Status AllgatherDirect(const void* in, void* out, const std::vector<size_t>& part_bytes,
                          const std::function<void(int64_t since)>& idle, bool staged = false);
-  // Posts what this rank's AllgatherDirect or ExchangeDirect of `in` posts before its first
-  // meeting (`send`: ExchangeDirect's scales; null for AllgatherDirect) ahead.
+  // A broadcast of `bytes` from `root`'s `in` into every rank's `out` the same way: the
+  // allgather in which only the root has a part. The root copies its input into its output
+  // (nothing in place); the others read it. Its first meeting can be staged as
+  // AllgatherDirect's (StageDirect; `in` is read on the root alone).
+  Status BroadcastDirect(const void* in, void* out, size_t bytes, int root,
+                         const std::function<void(int64_t since)>& idle, bool staged = false);
+  // Posts what this rank's AllgatherDirect, BroadcastDirect or ExchangeDirect of `in` posts
+  // before its first meeting (`send`: ExchangeDirect's scales; null for the others) ahead.
   bool StageDirect(const void* in, const std::vector<std::pair<int, double>>* send);
   // What a neighbor exchange through the areas hands over per round (Exchange): for each
   // in-neighbor k, the round's elements of its input as it sends them to this rank.
@@ -288,6 +295,10 @@ class SharedCollectives {
   // Copies `bytes` from what `rank` posted into `to` (a direct op's read, after the meeting
   // that follows the posts); an error says "`op`: reading rank R's `thing` from its memory".
   Status ReadPosted(int rank, void* to, size_t bytes, const char* op, const char* thing) const;
+  // AllgatherDirect and BroadcastDirect: `op` and `thing` name what a failed read read.
+  Status GatherDirect(const void* in, void* out, const std::vector<size_t>& part_bytes,
+                      const std::function<void(int64_t since)>& idle, bool staged, const char* op,
+                      const char* thing);
   // Sets this rank's count to `mark` (release: what it wrote before is seen by whoever
   // sees the count).
   void Count(uint64_t mark);

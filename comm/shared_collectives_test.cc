@@ -459,6 +459,53 @@ TEST(SharedCollectivesTest, AllgatherDirectReadsEveryPartWhereItIs) {
   }
 }
 
+// Direct broadcasts: every rank gets the root's input, from each root in turn, in place on
+// the root and not, each root overwriting its input as soon as its op returns while one rank
+// in turn starts late (a root that returned before its readers were done shows as a wrong
+// value), with allreduces and broadcasts through the areas between.
+TEST(SharedCollectivesTest, BroadcastDirectReadsTheRootsInput) {
+  for (int size : {2, 3, 4}) {
+    const size_t bytes = SharedCollectives::kRoundBytes * 2 + 5;
+    auto byte = [](int op, size_t i) { return static_cast<char>(op * 13 + i % 241); };
+    OnRanks(size, [&](int rank, SharedCollectives& shared) {
+      shared.EnableDirectReads(std::vector<int64_t>(size, getpid()));
+      std::vector<char> in(bytes), out(bytes);
+      for (int op = 0; op < 16; ++op) {
+        const int root = op % size;
+        if (rank == (op + 1) % size && op % 2 == 0) {
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+        const bool in_place = op % 4 < 2;
+        std::fill(out.begin(), out.end(), 0);
+        std::fill(in.begin(), in.end(), 0);
+        std::vector<char>& root_in = in_place ? out : in;
+        if (rank == root) {
+          for (size_t i = 0; i < bytes; ++i) root_in[i] = byte(op, i);
+        }
+        if (op % 3 != 2) {
+          const Status status = shared.BroadcastDirect(rank == root ? root_in.data() : nullptr,
+                                                       out.data(), bytes, root, Yield);
+          ASSERT_TRUE(status.ok()) << status;
+        } else {
+          shared.Broadcast({{root_in.data(), out.data(), bytes}}, 1, root, Yield);
+        }
+        std::vector<char> got = out;
+        std::fill(root_in.begin(), root_in.end(), 0x7f);
+        for (size_t i = 0; i < bytes; ++i) {
+          ASSERT_EQ(got[i], byte(op, i)) << "size " << size << " op " << op << " root " << root
+                                         << " rank " << rank << " byte " << i;
+        }
+        if (op % 4 == 1) {
+          const size_t n = SharedCollectives::kRoundBytes / sizeof(float) + 9;
+          std::vector<float> y(n, static_cast<float>(rank));
+          shared.Allreduce({{y.data(), y.data(), n}}, DType::kFloat32, /*average=*/false, Yield);
+          ASSERT_EQ(y[n - 1], size * (size - 1) / 2.0f) << "allreduce after op " << op;
+        }
+      }
+    });
+  }
+}
+
 // A rank that cannot read another's memory (here: a process that does not exist) gets an
 // error naming the rank it read; the others' op succeeds, no rank waits in vain, and the
 // ops after it run as usual.
@@ -486,6 +533,19 @@ TEST(SharedCollectivesTest, AllgatherDirectFailsOnlyOnTheRankThatCannotRead) {
     shared.Allgather(in.data(), out.data(), parts, Yield);
     EXPECT_EQ(out[0], 1);
     EXPECT_EQ(out[4096], 2);
+    // A broadcast from rank 0 the same way fails on rank 1 alone, naming what it read.
+    std::fill(out.begin(), out.end(), 0);
+    const Status broadcast = shared.BroadcastDirect(in.data(), out.data(), 4096, 0, Yield);
+    if (rank == 1) {
+      ASSERT_FALSE(broadcast.ok());
+      EXPECT_NE(broadcast.ToString().find("broadcast: reading rank 0's input"), std::string::npos)
+          << broadcast;
+    } else {
+      ASSERT_TRUE(broadcast.ok()) << broadcast;
+      EXPECT_EQ(out[4095], 1);
+    }
+    shared.Allreduce({{y.data(), y.data(), y.size()}}, DType::kFloat32, /*average=*/false, Yield);
+    EXPECT_EQ(y[999], 6.0f);
   });
 }
 

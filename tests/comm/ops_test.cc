@@ -387,14 +387,27 @@ TEST(Broadcast, FromEveryRoot) {
   }
 }
 
-// Broadcasts through shared memory (every size: a 64 MiB limit) and through MPI (limit 0)
-// give the root's exact values: a fused group of odd sizes spanning several rounds, in
-// place and not, then a lone 3 MiB op, from every root in turn, with an allreduce between
-// roots, so that each op follows what the one before it left in the segment.
+// Broadcasts through shared memory (every size: a 64 MiB limit), read from the root's
+// memory (limit 0, WEFT_CROSS_MEMORY_ATTACH_BYTES 64 MiB, where the ranks can and have a CPU
+// each; a fused group still goes through MPI), through MPI (both 0) and the default way give
+// the root's exact values: a fused group of odd sizes spanning several rounds, in place and
+// not, then lone ops of 3 MiB in place and of 128 KiB (the direct reads' floor) and 4 bytes
+// less out of place, from every root in turn, with an allreduce between roots, so that each
+// op follows what the one before it left in the segment.
 TEST(Broadcast, SharedMemoryRoundsMatchMpi) {
   const std::vector<int64_t> counts = {1, 70000, 3, 300001, 257};
-  for (const char* limit : {"67108864", "0"}) {
-    ASSERT_TRUE(config::Registry::Global().Set("WEFT_SHARED_MEMORY_BYTES", limit).ok());
+  const std::pair<const char*, const char*> ways[] = {
+      {"67108864", "0"}, {"0", "67108864"}, {"0", "0"}, {nullptr, nullptr}};
+  for (const auto& [shared, cma] : ways) {
+    for (const auto& [name, value] :
+         {std::pair{"WEFT_SHARED_MEMORY_BYTES", shared}, {"WEFT_CROSS_MEMORY_ATTACH_BYTES", cma}}) {
+      if (value == nullptr) {
+        config::Registry::Global().Unset(name);
+      } else {
+        ASSERT_TRUE(config::Registry::Global().Set(name, value).ok());
+      }
+    }
+    const std::string limit = shared == nullptr ? "default" : std::string(shared) + "/" + cma;
     for (int root = 0; root < size(); ++root) {
       auto value = [&](int r, size_t k, int64_t i) { return (r * 7 + k * 3 + i) % 101; };
       std::vector<Buffer> ins, outs;
@@ -427,13 +440,21 @@ TEST(Broadcast, SharedMemoryRoundsMatchMpi) {
       for (int64_t i = 0; i < lone.numel(); ++i) {
         ASSERT_EQ(lone.Get(i), value(root, 9, i)) << "limit " << limit << " lone op at " << i;
       }
+      for (int64_t count : {int64_t{1} << 15, (int64_t{1} << 15) - 1}) {  // 128 KiB, 4 B less
+        Buffer in(DType::kFloat32, {count}), out(DType::kFloat32, {count});
+        for (int64_t i = 0; i < count; ++i) in.Set(i, value(rank(), 10, i));
+        ASSERT_TRUE(broadcast(in.view(), out.view(), root).ok());
+        for (int64_t i = 0; i < count; ++i) {
+          ASSERT_EQ(out.Get(i), value(root, 10, i))
+              << "limit " << limit << " lone op of " << count << " at " << i;
+        }
+      }
       Buffer sum(DType::kFloat32, {1 << 18});  // 1 MiB
       sum.Fill(rank());
       ASSERT_TRUE(allreduce(sum.view(), sum.view(), false).ok());
       ExpectAll(sum, size() * (size() - 1) / 2.0, "allreduce between broadcasts");
     }
   }
-  config::Registry::Global().Unset("WEFT_SHARED_MEMORY_BYTES");
 }
 
 TEST(Allgather, VariableFirstDimension) {
