@@ -189,7 +189,7 @@ const config::IntSetting kSharedMemoryBytes(
     "KiB where larger ones read the other ranks' memory instead, "
     "WEFT_CROSS_MEMORY_ATTACH_BYTES; broadcasts of one tensor: under 128 KiB there), but "
     "any size when the machine's ranks outnumber its "
-    "CPUs, and for allreduces and broadcasts when the job has two ranks; neighbor "
+    "CPUs, and for allreduces and broadcasts (but those) when the job has two ranks; neighbor "
     "allreduces: 64 KiB; 0: never. Every rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
@@ -210,9 +210,10 @@ const config::IntSetting kCrossMemoryAttachBytes(
     "memory, instead of running MPI's allgather; so do neighbor allreduces of up to this "
     "many bytes (a fused group: all of its tensors) over the default exchange transport that "
     "do not go through shared memory (from 4 KiB), instead of MPI's sends and receives, and "
-    "broadcasts of one tensor of up to this many bytes that do not go through shared memory, "
-    "where the machine's ranks do not outnumber its CPUs (the readers copy the root's input "
-    "into their outputs). -1: 2 MiB for allgathers, 4 MiB for neighbor allreduces, no limit "
+    "broadcasts of one tensor over all of them, of 128 KiB up to this many bytes, where the "
+    "machine's ranks do not outnumber its CPUs (the others copy the root's input into their "
+    "outputs), instead of going through shared memory or MPI's broadcast. -1: 2 MiB for "
+    "allgathers, 4 MiB for neighbor allreduces, no limit "
     "for broadcasts; 0: never. Each needs the shared "
     "memory segment (not mapped when WEFT_SHARED_MEMORY_BYTES is 0 at init()). While it is not 0 "
     "and WEFT_SHARED_MEMORY_BYTES is -1, allgathers of "
@@ -482,7 +483,8 @@ MpiPlane::MpiPlane(const Context& ctx, Timeline* timeline, PeerTransport* peers,
         ProbeDirectReads(ctx.local, ctx.size, ctx.rank, &pids)) {
       shared_->EnableDirectReads(std::move(pids));
     } else if (wanted && ctx.rank == 0) {
-      WEFT_LOG(Info) << "allgathers and neighbor allreduces go through shared memory or MPI: "
+      WEFT_LOG(Info) << "allgathers, broadcasts and neighbor allreduces go through shared memory "
+                        "or MPI: "
                         "the ranks cannot read each other's memory (process_vm_readv)";
     }
   }

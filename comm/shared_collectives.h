@@ -168,8 +168,9 @@ class SharedCollectives {
   // Writes this rank's first round of an Allgather of its `in` (`part_bytes` of it) ahead.
   bool StageAllgather(const void* in, size_t part_bytes,
                       const std::function<void(int64_t since)>& idle);
-  // Lets AllgatherDirect and ExchangeDirect read rank r's memory as process pids[r] (pids:
-  // one per rank, in rank order), once every rank has found that it can (ReadProcessMemory).
+  // Lets AllgatherDirect, BroadcastDirect and ExchangeDirect read rank r's memory as process
+  // pids[r] (pids: one per rank, in rank order), once every rank has found that it can
+  // (ReadProcessMemory).
   void EnableDirectReads(std::vector<int64_t> pids) { pids_ = std::move(pids); }
   bool direct_reads() const { return !pids_.empty(); }
   // Allgather as above, each part read from its rank's `in` where it is (see above); every

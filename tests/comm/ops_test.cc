@@ -449,6 +449,26 @@ TEST(Broadcast, SharedMemoryRoundsMatchMpi) {
               << "limit " << limit << " lone op of " << count << " at " << i;
         }
       }
+      // A lone broadcast started together with an allreduce: the two go to the coordinator
+      // (no direct agreement for either) and run one after the other, neither staged.
+      {
+        Buffer in(DType::kFloat32, {1 << 16}), out(DType::kFloat32, {1 << 16});  // 256 KiB
+        Buffer other(DType::kFloat32, {1 << 10});
+        for (int64_t i = 0; i < in.numel(); ++i) in.Set(i, value(rank(), 11, i));
+        other.Fill(1);
+        group_start();
+        auto reduced = allreduce_nonblocking(other.view(), other.view(), false);
+        auto sent = broadcast_nonblocking(in.view(), out.view(), root);
+        ASSERT_TRUE(group_end().ok());
+        ASSERT_TRUE(reduced.ok() && sent.ok());
+        ASSERT_TRUE(wait(*reduced).ok());
+        ASSERT_TRUE(wait(*sent).ok());
+        ExpectAll(other, size(), "allreduce beside a broadcast");
+        for (int64_t i = 0; i < in.numel(); ++i) {
+          ASSERT_EQ(out.Get(i), value(root, 11, i))
+              << "limit " << limit << " negotiated op at " << i;
+        }
+      }
       Buffer sum(DType::kFloat32, {1 << 18});  // 1 MiB
       sum.Fill(rank());
       ASSERT_TRUE(allreduce(sum.view(), sum.view(), false).ok());

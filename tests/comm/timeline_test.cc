@@ -1,6 +1,9 @@
 // WEFT_TIMELINE (set by the BUILD rule to a path with %r) writes one Chrome trace per rank
 // with every phase; tests/check_trace.py validates it after shutdown.
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
 
 #include "comm/comm.h"
 #include "core/config.h"
@@ -31,6 +34,13 @@ TEST(Timeline, EveryPhaseIsRecorded) {
   config::Registry::Global().Unset("WEFT_SHARED_MEMORY_BYTES");
   testing::Buffer x(DType::kFloat32, {64});
   ASSERT_TRUE(neighbor_allreduce(x.view(), x.view(), {}, "weights.\"quoted\"").ok());
+  // 256 KiB: where the ranks can read each other's memory and have a CPU each, both read
+  // it straight from the other ranks' memory (CMA_), and otherwise neither does.
+  testing::Buffer wide(DType::kFloat32, {65536 / n});
+  testing::Arena arena;
+  ASSERT_TRUE(allgather(wide.view(), arena.allocator()).ok());
+  testing::Buffer root_only(DType::kFloat32, {65536});
+  ASSERT_TRUE(broadcast(root_only.view(), root_only.view(), 0).ok());
   testing::Buffer bad(DType::kFloat32, {rank() == 0 ? 3 : 4});
   if (size() > 1) {
     EXPECT_FALSE(allreduce(bad.view(), bad.view(), true, "mismatch").ok());
@@ -42,6 +52,11 @@ TEST(Timeline, EveryPhaseIsRecorded) {
                     " queue negotiate communicate combine";
   if (n > 1) cmd += " fuse error SHM_ALLREDUCE MPI_ALLREDUCE SHM_NEIGHBOR_ALLREDUCE";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(file);
+  const std::string trace((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(trace.find("CMA_ALLGATHER") != std::string::npos,
+            trace.find("CMA_BROADCAST") != std::string::npos)
+      << "a 256 KiB allgather and broadcast took different ways: " << file;
 }
 
 // A trace started while ops wait to be drained (here in an open group) records their
