@@ -409,6 +409,29 @@ TEST(SharedCollectivesTest, AllgatherPlacesEveryPartInRankOrder) {
   });
 }
 
+// An op of another kind between two ops of the tests below, checked: an
+// allreduce of `count` elements (sliced on more than two ranks when that is long), a
+// broadcast from rank op % size (a one-way meeting), or a small direct allgather.
+enum class Between { kNothing, kAllreduce, kBroadcast, kAllgatherDirect };
+void RunBetween(SharedCollectives& shared, int size, int rank, Between kind, size_t count, int op) {
+  if (kind == Between::kAllreduce) {
+    std::vector<float> y(count, static_cast<float>(rank));
+    shared.Allreduce({{y.data(), y.data(), count}}, DType::kFloat32, /*average=*/false, Yield);
+    ASSERT_EQ(y[count - 1], size * (size - 1) / 2.0f) << "allreduce after op " << op;
+  } else if (kind == Between::kBroadcast) {
+    std::vector<float> b(9, static_cast<float>(rank));
+    shared.Broadcast({{b.data(), b.data(), 9}}, sizeof(float), op % size, Yield);
+    ASSERT_EQ(b[8], static_cast<float>(op % size)) << "broadcast after op " << op;
+  } else if (kind == Between::kAllgatherDirect) {
+    std::vector<float> part(7, static_cast<float>(rank)), all(7 * size);
+    ASSERT_TRUE(shared
+                    .AllgatherDirect(part.data(), all.data(),
+                                     std::vector<size_t>(size, 7 * sizeof(float)), Yield)
+                    .ok());
+    ASSERT_EQ(all[7 * size - 1], size - 1.0f) << "allgather after op " << op;
+  }
+}
+
 // Direct allgathers read each part from its rank's input: parts of different lengths (one
 // empty, one spanning rounds) land in rank order, op after op, with allreduces (sliced on 3
 // and 4 ranks) and allgathers through the areas between. Each rank overwrites its input as
@@ -449,10 +472,9 @@ TEST(SharedCollectivesTest, AllgatherDirectReadsEveryPartWhereItIs) {
           at += parts[r];
         }
         if (op % 4 == 1) {
-          const size_t n = SharedCollectives::kRoundBytes / sizeof(float) + 9;
-          std::vector<float> y(n, static_cast<float>(rank));
-          shared.Allreduce({{y.data(), y.data(), n}}, DType::kFloat32, /*average=*/false, Yield);
-          ASSERT_EQ(y[n - 1], size * (size - 1) / 2.0f) << "allreduce after op " << op;
+          ASSERT_NO_FATAL_FAILURE(RunBetween(shared, size, rank, Between::kAllreduce,
+                                             SharedCollectives::kRoundBytes / sizeof(float) + 9,
+                                             op));
         }
       }
     });
@@ -496,10 +518,9 @@ TEST(SharedCollectivesTest, BroadcastDirectReadsTheRootsInput) {
                                          << " rank " << rank << " byte " << i;
         }
         if (op % 4 == 1) {
-          const size_t n = SharedCollectives::kRoundBytes / sizeof(float) + 9;
-          std::vector<float> y(n, static_cast<float>(rank));
-          shared.Allreduce({{y.data(), y.data(), n}}, DType::kFloat32, /*average=*/false, Yield);
-          ASSERT_EQ(y[n - 1], size * (size - 1) / 2.0f) << "allreduce after op " << op;
+          ASSERT_NO_FATAL_FAILURE(RunBetween(shared, size, rank, Between::kAllreduce,
+                                             SharedCollectives::kRoundBytes / sizeof(float) + 9,
+                                             op));
         }
       }
     });
@@ -547,29 +568,6 @@ TEST(SharedCollectivesTest, DirectReadsFailOnlyOnTheRankThatCannotRead) {
     shared.Allreduce({{y.data(), y.data(), y.size()}}, DType::kFloat32, /*average=*/false, Yield);
     EXPECT_EQ(y[999], 6.0f);
   });
-}
-
-// An op of another kind between two neighbor exchanges (their tests below), checked: an
-// allreduce of `count` elements (sliced on more than two ranks when that is long), a
-// broadcast from rank op % size (a one-way meeting), or a small direct allgather.
-enum class Between { kNothing, kAllreduce, kBroadcast, kAllgatherDirect };
-void RunBetween(SharedCollectives& shared, int size, int rank, Between kind, size_t count, int op) {
-  if (kind == Between::kAllreduce) {
-    std::vector<float> y(count, static_cast<float>(rank));
-    shared.Allreduce({{y.data(), y.data(), count}}, DType::kFloat32, /*average=*/false, Yield);
-    ASSERT_EQ(y[count - 1], size * (size - 1) / 2.0f) << "allreduce after op " << op;
-  } else if (kind == Between::kBroadcast) {
-    std::vector<float> b(9, static_cast<float>(rank));
-    shared.Broadcast({{b.data(), b.data(), 9}}, sizeof(float), op % size, Yield);
-    ASSERT_EQ(b[8], static_cast<float>(op % size)) << "broadcast after op " << op;
-  } else if (kind == Between::kAllgatherDirect) {
-    std::vector<float> part(7, static_cast<float>(rank)), all(7 * size);
-    ASSERT_TRUE(shared
-                    .AllgatherDirect(part.data(), all.data(),
-                                     std::vector<size_t>(size, 7 * sizeof(float)), Yield)
-                    .ok());
-    ASSERT_EQ(all[7 * size - 1], size - 1.0f) << "allgather after op " << op;
-  }
 }
 
 // A direct neighbor exchange: each rank sends to the next two ranks (itself too on 2
