@@ -54,9 +54,6 @@ class Coordinator {
 
   // Keys some ranks submitted and others did not.
   size_t pending() const { return pending_.size() + unnamed_keys_; }
-  // Whether the unnamed ops of `scope` (KeyScope) can no longer be matched across ranks: one
-  // timed out waiting for a rank (CheckStalls), and every later one fails.
-  bool LostOrder(const std::string& scope) const { return lost_order_.count(scope) > 0; }
 
  private:
   struct Entry {
