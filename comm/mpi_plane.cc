@@ -188,9 +188,9 @@ const config::IntSetting kSharedMemoryBytes(
     "instead of MPI's collectives and point-to-point messages. -1: 512 KiB (allgathers: 128 "
     "KiB where larger ones read the other ranks' memory instead, "
     "WEFT_CROSS_MEMORY_ATTACH_BYTES; broadcasts of one tensor: under 128 KiB there), but "
-    "any size when the machine's ranks outnumber its "
-    "CPUs, and for allreduces and broadcasts (but those) when the job has two ranks; neighbor "
-    "allreduces: 64 KiB; 0: never. Every rank must see the same value.",
+    "any size when the machine's ranks outnumber its CPUs, and for allreduces and the other "
+    "broadcasts when the job has two ranks; neighbor allreduces: 64 KiB; 0: never. Every "
+    "rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 const config::IntSetting kSharedMemoryStream(
@@ -213,11 +213,10 @@ const config::IntSetting kCrossMemoryAttachBytes(
     "broadcasts of one tensor over all of them, of 128 KiB up to this many bytes, where the "
     "machine's ranks do not outnumber its CPUs (the others copy the root's input into their "
     "outputs), instead of going through shared memory or MPI's broadcast. -1: 2 MiB for "
-    "allgathers, 4 MiB for neighbor allreduces, no limit "
-    "for broadcasts; 0: never. Each needs the shared "
-    "memory segment (not mapped when WEFT_SHARED_MEMORY_BYTES is 0 at init()). While it is not 0 "
-    "and WEFT_SHARED_MEMORY_BYTES is -1, allgathers of "
-    "more than 128 KiB, and broadcasts of one tensor of 128 KiB or more, go this way rather "
+    "allgathers, 4 MiB for neighbor allreduces, no limit for broadcasts; 0: never. Each needs "
+    "the shared memory segment (not mapped when WEFT_SHARED_MEMORY_BYTES is 0 at init()). "
+    "While it is not 0 and WEFT_SHARED_MEMORY_BYTES is -1, allgathers of more than 128 KiB, "
+    "and broadcasts of one tensor of 128 KiB or more, go this way rather "
     "than through shared memory, unless the machine's ranks outnumber its CPUs. Every rank "
     "must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
@@ -484,8 +483,7 @@ MpiPlane::MpiPlane(const Context& ctx, Timeline* timeline, PeerTransport* peers,
       shared_->EnableDirectReads(std::move(pids));
     } else if (wanted && ctx.rank == 0) {
       WEFT_LOG(Info) << "allgathers, broadcasts and neighbor allreduces go through shared memory "
-                        "or MPI: "
-                        "the ranks cannot read each other's memory (process_vm_readv)";
+                        "or MPI: the ranks cannot read each other's memory (process_vm_readv)";
     }
   }
 }
