@@ -189,8 +189,9 @@ const config::IntSetting kSharedMemoryBytes(
     "KiB where larger ones read the other ranks' memory instead, "
     "WEFT_CROSS_MEMORY_ATTACH_BYTES; broadcasts of one tensor: under 128 KiB there), but "
     "any size when the machine's ranks outnumber its CPUs, and for allreduces and the other "
-    "broadcasts when the job has two ranks; neighbor allreduces: 64 KiB; 0: never. Every "
-    "rank must see the same value.",
+    "broadcasts when the job has two ranks; neighbor allreduces: up to 64 KiB and from more "
+    "than 4 MiB (between them they read the other ranks' memory or go through MPI); 0: never. "
+    "Every rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 const config::IntSetting kSharedMemoryStream(
@@ -301,6 +302,15 @@ bool UseSharedMemory(size_t bytes, bool any_size,
 // one-peer schedule while 4 ranks sharing 2 CPUs still gained; from 512 KiB they lost
 // (bench/README.md).
 constexpr int64_t kSharedExchangeBytes = int64_t{64} << 10;
+// Neighbor allreduces of more than this many bytes (the direct reads' limit) go through
+// shared memory again, unless WEFT_SHARED_MEMORY_BYTES says otherwise, instead of Open MPI's
+// sends and receives. Past the caches both of the other ways read each peer's whole input
+// into a receive buffer and then combine it, a round trip through memory per peer that the
+// segment's rounds leave out (each half is combined while it is still in the cache): from
+// 8 MiB to 64 MiB the raw exchange's time over weft's went from 0.85-1.24 to 0.95-2.31 on 2
+// ranks with a CPU each, and from 0.65-1.22 to 1.19-2.44 on 4 ranks sharing 2 CPUs; at 4 MiB
+// and below the direct reads were as fast or faster (bench/README.md).
+constexpr int64_t kSharedExchangeAboveBytes = int64_t{4} << 20;
 // Neighbor allreduces past that limit, of at least this many bytes (and up to
 // WEFT_CROSS_MEMORY_ATTACH_BYTES), read their peers' inputs where they are, where they can
 // (the floor matters where WEFT_SHARED_MEMORY_BYTES is set lower). Below it Open MPI sends
@@ -1108,6 +1118,9 @@ MpiPlane::ExchangeWay MpiPlane::NeighborExchangeWay(size_t bytes, bool whole) co
   if (shared_->direct_reads() && bytes >= kDirectExchangeFromBytes &&
       UseDirectReads(bytes, kDirectExchangeBytes)) {
     return ExchangeWay::kDirect;
+  }
+  if (kSharedMemoryBytes.Get() < 0 && bytes > static_cast<uint64_t>(kSharedExchangeAboveBytes)) {
+    return ExchangeWay::kShared;
   }
   return ExchangeWay::kTransport;
 }

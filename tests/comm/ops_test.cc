@@ -705,34 +705,47 @@ TEST(NeighborAllreduce, DynamicOnePeerScheduleWithDstWeights) {
   }
 }
 
-// Large exchanges travel in chunks and are combined chunk by chunk as they arrive: every
-// element its own value, sizes that are not a multiple of a chunk, in place (where a chunk
-// must have left before its result overwrites it) and not, with scaled sends (dst weights).
+// Large exchanges over the transport travel in chunks and are combined chunk by chunk as
+// they arrive; through shared memory (the default past 4 MiB on one machine) in rounds:
+// every element its own value, sizes that are not a multiple of a chunk or a round, in
+// place (where a chunk must have left before its result overwrites it) and not, with
+// scaled sends (dst weights), each way.
 TEST(NeighborAllreduce, ElementsKeepTheirPlaceInLargeExchanges) {
   const int n = size();
   if (n < 2) GTEST_SKIP() << "needs 2 ranks";
   const int to = (rank() + 1) % n, from = (rank() + n - 1) % n;
-  for (int64_t count : {int64_t{1000003}, (int64_t{3} << 20) + 5}) {
-    for (bool in_place : {false, true}) {
-      NeighborAllreduceOptions opts;
-      opts.self_weight = 0.5;
-      opts.src_weights = std::map<int, double>{{from, 0.25}};
-      opts.dst_weights = std::map<int, double>{{to, 2.0}};
-      Buffer x(DType::kFloat32, {count}), y(DType::kFloat32, {count});
-      for (int64_t i = 0; i < count; ++i) x.Set(i, (rank() + 1) * (i % 13 + 1));
-      Buffer& out = in_place ? x : y;
-      ASSERT_TRUE(neighbor_allreduce(x.view(), out.view(), opts).ok()) << count;
-      int64_t wrong = 0, first = -1;
-      for (int64_t i = 0; i < count; ++i) {
-        const double expected = (0.5 * (rank() + 1) + 0.25 * 2.0 * (from + 1)) * (i % 13 + 1);
-        if (out.Get(i) != expected) {
-          if (first < 0) first = i;
-          ++wrong;
+  for (const char* way : {"transport", "default"}) {
+    const bool transport = std::string(way) == "transport";
+    ASSERT_TRUE(
+        config::Registry::Global().Set("WEFT_SHARED_MEMORY_BYTES", transport ? "0" : "-1").ok());
+    ASSERT_TRUE(config::Registry::Global()
+                    .Set("WEFT_CROSS_MEMORY_ATTACH_BYTES", transport ? "0" : "-1")
+                    .ok());
+    for (int64_t count : {int64_t{1000003}, (int64_t{3} << 20) + 5}) {
+      for (bool in_place : {false, true}) {
+        NeighborAllreduceOptions opts;
+        opts.self_weight = 0.5;
+        opts.src_weights = std::map<int, double>{{from, 0.25}};
+        opts.dst_weights = std::map<int, double>{{to, 2.0}};
+        Buffer x(DType::kFloat32, {count}), y(DType::kFloat32, {count});
+        for (int64_t i = 0; i < count; ++i) x.Set(i, (rank() + 1) * (i % 13 + 1));
+        Buffer& out = in_place ? x : y;
+        ASSERT_TRUE(neighbor_allreduce(x.view(), out.view(), opts).ok()) << count;
+        int64_t wrong = 0, first = -1;
+        for (int64_t i = 0; i < count; ++i) {
+          const double expected = (0.5 * (rank() + 1) + 0.25 * 2.0 * (from + 1)) * (i % 13 + 1);
+          if (out.Get(i) != expected) {
+            if (first < 0) first = i;
+            ++wrong;
+          }
         }
+        EXPECT_EQ(wrong, 0) << way << ", " << count << (in_place ? " in place" : "")
+                            << ": first wrong at " << first;
       }
-      EXPECT_EQ(wrong, 0) << count << (in_place ? " in place" : "") << ": first wrong at " << first;
     }
   }
+  config::Registry::Global().Unset("WEFT_SHARED_MEMORY_BYTES");
+  config::Registry::Global().Unset("WEFT_CROSS_MEMORY_ATTACH_BYTES");
 }
 
 // Neighbor allreduces through shared memory (every rank on this machine,

@@ -41,6 +41,9 @@ TEST(Timeline, EveryPhaseIsRecorded) {
   ASSERT_TRUE(allgather(wide.view(), arena.allocator()).ok());
   testing::Buffer root_only(DType::kFloat32, {65536});
   ASSERT_TRUE(broadcast(root_only.view(), root_only.view(), 0).ok());
+  // 5 MiB: past the direct reads' limit a neighbor allreduce goes through shared memory.
+  testing::Buffer large(DType::kFloat32, {5 << 18});
+  ASSERT_TRUE(neighbor_allreduce(large.view(), large.view(), {}, "large.exchange").ok());
   testing::Buffer bad(DType::kFloat32, {rank() == 0 ? 3 : 4});
   if (size() > 1) {
     EXPECT_FALSE(allreduce(bad.view(), bad.view(), true, "mismatch").ok());
@@ -57,6 +60,17 @@ TEST(Timeline, EveryPhaseIsRecorded) {
   EXPECT_EQ(trace.find("CMA_ALLGATHER") != std::string::npos,
             trace.find("CMA_BROADCAST") != std::string::npos)
       << "a 256 KiB allgather and broadcast took different ways: " << file;
+  if (n > 1) {
+    // Its events, one per line: the transfer's names the way it took.
+    const std::string tensor = "'large.exchange'\"";
+    const std::string shared = "{\"name\": \"SHM_NEIGHBOR_ALLREDUCE\"";
+    bool found = false;
+    for (size_t at = trace.find(tensor); !found && at != std::string::npos;
+         at = trace.find(tensor, at + 1)) {
+      found = trace.compare(trace.rfind('\n', at) + 1, shared.size(), shared) == 0;
+    }
+    EXPECT_TRUE(found) << "a 5 MiB neighbor allreduce did not go through shared memory: " << file;
+  }
 }
 
 // A trace started while ops wait to be drained (here in an open group) records their
