@@ -753,8 +753,7 @@ Staged MpiPlane::Stage(Request& r) {
     case OpType::kNeighborAllreduce:
       switch (NeighborExchangeWay(bytes, /*whole=*/true)) {
         case ExchangeWay::kShared:
-          return segment(shared_->StageExchange(r.in.data(), static_cast<size_t>(r.in.numel()),
-                                                dtype, r.send, idle_));
+          return segment(shared_->StageExchange(pieces(), dtype, r.send, idle_));
         case ExchangeWay::kDirect:
           return shared_->StageDirect(r.in.data(), &r.send) ? Staged::kDirectReads : Staged::kNone;
         case ExchangeWay::kTransport:
@@ -1026,6 +1025,30 @@ Status MpiPlane::ExchangeAndCombine(Group& group, const std::vector<std::pair<in
   Request& r = *group[0];
   const DType dtype = r.in.dtype();
   const size_t item = DTypeSize(dtype);
+  if (way == ExchangeWay::kShared) {
+    // Round by round, straight from the senders' halves (or their scaled copies), each
+    // tensor of a fused group read and written where it is.
+    const std::vector<SharedCollectives::Piece> pieces = SharedPieces(group);
+    size_t count = 0;
+    for (const auto& p : pieces) count += p.count;
+    const Readers peers =
+        PeersToRead(recv, std::min(count, shared_->ExchangeRoundElements(item)) * item);
+    std::vector<WeightedTerm> terms;
+    const int64_t start = TraceStart(timeline_);
+    shared_->Exchange(
+        pieces, dtype, r.send, peers.from, peers.into,
+        [&](const SharedCollectives::Piece& p, size_t at, size_t n,
+            const std::vector<const char*>& received) {
+          terms.assign(1, {static_cast<const char*>(p.in) + at * item, r.self_weight});
+          for (size_t k = 0; k < received.size(); ++k) {
+            terms.push_back({received[k], peers.weights[k]});
+          }
+          WeightedSum(static_cast<char*>(p.out) + at * item, dtype, n, terms);
+        },
+        idle_, Ahead(group, Staged::kSegment));
+    Trace(group, "communicate", start);
+    return OkStatus();
+  }
   // A lone op sends straight from its input and combines into its output; a fused group
   // goes through the fusion buffer.
   size_t count = static_cast<size_t>(r.in.numel());
@@ -1036,23 +1059,7 @@ Status MpiPlane::ExchangeAndCombine(Group& group, const std::vector<std::pair<in
     send_buf = out;
   }
   int64_t start = TraceStart(timeline_);
-  if (way == ExchangeWay::kShared) {
-    // Round by round, straight from the senders' halves (or their scaled copies).
-    const Readers peers =
-        PeersToRead(recv, std::min(count, shared_->ExchangeRoundElements(item)) * item);
-    std::vector<WeightedTerm> terms;
-    shared_->Exchange(
-        send_buf, count, dtype, r.send, peers.from, peers.into,
-        [&](size_t begin, size_t end, const std::vector<const char*>& received) {
-          terms.assign(1, {send_buf + begin * item, r.self_weight});
-          for (size_t k = 0; k < received.size(); ++k) {
-            terms.push_back({received[k], peers.weights[k]});
-          }
-          WeightedSum(out + begin * item, dtype, end - begin, terms);
-        },
-        idle_, Ahead(group, Staged::kSegment));
-    for (auto& member : group) member->backend = "SHM";
-  } else if (way == ExchangeWay::kDirect) {
+  if (way == ExchangeWay::kDirect) {
     // Read every peer's input whole, then combine: `out` may be this rank's input (in
     // place, or a fused group's buffer), which the others read until the second meeting.
     const Readers peers = PeersToRead(recv, count * item);

@@ -495,7 +495,7 @@ void SharedCollectives::Allgather(const void* in, void* out, const std::vector<s
   }
 }
 
-void SharedCollectives::Exchange(const void* in, size_t count, DType dtype,
+void SharedCollectives::Exchange(const std::vector<Piece>& pieces, DType dtype,
                                  const std::vector<std::pair<int, double>>& send,
                                  const std::vector<int>& from, const std::vector<char*>& scratch,
                                  const Received& arrived,
@@ -505,7 +505,9 @@ void SharedCollectives::Exchange(const void* in, size_t count, DType dtype,
   const size_t item = DTypeSize(dtype);
   const size_t head = ScalesBytes();
   const size_t per_round = ExchangeRoundElements(item);
-  std::vector<const char*> received(from.size());
+  size_t count = 0;
+  for (const Piece& p : pieces) count += p.count;
+  std::vector<const char*> round(from.size()), run(from.size());
   for (size_t base = 0; base < count; base += per_round, ++halves_) {
     const size_t m = std::min(per_round, count - base);
     if (ahead && base == 0) {
@@ -513,38 +515,47 @@ void SharedCollectives::Exchange(const void* in, size_t count, DType dtype,
     } else {
       StartRound(/*timed=*/false);
       BeforeWrite(idle);
-      WriteExchange(in, base, m, item, send);
+      WriteExchange(pieces, base, m, item, send);
       Meet(idle);
     }
     for (size_t k = 0; k < from.size(); ++k) {
       const char* theirs = half(from[k]);
       const double factor = reinterpret_cast<const double*>(theirs)[rank_];
-      received[k] = theirs + head;
+      round[k] = theirs + head;
       if (factor != 1.0) {
-        WeightedSum(scratch[k], dtype, m, {{received[k], factor}});
-        received[k] = scratch[k];
+        WeightedSum(scratch[k], dtype, m, {{round[k], factor}});
+        round[k] = scratch[k];
       }
     }
-    arrived(base, base + m, received);
+    ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
+      for (size_t k = 0; k < from.size(); ++k) run[k] = round[k] + pos * item;
+      arrived(p, at, n, run);
+    });
   }
 }
 
-void SharedCollectives::WriteExchange(const void* in, size_t base, size_t m, size_t item,
+void SharedCollectives::WriteExchange(const std::vector<Piece>& pieces, size_t base, size_t m,
+                                      size_t item,
                                       const std::vector<std::pair<int, double>>& send) {
   char* mine = half(rank_);
   // Every destination's scale, so that none is left from a round before.
   auto* scales = reinterpret_cast<double*>(mine);
   std::fill(scales, scales + size_, 1.0);
   for (const auto& [to, factor] : send) scales[to] = factor;
-  CopyIn(mine + ScalesBytes(), static_cast<const char*>(in) + base * item, m * item);
+  char* data = mine + ScalesBytes();
+  ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
+    CopyIn(data + pos * item, static_cast<const char*>(p.in) + at * item, n * item);
+  });
 }
 
-bool SharedCollectives::StageExchange(const void* in, size_t count, DType dtype,
+bool SharedCollectives::StageExchange(const std::vector<Piece>& pieces, DType dtype,
                                       const std::vector<std::pair<int, double>>& send,
                                       const std::function<void(int64_t since)>& idle) {
   const size_t item = DTypeSize(dtype);
+  size_t count = 0;
+  for (const Piece& p : pieces) count += p.count;
   return StageHalf(/*writes=*/true, idle, [&] {
-    WriteExchange(in, 0, std::min(ExchangeRoundElements(item), count), item, send);
+    WriteExchange(pieces, 0, std::min(ExchangeRoundElements(item), count), item, send);
   });
 }
 

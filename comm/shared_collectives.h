@@ -15,7 +15,7 @@
 //   - allgather: each rank copies its part into its half (and into its own output
 //     directly); meeting; each rank copies the others' parts out;
 //   - neighbor exchange: each rank writes the scale it sends to each destination at the
-//     head of its half and copies its input after it; meeting; each rank combines its
+//     head of its half and copies its inputs after it; meeting; each rank combines its
 //     in-neighbors' halves (scaled as their senders say) into its output.
 // A larger allgather may read the others' parts where they are instead (AllgatherDirect),
 // where the kernel lets the ranks read each other's memory (Linux's cross-memory attach,
@@ -189,26 +189,28 @@ class SharedCollectives {
   // Posts what this rank's AllgatherDirect, BroadcastDirect or ExchangeDirect of `in` posts
   // before its first meeting (`send`: ExchangeDirect's scales; null for the others) ahead.
   bool StageDirect(const void* in, const std::vector<std::pair<int, double>>* send);
-  // What a neighbor exchange through the areas hands over per round (Exchange): for each
-  // in-neighbor k, the round's elements of its input as it sends them to this rank.
-  using Received =
-      std::function<void(size_t begin, size_t end, const std::vector<const char*>& received)>;
+  // What a neighbor exchange through the areas hands over (Exchange): for each in-neighbor
+  // k, a run of its input as it sends it to this rank, beside the piece it goes with.
+  using Received = std::function<void(const Piece& piece, size_t at, size_t n,
+                                      const std::vector<const char*>& received)>;
   // A neighbor exchange through the areas, in rounds in halves (every rank calls it for the
-  // same ops, each with `count` elements of `dtype`): each rank writes the scale it sends to
-  // each destination (`send`: rank and scale; 1 for the others) at the head of its half and
-  // copies the round's part of `in` after it; meeting; then arrived(begin, end, received)
-  // runs for the round's elements [begin, end), received[k] pointing at element `begin` of
-  // rank from[k]'s input as that rank sends it to this one: in the sender's half where its
-  // scale is 1, else multiplied by the scale into scratch[k] (which holds at least
-  // min(count, ExchangeRoundElements) elements) as reduce.h's WeightedSum makes a sender's scaled
-  // copy (the same bits); they hold during that call. `in` may be the output arrived()
-  // writes: no rank reads a round's part of it after the round's meeting.
-  void Exchange(const void* in, size_t count, DType dtype,
+  // same ops, with pieces of the same counts, of `dtype`, taken as one sequence): each rank
+  // writes the scale it sends to each destination (`send`: rank and scale; 1 for the
+  // others) at the head of its half and copies the round's part of its pieces' inputs after
+  // it; meeting; then, for each piece's run of the round, arrived(piece, at, n, received)
+  // runs for its elements [at, at + n), received[k] pointing at the first of them in rank
+  // from[k]'s input as that rank sends it to this one: in the sender's half where its scale
+  // is 1, else multiplied by the scale into scratch[k] (which holds at least min(total,
+  // ExchangeRoundElements) elements) as reduce.h's WeightedSum makes a sender's scaled copy
+  // (the same bits); they hold during that call. A piece's output may be its input (what
+  // arrived() writes): no rank reads a round's part of it after the round's meeting. So a
+  // fused group needs no fusion buffer.
+  void Exchange(const std::vector<Piece>& pieces, DType dtype,
                 const std::vector<std::pair<int, double>>& send, const std::vector<int>& from,
                 const std::vector<char*>& scratch, const Received& arrived,
                 const std::function<void(int64_t since)>& idle, bool staged = false);
   // Writes this rank's first round of that Exchange ahead.
-  bool StageExchange(const void* in, size_t count, DType dtype,
+  bool StageExchange(const std::vector<Piece>& pieces, DType dtype,
                      const std::vector<std::pair<int, double>>& send,
                      const std::function<void(int64_t since)>& idle);
   // Elements of `item` bytes per round of Exchange.
@@ -250,7 +252,7 @@ class SharedCollectives {
   // [base, base + m).
   void WritePieces(const std::vector<Piece>& pieces, size_t base, size_t m, size_t item);
   void WritePart(const void* in, size_t base, size_t n);
-  void WriteExchange(const void* in, size_t base, size_t m, size_t item,
+  void WriteExchange(const std::vector<Piece>& pieces, size_t base, size_t m, size_t item,
                      const std::vector<std::pair<int, double>>& send);
   // Posts ExchangeDirect's scales in this rank's row of the table.
   void PostScales(const std::vector<std::pair<int, double>>& send);

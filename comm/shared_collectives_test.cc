@@ -628,9 +628,10 @@ TEST(SharedCollectivesTest, ExchangeDirectReadsScaledAsEachSenderSays) {
 
 // A neighbor exchange through the areas hands each rank its in-neighbors' inputs, each
 // scaled as its sender says (bit for bit as WeightedSum scales a sender's copy), round by
-// round, op after op: long ops span rounds, one rank in turn starts late, the receiver
-// writes over its own input from inside each round (in place), and broadcasts (one-way
-// meetings), sliced allreduces and direct allgathers run between.
+// round, op after op: long ops span rounds, some in pieces (a fused group, one piece
+// empty) that the rounds cut across, one rank in turn starts late, the receiver writes over
+// its own input from inside each round (in place), and broadcasts (one-way meetings),
+// sliced allreduces and direct allgathers run between.
 TEST(SharedCollectivesTest, ExchangeScalesAsEachSenderSaysRoundByRound) {
   for (int size : {2, 3, 4}) {
     OnRanksCopying(size, CopyWays()[3].second, [&](int rank, SharedCollectives& shared) {
@@ -660,16 +661,28 @@ TEST(SharedCollectivesTest, ExchangeScalesAsEachSenderSaysRoundByRound) {
             scratch(from.size(), std::vector<float>(count));
         std::vector<char*> into;
         for (auto& v : scratch) into.push_back(reinterpret_cast<char*>(v.data()));
+        // The input as one piece, or (every third op) as three, one of them empty, which the
+        // rounds cut across: each piece its own output (in place).
+        std::vector<SharedCollectives::Piece> pieces;
+        std::vector<size_t> cuts = {0, count};
+        if (op % 3 == 0) cuts = {0, count / 3, count / 3, count / 3 + count / 2 + 1, count};
+        for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+          pieces.push_back({in.data() + cuts[c], in.data() + cuts[c], cuts[c + 1] - cuts[c]});
+        }
         size_t next = 0;
         shared.Exchange(
-            in.data(), count, DType::kFloat32, send, from, into,
-            [&](size_t begin, size_t end, const std::vector<const char*>& received) {
+            pieces, DType::kFloat32, send, from, into,
+            [&](const SharedCollectives::Piece& p, size_t at, size_t n,
+                const std::vector<const char*>& received) {
+              const size_t begin = static_cast<const float*>(p.in) - in.data() + at;
               ASSERT_EQ(begin, next);
-              next = end;
+              ASSERT_LE(at + n, p.count);
+              next = begin + n;
               for (size_t k = 0; k < from.size(); ++k) {
-                std::memcpy(&got[k][begin], received[k], (end - begin) * sizeof(float));
+                std::memcpy(&got[k][begin], received[k], n * sizeof(float));
               }
-              std::fill(in.begin() + begin, in.begin() + end, -1.0f);
+              std::fill(static_cast<float*>(p.out) + at, static_cast<float*>(p.out) + at + n,
+                        -1.0f);
             },
             Yield);
         ASSERT_EQ(next, count);
@@ -761,7 +774,8 @@ TEST(SharedCollectivesTest, StagedOpsTakeTheCallersMeetingForTheirFirst) {
             case kAllgather:
               return shared.StageAllgather(in.data(), parts[rank], Yield);
             case kExchange:
-              return shared.StageExchange(in.data(), count, DType::kFloat32, send, Yield);
+              return shared.StageExchange({{in.data(), in.data(), count}}, DType::kFloat32, send,
+                                          Yield);
             case kAllgatherDirect:
             case kBroadcastDirect:
               return shared.StageDirect(in.data(), nullptr);
@@ -787,10 +801,11 @@ TEST(SharedCollectivesTest, StagedOpsTakeTheCallersMeetingForTheirFirst) {
               break;
             case kExchange:
               shared.Exchange(
-                  in.data(), count, DType::kFloat32, send, {from},
+                  {{in.data(), in.data(), count}}, DType::kFloat32, send, {from},
                   {reinterpret_cast<char*>(round_scratch.data())},
-                  [&](size_t begin, size_t end, const std::vector<const char*>& received) {
-                    std::memcpy(&got[begin], received[0], (end - begin) * sizeof(float));
+                  [&](const SharedCollectives::Piece&, size_t at, size_t n,
+                      const std::vector<const char*>& received) {
+                    std::memcpy(&got[at], received[0], n * sizeof(float));
                   },
                   Yield, staged);
               break;
