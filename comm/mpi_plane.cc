@@ -302,6 +302,13 @@ bool UseSharedMemory(size_t bytes, bool any_size,
 // one-peer schedule while 4 ranks sharing 2 CPUs still gained; from 512 KiB they lost
 // (bench/README.md).
 constexpr int64_t kSharedExchangeBytes = int64_t{64} << 10;
+// Neighbor allreduces past that limit, of at least this many bytes (and up to
+// WEFT_CROSS_MEMORY_ATTACH_BYTES), read their peers' inputs where they are, where they can
+// (the floor matters where WEFT_SHARED_MEMORY_BYTES is set lower). Below it Open MPI sends
+// eagerly (its shared-memory transport's eager limit is 4 KiB), in about 1 us on 2 ranks,
+// where the two meetings and the system call take about 3.5 us more (bench/README.md); from
+// it Open MPI also reads the other process's memory, after a handshake of its own.
+constexpr size_t kDirectExchangeFromBytes = size_t{4} << 10;
 // Neighbor allreduces of more than this many bytes (the direct reads' limit) go through
 // shared memory again, unless WEFT_SHARED_MEMORY_BYTES says otherwise, instead of Open MPI's
 // sends and receives. Past the caches both of the other ways read each peer's whole input
@@ -310,14 +317,7 @@ constexpr int64_t kSharedExchangeBytes = int64_t{64} << 10;
 // 8 MiB to 64 MiB the raw exchange's time over weft's went from 0.85-1.24 to 0.95-2.31 on 2
 // ranks with a CPU each, and from 0.65-1.22 to 1.19-2.44 on 4 ranks sharing 2 CPUs; at 4 MiB
 // and below the direct reads were as fast or faster (bench/README.md).
-constexpr int64_t kSharedExchangeAboveBytes = int64_t{4} << 20;
-// Neighbor allreduces past that limit, of at least this many bytes (and up to
-// WEFT_CROSS_MEMORY_ATTACH_BYTES), read their peers' inputs where they are, where they can
-// (the floor matters where WEFT_SHARED_MEMORY_BYTES is set lower). Below it Open MPI sends
-// eagerly (its shared-memory transport's eager limit is 4 KiB), in about 1 us on 2 ranks,
-// where the two meetings and the system call take about 3.5 us more (bench/README.md); from
-// it Open MPI also reads the other process's memory, after a handshake of its own.
-constexpr size_t kDirectExchangeFromBytes = size_t{4} << 10;
+constexpr int64_t kSharedExchangeAboveBytes = kDirectExchangeBytes;
 // Allgathers of more than this many bytes read the others' parts where they are, where
 // they can, unless WEFT_SHARED_MEMORY_BYTES says otherwise (UseSharedMemory).
 constexpr int64_t kDirectAllgatherAboveBytes = int64_t{128} << 10;
