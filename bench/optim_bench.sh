@@ -20,9 +20,13 @@
 #                                                       step(), with nothing to hide it
 #   hidden    = 1 - exposed / isolated
 #   vs_GA     = exposed / exposed(gradient allreduce)
-# ATC does its local updates in the gradient hooks, outside step(), so its step_ms lacks
-# them (its e2e_ms does not). Run it on an otherwise idle machine: the numbers are
-# differences of timings. Environment: OPTIM_BENCH_HIDDEN, OPTIM_BENCH_STEPS,
+#   e2e_range the lowest and highest e2e_ms over the runs
+# Every figure is the median over OPTIM_BENCH_RUNS runs (default 3) of each optimizer, the
+# optimizers taking turns run after run, so that a drift of the machine's speed lands on
+# all of them alike; the differences above are taken between those medians. ATC does its
+# local updates in the gradient hooks, outside step(), so its step_ms lacks them (its
+# e2e_ms does not). Run it on an otherwise idle machine: the numbers are differences of
+# timings. Environment: OPTIM_BENCH_RUNS, OPTIM_BENCH_HIDDEN, OPTIM_BENCH_STEPS,
 # OPTIM_BENCH_EPOCHS.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,6 +36,8 @@ ranks=("$@")
 hidden=${OPTIM_BENCH_HIDDEN:-1536}
 steps=${OPTIM_BENCH_STEPS:-25}
 epochs=${OPTIM_BENCH_EPOCHS:-2}
+runs=${OPTIM_BENCH_RUNS:-3}
+[[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "OPTIM_BENCH_RUNS must be a positive count" >&2; exit 2; }
 
 "${BAZEL:-bazel}" build -c opt //examples:train >&2
 binary=$("${BAZEL:-bazel}" info -c opt bazel-bin 2>/dev/null)/examples/train
@@ -49,6 +55,12 @@ run() {  # ranks, args... -> the RESULT line's fields
 }
 field() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 ratio() { awk -v e="$1" -v g="$2" 'BEGIN { if (g <= 0) print "n/a"; else printf "%.2fx", e / g }'; }
+# The median, and the lowest-highest range, of the numbers given as arguments.
+median() {
+  printf '%s\n' "$@" | sort -g |
+    awk '{ v[NR] = $1 } END { printf "%.2f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+span() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.1f-%.1f", lo, hi }'; }
 
 configs=(
   "local|--optimizer local"
@@ -60,46 +72,66 @@ configs=(
   "push_sum one-peer|--optimizer push_sum"
 )
 
-echo "### optim_bench: $(nproc) cores, model --hidden $hidden, $epochs epochs x $steps steps, batch 64"
+echo "### optim_bench: $(nproc) cores, model --hidden $hidden, $epochs epochs x $steps steps, batch 64," \
+  "medians of $runs runs"
 for n in "${ranks[@]}"; do
+  # label -> the runs' figures, space-separated
+  declare -A e2e_runs=() ms_runs=() isolated_runs=()
+  for (( k = 1; k <= runs; k++ )); do
+    for c in "${configs[@]}"; do
+      label=${c%%|*}
+      args=${c#*|}
+      common=(--hidden "$hidden" --steps "$steps" --epochs "$epochs")
+      # shellcheck disable=SC2086
+      r=$(run "$n" $args "${common[@]}")
+      e2e_runs[$label]+=" $(awk -v t="$(field "$r" train_s)" -v s="$(field "$r" steps)" \
+        'BEGIN { printf "%.2f", 1000 * t / s }')"
+      ms_runs[$label]+=" $(field "$r" step_ms)"
+      [ "$label" = local ] && continue
+      # shellcheck disable=SC2086
+      r2=$(run "$n" $args "${common[@]}" --no-overlap)
+      isolated_runs[$label]+=" $(field "$r2" step_ms)"
+    done
+  done
   echo
   echo "ranks=$n"
-  printf '%-20s %8s %8s %9s %8s %10s %11s %8s %8s\n' optimizer e2e_ms comm_ms e2e_vs_GA \
-    step_ms exposed_ms isolated_ms hidden vs_GA
+  printf '%-20s %8s %11s %8s %9s %8s %10s %11s %8s %8s\n' optimizer e2e_ms e2e_range comm_ms \
+    e2e_vs_GA step_ms exposed_ms isolated_ms hidden vs_GA
   local_ms=
   local_e2e=
   ga_exposed=
   ga_comm=
   for c in "${configs[@]}"; do
     label=${c%%|*}
-    args=${c#*|}
-    common=(--hidden "$hidden" --steps "$steps" --epochs "$epochs")
     # shellcheck disable=SC2086
-    r=$(run "$n" $args "${common[@]}")
-    e2e=$(awk -v t="$(field "$r" train_s)" -v s="$(field "$r" steps)" \
-      'BEGIN { printf "%.2f", 1000 * t / s }')
-    ms=$(field "$r" step_ms)
+    e2e=$(median ${e2e_runs[$label]})
+    # shellcheck disable=SC2086
+    range=$(span ${e2e_runs[$label]})
+    # shellcheck disable=SC2086
+    ms=$(median ${ms_runs[$label]})
     if [ "$label" = local ]; then
       local_ms=$ms
       local_e2e=$e2e
-      printf '%-20s %8s %8s %9s %8.2f %10s %11s %8s %8s\n' "$label" "$e2e" - - "$ms" - - - -
+      printf '%-20s %8s %11s %8s %9s %8.2f %10s %11s %8s %8s\n' "$label" "$e2e" "$range" - - \
+        "$ms" - - - -
       continue
     fi
-    # shellcheck disable=SC2086
-    r2=$(run "$n" $args "${common[@]}" --no-overlap)
     comm=$(awk -v a="$e2e" -v b="$local_e2e" 'BEGIN { printf "%.2f", a - b }')
     exposed=$(awk -v a="$ms" -v b="$local_ms" 'BEGIN { printf "%.2f", a - b }')
-    isolated=$(awk -v a="$(field "$r2" step_ms)" -v b="$local_ms" 'BEGIN { printf "%.2f", a - b }')
+    # shellcheck disable=SC2086
+    isolated=$(awk -v a="$(median ${isolated_runs[$label]})" -v b="$local_ms" \
+      'BEGIN { printf "%.2f", a - b }')
     hidden_frac=$(awk -v e="$exposed" -v i="$isolated" \
       'BEGIN { if (i <= 0) print "n/a"; else printf "%.0f%%", 100 * (1 - e / i) }')
     if [ "$label" = gradient_allreduce ]; then
       ga_exposed=$exposed
       ga_comm=$comm
     fi
-    printf '%-20s %8s %8s %9s %8.2f %10s %11s %8s %8s\n' "$label" "$e2e" "$comm" \
+    printf '%-20s %8s %11s %8s %9s %8.2f %10s %11s %8s %8s\n' "$label" "$e2e" "$range" "$comm" \
       "$(ratio "$comm" "$ga_comm")" "$ms" "$exposed" "$isolated" "$hidden_frac" \
       "$(ratio "$exposed" "$ga_exposed")"
   done
+  unset e2e_runs ms_runs isolated_runs
 done
 
 echo
