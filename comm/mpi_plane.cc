@@ -189,9 +189,9 @@ const config::IntSetting kSharedMemoryBytes(
     "KiB where larger ones read the other ranks' memory instead, "
     "WEFT_CROSS_MEMORY_ATTACH_BYTES; broadcasts of one tensor: under 128 KiB there), but "
     "any size when the machine's ranks outnumber its CPUs, and for allreduces and the other "
-    "broadcasts when the job has two ranks; neighbor allreduces: up to 64 KiB and from more "
-    "than 4 MiB (between them they read the other ranks' memory or go through MPI); 0: never. "
-    "Every rank must see the same value.",
+    "broadcasts when the job has two ranks; neighbor allreduces, however many CPUs: up to 64 "
+    "KiB, and those of more than 4 MiB that do not read the other ranks' memory "
+    "(WEFT_CROSS_MEMORY_ATTACH_BYTES); 0: never. Every rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 const config::IntSetting kSharedMemoryStream(
@@ -217,9 +217,10 @@ const config::IntSetting kCrossMemoryAttachBytes(
     "allgathers, 4 MiB for neighbor allreduces, no limit for broadcasts; 0: never. Each needs "
     "the shared memory segment (not mapped when WEFT_SHARED_MEMORY_BYTES is 0 at init()). "
     "While it is not 0 and WEFT_SHARED_MEMORY_BYTES is -1, allgathers of more than 128 KiB, "
-    "and broadcasts of one tensor of 128 KiB or more, go this way rather "
-    "than through shared memory, unless the machine's ranks outnumber its CPUs. Every rank "
-    "must see the same value.",
+    "broadcasts of one tensor of 128 KiB or more, and neighbor allreduces of more than 64 KiB "
+    "up to this limit, go this way rather than through shared memory, unless (allgathers and "
+    "broadcasts) the machine's ranks outnumber its CPUs; larger neighbor allreduces go through "
+    "shared memory. Every rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 // The direct reads' limits where WEFT_CROSS_MEMORY_ATTACH_BYTES is -1. With the direct
@@ -309,9 +310,9 @@ constexpr int64_t kSharedExchangeBytes = int64_t{64} << 10;
 // where the two meetings and the system call take about 3.5 us more (bench/README.md); from
 // it Open MPI also reads the other process's memory, after a handshake of its own.
 constexpr size_t kDirectExchangeFromBytes = size_t{4} << 10;
-// Neighbor allreduces of more than this many bytes (the direct reads' limit) go through
-// shared memory again, unless WEFT_SHARED_MEMORY_BYTES says otherwise, instead of Open MPI's
-// sends and receives. Past the caches both of the other ways read each peer's whole input
+// Neighbor allreduces of more than this many bytes (the direct reads' default limit) that
+// the direct reads do not take go through shared memory again, unless
+// WEFT_SHARED_MEMORY_BYTES says otherwise, instead of Open MPI's sends and receives. Past the caches both of the other ways read each peer's whole input
 // into a receive buffer and then combine it, a round trip through memory per peer that the
 // segment's rounds leave out (each half is combined while it is still in the cache): from
 // 8 MiB to 64 MiB the raw exchange's time over weft's went from 0.85-1.24 to 0.95-2.31 on 2

@@ -714,6 +714,13 @@ TEST(NeighborAllreduce, ElementsKeepTheirPlaceInLargeExchanges) {
   const int n = size();
   if (n < 2) GTEST_SKIP() << "needs 2 ranks";
   const int to = (rank() + 1) % n, from = (rank() + n - 1) % n;
+  // The settings go back to their defaults however the test ends.
+  struct Restore {
+    ~Restore() {
+      config::Registry::Global().Unset("WEFT_SHARED_MEMORY_BYTES");
+      config::Registry::Global().Unset("WEFT_CROSS_MEMORY_ATTACH_BYTES");
+    }
+  } restore;
   for (const char* way : {"transport", "default"}) {
     const bool transport = std::string(way) == "transport";
     ASSERT_TRUE(
@@ -744,8 +751,6 @@ TEST(NeighborAllreduce, ElementsKeepTheirPlaceInLargeExchanges) {
       }
     }
   }
-  config::Registry::Global().Unset("WEFT_SHARED_MEMORY_BYTES");
-  config::Registry::Global().Unset("WEFT_CROSS_MEMORY_ATTACH_BYTES");
 }
 
 // Neighbor allreduces through shared memory (every rank on this machine,
@@ -753,7 +758,8 @@ TEST(NeighborAllreduce, ElementsKeepTheirPlaceInLargeExchanges) {
 // their peers' inputs where they are (WEFT_CROSS_MEMORY_ATTACH_BYTES 64 MiB) and those that
 // go through the exchange transport (both 0) give the same bits: sizes on both sides of
 // 4 KiB and of a transport chunk, three dtypes, scaled sends that round (dst weights of
-// thirds), in place and not, and a fused group.
+// thirds), in place and not, and fused groups, one spanning several rounds of the segment
+// with some of its tensors in place.
 TEST(NeighborAllreduce, SharedMemoryAndDirectReadsMatchTheTransportBitForBit) {
   const int n = size();
   if (n < 2) GTEST_SKIP() << "needs 2 ranks";
@@ -765,8 +771,13 @@ TEST(NeighborAllreduce, SharedMemoryAndDirectReadsMatchTheTransportBitForBit) {
   auto value = [&](int64_t i) { return ((rank() + 3) * 7919 * (i + 1)) % 1013 / 17.0; };
   // The way each op takes: through shared memory up to `shared` bytes, else reading the
   // in-neighbors' inputs up to `direct` bytes, else the transport.
-  auto run = [&](DType dtype, std::vector<int64_t> counts, bool in_place, const char* shared,
+  // In place: none, every tensor, or every other one.
+  enum class InPlace { kNone, kAll, kMixed };
+  auto run = [&](DType dtype, std::vector<int64_t> counts, InPlace mode, const char* shared,
                  const char* direct) {
+    auto in_place = [&](size_t k) {
+      return mode == InPlace::kAll || (mode == InPlace::kMixed && k % 2 == 1);
+    };
     EXPECT_TRUE(config::Registry::Global().Set("WEFT_SHARED_MEMORY_BYTES", shared).ok());
     EXPECT_TRUE(config::Registry::Global().Set("WEFT_CROSS_MEMORY_ATTACH_BYTES", direct).ok());
     std::vector<Buffer> xs, ys;
@@ -778,8 +789,8 @@ TEST(NeighborAllreduce, SharedMemoryAndDirectReadsMatchTheTransportBitForBit) {
     std::vector<Handle> hs;
     group_start();
     for (size_t k = 0; k < counts.size(); ++k) {
-      auto h = neighbor_allreduce_nonblocking(xs[k].view(), in_place ? xs[k].view() : ys[k].view(),
-                                              opts);
+      auto h = neighbor_allreduce_nonblocking(xs[k].view(),
+                                              in_place(k) ? xs[k].view() : ys[k].view(), opts);
       EXPECT_TRUE(h.ok()) << h.status();
       if (h.ok()) hs.push_back(*h);
     }
@@ -787,17 +798,18 @@ TEST(NeighborAllreduce, SharedMemoryAndDirectReadsMatchTheTransportBitForBit) {
     for (auto& h : hs) EXPECT_TRUE(wait(h).ok());
     std::vector<std::vector<double>> got;
     for (size_t k = 0; k < counts.size(); ++k) {
-      const Buffer& out = in_place ? xs[k] : ys[k];
+      const Buffer& out = in_place(k) ? xs[k] : ys[k];
       got.emplace_back();
       for (int64_t i = 0; i < counts[k]; ++i) got.back().push_back(out.Get(i));
     }
     return got;
   };
   const std::vector<std::vector<int64_t>> groups = {
-      {1000}, {1100}, {70001}, {300001}, {3, 20000, 1001}};
+      {1000}, {1100}, {70001}, {300001}, {3, 20000, 1001}, {200001, 3, 150001, 7}};
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kFloat64}) {
     for (const auto& counts : groups) {
-      for (bool in_place : {false, true}) {
+      for (InPlace in_place : {InPlace::kNone, InPlace::kAll, InPlace::kMixed}) {
+        if (in_place == InPlace::kMixed && counts.size() == 1) continue;
         const auto transport = run(dtype, counts, in_place, "0", "0");
         const std::pair<const char*, std::vector<std::vector<double>>> ways[] = {
             {"shared memory", run(dtype, counts, in_place, "67108864", "0")},
@@ -807,8 +819,11 @@ TEST(NeighborAllreduce, SharedMemoryAndDirectReadsMatchTheTransportBitForBit) {
             for (int64_t i = 0; i < counts[k]; ++i) {
               ASSERT_EQ(std::memcmp(&got[k][i], &transport[k][i], sizeof(double)), 0)
                   << way << ", " << DTypeName(dtype) << " tensor " << k << " of " << counts.size()
-                  << " (" << counts[k] << (in_place ? ", in place" : "") << ") element " << i
-                  << ": " << got[k][i] << " against " << transport[k][i];
+                  << " (" << counts[k]
+                  << (in_place == InPlace::kAll     ? ", in place"
+                      : in_place == InPlace::kMixed ? ", every other in place"
+                                                    : "")
+                  << ") element " << i << ": " << got[k][i] << " against " << transport[k][i];
             }
           }
         }
