@@ -312,12 +312,13 @@ constexpr int64_t kSharedExchangeBytes = int64_t{64} << 10;
 constexpr size_t kDirectExchangeFromBytes = size_t{4} << 10;
 // Neighbor allreduces of more than this many bytes (the direct reads' default limit) that
 // the direct reads do not take go through shared memory again, unless
-// WEFT_SHARED_MEMORY_BYTES says otherwise, instead of Open MPI's sends and receives. Past the caches both of the other ways read each peer's whole input
-// into a receive buffer and then combine it, a round trip through memory per peer that the
-// segment's rounds leave out (each half is combined while it is still in the cache): from
-// 8 MiB to 64 MiB the raw exchange's time over weft's went from 0.85-1.24 to 0.95-2.31 on 2
-// ranks with a CPU each, and from 0.65-1.22 to 1.19-2.44 on 4 ranks sharing 2 CPUs; at 4 MiB
-// and below the direct reads were as fast or faster (bench/README.md).
+// WEFT_SHARED_MEMORY_BYTES says otherwise, instead of Open MPI's sends and receives. Past
+// the caches both of the other ways read each peer's whole input into a receive buffer and
+// then combine it, a round trip through memory per peer that the segment's rounds leave
+// out (each half is combined while it is still in the cache): from 8 MiB to 64 MiB the raw
+// exchange's time over weft's went from 0.85-1.24 to 0.95-2.31 on 2 ranks with a CPU each,
+// and from 0.65-1.22 to 1.19-2.44 on 4 ranks sharing 2 CPUs; at 4 MiB and below the direct
+// reads were as fast or faster (bench/README.md).
 constexpr int64_t kSharedExchangeAboveBytes = kDirectExchangeBytes;
 // Allgathers of more than this many bytes read the others' parts where they are, where
 // they can, unless WEFT_SHARED_MEMORY_BYTES says otherwise (UseSharedMemory).
@@ -1030,8 +1031,7 @@ Status MpiPlane::ExchangeAndCombine(Group& group, const std::vector<std::pair<in
     // Round by round, straight from the senders' halves (or their scaled copies), each
     // tensor of a fused group read and written where it is.
     const std::vector<SharedCollectives::Piece> pieces = SharedPieces(group);
-    size_t count = 0;
-    for (const auto& p : pieces) count += p.count;
+    const size_t count = SharedCollectives::Elements(pieces);
     const Readers peers =
         PeersToRead(recv, std::min(count, shared_->ExchangeRoundElements(item)) * item);
     std::vector<WeightedTerm> terms;

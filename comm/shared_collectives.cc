@@ -295,22 +295,21 @@ bool SharedCollectives::StageHalf(bool writes, const std::function<void(int64_t 
 bool SharedCollectives::StageAllreduce(const std::vector<Piece>& pieces, DType dtype,
                                        const std::function<void(int64_t since)>& idle) {
   const size_t item = DTypeSize(dtype);
-  size_t total = 0;
-  for (const Piece& p : pieces) total += p.count;
+  const size_t total = Elements(pieces);
   if (Sliced(total * item)) {
     staged_ = false;
     return false;
   }
-  return StageHalf(/*writes=*/true, idle,
-                   [&] { WritePieces(pieces, 0, std::min(kHalfBytes / item, total), item); });
+  return StageHalf(/*writes=*/true, idle, [&] {
+    WritePieces(half(rank_), pieces, 0, std::min(kHalfBytes / item, total), item);
+  });
 }
 
 void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype, bool average,
                                   const std::function<void(int64_t since)>& idle, bool staged) {
   const bool ahead = TakeStaged(staged);
   const size_t item = DTypeSize(dtype);
-  size_t total = 0;
-  for (const Piece& p : pieces) total += p.count;
+  const size_t total = Elements(pieces);
   if (!Sliced(total * item)) return AllreduceByAll(pieces, total, dtype, average, idle, ahead);
   sliced_last_ = true;
   const size_t per_round = kRoundBytes / item;
@@ -325,11 +324,7 @@ void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype,
     // The others' segments of this rank's inputs; its own it sums where they are.
     char* mine = input(rank_);
     auto copy_in = [&](size_t from, size_t to) {
-      ForEachRun(pieces, base + from, base + to,
-                 [&](const Piece& p, size_t at, size_t n, size_t pos) {
-                   CopyIn(mine + (from + pos) * item, static_cast<const char*>(p.in) + at * item,
-                          n * item);
-                 });
+      WritePieces(mine + from * item, pieces, base + from, to - from, item);
     };
     copy_in(0, first);
     copy_in(last, m);
@@ -364,11 +359,10 @@ void SharedCollectives::StartHalves(const std::function<void(int64_t since)>& id
   sliced_last_ = false;
 }
 
-void SharedCollectives::WritePieces(const std::vector<Piece>& pieces, size_t base, size_t m,
-                                    size_t item) {
-  char* mine = half(rank_);
+void SharedCollectives::WritePieces(char* to, const std::vector<Piece>& pieces, size_t base,
+                                    size_t m, size_t item) {
   ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
-    CopyIn(mine + pos * item, static_cast<const char*>(p.in) + at * item, n * item);
+    CopyIn(to + pos * item, static_cast<const char*>(p.in) + at * item, n * item);
   });
 }
 
@@ -385,7 +379,7 @@ void SharedCollectives::AllreduceByAll(const std::vector<Piece>& pieces, size_t 
     } else {
       StartRound(/*timed=*/true);
       BeforeWrite(idle);
-      WritePieces(pieces, base, m, item);
+      WritePieces(half(rank_), pieces, base, m, item);
       Meet(idle);
     }
     ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
@@ -405,9 +399,8 @@ void SharedCollectives::AllreduceByAll(const std::vector<Piece>& pieces, size_t 
 bool SharedCollectives::StageBroadcast(const std::vector<Piece>& pieces, size_t item, int root,
                                        const std::function<void(int64_t since)>& idle) {
   return StageHalf(/*writes=*/rank_ == root, idle, [&] {
-    size_t total = 0;
-    for (const Piece& p : pieces) total += p.count;
-    WritePieces(pieces, 0, std::min(kHalfBytes / item, total), item);
+    const size_t total = Elements(pieces);
+    WritePieces(half(rank_), pieces, 0, std::min(kHalfBytes / item, total), item);
   });
 }
 
@@ -415,8 +408,7 @@ void SharedCollectives::Broadcast(const std::vector<Piece>& pieces, size_t item,
                                   const std::function<void(int64_t since)>& idle, bool staged) {
   const bool ahead = TakeStaged(staged);
   if (!ahead) StartHalves(idle);
-  size_t total = 0;
-  for (const Piece& p : pieces) total += p.count;
+  const size_t total = Elements(pieces);
   const size_t per_round = kHalfBytes / item;
   for (size_t base = 0; base < total; base += per_round, ++halves_) {
     // A staged first round: the root's inputs are in its half, and every rank knows.
@@ -429,7 +421,7 @@ void SharedCollectives::Broadcast(const std::vector<Piece>& pieces, size_t item,
     if (rank_ == root) {
       if (!met) {
         BeforeWrite(idle);
-        WritePieces(pieces, base, m, item);
+        WritePieces(half(rank_), pieces, base, m, item);
       }
       Count(++meetings_);
       ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t) {
@@ -505,8 +497,7 @@ void SharedCollectives::Exchange(const std::vector<Piece>& pieces, DType dtype,
   const size_t item = DTypeSize(dtype);
   const size_t head = ScalesBytes();
   const size_t per_round = ExchangeRoundElements(item);
-  size_t count = 0;
-  for (const Piece& p : pieces) count += p.count;
+  const size_t count = Elements(pieces);
   std::vector<const char*> round(from.size()), run(from.size());
   for (size_t base = 0; base < count; base += per_round, ++halves_) {
     const size_t m = std::min(per_round, count - base);
@@ -542,18 +533,14 @@ void SharedCollectives::WriteExchange(const std::vector<Piece>& pieces, size_t b
   auto* scales = reinterpret_cast<double*>(mine);
   std::fill(scales, scales + size_, 1.0);
   for (const auto& [to, factor] : send) scales[to] = factor;
-  char* data = mine + ScalesBytes();
-  ForEachRun(pieces, base, base + m, [&](const Piece& p, size_t at, size_t n, size_t pos) {
-    CopyIn(data + pos * item, static_cast<const char*>(p.in) + at * item, n * item);
-  });
+  WritePieces(mine + ScalesBytes(), pieces, base, m, item);
 }
 
 bool SharedCollectives::StageExchange(const std::vector<Piece>& pieces, DType dtype,
                                       const std::vector<std::pair<int, double>>& send,
                                       const std::function<void(int64_t since)>& idle) {
   const size_t item = DTypeSize(dtype);
-  size_t count = 0;
-  for (const Piece& p : pieces) count += p.count;
+  const size_t count = Elements(pieces);
   return StageHalf(/*writes=*/true, idle, [&] {
     WriteExchange(pieces, 0, std::min(ExchangeRoundElements(item), count), item, send);
   });

@@ -135,6 +135,12 @@ class SharedCollectives {
     void* out;
     size_t count;
   };
+  // The elements of all of `pieces`.
+  static size_t Elements(const std::vector<Piece>& pieces) {
+    size_t n = 0;
+    for (const Piece& p : pieces) n += p.count;
+    return n;
+  }
   // Sums `pieces` element by element over every rank (the same counts on every rank, and
   // the same dtype), into their outputs; with `average`, divides the sums by the number of
   // ranks (as reduce.h's Divide). Every rank calls it for the same ops in the same order.
@@ -249,8 +255,8 @@ class SharedCollectives {
   // What a round in halves writes into this rank's half before its meeting: the elements
   // [base, base + m) of an allreduce's (or a broadcast root's) pieces; the `n` bytes from
   // `base` of an allgather's part; an exchange's scales and its input's elements
-  // [base, base + m).
-  void WritePieces(const std::vector<Piece>& pieces, size_t base, size_t m, size_t item);
+  // Copies elements [base, base + m) of `pieces`, taken as one sequence, to `to`.
+  void WritePieces(char* to, const std::vector<Piece>& pieces, size_t base, size_t m, size_t item);
   void WritePart(const void* in, size_t base, size_t n);
   void WriteExchange(const std::vector<Piece>& pieces, size_t base, size_t m, size_t item,
                      const std::vector<std::pair<int, double>>& send);
