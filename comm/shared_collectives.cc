@@ -76,45 +76,6 @@ int64_t NowNanos() {
 
 }  // namespace
 
-double CopyTuner::Best(CopyMode m) const {
-  double best = std::numeric_limits<double>::infinity();
-  for (double c : cost_[static_cast<int>(m)]) {
-    if (c > 0) best = std::min(best, c);
-  }
-  return best;
-}
-
-void CopyTuner::Record(int64_t ns, size_t bytes) {
-  if (bytes == 0) return;
-  if (skip_) {
-    skip_ = false;
-  } else {
-    const int m = static_cast<int>(next());
-    cost_[m][next_slot_[m]] = static_cast<double>(std::max<int64_t>(ns, 1)) / bytes;
-    next_slot_[m] = (next_slot_[m] + 1) % kWindow;
-  }
-  ++rounds_;
-  const CopyMode other = Other(chosen_);
-  if (!trying_) {
-    const bool untried = Best(other) == std::numeric_limits<double>::infinity();
-    if (rounds_ >= (untried ? trial_ : period_)) {
-      // A fresh trial: what the other mode cost before may no longer hold.
-      std::fill(std::begin(cost_[static_cast<int>(other)]),
-                std::end(cost_[static_cast<int>(other)]), 0.0);
-      trying_ = true;
-      rounds_ = 0;
-      skip_ = true;
-    }
-  } else if (rounds_ >= trial_) {
-    trying_ = false;
-    rounds_ = 0;
-    if (Best(other) < Best(chosen_)) {
-      chosen_ = other;
-    }
-    skip_ = true;
-  }
-}
-
 size_t SharedCollectives::Footprint(int size) {
   // The counters, the copy mode's word, the areas, the scales of ExchangeDirect.
   return (static_cast<size_t>(size) + 1) * kCounterBytes + size * 2 * kRoundBytes +
@@ -137,7 +98,7 @@ void SharedCollectives::StartRound(bool timed) {
   } else {
     auto* word = reinterpret_cast<std::atomic<uint64_t>*>(memory_ + size_ * kCounterBytes);
     if (rank_ == 0) {
-      mode = tuner_.next();
+      mode = static_cast<CopyMode>(tuner_.next());
       // Only a change: the others read the word every round.
       if (mode != published_) word->store(static_cast<uint64_t>(mode), std::memory_order_relaxed);
       published_ = mode;
@@ -155,7 +116,7 @@ void SharedCollectives::StartRound(bool timed) {
 
 void SharedCollectives::EndRound() {
   if (round_timed_ && streamable_ >= kTimedAboveBytes) {
-    tuner_.Record(NowNanos() - round_start_ns_ - met_ns_, streamable_);
+    tuner_.Record(stream_ ? 1 : 0, NowNanos() - round_start_ns_ - met_ns_, streamable_);
   }
   round_timed_ = false;
 }

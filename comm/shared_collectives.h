@@ -57,7 +57,7 @@
 // window, which may need its MPI progress, is not held up. There is no deadline: a rank
 // that never arrives leaves the others waiting as MPI would, inside the op's transfers,
 // where the engine's watchdog ends the job after WEFT_STALL_TIMEOUT_SECONDS. Small copies
-// into the areas go with plain or non-temporal stores, as rank 0's CopyTuner finds faster
+// into the areas go with plain or non-temporal stores, as rank 0's Tuner finds faster
 // from the time its rounds take (the only clock read here). Code over a block of memory (a
 // segment the ranks map, or a test's buffer). Internal to comm/.
 #ifndef WEFT_COMM_SHARED_COLLECTIVES_H_
@@ -71,6 +71,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/tuner.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -83,36 +84,6 @@ namespace comm {
 // on where the ranks run (SharedCollectives::CopyIn says what was measured).
 enum class CopyMode : uint64_t { kPlain = 0, kStream = 1 };
 
-// Picks the copy mode from the time rounds take: it runs the chosen mode and, every
-// `period` rounds (at first after `trial`), `trial` rounds of the other, then keeps
-// whichever had the lower cost per byte in its last `kWindow` rounds. The first round
-// after each change is not counted: the other ranks may still have written the round in
-// the old mode. Pure: tests drive it with made-up times.
-class CopyTuner {
- public:
-  static constexpr int kWindow = 4;
-  explicit CopyTuner(int period = 256, int trial = 4) : period_(period), trial_(trial) {}
-  // The mode for the next round.
-  CopyMode next() const { return trying_ ? Other(chosen_) : chosen_; }
-  // The round just run in next()'s mode took `ns` for `bytes`.
-  void Record(int64_t ns, size_t bytes);
-
- private:
-  static CopyMode Other(CopyMode m) {
-    return m == CopyMode::kPlain ? CopyMode::kStream : CopyMode::kPlain;
-  }
-  // The lowest cost per byte among a mode's last kWindow rounds (infinite: none yet).
-  double Best(CopyMode m) const;
-
-  int period_, trial_;
-  CopyMode chosen_ = CopyMode::kPlain;
-  bool trying_ = false;
-  int rounds_ = 0;                // in the current stretch (chosen or trial)
-  bool skip_ = false;             // the next round is not counted
-  double cost_[2][kWindow] = {};  // ns per byte, by mode; 0: empty
-  int next_slot_[2] = {0, 0};
-};
-
 class SharedCollectives {
  public:
   static constexpr size_t kRoundBytes = size_t{1} << 20;
@@ -124,7 +95,7 @@ class SharedCollectives {
   // The memory `size` ranks share: zeroed before the first rank uses it.
   static size_t Footprint(int size);
   // This rank's view of that memory. `copies`: how copies into the areas go; without one,
-  // rank 0 picks by timing (CopyTuner) and every rank follows it.
+  // rank 0 picks by timing (Tuner) and every rank follows it.
   SharedCollectives(void* memory, int size, int rank,
                     std::optional<CopyMode> copies = std::nullopt);
 
@@ -337,7 +308,7 @@ class SharedCollectives {
   // The copy mode: fixed, or (none) rank 0's tuner's, published in the segment.
   std::optional<CopyMode> copies_;
   const bool tuning_;                      // rank 0 without a fixed mode: tuner_ chooses
-  CopyTuner tuner_;                        // rank 0, tuning
+  Tuner tuner_;                            // rank 0, tuning: way 0 plain, 1 streamed
   CopyMode published_ = CopyMode::kPlain;  // rank 0: the mode in the segment's word
   bool stream_ = false;                    // this round's copies stream (StartRound)
   size_t streamable_ = 0;                  // bytes this round copied that could stream

@@ -166,43 +166,6 @@ TEST(SharedCollectivesTest, SmallTensorsSumRightWhileTheTunerSwitches) {
   }
 }
 
-// The tuner keeps the cheaper way, tries the other every `period` rounds (the first time
-// after `trial`), skips the first round after each change, and follows a change of costs.
-TEST(CopyTunerTest, KeepsTheCheaperWayAndNoticesWhenItChanges) {
-  constexpr int kPeriod = 10, kTrial = 3;
-  CopyTuner tuner(kPeriod, kTrial);
-  double plain = 2.0, stream = 1.0;  // ns per byte
-  std::vector<CopyMode> seen;
-  auto run = [&](int rounds) {
-    for (int i = 0; i < rounds; ++i) {
-      const CopyMode m = tuner.next();
-      seen.push_back(m);
-      tuner.Record(static_cast<int64_t>((m == CopyMode::kPlain ? plain : stream) * 1000), 1000);
-    }
-  };
-  run(kTrial);  // plain, the first choice
-  EXPECT_EQ(seen, std::vector<CopyMode>(kTrial, CopyMode::kPlain));
-  run(kTrial);  // the first trial of streaming, which is cheaper
-  EXPECT_EQ(tuner.next(), CopyMode::kStream);
-  seen.clear();
-  run(kPeriod);  // it streams; then tries plain again
-  EXPECT_EQ(seen, std::vector<CopyMode>(kPeriod, CopyMode::kStream));
-  seen.clear();
-  run(kTrial);
-  EXPECT_EQ(seen, std::vector<CopyMode>(kTrial, CopyMode::kPlain));
-  EXPECT_EQ(tuner.next(), CopyMode::kStream);  // still the cheaper
-  // Streaming gets dearer: the next trial of plain wins it back.
-  stream = 3.0;
-  run(kPeriod + kTrial);
-  EXPECT_EQ(tuner.next(), CopyMode::kPlain);
-  // A round right after a change is not counted: an outlier there changes nothing.
-  CopyTuner fresh(kPeriod, kTrial);
-  for (int i = 0; i < kTrial; ++i) fresh.Record(2000, 1000);  // plain: 2 ns per byte
-  fresh.Record(1, 1000);                                      // the trial's first: skipped
-  for (int i = 1; i < kTrial; ++i) fresh.Record(3000, 1000);  // streaming: 3
-  EXPECT_EQ(fresh.next(), CopyMode::kPlain);
-}
-
 // Every rank receives the same bits, those of a sum in rank order, also where float sums
 // round; and consecutive ops (of other sizes, dtypes and kinds) continue in step. Two ranks
 // sum every element each; four sum the large op by slices and the small one each in full.

@@ -1,0 +1,46 @@
+#include "comm/tuner.h"
+
+#include <algorithm>
+#include <iterator>
+#include <limits>
+
+namespace weft {
+namespace comm {
+
+double Tuner::Best(int way) const {
+  double best = std::numeric_limits<double>::infinity();
+  for (double c : cost_[way]) {
+    if (c > 0) best = std::min(best, c);
+  }
+  return best;
+}
+
+void Tuner::Record(int way, int64_t ns, size_t bytes) {
+  if (bytes == 0 || way != next()) return;
+  if (skip_) {
+    skip_ = false;
+  } else {
+    cost_[way][next_slot_[way]] = static_cast<double>(std::max<int64_t>(ns, 1)) / bytes;
+    next_slot_[way] = (next_slot_[way] + 1) % kWindow;
+  }
+  ++runs_;
+  const int other = 1 - chosen_;
+  if (!trying_) {
+    const bool untried = Best(other) == std::numeric_limits<double>::infinity();
+    if (runs_ >= (untried ? trial_ : period_)) {
+      // A fresh trial: what the other way cost before may no longer hold.
+      std::fill(std::begin(cost_[other]), std::end(cost_[other]), 0.0);
+      trying_ = true;
+      runs_ = 0;
+      skip_ = true;
+    }
+  } else if (runs_ >= trial_) {
+    trying_ = false;
+    runs_ = 0;
+    if (Best(other) < Best(chosen_)) chosen_ = other;
+    skip_ = true;
+  }
+}
+
+}  // namespace comm
+}  // namespace weft

@@ -1,0 +1,44 @@
+// Picks the faster of two ways to do something that repeats, from the time each run
+// takes: it runs the chosen way and, every `period` runs (at first after `trial`), `trial`
+// runs of the other, then keeps whichever had the lower cost per byte in its last kWindow
+// runs. The first run after each change is not counted: it may still pay for the change
+// (the other ranks writing in the old way, caches warmed by the old way). Pure: tests drive
+// it with made-up times. Used by rank 0 for the copy mode of the collectives through
+// shared memory (shared_collectives.h) and for the way of some allreduces (mpi_plane.cc).
+// Internal to comm/.
+#ifndef WEFT_COMM_TUNER_H_
+#define WEFT_COMM_TUNER_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace weft {
+namespace comm {
+
+class Tuner {
+ public:
+  static constexpr int kWindow = 4;
+  explicit Tuner(int period = 256, int trial = 4) : period_(period), trial_(trial) {}
+  // The way (0, the first choice, or 1) for the next run.
+  int next() const { return trying_ ? 1 - chosen_ : chosen_; }
+  // The run just made in way `way` took `ns` for `bytes`. A run in another way than next()
+  // (one that could not go the way asked) is not counted, nor is one of no bytes.
+  void Record(int way, int64_t ns, size_t bytes);
+
+ private:
+  // The lowest cost per byte among a way's last kWindow runs (infinite: none yet).
+  double Best(int way) const;
+
+  int period_, trial_;
+  int chosen_ = 0;
+  bool trying_ = false;
+  int runs_ = 0;                  // in the current stretch (chosen or trial)
+  bool skip_ = false;             // the next run is not counted
+  double cost_[2][kWindow] = {};  // ns per byte, by way; 0: empty
+  int next_slot_[2] = {0, 0};
+};
+
+}  // namespace comm
+}  // namespace weft
+
+#endif  // WEFT_COMM_TUNER_H_

@@ -1,0 +1,69 @@
+#include "comm/tuner.h"
+
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace weft {
+namespace comm {
+namespace {
+
+// The tuner keeps the cheaper way, tries the other every `period` runs (the first time
+// after `trial`), skips the first run after each change, and follows a change of costs.
+TEST(TunerTest, KeepsTheCheaperWayAndNoticesWhenItChanges) {
+  constexpr int kPeriod = 10, kTrial = 3;
+  Tuner tuner(kPeriod, kTrial);
+  double first = 2.0, second = 1.0;  // ns per byte
+  std::vector<int> seen;
+  auto run = [&](int runs) {
+    for (int i = 0; i < runs; ++i) {
+      const int way = tuner.next();
+      seen.push_back(way);
+      tuner.Record(way, static_cast<int64_t>((way == 0 ? first : second) * 1000), 1000);
+    }
+  };
+  run(kTrial);  // the first way, the first choice
+  EXPECT_EQ(seen, std::vector<int>(kTrial, 0));
+  run(kTrial);  // the first trial of the second, which is cheaper
+  EXPECT_EQ(tuner.next(), 1);
+  seen.clear();
+  run(kPeriod);  // it keeps the second; then tries the first again
+  EXPECT_EQ(seen, std::vector<int>(kPeriod, 1));
+  seen.clear();
+  run(kTrial);
+  EXPECT_EQ(seen, std::vector<int>(kTrial, 0));
+  EXPECT_EQ(tuner.next(), 1);  // still the cheaper
+  // The second gets dearer: the next trial of the first wins it back.
+  second = 3.0;
+  run(kPeriod + kTrial);
+  EXPECT_EQ(tuner.next(), 0);
+  // A run right after a change is not counted: an outlier there changes nothing.
+  Tuner fresh(kPeriod, kTrial);
+  for (int i = 0; i < kTrial; ++i) fresh.Record(0, 2000, 1000);  // 2 ns per byte
+  fresh.Record(1, 1, 1000);                                      // the trial's first: skipped
+  for (int i = 1; i < kTrial; ++i) fresh.Record(1, 3000, 1000);  // 3
+  EXPECT_EQ(fresh.next(), 0);
+}
+
+// A run made another way than the one asked for (it could not go that way) counts for
+// neither: it neither moves the trial on nor enters either way's costs.
+TEST(TunerTest, RunsOfTheOtherWayThanAskedAreNotCounted) {
+  constexpr int kPeriod = 10, kTrial = 3;
+  Tuner tuner(kPeriod, kTrial);
+  for (int i = 0; i < kTrial; ++i) tuner.Record(0, 2000, 1000);
+  ASSERT_EQ(tuner.next(), 1);  // the trial of the second way
+  // Runs of the first way meanwhile, however cheap, change nothing.
+  for (int i = 0; i < 2 * kTrial; ++i) tuner.Record(0, 1, 1000);
+  EXPECT_EQ(tuner.next(), 1);
+  tuner.Record(1, 1, 1000);                                      // skipped: the trial's first
+  for (int i = 1; i < kTrial; ++i) tuner.Record(1, 1000, 1000);  // 1 ns per byte
+  EXPECT_EQ(tuner.next(), 1);                                    // cheaper than the first way's 2
+  // Nor do runs of no bytes.
+  Tuner empty(kPeriod, kTrial);
+  for (int i = 0; i < 2 * kTrial; ++i) empty.Record(0, 1000, 0);
+  EXPECT_EQ(empty.next(), 0);
+}
+
+}  // namespace
+}  // namespace comm
+}  // namespace weft
