@@ -17,28 +17,41 @@ double Tuner::Best(int way) const {
 
 void Tuner::Record(int way, int64_t ns, size_t bytes) {
   if (bytes == 0 || way != next()) return;
+  bool hopeless = false;
   if (skip_) {
     skip_ = false;
   } else {
-    cost_[way][next_slot_[way]] = static_cast<double>(std::max<int64_t>(ns, 1)) / bytes;
+    const double cost = static_cast<double>(std::max<int64_t>(ns, 1)) / bytes;
+    cost_[way][next_slot_[way]] = cost;
     next_slot_[way] = (next_slot_[way] + 1) % kWindow;
+    hopeless = trying_ && give_up_ > 1 && cost > give_up_ * Best(chosen_);
   }
   ++runs_;
   const int other = 1 - chosen_;
   if (!trying_) {
     const bool untried = Best(other) == std::numeric_limits<double>::infinity();
-    if (runs_ >= (untried ? trial_ : period_)) {
+    if (runs_ >= (untried ? trial_ : wait_)) {
       // A fresh trial: what the other way cost before may no longer hold.
       std::fill(std::begin(cost_[other]), std::end(cost_[other]), 0.0);
       trying_ = true;
       runs_ = 0;
       skip_ = true;
     }
-  } else if (runs_ >= trial_) {
-    trying_ = false;
-    runs_ = 0;
-    if (Best(other) < Best(chosen_)) chosen_ = other;
-    skip_ = true;
+  } else if (runs_ >= trial_ || hopeless) {
+    EndTrial();
+  }
+}
+
+void Tuner::EndTrial() {
+  const int other = 1 - chosen_;
+  trying_ = false;
+  runs_ = 0;
+  skip_ = true;
+  if (Best(other) < Best(chosen_)) {
+    chosen_ = other;
+    wait_ = period_;
+  } else {
+    wait_ = std::min(2 * wait_, max_period_);
   }
 }
 

@@ -2,7 +2,11 @@
 // takes: it runs the chosen way and, every `period` runs (at first after `trial`), `trial`
 // runs of the other, then keeps whichever had the lower cost per byte in its last kWindow
 // runs. The first run after each change is not counted: it may still pay for the change
-// (the other ranks writing in the old way, caches warmed by the old way). Pure: tests drive
+// (the other ranks writing in the old way, caches warmed by the old way). Where trials are
+// dear, two options make them rarer and shorter: with `max_period` above `period`, each
+// trial that changes nothing doubles the wait for the next (up to `max_period`; a change
+// starts again from `period`), and with `give_up` (above 1), a trial ends at its first
+// counted run that costs more than `give_up` times the chosen way's best. Pure: tests drive
 // it with made-up times. Used by rank 0 for the copy mode of the collectives through
 // shared memory (shared_collectives.h) and for the way of some allreduces (mpi_plane.cc).
 // Internal to comm/.
@@ -18,7 +22,12 @@ namespace comm {
 class Tuner {
  public:
   static constexpr int kWindow = 4;
-  explicit Tuner(int period = 256, int trial = 4) : period_(period), trial_(trial) {}
+  explicit Tuner(int period = 256, int trial = 4, int max_period = 0, double give_up = 0)
+      : period_(period),
+        trial_(trial),
+        max_period_(max_period > period ? max_period : period),
+        give_up_(give_up),
+        wait_(period) {}
   // The way (0, the first choice, or 1) for the next run.
   int next() const { return trying_ ? 1 - chosen_ : chosen_; }
   // The run just made in way `way` took `ns` for `bytes`. A run in another way than next()
@@ -29,7 +38,12 @@ class Tuner {
   // The lowest cost per byte among a way's last kWindow runs (infinite: none yet).
   double Best(int way) const;
 
-  int period_, trial_;
+  // Ends the trial under way, keeping the better way.
+  void EndTrial();
+
+  const int period_, trial_, max_period_;
+  const double give_up_;
+  int wait_;  // runs between trials now (period_ up to max_period_)
   int chosen_ = 0;
   bool trying_ = false;
   int runs_ = 0;                  // in the current stretch (chosen or trial)

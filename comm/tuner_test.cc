@@ -64,6 +64,59 @@ TEST(TunerTest, RunsOfTheOtherWayThanAskedAreNotCounted) {
   EXPECT_EQ(empty.next(), 0);
 }
 
+// With max_period, each trial that changes nothing doubles the wait for the next, up to
+// max_period; a change starts again from period.
+TEST(TunerTest, TrialsThatChangeNothingComeLessOften) {
+  constexpr int kPeriod = 4, kTrial = 2, kMaxPeriod = 16;
+  Tuner tuner(kPeriod, kTrial, kMaxPeriod);
+  double first = 1.0, second = 2.0;  // ns per byte
+  std::vector<int> seen;
+  auto run = [&](int runs) {
+    for (int i = 0; i < runs; ++i) {
+      const int way = tuner.next();
+      seen.push_back(way);
+      tuner.Record(way, static_cast<int64_t>((way == 0 ? first : second) * 1000), 1000);
+    }
+  };
+  run(kTrial + kTrial);  // the first way, then its first trial of the second (which loses)
+  // Where each later trial starts: after 8, 16 and 16 runs of the first way.
+  std::vector<int> starts;
+  seen.clear();
+  run(8 + kTrial + 16 + kTrial + 16 + kTrial);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    if (seen[i] == 1 && (i == 0 || seen[i - 1] == 0)) starts.push_back(static_cast<int>(i));
+  }
+  EXPECT_EQ(starts, (std::vector<int>{8, 8 + kTrial + 16, 8 + kTrial + 16 + kTrial + 16}));
+  // The second way gets cheaper: the next trial takes it, and the wait is period again.
+  second = 0.5;
+  run(16 + kTrial);
+  ASSERT_EQ(tuner.next(), 1);
+  seen.clear();
+  run(kPeriod + 1);
+  EXPECT_EQ(seen.back(), 0) << "the trial after a change comes after `period` runs";
+}
+
+// With give_up, a trial ends at its first counted run that costs more than give_up times
+// the chosen way's best; a closer one runs its length.
+TEST(TunerTest, HopelessTrialsEndEarly) {
+  constexpr int kPeriod = 10, kTrial = 4;
+  Tuner tuner(kPeriod, kTrial, kPeriod, /*give_up=*/1.5);
+  for (int i = 0; i < kTrial; ++i) tuner.Record(0, 1000, 1000);  // 1 ns per byte
+  ASSERT_EQ(tuner.next(), 1);
+  tuner.Record(1, 1, 1000);     // the trial's first: skipped
+  tuner.Record(1, 2000, 1000);  // 2: hopeless
+  EXPECT_EQ(tuner.next(), 0);
+  // The next trial, 10 runs on, at 1.2: it runs its length (and loses).
+  for (int i = 0; i < kPeriod; ++i) tuner.Record(0, 1000, 1000);
+  ASSERT_EQ(tuner.next(), 1);
+  for (int i = 0; i < kTrial - 1; ++i) {
+    tuner.Record(1, 1200, 1000);
+    EXPECT_EQ(tuner.next(), 1) << "run " << i;
+  }
+  tuner.Record(1, 1200, 1000);
+  EXPECT_EQ(tuner.next(), 0);
+}
+
 }  // namespace
 }  // namespace comm
 }  // namespace weft
