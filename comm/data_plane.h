@@ -67,6 +67,12 @@ class HostPlane : public DataPlane {
   // now. Run() takes the op's `staged` for that meeting, where it still runs the way staged
   // (every rank answers alike).
   virtual Staged Stage(Request& r) = 0;
+  // Where rank 0 picks the way the op `r` runs by timing its ways (a tuner of its own),
+  // before `r` counts in to the direct agreement: on rank 0 the way to run it (0: the
+  // default), on the others 0; -1 where the way is not picked so (every rank answers
+  // alike). The engine hands rank 0's answer to Run() as Response::tuned_way. Stage() writes
+  // nothing ahead for such an op.
+  virtual int Preference(const Request& r) = 0;
 };
 // `peers` moves the engine's own point-to-point traffic; it outlives the plane. Collective
 // over ctx.local (the segment of the collectives through shared memory,

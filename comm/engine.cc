@@ -77,6 +77,11 @@ thread_local bool t_making_progress = false;
 // (std::hash and absl::Hash need not be). Two names whose hashes collide would be taken for
 // one op only if some ranks called one and the rest the other at the same place, with the
 // same op, dtype, shape and options besides: 2^-63 for any such pair.
+// The bit of a rank's own fact in the direct agreement (rows and in place, for ops other
+// than dynamic neighbor allreduces) that carries rank 0's way for an op whose way it picks
+// by timing (HostPlane::Preference); the rows stay under 2^40.
+constexpr int kTunedWayShift = 62;
+
 uint64_t OpIdentity(const Descriptor& d) {
   if (d.number >= 0) return static_cast<uint64_t>(d.number);
   uint64_t h = 0xcbf29ce484222325u;
@@ -590,8 +595,10 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r, bool alone) {
     for (int32_t from : d.recv_ranks) receives |= uint64_t{1} << from;
     facts.own = static_cast<int64_t>(sends | receives << 32);
   } else {
-    // The rows (under 2^40 bytes, so they fit) and whether the op is in place.
+    // The rows (under 2^40 bytes, so they fit) and whether the op is in place; from rank 0
+    // also the way it picks for an op whose way it picks by timing.
     facts.own = d.rows() * 2 + (d.in_place ? 1 : 0);
+    if (host_->Preference(*r) > 0) facts.own |= int64_t{1} << kTunedWayShift;
   }
   const Agreement::Decision decision = agreement.Arrive(r->turn, facts);
   if (decision == Agreement::Decision::kNegotiate) return false;
@@ -641,6 +648,10 @@ bool Engine::SettleDirect(bool must) {
   Response response;
   response.op = r->desc.op;
   response.keys.push_back(r->desc.key);
+  const int64_t rows_mask = (int64_t{1} << kTunedWayShift) - 1;
+  if (r->topology_pattern || r->desc.op != OpType::kNeighborAllreduce) {
+    response.tuned_way = static_cast<int32_t>(agreement.own(0) >> kTunedWayShift & 1);
+  }
   if (response.op == OpType::kAllreduce) {
     response.out_of_place = true;
     for (int rank = 0; rank < ctx_.size; ++rank) {
@@ -648,7 +659,7 @@ bool Engine::SettleDirect(bool must) {
     }
   } else if (response.op == OpType::kAllgather) {
     std::vector<int64_t> dims(ctx_.size);
-    for (int rank = 0; rank < ctx_.size; ++rank) dims[rank] = agreement.own(rank) / 2;
+    for (int rank = 0; rank < ctx_.size; ++rank) dims[rank] = (agreement.own(rank) & rows_mask) / 2;
     response.first_dims.push_back(std::move(dims));
   }
   // When every rank has a core of its own, every rank enters the op only once every rank

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,7 @@
 #include "comm/shared_collectives.h"
 #include "comm/shared_segment.h"
 #include "comm/spin.h"
+#include "comm/tuner.h"
 #include "core/aligned.h"
 #include "core/config.h"
 #include "core/logging.h"
@@ -223,6 +225,36 @@ const config::IntSetting kCrossMemoryAttachBytes(
     "shared memory. Every rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
+const config::BoolSetting kTuneWays(
+    "WEFT_TUNE_WAYS", true,
+    "Where a job of two ranks with a CPU each runs on one machine: rank 0 times the "
+    "allreduces of one tensor of 1 MiB or more over both ranks, in place on both, through "
+    "the memory the ranks share and through MPI's allreduce, tries the other way every 256 "
+    "of them (for each size, doubling from 1 MiB), and both ranks run each such allreduce "
+    "the way rank 0 picked for it; blocking or lone allreduces only (the ranks agree on "
+    "those without the coordinator; fused groups go through shared memory), and only while "
+    "WEFT_SHARED_MEMORY_BYTES is -1. Both ways give the same bits. 0: always through shared "
+    "memory. Every rank must see the same value.",
+    config::Agreement::kSameOnEveryRank);
+
+// Allreduces whose way rank 0 picks by timing (WEFT_TUNE_WAYS) are of at least this many
+// bytes, one tuner per doubling of the size from here (kTunedSizes of them, the last for
+// every larger size). On 2 ranks with a CPU each, MPI's in-place allreduce (reduce-scatter
+// then allgather, each half read from the other process with process_vm_readv) took
+// 0.83-0.93x the shared memory's time from 2 to 16 MiB on one VM (an Intel Xeon), where
+// earlier measurements on another (an AMD EPYC) had the shared memory ahead at every size;
+// at 1 MiB and below, and from 32 MiB, the shared memory was ahead on both (bench/README.md,
+// "Allreduces in place: the way picked by timing").
+constexpr size_t kTunedAllreduceFromBytes = size_t{1} << 20;
+constexpr int kTunedSizes = 8;
+// Each tuner tries the other way for 4 ops after 256 of the chosen one, waiting twice as
+// long after each trial that changes nothing (up to 4096 ops), and ends a trial at once at
+// an op 1.3x as costly as the chosen way's best: a trial of a way much slower (MPI's from
+// 32 MiB, where its allreduce copied through memory twice as often) costs little.
+Tuner WayTuner() {
+  return Tuner(/*period=*/256, /*trial=*/4, /*max_period=*/4096, /*give_up=*/1.3);
+}
+
 // The direct reads' limits where WEFT_CROSS_MEMORY_ATTACH_BYTES is -1. With the direct
 // agreement standing for their first meeting, on 2 ranks with a CPU each the allgathers'
 // beat MPI_Allgather up to 2 MiB and lost from 4 MiB (four runs of six), while the neighbor
@@ -362,8 +394,14 @@ class MpiPlane : public HostPlane {
   void Close() override;
   bool MeetsFirst(const Response& response, const Group& group) const override;
   Staged Stage(Request& r) override;
+  int Preference(const Request& r) override;
 
  private:
+  // Whether rank 0 picks the way of the op `r` by timing (kTuneWays); every rank answers
+  // alike. Way 0 is the default one.
+  bool Tuned(const Request& r) const;
+  // The tuner of ops of `bytes` (kTunedSizes).
+  Tuner& TunerFor(size_t bytes);
   // Whether allreduces and broadcasts through shared memory take any size by default
   // (UseSharedMemory).
   bool AnySize() const { return ctx_.size == 2 || ctx_.oversubscribed; }
@@ -385,7 +423,9 @@ class MpiPlane : public HostPlane {
   // How an allgather of `total` bytes of output over every rank runs.
   enum class GatherWay { kShared, kDirect, kMpi };
   GatherWay AllgatherWay(size_t total) const;
+  // Runs an allreduce; rank 0 times those whose way it picks (Tuned) for their tuner.
   Status RunAllreduce(Group& group, const Response& response);
+  Status AllreduceOnce(Group& group, const Response& response);
   Status RunBroadcast(Group& group);
   Status RunAllgather(Group& group, const Response& response);
   Status RunNeighborAllgather(std::shared_ptr<Request>& r, const std::vector<int64_t>& dims);
@@ -458,6 +498,7 @@ class MpiPlane : public HostPlane {
   // When every rank is on this machine (and WEFT_SHARED_MEMORY_BYTES is not 0).
   std::unique_ptr<SharedSegment> shared_segment_;
   std::optional<SharedCollectives> shared_;  // in shared_segment_
+  std::vector<Tuner> way_tuners_ = std::vector<Tuner>(kTunedSizes, WayTuner());  // rank 0
 };
 
 MpiPlane::MpiPlane(const Context& ctx, Timeline* timeline, PeerTransport* peers,
@@ -654,7 +695,10 @@ MpiPlane::AllreducePath MpiPlane::AllreducePathOf(const Response& response,
   for (auto& r : group) bytes += r->in.nbytes();
   // A fused group reads its packed buffer in place.
   const bool out_of_place = response.out_of_place && group.size() == 1;
-  const bool shared = SegmentTakes(bytes, ranks.empty());
+  // Rank 0's tuner may send a lone op in place to MPI's allreduce instead (Preference).
+  const bool tuned_away =
+      response.tuned_way == 1 && group.size() == 1 && !response.out_of_place && Tuned(*group[0]);
+  const bool shared = !tuned_away && SegmentTakes(bytes, ranks.empty());
   return {shared, UseRing(peers_->kind(), ctx_.machine_size, members, bytes, out_of_place, shared)};
 }
 
@@ -714,8 +758,27 @@ bool MpiPlane::MeetsFirst(const Response& response, const Group& group) const {
   }
 }
 
+bool MpiPlane::Tuned(const Request& r) const {
+  return r.desc.op == OpType::kAllreduce && shared_.has_value() && ctx_.size == 2 &&
+         !ctx_.oversubscribed && r.desc.group.empty() && r.in.device().type == Device::Type::kCPU &&
+         r.in.nbytes() >= kTunedAllreduceFromBytes && kSharedMemoryBytes.Get() < 0 &&
+         kTuneWays.Get();
+}
+
+Tuner& MpiPlane::TunerFor(size_t bytes) {
+  int k = 0;
+  while (k + 1 < kTunedSizes && bytes >= kTunedAllreduceFromBytes << (k + 1)) ++k;
+  return way_tuners_[k];
+}
+
+int MpiPlane::Preference(const Request& r) {
+  if (!Tuned(r)) return -1;
+  return ctx_.rank == 0 ? TunerFor(r.in.nbytes()).next() : 0;
+}
+
 Staged MpiPlane::Stage(Request& r) {
-  if (!shared_.has_value() || !r.desc.group.empty()) return Staged::kNone;
+  // An op whose way is not known before the agreement writes nothing ahead.
+  if (!shared_.has_value() || !r.desc.group.empty() || Tuned(r)) return Staged::kNone;
   const size_t bytes = r.in.nbytes();
   const DType dtype = r.in.dtype();
   auto pieces = [&] {
@@ -768,6 +831,21 @@ Staged MpiPlane::Stage(Request& r) {
 }
 
 Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
+  // The tuner compares the ways of ops in place on every rank.
+  if (ctx_.rank != 0 || group.size() != 1 || response.out_of_place || !Tuned(*group[0])) {
+    return AllreduceOnce(group, response);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  Status done = AllreduceOnce(group, response);
+  const int64_t ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
+  const size_t bytes = group[0]->in.nbytes();
+  if (done.ok()) TunerFor(bytes).Record(response.tuned_way, ns, bytes);
+  return done;
+}
+
+Status MpiPlane::AllreduceOnce(Group& group, const Response& response) {
   InitTypes();
   const DType dtype = group[0]->in.dtype();
   const std::vector<int32_t>& ranks = group[0]->desc.group;

@@ -112,6 +112,10 @@ struct Response {
   // inputs where they are (an in-place one needs a copy first). Every rank must choose the
   // same algorithm, so they choose by this, not by their own op.
   bool out_of_place = false;
+  // Which of its ways an op runs where rank 0 picks them by timing (HostPlane::Preference):
+  // rank 0's pick, 0 for the default way. Set on every rank alike from what rank 0 told the
+  // direct agreement; never sent (an op the coordinator answers runs the default way).
+  int32_t tuned_way = 0;
 
   Status status() const;
 };

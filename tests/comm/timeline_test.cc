@@ -1,9 +1,15 @@
 // WEFT_TIMELINE (set by the BUILD rule to a path with %r) writes one Chrome trace per rank
 // with every phase; tests/check_trace.py validates it after shutdown.
+#include <sched.h>
+
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "comm/comm.h"
 #include "core/config.h"
@@ -70,6 +76,71 @@ TEST(Timeline, EveryPhaseIsRecorded) {
       found = trace.compare(trace.rfind('\n', at) + 1, shared.size(), shared) == 0;
     }
     EXPECT_TRUE(found) << "a 5 MiB neighbor allreduce did not go through shared memory: " << file;
+  }
+}
+
+// On 2 ranks with a CPU each, rank 0 picks the way of large allreduces in place by timing
+// them (WEFT_TUNE_WAYS): after four ops of a size through shared memory it tries MPI's
+// allreduce, whatever the times. Both ways give every op the bits it gets with the tuning
+// off (through shared memory), for every floating dtype, summed and averaged.
+TEST(Timeline, TunedAllreducesTryBothWaysAndGiveTheSameBits) {
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr ||
+      std::atoi(std::getenv("OMPI_COMM_WORLD_SIZE")) != 2) {
+    GTEST_SKIP() << "needs 2 ranks";
+  }
+  const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
+  ASSERT_TRUE(init().ok());
+  ASSERT_TRUE(timeline_start(dir + "/tuned.%r.json").ok());
+  auto value = [](int r, int k, int64_t i) {
+    return ((r + 3) * 7919 * (i + 1) + 104729 * k) % 2003 / 7.0 - 140.0;
+  };
+  // One size per dtype, so that each has a tuner (sizes double from 1 MiB) and its trial.
+  const std::pair<DType, int64_t> cases[] = {{DType::kFloat32, 1 << 18},
+                                             {DType::kFloat64, 1 << 18},
+                                             {DType::kFloat16, 1 << 21},
+                                             {DType::kBFloat16, 1 << 22}};
+  for (const auto& [dtype, count] : cases) {
+    for (int k = 0; k < 12; ++k) {
+      const bool average = k % 3 == 1;
+      std::vector<testing::Buffer> runs;
+      for (const char* tune : {"1", "0"}) {
+        ASSERT_TRUE(config::Registry::Global().Set("WEFT_TUNE_WAYS", tune).ok());
+        runs.emplace_back(dtype, std::vector<int64_t>{count});
+        for (int64_t i = 0; i < count; ++i) runs.back().Set(i, value(rank(), k, i));
+        const std::string name = std::string(tune[0] == '1' ? "tuned." : "untuned.") +
+                                 DTypeName(dtype) + "." + std::to_string(k);
+        ASSERT_TRUE(allreduce(runs.back().view(), runs.back().view(), average, name).ok());
+      }
+      const size_t bytes = static_cast<size_t>(count) * DTypeSize(dtype);
+      ASSERT_EQ(std::memcmp(runs[0].view().data(), runs[1].view().data(), bytes), 0)
+          << DTypeName(dtype) << " op " << k << (average ? " (average)" : "");
+    }
+  }
+  config::Registry::Global().Unset("WEFT_TUNE_WAYS");
+  const int me = rank();
+  ASSERT_TRUE(timeline_stop().ok());
+  ASSERT_TRUE(shutdown().ok());
+  std::ifstream in(dir + "/tuned." + std::to_string(me) + ".json");
+  std::string line;
+  std::map<std::string, int> transfers;  // "MPI_ALLREDUCE tuned", ...
+  while (std::getline(in, line)) {
+    for (const char* way : {"MPI_ALLREDUCE", "SHM_ALLREDUCE"}) {
+      if (line.rfind(std::string("{\"name\": \"") + way + "\"", 0) != 0) continue;
+      for (const char* kind : {"'tuned.", "'untuned."}) {
+        if (line.find(kind) != std::string::npos) ++transfers[std::string(way) + " " + kind];
+      }
+    }
+  }
+  // The tuning's ops through shared memory include the first four of each size; with the
+  // tuning off every op goes that way.
+  EXPECT_GE(transfers["SHM_ALLREDUCE 'tuned."], 16);
+  EXPECT_EQ(transfers["SHM_ALLREDUCE 'untuned."], 48);
+  EXPECT_EQ(transfers["MPI_ALLREDUCE 'untuned."], 0);
+  cpu_set_t cpus;
+  const bool own_cpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) >= 2;
+  if (own_cpus) {
+    // At least the two first ops of each trial (the first, not counted, and one that is).
+    EXPECT_GE(transfers["MPI_ALLREDUCE 'tuned."], 8);
   }
 }
 
