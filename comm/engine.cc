@@ -69,6 +69,11 @@ constexpr int64_t kSharedCpuIdleMicros = 1000;
 
 int64_t NowMicros() { return Timeline::NowMicros(); }
 
+// The bit of a rank's own fact in the direct agreement (rows and in place, for ops other
+// than dynamic neighbor allreduces) that carries rank 0's way for an op whose way it picks
+// by timing (HostPlane::Preference); the rows stay under 2^40.
+constexpr int kTunedWayShift = 62;
+
 // Set while this thread runs Progress(): code it calls (an Allocator) must not wait.
 thread_local bool t_making_progress = false;
 
@@ -77,11 +82,6 @@ thread_local bool t_making_progress = false;
 // (std::hash and absl::Hash need not be). Two names whose hashes collide would be taken for
 // one op only if some ranks called one and the rest the other at the same place, with the
 // same op, dtype, shape and options besides: 2^-63 for any such pair.
-// The bit of a rank's own fact in the direct agreement (rows and in place, for ops other
-// than dynamic neighbor allreduces) that carries rank 0's way for an op whose way it picks
-// by timing (HostPlane::Preference); the rows stay under 2^40.
-constexpr int kTunedWayShift = 62;
-
 uint64_t OpIdentity(const Descriptor& d) {
   if (d.number >= 0) return static_cast<uint64_t>(d.number);
   uint64_t h = 0xcbf29ce484222325u;
@@ -588,7 +588,14 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r, bool alone) {
     Running running(this, *r, 0);  // staging may wait for ranks still reading an op before
     direct_staged_ = host_->Stage(*r);
   }
-  facts.agreed[1] |= static_cast<uint64_t>(direct_staged_) << 41;
+  // Rank 0's way, where it picks the op's way by timing (such an op stages nothing): the
+  // ranks agree that it does (a staging value of its own, 3), so that a rank which answered
+  // otherwise (a setting changed meanwhile) sends the op to the coordinator, whose answer
+  // runs the default way everywhere.
+  const int pick = dynamic ? -1 : host_->Preference(*r);
+  direct_tuned_ = pick >= 0;
+  facts.agreed[1] |= static_cast<uint64_t>(direct_tuned_ ? 3 : static_cast<int>(direct_staged_))
+                     << 41;
   if (dynamic) {
     uint64_t sends = 0, receives = 0;
     for (int32_t to : d.send_ranks) sends |= uint64_t{1} << to;
@@ -598,7 +605,7 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r, bool alone) {
     // The rows (under 2^40 bytes, so they fit) and whether the op is in place; from rank 0
     // also the way it picks for an op whose way it picks by timing.
     facts.own = d.rows() * 2 + (d.in_place ? 1 : 0);
-    if (host_->Preference(*r) > 0) facts.own |= int64_t{1} << kTunedWayShift;
+    if (pick > 0) facts.own |= int64_t{1} << kTunedWayShift;
   }
   const Agreement::Decision decision = agreement.Arrive(r->turn, facts);
   if (decision == Agreement::Decision::kNegotiate) return false;
@@ -649,14 +656,22 @@ bool Engine::SettleDirect(bool must) {
   response.op = r->desc.op;
   response.keys.push_back(r->desc.key);
   const int64_t rows_mask = (int64_t{1} << kTunedWayShift) - 1;
-  if (r->topology_pattern || r->desc.op != OpType::kNeighborAllreduce) {
+  // Rank 0's pick, where every rank asked for one (the same answer on every rank, by
+  // HostPlane::Preference's contract); for an allreduce only where it is in place on every
+  // rank, the case whose ways rank 0 compares.
+  if (direct_tuned_)
     response.tuned_way = static_cast<int32_t>(agreement.own(0) >> kTunedWayShift & 1);
-  }
   if (response.op == OpType::kAllreduce) {
     response.out_of_place = true;
+    bool in_place = true;
     for (int rank = 0; rank < ctx_.size; ++rank) {
-      if (agreement.own(rank) % 2 != 0) response.out_of_place = false;
+      if (agreement.own(rank) % 2 != 0) {
+        response.out_of_place = false;
+      } else {
+        in_place = false;
+      }
     }
+    if (!in_place) response.tuned_way = -1;
   } else if (response.op == OpType::kAllgather) {
     std::vector<int64_t> dims(ctx_.size);
     for (int rank = 0; rank < ctx_.size; ++rank) dims[rank] = (agreement.own(rank) & rows_mask) / 2;

@@ -300,6 +300,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   int64_t direct_since_us_ = 0;
   bool direct_runs_ = false;  // every rank counted in already when this one did
   Staged direct_staged_ = Staged::kNone;  // how this rank staged it
+  bool direct_tuned_ = false;             // rank 0 picks its way by timing (HostPlane::Preference)
   // Descriptors to the coordinator, its responses back. Opened by the constructor, which
   // init() runs on every rank at the same point (opening it is collective on rank 0's
   // machine).

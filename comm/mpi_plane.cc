@@ -190,8 +190,9 @@ const config::IntSetting kSharedMemoryBytes(
     "instead of MPI's collectives and point-to-point messages. -1: 512 KiB (allgathers: 128 "
     "KiB where larger ones read the other ranks' memory instead, "
     "WEFT_CROSS_MEMORY_ATTACH_BYTES; broadcasts of one tensor: under 128 KiB there), but "
-    "any size when the machine's ranks outnumber its CPUs, and for allreduces and the other "
-    "broadcasts when the job has two ranks; neighbor allreduces, however many CPUs: up to 64 "
+    "any size when the machine's ranks outnumber its CPUs, and for allreduces (large ones "
+    "in place may run MPI's instead: WEFT_TUNE_WAYS) and the other broadcasts when the job "
+    "has two ranks; neighbor allreduces, however many CPUs: up to 64 "
     "KiB, and those of more than 4 MiB that do not read the other ranks' memory "
     "(WEFT_CROSS_MEMORY_ATTACH_BYTES); 0: never. Every rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
@@ -228,13 +229,18 @@ const config::IntSetting kCrossMemoryAttachBytes(
 const config::BoolSetting kTuneWays(
     "WEFT_TUNE_WAYS", true,
     "Where a job of two ranks with a CPU each runs on one machine: rank 0 times the "
-    "allreduces of one tensor of 1 MiB or more over both ranks, in place on both, through "
-    "the memory the ranks share and through MPI's allreduce, tries the other way every 256 "
-    "of them (for each size, doubling from 1 MiB), and both ranks run each such allreduce "
-    "the way rank 0 picked for it; blocking or lone allreduces only (the ranks agree on "
-    "those without the coordinator; fused groups go through shared memory), and only while "
-    "WEFT_SHARED_MEMORY_BYTES is -1. Both ways give the same bits. 0: always through shared "
-    "memory. Every rank must see the same value.",
+    "allreduces of one CPU tensor of 1 MiB or more over both ranks, in place on both, "
+    "through the memory the ranks share and through MPI's allreduce, and both ranks run each "
+    "such allreduce the way rank 0 picked for it: for each size (doubling from 1 MiB; one "
+    "choice for 128 MiB and more) it runs the shared memory, tries MPI's for 4 ops after "
+    "the first 4, keeps the faster, and tries the other way again after 256 ops (twice as "
+    "long after each trial that changes nothing, up to 4096), ending a trial at an op 1.3x "
+    "as costly as the chosen way. Blocking or lone allreduces only (the ranks agree on "
+    "those without the coordinator; fused groups, process sets and ops the coordinator "
+    "answers go through shared memory), and only while WEFT_SHARED_MEMORY_BYTES is -1; "
+    "while on, such allreduces (in place or not) do not write their first round ahead. "
+    "Both ways give the same bits. 0: always through shared memory. Every rank must see the "
+    "same value.",
     config::Agreement::kSameOnEveryRank);
 
 // Allreduces whose way rank 0 picks by timing (WEFT_TUNE_WAYS) are of at least this many
@@ -247,10 +253,11 @@ const config::BoolSetting kTuneWays(
 // "Allreduces in place: the way picked by timing").
 constexpr size_t kTunedAllreduceFromBytes = size_t{1} << 20;
 constexpr int kTunedSizes = 8;
-// Each tuner tries the other way for 4 ops after 256 of the chosen one, waiting twice as
-// long after each trial that changes nothing (up to 4096 ops), and ends a trial at once at
-// an op 1.3x as costly as the chosen way's best: a trial of a way much slower (MPI's from
-// 32 MiB, where its allreduce copied through memory twice as often) costs little.
+// Each tuner tries the other way for 4 ops after the first 4 and then after 256 of the
+// chosen one, waiting twice as long after each later trial that changes nothing (up to
+// 4096 ops), and ends a trial at once at an op 1.3x as costly as the chosen way's best: a
+// trial of a much slower way (MPI's from 32 MiB, 1.5-1.7x the shared memory's time) costs
+// little.
 Tuner WayTuner() {
   return Tuner(/*period=*/256, /*trial=*/4, /*max_period=*/4096, /*give_up=*/1.3);
 }
@@ -695,9 +702,9 @@ MpiPlane::AllreducePath MpiPlane::AllreducePathOf(const Response& response,
   for (auto& r : group) bytes += r->in.nbytes();
   // A fused group reads its packed buffer in place.
   const bool out_of_place = response.out_of_place && group.size() == 1;
-  // Rank 0's tuner may send a lone op in place to MPI's allreduce instead (Preference).
-  const bool tuned_away =
-      response.tuned_way == 1 && group.size() == 1 && !response.out_of_place && Tuned(*group[0]);
+  // Rank 0's tuner may send a lone op, in place on every rank, to MPI's allreduce instead
+  // (Preference); every rank goes by the agreed pick alone.
+  const bool tuned_away = response.tuned_way == 1 && group.size() == 1;
   const bool shared = !tuned_away && SegmentTakes(bytes, ranks.empty());
   return {shared, UseRing(peers_->kind(), ctx_.machine_size, members, bytes, out_of_place, shared)};
 }
@@ -831,8 +838,8 @@ Staged MpiPlane::Stage(Request& r) {
 }
 
 Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
-  // The tuner compares the ways of ops in place on every rank.
-  if (ctx_.rank != 0 || group.size() != 1 || response.out_of_place || !Tuned(*group[0])) {
+  // The ops rank 0 picked a way for (in place on every rank, Preference).
+  if (ctx_.rank != 0 || group.size() != 1 || response.tuned_way < 0) {
     return AllreduceOnce(group, response);
   }
   const auto start = std::chrono::steady_clock::now();

@@ -113,9 +113,10 @@ struct Response {
   // same algorithm, so they choose by this, not by their own op.
   bool out_of_place = false;
   // Which of its ways an op runs where rank 0 picks them by timing (HostPlane::Preference):
-  // rank 0's pick, 0 for the default way. Set on every rank alike from what rank 0 told the
-  // direct agreement; never sent (an op the coordinator answers runs the default way).
-  int32_t tuned_way = 0;
+  // rank 0's pick, 0 for the default way; -1 where it picked none (the op runs its default
+  // way, untimed). Set on every rank alike from what rank 0 told the direct agreement; never
+  // sent (an op the coordinator answers has none).
+  int32_t tuned_way = -1;
 
   Status status() const;
 };

@@ -34,6 +34,7 @@ void Tuner::Record(int way, int64_t ns, size_t bytes) {
       // A fresh trial: what the other way cost before may no longer hold.
       std::fill(std::begin(cost_[other]), std::end(cost_[other]), 0.0);
       trying_ = true;
+      first_trial_ = untried;
       runs_ = 0;
       skip_ = true;
     }
@@ -50,7 +51,7 @@ void Tuner::EndTrial() {
   if (Best(other) < Best(chosen_)) {
     chosen_ = other;
     wait_ = period_;
-  } else {
+  } else if (!first_trial_) {
     wait_ = std::min(2 * wait_, max_period_);
   }
 }

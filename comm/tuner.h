@@ -4,8 +4,9 @@
 // runs. The first run after each change is not counted: it may still pay for the change
 // (the other ranks writing in the old way, caches warmed by the old way). Where trials are
 // dear, two options make them rarer and shorter: with `max_period` above `period`, each
-// trial that changes nothing doubles the wait for the next (up to `max_period`; a change
-// starts again from `period`), and with `give_up` (above 1), a trial ends at its first
+// trial after the first that changes nothing doubles the wait for the next (up to
+// `max_period`; a change starts again from `period`), and with `give_up` (above 1), a trial
+// ends at its first
 // counted run that costs more than `give_up` times the chosen way's best. Pure: tests drive
 // it with made-up times. Used by rank 0 for the copy mode of the collectives through
 // shared memory (shared_collectives.h) and for the way of some allreduces (mpi_plane.cc).
@@ -46,6 +47,7 @@ class Tuner {
   int wait_;  // runs between trials now (period_ up to max_period_)
   int chosen_ = 0;
   bool trying_ = false;
+  bool first_trial_ = false;      // the trial under way is the first
   int runs_ = 0;                  // in the current stretch (chosen or trial)
   bool skip_ = false;             // the next run is not counted
   double cost_[2][kWindow] = {};  // ns per byte, by way; 0: empty

@@ -64,8 +64,8 @@ TEST(TunerTest, RunsOfTheOtherWayThanAskedAreNotCounted) {
   EXPECT_EQ(empty.next(), 0);
 }
 
-// With max_period, each trial that changes nothing doubles the wait for the next, up to
-// max_period; a change starts again from period.
+// With max_period, each trial after the first that changes nothing doubles the wait for
+// the next, up to max_period; a change starts again from period.
 TEST(TunerTest, TrialsThatChangeNothingComeLessOften) {
   constexpr int kPeriod = 4, kTrial = 2, kMaxPeriod = 16;
   Tuner tuner(kPeriod, kTrial, kMaxPeriod);
@@ -79,14 +79,15 @@ TEST(TunerTest, TrialsThatChangeNothingComeLessOften) {
     }
   };
   run(kTrial + kTrial);  // the first way, then its first trial of the second (which loses)
-  // Where each later trial starts: after 8, 16 and 16 runs of the first way.
+  // Where each later trial starts: after 4 (the period), 8, 16 and 16 runs of the first way.
   std::vector<int> starts;
   seen.clear();
-  run(8 + kTrial + 16 + kTrial + 16 + kTrial);
+  run(4 + kTrial + 8 + kTrial + 16 + kTrial + 16 + kTrial);
   for (size_t i = 0; i < seen.size(); ++i) {
     if (seen[i] == 1 && (i == 0 || seen[i - 1] == 0)) starts.push_back(static_cast<int>(i));
   }
-  EXPECT_EQ(starts, (std::vector<int>{8, 8 + kTrial + 16, 8 + kTrial + 16 + kTrial + 16}));
+  EXPECT_EQ(starts, (std::vector<int>{4, 4 + kTrial + 8, 4 + kTrial + 8 + kTrial + 16,
+                                      4 + kTrial + 8 + kTrial + 16 + kTrial + 16}));
   // The second way gets cheaper: the next trial takes it, and the wait is period again.
   second = 0.5;
   run(16 + kTrial);
