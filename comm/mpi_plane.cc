@@ -247,7 +247,7 @@ const config::BoolSetting kTuneWays(
 // bytes, one tuner per doubling of the size from here (kTunedSizes of them, the last for
 // every larger size). On 2 ranks with a CPU each, MPI's in-place allreduce (reduce-scatter
 // then allgather, each half read from the other process with process_vm_readv) took
-// 0.83-0.93x the shared memory's time from 2 to 16 MiB on one VM (an Intel Xeon), where
+// 0.73-0.93x the shared memory's time from 2 to 16 MiB on one VM (an Intel Xeon), where
 // earlier measurements on another (an AMD EPYC) had the shared memory ahead at every size;
 // at 1 MiB and below, and from 32 MiB, the shared memory was ahead on both (bench/README.md,
 // "Allreduces in place: the way picked by timing").
