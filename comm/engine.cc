@@ -584,16 +584,17 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r, bool alone) {
   facts.agreed_words = 2 + static_cast<int>(d.shape.size());
   // The op's first round written ahead, where it can be: the agreement then stands for
   // that round's meeting, if every rank staged alike (a fact they agree on).
-  {
+  // An op whose way rank 0 picks by timing stages nothing (its way is not known yet), and
+  // the ranks agree that it is one (a staging value of its own, 3), so that a rank which
+  // answered otherwise (a setting changed meanwhile) sends the op to the coordinator, whose
+  // answer runs the default way everywhere.
+  const int pick = dynamic ? -1 : host_->Preference(*r);
+  direct_tuned_ = pick >= 0;
+  direct_staged_ = Staged::kNone;
+  if (!direct_tuned_) {
     Running running(this, *r, 0);  // staging may wait for ranks still reading an op before
     direct_staged_ = host_->Stage(*r);
   }
-  // Rank 0's way, where it picks the op's way by timing (such an op stages nothing): the
-  // ranks agree that it does (a staging value of its own, 3), so that a rank which answered
-  // otherwise (a setting changed meanwhile) sends the op to the coordinator, whose answer
-  // runs the default way everywhere.
-  const int pick = dynamic ? -1 : host_->Preference(*r);
-  direct_tuned_ = pick >= 0;
   facts.agreed[1] |= static_cast<uint64_t>(direct_tuned_ ? 3 : static_cast<int>(direct_staged_))
                      << 41;
   if (dynamic) {

@@ -234,11 +234,12 @@ const config::BoolSetting kTuneWays(
     "such allreduce the way rank 0 picked for it: for each size (doubling from 1 MiB; one "
     "choice for 128 MiB and more) it runs the shared memory, tries MPI's for 4 ops after "
     "the first 4, keeps the faster, and tries the other way again after 256 ops (twice as "
-    "long after each trial that changes nothing, up to 4096), ending a trial at an op 1.3x "
+    "long after each later trial that changes nothing, up to 4096), ending a trial at an op 1.3x "
     "as costly as the chosen way. Blocking or lone allreduces only (the ranks agree on "
     "those without the coordinator; fused groups, process sets and ops the coordinator "
     "answers go through shared memory), and only while WEFT_SHARED_MEMORY_BYTES is -1; "
-    "while on, such allreduces (in place or not) do not write their first round ahead. "
+    "while on, such allreduces do not write their first round ahead, and one in place on "
+    "some ranks only is agreed by the coordinator (and goes through shared memory). "
     "Both ways give the same bits. 0: always through shared memory. Every rank must see the "
     "same value.",
     config::Agreement::kSameOnEveryRank);
@@ -405,7 +406,9 @@ class MpiPlane : public HostPlane {
 
  private:
   // Whether rank 0 picks the way of the op `r` by timing (kTuneWays); every rank answers
-  // alike. Way 0 is the default one.
+  // alike where the op is in place on every rank (where it is not, the ranks' answers
+  // differ, and the direct agreement sends the op to the coordinator). Way 0 is the default
+  // one.
   bool Tuned(const Request& r) const;
   // The tuner of ops of `bytes` (kTunedSizes).
   Tuner& TunerFor(size_t bytes);
@@ -766,10 +769,10 @@ bool MpiPlane::MeetsFirst(const Response& response, const Group& group) const {
 }
 
 bool MpiPlane::Tuned(const Request& r) const {
-  return r.desc.op == OpType::kAllreduce && shared_.has_value() && ctx_.size == 2 &&
-         !ctx_.oversubscribed && r.desc.group.empty() && r.in.device().type == Device::Type::kCPU &&
-         r.in.nbytes() >= kTunedAllreduceFromBytes && kSharedMemoryBytes.Get() < 0 &&
-         kTuneWays.Get();
+  return r.desc.op == OpType::kAllreduce && r.desc.in_place && shared_.has_value() &&
+         ctx_.size == 2 && !ctx_.oversubscribed && r.desc.group.empty() &&
+         r.in.device().type == Device::Type::kCPU && r.in.nbytes() >= kTunedAllreduceFromBytes &&
+         kSharedMemoryBytes.Get() < 0 && kTuneWays.Get();
 }
 
 Tuner& MpiPlane::TunerFor(size_t bytes) {
