@@ -8,20 +8,24 @@ namespace weft {
 namespace comm {
 namespace {
 
+// Makes `runs` runs the way `tuner` asks, each of 1000 bytes at `cost[way]` ns per byte,
+// and notes their ways in `seen`.
+void RunTuned(Tuner& tuner, const double (&cost)[2], int runs, std::vector<int>& seen) {
+  for (int i = 0; i < runs; ++i) {
+    const int way = tuner.next();
+    seen.push_back(way);
+    tuner.Record(way, static_cast<int64_t>(cost[way] * 1000), 1000);
+  }
+}
+
 // The tuner keeps the cheaper way, tries the other every `period` runs (the first time
 // after `trial`), skips the first run after each change, and follows a change of costs.
 TEST(TunerTest, KeepsTheCheaperWayAndNoticesWhenItChanges) {
   constexpr int kPeriod = 10, kTrial = 3;
   Tuner tuner(kPeriod, kTrial);
-  double first = 2.0, second = 1.0;  // ns per byte
+  double cost[2] = {2.0, 1.0};
   std::vector<int> seen;
-  auto run = [&](int runs) {
-    for (int i = 0; i < runs; ++i) {
-      const int way = tuner.next();
-      seen.push_back(way);
-      tuner.Record(way, static_cast<int64_t>((way == 0 ? first : second) * 1000), 1000);
-    }
-  };
+  auto run = [&](int runs) { RunTuned(tuner, cost, runs, seen); };
   run(kTrial);  // the first way, the first choice
   EXPECT_EQ(seen, std::vector<int>(kTrial, 0));
   run(kTrial);  // the first trial of the second, which is cheaper
@@ -34,7 +38,7 @@ TEST(TunerTest, KeepsTheCheaperWayAndNoticesWhenItChanges) {
   EXPECT_EQ(seen, std::vector<int>(kTrial, 0));
   EXPECT_EQ(tuner.next(), 1);  // still the cheaper
   // The second gets dearer: the next trial of the first wins it back.
-  second = 3.0;
+  cost[1] = 3.0;
   run(kPeriod + kTrial);
   EXPECT_EQ(tuner.next(), 0);
   // A run right after a change is not counted: an outlier there changes nothing.
@@ -69,15 +73,9 @@ TEST(TunerTest, RunsOfTheOtherWayThanAskedAreNotCounted) {
 TEST(TunerTest, TrialsThatChangeNothingComeLessOften) {
   constexpr int kPeriod = 4, kTrial = 2, kMaxPeriod = 16;
   Tuner tuner(kPeriod, kTrial, kMaxPeriod);
-  double first = 1.0, second = 2.0;  // ns per byte
+  double cost[2] = {1.0, 2.0};
   std::vector<int> seen;
-  auto run = [&](int runs) {
-    for (int i = 0; i < runs; ++i) {
-      const int way = tuner.next();
-      seen.push_back(way);
-      tuner.Record(way, static_cast<int64_t>((way == 0 ? first : second) * 1000), 1000);
-    }
-  };
+  auto run = [&](int runs) { RunTuned(tuner, cost, runs, seen); };
   run(kTrial + kTrial);  // the first way, then its first trial of the second (which loses)
   // Where each later trial starts: after 4 (the period), 8, 16 and 16 runs of the first way.
   std::vector<int> starts;
@@ -89,7 +87,7 @@ TEST(TunerTest, TrialsThatChangeNothingComeLessOften) {
   EXPECT_EQ(starts, (std::vector<int>{4, 4 + kTrial + 8, 4 + kTrial + 8 + kTrial + 16,
                                       4 + kTrial + 8 + kTrial + 16 + kTrial + 16}));
   // The second way gets cheaper: the next trial takes it, and the wait is period again.
-  second = 0.5;
+  cost[1] = 0.5;
   run(16 + kTrial);
   ASSERT_EQ(tuner.next(), 1);
   seen.clear();
