@@ -223,11 +223,13 @@ class SharedCollectives {
   // staged, and met.
   void AllreduceByAll(const std::vector<Piece>& pieces, size_t total, DType dtype, bool average,
                       const std::function<void(int64_t since)>& idle, bool ahead);
-  // What a round in halves writes into this rank's half before its meeting: the elements
-  // [base, base + m) of an allreduce's (or a broadcast root's) pieces; the `n` bytes from
-  // `base` of an allgather's part; an exchange's scales and its input's elements
-  // Copies elements [base, base + m) of `pieces`, taken as one sequence, to `to`.
+  // Copies elements [base, base + m) of `pieces`, taken as one sequence, to `to`: what a
+  // round in halves of an allreduce (or a broadcast root) writes into this rank's half
+  // before its meeting, and the round's part of a sliced allreduce's inputs.
   void WritePieces(char* to, const std::vector<Piece>& pieces, size_t base, size_t m, size_t item);
+  // What a round in halves writes into this rank's half before its meeting: the `n` bytes
+  // from `base` of an allgather's part; an exchange's scales and its pieces' elements
+  // [base, base + m).
   void WritePart(const void* in, size_t base, size_t n);
   void WriteExchange(const std::vector<Piece>& pieces, size_t base, size_t m, size_t item,
                      const std::vector<std::pair<int, double>>& send);

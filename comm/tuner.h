@@ -6,11 +6,10 @@
 // dear, two options make them rarer and shorter: with `max_period` above `period`, each
 // trial after the first that changes nothing doubles the wait for the next (up to
 // `max_period`; a change starts again from `period`), and with `give_up` (above 1), a trial
-// ends at its first
-// counted run that costs more than `give_up` times the chosen way's best. Pure: tests drive
-// it with made-up times. Used by rank 0 for the copy mode of the collectives through
-// shared memory (shared_collectives.h) and for the way of some allreduces (mpi_plane.cc).
-// Internal to comm/.
+// ends at its first counted run that costs more than `give_up` times the chosen way's best.
+// Pure: tests drive it with made-up times. Used by rank 0 for the copy mode of the
+// collectives through shared memory (shared_collectives.h) and for the way of some
+// allreduces (mpi_plane.cc). Internal to comm/.
 #ifndef WEFT_COMM_TUNER_H_
 #define WEFT_COMM_TUNER_H_
 
