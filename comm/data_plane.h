@@ -69,9 +69,10 @@ class HostPlane : public DataPlane {
   virtual Staged Stage(Request& r) = 0;
   // Where rank 0 picks the way the op `r` runs by timing its ways (a tuner of its own),
   // before `r` counts in to the direct agreement: on rank 0 the way to run it (0: the
-  // default), on the others 0; -1 where the way is not picked so (every rank answers
-  // alike). The engine hands rank 0's answer to Run() as Response::tuned_way. Stage() writes
-  // nothing ahead for such an op.
+  // default), on the others 0; -1 where the way is not picked so. The engine does not stage
+  // such an op, runs it directly only where every rank answered 0 or more (otherwise the
+  // coordinator answers it, with no pick), and hands rank 0's answer to Run() as
+  // Response::tuned_way.
   virtual int Preference(const Request& r) = 0;
 };
 // `peers` moves the engine's own point-to-point traffic; it outlives the plane. Collective

@@ -583,20 +583,18 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r, bool alone) {
   }
   facts.agreed_words = 2 + static_cast<int>(d.shape.size());
   // The op's first round written ahead, where it can be: the agreement then stands for
-  // that round's meeting, if every rank staged alike (a fact they agree on).
-  // An op whose way rank 0 picks by timing stages nothing (its way is not known yet), and
-  // the ranks agree that it is one (a staging value of its own, 3), so that a rank which
-  // answered otherwise (a setting changed meanwhile) sends the op to the coordinator, whose
-  // answer runs the default way everywhere.
+  // that round's meeting, if every rank staged alike (a fact they agree on). An op whose way
+  // rank 0 picks by timing stages nothing (its way is not known yet) and says so (kTuned),
+  // so that ranks that answered otherwise (in place on some ranks only, or a setting
+  // changed meanwhile) send the op to the coordinator, whose answer runs the default way.
   const int pick = dynamic ? -1 : host_->Preference(*r);
-  direct_tuned_ = pick >= 0;
-  direct_staged_ = Staged::kNone;
-  if (!direct_tuned_) {
+  if (pick >= 0) {
+    direct_staged_ = Staged::kTuned;
+  } else {
     Running running(this, *r, 0);  // staging may wait for ranks still reading an op before
     direct_staged_ = host_->Stage(*r);
   }
-  facts.agreed[1] |= static_cast<uint64_t>(direct_tuned_ ? 3 : static_cast<int>(direct_staged_))
-                     << 41;
+  facts.agreed[1] |= static_cast<uint64_t>(direct_staged_) << 41;
   if (dynamic) {
     uint64_t sends = 0, receives = 0;
     for (int32_t to : d.send_ranks) sends |= uint64_t{1} << to;
@@ -657,22 +655,15 @@ bool Engine::SettleDirect(bool must) {
   response.op = r->desc.op;
   response.keys.push_back(r->desc.key);
   const int64_t rows_mask = (int64_t{1} << kTunedWayShift) - 1;
-  // Rank 0's pick, where every rank asked for one (the same answer on every rank, by
-  // HostPlane::Preference's contract); for an allreduce only where it is in place on every
-  // rank, the case whose ways rank 0 compares.
-  if (direct_tuned_)
+  // Rank 0's pick, where every rank agreed that it picks one.
+  if (direct_staged_ == Staged::kTuned) {
     response.tuned_way = static_cast<int32_t>(agreement.own(0) >> kTunedWayShift & 1);
+  }
   if (response.op == OpType::kAllreduce) {
     response.out_of_place = true;
-    bool in_place = true;
     for (int rank = 0; rank < ctx_.size; ++rank) {
-      if (agreement.own(rank) % 2 != 0) {
-        response.out_of_place = false;
-      } else {
-        in_place = false;
-      }
+      if (agreement.own(rank) % 2 != 0) response.out_of_place = false;
     }
-    if (!in_place) response.tuned_way = -1;
   } else if (response.op == OpType::kAllgather) {
     std::vector<int64_t> dims(ctx_.size);
     for (int rank = 0; rank < ctx_.size; ++rank) dims[rank] = (agreement.own(rank) & rows_mask) / 2;

@@ -40,8 +40,9 @@ class Engine;
 
 // How the first round of an op that runs on direct agreement was written ahead of it
 // (HostPlane::Stage): its agreement, which every rank counted in to after writing, then
-// stands for that round's meeting.
-enum class Staged : uint8_t { kNone = 0, kSegment = 1, kDirectReads = 2 };
+// stands for that round's meeting. kTuned: nothing was written, as rank 0 picks the op's
+// way by timing (HostPlane::Preference); the ranks agree on that as on any other value.
+enum class Staged : uint8_t { kNone = 0, kSegment = 1, kDirectReads = 2, kTuned = 3 };
 
 // Synchronous copies between host memory and a CUDA device.
 using HostCopier = std::function<Status(void* dst, const void* src, size_t bytes, bool to_device)>;
@@ -300,7 +301,6 @@ class Engine : public std::enable_shared_from_this<Engine> {
   int64_t direct_since_us_ = 0;
   bool direct_runs_ = false;  // every rank counted in already when this one did
   Staged direct_staged_ = Staged::kNone;  // how this rank staged it
-  bool direct_tuned_ = false;             // rank 0 picks its way by timing (HostPlane::Preference)
   // Descriptors to the coordinator, its responses back. Opened by the constructor, which
   // init() runs on every rank at the same point (opening it is collective on rank 0's
   // machine).

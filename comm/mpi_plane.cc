@@ -787,8 +787,7 @@ int MpiPlane::Preference(const Request& r) {
 }
 
 Staged MpiPlane::Stage(Request& r) {
-  // An op whose way is not known before the agreement writes nothing ahead.
-  if (!shared_.has_value() || !r.desc.group.empty() || Tuned(r)) return Staged::kNone;
+  if (!shared_.has_value() || !r.desc.group.empty()) return Staged::kNone;
   const size_t bytes = r.in.nbytes();
   const DType dtype = r.in.dtype();
   auto pieces = [&] {
