@@ -49,6 +49,9 @@ def weft_mpi_program_test(name, binary, ranks = [1, 2, 4], size = "medium", env 
     tests = []
     for n in ranks:
         test_name = "{}_np{}".format(name, n)
+        # Multi-rank tests oversubscribe the machine; running them one at a time keeps
+        # them from starving each other's progress threads.
+        wanted = ["mpi", "exclusive"] if n > 2 else ["mpi"]
         native.sh_test(
             name = test_name,
             srcs = ["//tests:mpirun_test.sh"],
@@ -56,9 +59,7 @@ def weft_mpi_program_test(name, binary, ranks = [1, 2, 4], size = "medium", env 
             data = [binary] + data,
             size = size,
             env = env,
-            # Multi-rank tests oversubscribe the machine; running them one at a time keeps
-            # them from starving each other's progress threads.
-            tags = tags + ["mpi", "exclusive"] if n > 2 else tags + ["mpi"],
+            tags = tags + [t for t in wanted if t not in tags],
         )
         tests.append(":" + test_name)
     native.test_suite(name = name, tests = tests, tags = tags)
