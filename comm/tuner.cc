@@ -15,8 +15,14 @@ double Tuner::Best(int way) const {
   return best;
 }
 
+int Tuner::NextCandidate() const {
+  int way = (candidate_ + 1) % ways_;
+  if (way == chosen_) way = (way + 1) % ways_;
+  return way;
+}
+
 void Tuner::Record(int way, int64_t ns, size_t bytes) {
-  if (bytes == 0 || way != next()) return;
+  if (bytes == 0 || way < 0 || way >= ways_ || way != next()) return;
   bool hopeless = false;
   if (skip_) {
     skip_ = false;
@@ -27,12 +33,13 @@ void Tuner::Record(int way, int64_t ns, size_t bytes) {
     hopeless = trying_ && give_up_ > 1 && cost > give_up_ * Best(chosen_);
   }
   ++runs_;
-  const int other = 1 - chosen_;
   if (!trying_) {
-    const bool untried = Best(other) == std::numeric_limits<double>::infinity();
+    const int candidate = NextCandidate();
+    const bool untried = Best(candidate) == std::numeric_limits<double>::infinity();
     if (runs_ >= (untried ? trial_ : wait_)) {
-      // A fresh trial: what the other way cost before may no longer hold.
-      std::fill(std::begin(cost_[other]), std::end(cost_[other]), 0.0);
+      // A fresh trial: what the way cost before may no longer hold.
+      std::fill(std::begin(cost_[candidate]), std::end(cost_[candidate]), 0.0);
+      candidate_ = candidate;
       trying_ = true;
       first_trial_ = untried;
       runs_ = 0;
@@ -44,12 +51,11 @@ void Tuner::Record(int way, int64_t ns, size_t bytes) {
 }
 
 void Tuner::EndTrial() {
-  const int other = 1 - chosen_;
   trying_ = false;
   runs_ = 0;
   skip_ = true;
-  if (Best(other) < Best(chosen_)) {
-    chosen_ = other;
+  if (Best(candidate_) < Best(chosen_)) {
+    chosen_ = candidate_;
     wait_ = period_;
   } else if (!first_trial_) {
     wait_ = std::min(2 * wait_, max_period_);

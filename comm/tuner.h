@@ -1,15 +1,17 @@
-// Picks the faster of two ways to do something that repeats, from the time each run
+// Picks the fastest of a few ways to do something that repeats, from the time each run
 // takes: it runs the chosen way and, every `period` runs (at first after `trial`), `trial`
-// runs of the other, then keeps whichever had the lower cost per byte in its last kWindow
-// runs. The first run after each change is not counted: it may still pay for the change
-// (the other ranks writing in the old way, caches warmed by the old way). Where trials are
-// dear, two options make them rarer and shorter: with `max_period` above `period`, each
-// trial after the first that changes nothing doubles the wait for the next (up to
-// `max_period`; a change starts again from `period`), and with `give_up` (above 1), a trial
-// ends at its first counted run that costs more than `give_up` times the chosen way's best.
-// Pure: tests drive it with made-up times. Used by rank 0 for the copy mode of the
-// collectives through shared memory (shared_collectives.h) and for the way of some
-// allreduces (mpi_plane.cc). Internal to comm/.
+// runs of another (the others taken in turn), then keeps whichever had the lower cost per
+// byte in its last kWindow runs. A way not tried yet is tried after `trial` runs, so that
+// each has been tried once early on. The first run after each change is not counted: it
+// may still pay for the change (the other ranks writing in the old way, caches warmed by
+// the old way). Where trials are dear, two options make them rarer and shorter: with
+// `max_period` above `period`, each trial of a way tried before that changes nothing
+// doubles the wait for the next (up to `max_period`; a change starts again from
+// `period`), and with `give_up` (above 1), a trial ends at its first counted run that costs
+// more than `give_up` times the chosen way's best. Pure: tests drive it with made-up times.
+// Used by rank 0 for the copy mode of the collectives through shared memory
+// (shared_collectives.h) and for the way of some allreduces (mpi_plane.cc). Internal to
+// comm/.
 #ifndef WEFT_COMM_TUNER_H_
 #define WEFT_COMM_TUNER_H_
 
@@ -22,14 +24,20 @@ namespace comm {
 class Tuner {
  public:
   static constexpr int kWindow = 4;
-  explicit Tuner(int period = 256, int trial = 4, int max_period = 0, double give_up = 0)
+  static constexpr int kMaxWays = 4;
+  // `ways`: how many there are (2 to kMaxWays), numbered from 0, the first choice.
+  explicit Tuner(int period = 256, int trial = 4, int max_period = 0, double give_up = 0,
+                 int ways = 2)
       : period_(period),
         trial_(trial),
         max_period_(max_period > period ? max_period : period),
         give_up_(give_up),
+        ways_(ways < 2          ? 2
+              : ways > kMaxWays ? kMaxWays
+                                : ways),
         wait_(period) {}
-  // The way (0, the first choice, or 1) for the next run.
-  int next() const { return trying_ ? 1 - chosen_ : chosen_; }
+  // The way (0 to ways - 1) for the next run.
+  int next() const { return trying_ ? candidate_ : chosen_; }
   // The run just made in way `way` took `ns` for `bytes`. A run in another way than next()
   // (one that could not go the way asked) is not counted, nor is one of no bytes.
   void Record(int way, int64_t ns, size_t bytes);
@@ -37,20 +45,24 @@ class Tuner {
  private:
   // The lowest cost per byte among a way's last kWindow runs (infinite: none yet).
   double Best(int way) const;
+  // The way after candidate_ in turn, other than the chosen one.
+  int NextCandidate() const;
 
   // Ends the trial under way, keeping the better way.
   void EndTrial();
 
   const int period_, trial_, max_period_;
   const double give_up_;
+  const int ways_;
   int wait_;  // runs between trials now (period_ up to max_period_)
   int chosen_ = 0;
+  int candidate_ = 0;  // the way tried last, or under trial
   bool trying_ = false;
-  bool first_trial_ = false;      // the trial under way is the first
-  int runs_ = 0;                  // in the current stretch (chosen or trial)
-  bool skip_ = false;             // the next run is not counted
-  double cost_[2][kWindow] = {};  // ns per byte, by way; 0: empty
-  int next_slot_[2] = {0, 0};
+  bool first_trial_ = false;             // the trial under way is its way's first
+  int runs_ = 0;                         // in the current stretch (chosen or trial)
+  bool skip_ = false;                    // the next run is not counted
+  double cost_[kMaxWays][kWindow] = {};  // ns per byte, by way; 0: empty
+  int next_slot_[kMaxWays] = {};
 };
 
 }  // namespace comm

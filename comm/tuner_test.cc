@@ -10,7 +10,8 @@ namespace {
 
 // Makes `runs` runs the way `tuner` asks, each of 1000 bytes at `cost[way]` ns per byte,
 // and notes their ways in `seen`.
-void RunTuned(Tuner& tuner, const double (&cost)[2], int runs, std::vector<int>& seen) {
+template <size_t kWays>
+void RunTuned(Tuner& tuner, const double (&cost)[kWays], int runs, std::vector<int>& seen) {
   for (int i = 0; i < runs; ++i) {
     const int way = tuner.next();
     seen.push_back(way);
@@ -114,6 +115,32 @@ TEST(TunerTest, HopelessTrialsEndEarly) {
   }
   tuner.Record(1, 1200, 1000);
   EXPECT_EQ(tuner.next(), 0);
+}
+
+// Of three ways, each is tried once early on (after `trial` runs of the chosen one), the
+// cheapest is kept, and later trials take the others in turn.
+TEST(TunerTest, TriesEveryWayOfSeveralInTurn) {
+  constexpr int kPeriod = 10, kTrial = 3;
+  Tuner tuner(kPeriod, kTrial, /*max_period=*/0, /*give_up=*/0, /*ways=*/3);
+  double cost[3] = {2.0, 3.0, 1.0};
+  std::vector<int> seen;
+  RunTuned(tuner, cost, 4 * kTrial + 2 * (kPeriod + kTrial), seen);
+  std::vector<int> expected;
+  auto add = [&](int way, int runs) { expected.insert(expected.end(), runs, way); };
+  add(0, kTrial);   // the first choice
+  add(1, kTrial);   // the first trial of the second way: dearer
+  add(0, kTrial);   // the third, untried, comes after `trial` runs
+  add(2, kTrial);   // and is the cheapest: kept
+  add(2, kPeriod);  // then the others in turn, every `period` runs
+  add(0, kTrial);
+  add(2, kPeriod);
+  add(1, kTrial);
+  EXPECT_EQ(seen, expected);
+  EXPECT_EQ(tuner.next(), 2);
+  // Runs of a way beyond the tuner's count nothing.
+  tuner.Record(3, 1, 1000);
+  tuner.Record(-1, 1, 1000);
+  EXPECT_EQ(tuner.next(), 2);
 }
 
 }  // namespace
