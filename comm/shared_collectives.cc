@@ -507,13 +507,14 @@ bool SharedCollectives::StageExchange(const std::vector<Piece>& pieces, DType dt
   });
 }
 
-bool SharedCollectives::StageDirect(const void* in,
-                                    const std::vector<std::pair<int, double>>* send) {
+bool SharedCollectives::StageDirect(const void* in, const std::vector<std::pair<int, double>>* send,
+                                    void* out) {
   // The direct ops write no area: nothing to wait for (see AllgatherDirect).
   staged_ = false;
   if (!direct_reads()) return false;
   if (send != nullptr) PostScales(*send);
   post(rank_)->store(reinterpret_cast<uintptr_t>(in), std::memory_order_relaxed);
+  post_out(rank_)->store(reinterpret_cast<uintptr_t>(out), std::memory_order_relaxed);
   return Staged();
 }
 
@@ -610,10 +611,77 @@ Status SharedCollectives::ExchangeDirect(const void* in, size_t count, DType dty
   return status;
 }
 
+Status SharedCollectives::AllreduceDirect(const void* in, void* out, size_t count, DType dtype,
+                                          bool average,
+                                          const std::function<void(int64_t since)>& idle,
+                                          bool staged) {
+  if (TakeStaged(staged)) {
+    MetAhead();
+  } else {
+    post(rank_)->store(reinterpret_cast<uintptr_t>(in), std::memory_order_relaxed);
+    post_out(rank_)->store(reinterpret_cast<uintptr_t>(out), std::memory_order_relaxed);
+    Meet(idle);
+  }
+  const size_t item = DTypeSize(dtype);
+  // Slices start on 64-byte boundaries of the tensor.
+  const size_t align = std::max<size_t>(1, 64 / item);
+  const size_t per = ((count + size_ - 1) / size_ + align - 1) / align * align;
+  auto lo = [&](int r) { return std::min(count, per * static_cast<size_t>(r)); };
+  // The others' terms (and, in place where this rank's own term is not among the first
+  // two, its own: the sum overwrites it before it is added) come a block at a time.
+  const size_t block = std::max<size_t>(1, std::min(kBlockBytes / item, per));
+  const bool copy_own = in == out && rank_ >= 2;
+  const int blocks = size_ - (copy_own ? 0 : 1);
+  scratch_.resize(static_cast<size_t>(blocks) * block * item);
+  Status status = OkStatus();
+  const char* mine = static_cast<const char*>(in);
+  char* sums = static_cast<char*>(out);
+  std::vector<const char*> terms(size_);
+  for (size_t at = lo(rank_); at < lo(rank_ + 1) && status.ok(); at += block) {
+    const size_t n = std::min(block, lo(rank_ + 1) - at);
+    for (int r = 0, k = 0; r < size_ && status.ok(); ++r) {
+      if (r == rank_ && !copy_own) {
+        terms[r] = mine + at * item;
+        continue;
+      }
+      char* to = scratch_.data() + static_cast<size_t>(k++) * block * item;
+      terms[r] = to;
+      if (r == rank_) {
+        std::memcpy(to, mine + at * item, n * item);
+      } else {
+        status = ReadPosted(r, to, n * item, "allreduce", "input", at * item);
+      }
+    }
+    if (!status.ok()) break;
+    SumInRankOrder(
+        sums + at * item, [&](int r) { return terms[r]; }, size_, dtype, n, average);
+  }
+  // Whether this rank's slice is whole, seen by the others once they have met it here.
+  post_failed(rank_)->store(status.ok() ? 0 : 1, std::memory_order_relaxed);
+  Meet(idle);
+  for (int r = 0; r < size_ && status.ok(); ++r) {
+    if (r != rank_ && post_failed(r)->load(std::memory_order_relaxed) != 0) {
+      status = Internal("allreduce: rank ", r, " could not read another rank's input");
+    }
+  }
+  for (int k = 1; k < size_ && status.ok(); ++k) {
+    const int r = (rank_ + k) % size_;  // each rank starts with a different one
+    const size_t n = lo(r + 1) - lo(r);
+    if (n == 0) continue;
+    status = ReadPosted(r, sums + lo(r) * item, n * item, "allreduce", "sums", lo(r) * item,
+                        /*from_out=*/true);
+  }
+  Meet(idle);  // done reading (see AllgatherDirect)
+  sliced_last_ = false;
+  return status;
+}
+
 Status SharedCollectives::ReadPosted(int rank, void* to, size_t bytes, const char* op,
-                                     const char* thing) const {
-  const auto* from = reinterpret_cast<const void*>(
-      static_cast<uintptr_t>(post(rank)->load(std::memory_order_relaxed)));
+                                     const char* thing, size_t offset, bool from_out) const {
+  const auto* from =
+      reinterpret_cast<const char*>(static_cast<uintptr_t>(
+          (from_out ? post_out(rank) : post(rank))->load(std::memory_order_relaxed))) +
+      offset;
   const Status status = ReadProcessMemory(pids_[rank], from, to, bytes);
   if (status.ok()) return status;
   return Annotate(status,

@@ -25,7 +25,9 @@
 // input) while another still reads it. One copy per part, where the areas take two. A
 // broadcast can go the same way, the root's input being the only part. A
 // neighbor exchange reads its in-neighbors' inputs the same way (ExchangeDirect), each
-// sender posting the scale it sends to each destination in a table after the areas.
+// sender posting the scale it sends to each destination in a table after the areas. So can
+// an allreduce of one tensor (AllreduceDirect): each rank sums its slice of the elements
+// from the others' inputs, then reads the others' slices of the sums from their outputs.
 // Larger allreduces of more than two ranks go sliced, in rounds of a whole area between two
 // meetings, so that each element is summed by one rank instead of all: each rank copies the
 // others' slices of its inputs (the tensors taken as one sequence of elements, one slice
@@ -163,9 +165,23 @@ class SharedCollectives {
   // AllgatherDirect's (StageDirect; `in` is read on the root alone).
   Status BroadcastDirect(const void* in, void* out, size_t bytes, int root,
                          const std::function<void(int64_t since)>& idle, bool staged = false);
-  // Posts what this rank's AllgatherDirect, BroadcastDirect or ExchangeDirect of `in` posts
-  // before its first meeting (`send`: ExchangeDirect's scales; null for the others) ahead.
-  bool StageDirect(const void* in, const std::vector<std::pair<int, double>>* send);
+  // An allreduce of one tensor (`count` elements of `dtype` from `in` into `out`, which may
+  // be `in`) by the same direct reads, as a reduce-scatter then an allgather: each rank
+  // posts its input's and its output's addresses and meets; each sums its slice of the
+  // elements (one per rank, in rank order) over every rank, the others' terms read from
+  // their inputs a block at a time, into its output (dividing for an average); meets; then
+  // reads every other rank's slice of the sums from that rank's output into its own; and
+  // meets again (no rank returns while another still reads it). Every rank gets the bits
+  // of the sum in rank order. A failed read fails the op on every rank (the others would
+  // otherwise copy a slice that was never summed): each rank says at the second meeting
+  // whether its slice is whole.
+  Status AllreduceDirect(const void* in, void* out, size_t count, DType dtype, bool average,
+                         const std::function<void(int64_t since)>& idle, bool staged = false);
+  // Posts what this rank's AllgatherDirect, BroadcastDirect, ExchangeDirect or
+  // AllreduceDirect of `in` posts before its first meeting (`send`: ExchangeDirect's scales,
+  // null for the others; `out`: AllreduceDirect's output) ahead.
+  bool StageDirect(const void* in, const std::vector<std::pair<int, double>>* send,
+                   void* out = nullptr);
   // What a neighbor exchange through the areas hands over (Exchange): for each in-neighbor
   // k, a run of its input as it sends it to this rank, beside the piece it goes with.
   using Received = std::function<void(const Piece& piece, size_t at, size_t n,
@@ -208,6 +224,8 @@ class SharedCollectives {
   char* input(int rank) const;
   char* result(int rank) const;
   static constexpr size_t kHalfBytes = kRoundBytes / 2;
+  // AllreduceDirect reads the others' inputs in blocks of this many bytes.
+  static constexpr size_t kBlockBytes = size_t{128} << 10;
   // Rounds in halves (see above): `rank`'s half of its result area for this round.
   char* half(int rank) const;
   // The head of a half in Exchange: one scale (a double's bits) per destination rank, whole
@@ -271,12 +289,16 @@ class SharedCollectives {
   // The word a rank posts its input's address in for AllgatherDirect: on its counter's
   // second line, which only that rank writes.
   std::atomic<uint64_t>* post(int rank) const;
+  // Beside it: AllreduceDirect's output address, and whether the rank's slice is whole.
+  std::atomic<uint64_t>* post_out(int rank) const { return post(rank) + 1; }
+  std::atomic<uint64_t>* post_failed(int rank) const { return post(rank) + 2; }
   // The scale (a double's bits) `sender` applies to what `receiver` reads of it in
   // ExchangeDirect: a table of size x size words after the areas, row by sender.
   std::atomic<uint64_t>* scale(int sender, int receiver) const;
   // Copies `bytes` from what `rank` posted into `to` (a direct op's read, after the meeting
   // that follows the posts); an error says "`op`: reading rank R's `thing` from its memory".
-  Status ReadPosted(int rank, void* to, size_t bytes, const char* op, const char* thing) const;
+  Status ReadPosted(int rank, void* to, size_t bytes, const char* op, const char* thing,
+                    size_t offset = 0, bool from_out = false) const;
   // AllgatherDirect and BroadcastDirect: `op` and `thing` name what a failed read read.
   Status GatherDirect(const void* in, void* out, const std::vector<size_t>& part_bytes,
                       const std::function<void(int64_t since)>& idle, bool staged, const char* op,
@@ -318,6 +340,7 @@ class SharedCollectives {
   int64_t round_start_ns_ = 0;
   int64_t met_ns_ = 0;  // the timed round's meetings so far
   std::vector<int64_t> pids_;  // each rank's process, for the direct ops (EnableDirectReads)
+  std::vector<char> scratch_;  // AllreduceDirect's blocks of the others' inputs
 };
 
 // Copies `bytes` from address `from` of process `pid` to `to` in this one, with
