@@ -106,7 +106,27 @@ Status Ring(PeerTransport& transport, const std::vector<int>& members, int me, c
       WEFT_RETURN_IF_ERROR(post_recvs(t + 1));
     }
   }
+  for (auto& step : sends) WEFT_RETURN_IF_ERROR(wait_all(step));
   return OkStatus();
+}
+
+// Ends a ring whose sends have all completed on this rank: each rank tells the next one so,
+// and leaves once the rank before it has told it the same. A send may complete only once
+// its receiver has acknowledged it, after its own receive completed; over Open MPI's shared
+// memory a large message is read by the receiver, which then queues the acknowledgement and
+// sends it from a later call into MPI. A rank that left the ring with its receives done but
+// acknowledgements still queued (64 or more chunks in flight at once) made no further MPI
+// call while its engine idled, and the rank before it waited for its sends for good. Here
+// each rank keeps calling into the transport until the rank before it has all its
+// acknowledgements.
+Status CloseRing(PeerTransport& transport, const std::vector<int>& members, int me) {
+  const int n = static_cast<int>(members.size());
+  const int next = members[(me + 1) % n], prev = members[(me + n - 1) % n];
+  char sent = 1, received = 0;
+  WEFT_ASSIGN_OR_RETURN(PeerTransport::Ticket from_prev, transport.Recv(prev, &received, 1));
+  WEFT_ASSIGN_OR_RETURN(PeerTransport::Ticket to_next, transport.Send(next, &sent, 1));
+  WEFT_RETURN_IF_ERROR(transport.Wait(to_next));
+  return transport.Wait(from_prev);
 }
 
 }  // namespace
@@ -121,6 +141,7 @@ Status RingAllreduceSum(PeerTransport& transport, const std::vector<int>& member
   }
   Status status = Ring(transport, members, me, static_cast<const char*>(in),
                        static_cast<char*>(out), count, dtype, chunk_bytes, scratch);
+  if (status.ok()) status = CloseRing(transport, members, me);
   // Whatever happened, nothing may still refer to in, out or scratch.
   Status rest = transport.WaitAll();
   return status.ok() ? rest : status;

@@ -234,6 +234,23 @@ TEST(Allreduce, LargeOutOfPlaceEveryDTypeAndProcessSet) {
   }
 }
 
+// A ring with many chunks in flight (64 MiB on 2 ranks: 128 chunks of 256 KiB each way per
+// step) ends with no rank waiting: over Open MPI's shared memory a large message's receiver
+// acknowledges it from a later call into MPI, and a rank that left the ring and idled made
+// none, so the rank before it waited for its sends for good. Out of place without the shared
+// segment, one machine runs the ring too.
+TEST(Allreduce, ALargeRingLeavesNoRankWaiting) {
+  const int n = size();
+  ASSERT_TRUE(config::Registry::Global().Set("WEFT_SHARED_MEMORY_BYTES", "0").ok());
+  Buffer in(DType::kFloat32, {int64_t{1} << 24}), out(DType::kFloat32, {int64_t{1} << 24});
+  for (int k = 0; k < 3; ++k) {
+    in.Fill(rank() + 1 + k);
+    ASSERT_TRUE(allreduce(in.view(), out.view(), false).ok()) << "op " << k;
+    ExpectAll(out, n * (n + 1) / 2.0 + n * k, "op " + std::to_string(k));
+  }
+  config::Registry::Global().Unset("WEFT_SHARED_MEMORY_BYTES");
+}
+
 // On one machine a large out-of-place allreduce runs weft's ring and an in-place one
 // MPI_Allreduce; every rank must still run the same algorithm when only some reduce in
 // place. Also averages, and int64 sums past 2^53, which a double would round.
