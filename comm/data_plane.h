@@ -65,14 +65,16 @@ class HostPlane : public DataPlane {
   // writes before its first meeting through shared memory, where its first step would be
   // one, and says how (shared_collectives.h, "staged"); kNone where it would not, or cannot
   // now. Run() takes the op's `staged` for that meeting, where it still runs the way staged
-  // (every rank answers alike).
-  virtual Staged Stage(Request& r) = 0;
+  // (every rank answers alike). `tuned`: Preference() picked (0 or more) for `r`; then only
+  // what a way of reading the others' memory posts before its first meeting is written,
+  // and the answer is kTunedInPlace or kTunedOutOfPlace, as `r` is on this rank.
+  virtual Staged Stage(Request& r, bool tuned) = 0;
   // Where rank 0 picks the way the op `r` runs by timing its ways (a tuner of its own),
   // before `r` counts in to the direct agreement: on rank 0 the way to run it (0: the
-  // default), on the others 0; -1 where the way is not picked so. The engine does not stage
-  // such an op, runs it directly only where every rank answered 0 or more (otherwise the
-  // coordinator answers it, with no pick), and hands rank 0's answer to Run() as
-  // Response::tuned_way.
+  // default; at most 3), on the others 0; -1 where the way is not picked so. The engine
+  // stages such an op as tuned (Stage), runs it directly only where every rank answered 0
+  // or more and staged alike (otherwise the coordinator answers it, with no pick), and hands
+  // rank 0's answer to Run() as Response::tuned_way.
   virtual int Preference(const Request& r) = 0;
 };
 // `peers` moves the engine's own point-to-point traffic; it outlives the plane. Collective

@@ -69,10 +69,11 @@ constexpr int64_t kSharedCpuIdleMicros = 1000;
 
 int64_t NowMicros() { return Timeline::NowMicros(); }
 
-// The bit of a rank's own fact in the direct agreement (rows and in place, for ops other
-// than dynamic neighbor allreduces) that carries rank 0's way for an op whose way it picks
-// by timing (HostPlane::Preference); the rows stay under 2^40.
-constexpr int kTunedWayShift = 62;
+// The two bits of a rank's own fact in the direct agreement (rows and in place, for ops
+// other than dynamic neighbor allreduces) that carry rank 0's way for an op whose way it
+// picks by timing (HostPlane::Preference); the rows stay under 2^40.
+constexpr int kTunedWayShift = 61;
+constexpr int64_t kTunedWayMask = 3;
 
 // Set while this thread runs Progress(): code it calls (an Allocator) must not wait.
 thread_local bool t_making_progress = false;
@@ -577,22 +578,21 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r, bool alone) {
                     static_cast<uint64_t>(d.device.type) << 16 |
                     static_cast<uint64_t>(d.average) << 24 |
                     static_cast<uint64_t>(d.shape.size()) << 32 |
-                    static_cast<uint64_t>(dynamic) << 40 | static_cast<uint64_t>(d.root + 1) << 43;
+                    static_cast<uint64_t>(dynamic) << 40 | static_cast<uint64_t>(d.root + 1) << 44;
   for (size_t i = gather ? 1 : 0; i < d.shape.size(); ++i) {
     facts.agreed[2 + i] = static_cast<uint64_t>(d.shape[i]);
   }
   facts.agreed_words = 2 + static_cast<int>(d.shape.size());
   // The op's first round written ahead, where it can be: the agreement then stands for
   // that round's meeting, if every rank staged alike (a fact they agree on). An op whose way
-  // rank 0 picks by timing stages nothing (its way is not known yet) and says so (kTuned),
-  // so that ranks that answered otherwise (in place on some ranks only, or a setting
-  // changed meanwhile) send the op to the coordinator, whose answer runs the default way.
+  // rank 0 picks by timing writes nothing (its way is not known yet) and says so, and
+  // whether it is in place (kTunedInPlace, kTunedOutOfPlace), so that ranks that answered
+  // otherwise (in place on some ranks only, or a setting changed meanwhile) send the op to
+  // the coordinator, whose answer runs the default way.
   const int pick = dynamic ? -1 : host_->Preference(*r);
-  if (pick >= 0) {
-    direct_staged_ = Staged::kTuned;
-  } else {
+  {
     Running running(this, *r, 0);  // staging may wait for ranks still reading an op before
-    direct_staged_ = host_->Stage(*r);
+    direct_staged_ = host_->Stage(*r, /*tuned=*/pick >= 0);
   }
   facts.agreed[1] |= static_cast<uint64_t>(direct_staged_) << 41;
   if (dynamic) {
@@ -604,7 +604,7 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r, bool alone) {
     // The rows (under 2^40 bytes, so they fit) and whether the op is in place; from rank 0
     // also the way it picks for an op whose way it picks by timing.
     facts.own = d.rows() * 2 + (d.in_place ? 1 : 0);
-    if (pick > 0) facts.own |= int64_t{1} << kTunedWayShift;
+    if (pick > 0) facts.own |= (pick & kTunedWayMask) << kTunedWayShift;
   }
   const Agreement::Decision decision = agreement.Arrive(r->turn, facts);
   if (decision == Agreement::Decision::kNegotiate) return false;
@@ -656,8 +656,8 @@ bool Engine::SettleDirect(bool must) {
   response.keys.push_back(r->desc.key);
   const int64_t rows_mask = (int64_t{1} << kTunedWayShift) - 1;
   // Rank 0's pick, where every rank agreed that it picks one.
-  if (direct_staged_ == Staged::kTuned) {
-    response.tuned_way = static_cast<int32_t>(agreement.own(0) >> kTunedWayShift & 1);
+  if (IsTuned(direct_staged_)) {
+    response.tuned_way = static_cast<int32_t>(agreement.own(0) >> kTunedWayShift & kTunedWayMask);
   }
   if (response.op == OpType::kAllreduce) {
     response.out_of_place = true;

@@ -40,9 +40,20 @@ class Engine;
 
 // How the first round of an op that runs on direct agreement was written ahead of it
 // (HostPlane::Stage): its agreement, which every rank counted in to after writing, then
-// stands for that round's meeting. kTuned: nothing was written, as rank 0 picks the op's
-// way by timing (HostPlane::Preference); the ranks agree on that as on any other value.
-enum class Staged : uint8_t { kNone = 0, kSegment = 1, kDirectReads = 2, kTuned = 3 };
+// stands for that round's meeting. kTunedInPlace, kTunedOutOfPlace: rank 0 picks the op's
+// way by timing (HostPlane::Preference), and the op is in place, or not, on this rank; only
+// what the direct reads post was written. The ranks agree on it as on any other value (at
+// most 7: three bits of the agreed facts).
+enum class Staged : uint8_t {
+  kNone = 0,
+  kSegment = 1,
+  kDirectReads = 2,
+  kTunedInPlace = 3,
+  kTunedOutOfPlace = 4
+};
+inline bool IsTuned(Staged staged) {
+  return staged == Staged::kTunedInPlace || staged == Staged::kTunedOutOfPlace;
+}
 
 // Synchronous copies between host memory and a CUDA device.
 using HostCopier = std::function<Status(void* dst, const void* src, size_t bytes, bool to_device)>;

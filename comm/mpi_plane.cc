@@ -223,44 +223,52 @@ const config::IntSetting kCrossMemoryAttachBytes(
     "broadcasts of one tensor of 128 KiB or more, and neighbor allreduces of more than 64 KiB "
     "up to this limit, go this way rather than through shared memory, unless (allgathers and "
     "broadcasts) the machine's ranks outnumber its CPUs; larger neighbor allreduces go through "
-    "shared memory. Every rank must see the same value.",
+    "shared memory. Large allreduces of a job of two ranks may read the other rank's memory "
+    "too, whatever their size, where this is not 0 at init() (WEFT_TUNE_WAYS). Every rank "
+    "must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 const config::BoolSetting kTuneWays(
     "WEFT_TUNE_WAYS", true,
     "Where a job of two ranks with a CPU each runs on one machine: rank 0 times the "
-    "allreduces of one CPU tensor of 1 MiB or more over both ranks, in place on both, "
-    "through the memory the ranks share and through MPI's allreduce, and both ranks run each "
-    "such allreduce the way rank 0 picked for it: for each size (doubling from 1 MiB; one "
-    "choice for 128 MiB and more) it runs the shared memory, tries MPI's for 4 ops after "
-    "the first 4, keeps the faster, and tries the other way again after 256 ops (twice as "
-    "long after each later trial that changes nothing, up to 4096), ending a trial at an op 1.3x "
-    "as costly as the chosen way. Blocking or lone allreduces only (the ranks agree on "
-    "those without the coordinator; fused groups, process sets and ops the coordinator "
-    "answers go through shared memory), and only while WEFT_SHARED_MEMORY_BYTES is -1; "
-    "while on, such allreduces do not write their first round ahead, and one in place on "
-    "some ranks only is agreed by the coordinator (and goes through shared memory). "
-    "Both ways give the same bits. 0: always through shared memory. Every rank must see the "
-    "same value.",
+    "allreduces of one CPU tensor of 1 MiB or more over both ranks, in place and out of "
+    "place apart, through the memory the ranks share, through MPI's allreduce and (where the "
+    "ranks can read each other's memory) by reading the other rank's tensor where it is, "
+    "and both ranks run each such allreduce the way rank 0 picked for it: for each size "
+    "(doubling from 1 MiB; one choice for 128 MiB and more) it runs the shared memory, tries "
+    "each other way for 4 ops after 4 of the chosen one, keeps the fastest, and then tries "
+    "another way in turn after 256 ops (twice as long after each later trial that changes "
+    "nothing, up to 4096), ending a trial at an op 1.3x as costly as the chosen way. "
+    "Blocking or lone allreduces only (the ranks agree on those without the coordinator; "
+    "fused groups, process sets and ops the coordinator answers go through shared memory), "
+    "and only while WEFT_SHARED_MEMORY_BYTES is -1; while on, such allreduces do not write "
+    "their first round ahead, and one in place on some ranks only is agreed by the "
+    "coordinator (and goes through shared memory). Every way gives the same bits. 0: always "
+    "through shared memory. Every rank must see the same value.",
     config::Agreement::kSameOnEveryRank);
 
 // Allreduces whose way rank 0 picks by timing (WEFT_TUNE_WAYS) are of at least this many
 // bytes, one tuner per doubling of the size from here (kTunedSizes of them, the last for
-// every larger size). On 2 ranks with a CPU each, MPI's in-place allreduce (reduce-scatter
-// then allgather, each half read from the other process with process_vm_readv) took
-// 0.73-0.93x the shared memory's time from 2 to 16 MiB on one VM (an Intel Xeon), where
-// earlier measurements on another (an AMD EPYC) had the shared memory ahead at every size;
-// at 1 MiB and below, and from 32 MiB, the shared memory was ahead on both (bench/README.md,
-// "Allreduces in place: the way picked by timing").
+// every larger size), in place and out of place apart. On 2 ranks with a CPU each, MPI's
+// in-place allreduce (reduce-scatter then allgather, each half read from the other process
+// with process_vm_readv) took 0.73-0.93x the shared memory's time from 2 to 16 MiB on one VM
+// (an Intel Xeon), where earlier measurements on another (an AMD EPYC) had the shared
+// memory ahead at every size; at 1 MiB and below, and from 32 MiB, the shared memory was
+// ahead on both. weft's own reduce-scatter and allgather by direct reads
+// (SharedCollectives::AllreduceDirect) beat both from 4 MiB on the Intel VM, in place and
+// out of place, but lost to MPI's in place at 1-2 MiB (bench/README.md, "Allreduces: the
+// way picked by timing").
 constexpr size_t kTunedAllreduceFromBytes = size_t{1} << 20;
 constexpr int kTunedSizes = 8;
+// The ways of a tuned allreduce, as the tuner numbers them.
+enum AllreduceWay : int { kWaySegment = 0, kWayMpi = 1, kWayDirect = 2 };
 // Each tuner tries the other way for 4 ops after the first 4 and then after 256 of the
 // chosen one, waiting twice as long after each later trial that changes nothing (up to
 // 4096 ops), and ends a trial at once at an op 1.3x as costly as the chosen way's best: a
 // trial of a much slower way (MPI's from 32 MiB, 1.5-1.7x the shared memory's time) costs
 // little.
-Tuner WayTuner() {
-  return Tuner(/*period=*/256, /*trial=*/4, /*max_period=*/4096, /*give_up=*/1.3);
+Tuner WayTuner(int ways) {
+  return Tuner(/*period=*/256, /*trial=*/4, /*max_period=*/4096, /*give_up=*/1.3, ways);
 }
 
 // The direct reads' limits where WEFT_CROSS_MEMORY_ATTACH_BYTES is -1. With the direct
@@ -401,24 +409,23 @@ class MpiPlane : public HostPlane {
   StatusOr<MPI_Comm> CommOf(const std::vector<int32_t>& ranks) override;
   void Close() override;
   bool MeetsFirst(const Response& response, const Group& group) const override;
-  Staged Stage(Request& r) override;
+  Staged Stage(Request& r, bool tuned) override;
   int Preference(const Request& r) override;
 
  private:
-  // Whether rank 0 picks the way of the op `r` by timing (kTuneWays); every rank answers
-  // alike where the op is in place on every rank (where it is not, the ranks' answers
-  // differ, and the direct agreement sends the op to the coordinator). Way 0 is the default
-  // one.
+  // Whether rank 0 picks the way of the op `r` by timing (kTuneWays, AllreduceWay); every
+  // rank answers alike. Way 0 is the default one.
   bool Tuned(const Request& r) const;
-  // The tuner of ops of `bytes` (kTunedSizes).
-  Tuner& TunerFor(size_t bytes);
+  // The tuner of ops of `bytes`, in place or not (kTunedSizes of each).
+  Tuner& TunerFor(bool in_place, size_t bytes);
   // Whether allreduces and broadcasts through shared memory take any size by default
   // (UseSharedMemory).
   bool AnySize() const { return ctx_.size == 2 || ctx_.oversubscribed; }
   // How an allreduce of `group` runs: through the shared segment (`shared` and not
-  // `ring`), weft's ring, or MPI_Allreduce.
+  // `ring`), weft's ring, by reading the other ranks' memory (`direct`), or MPI_Allreduce.
   struct AllreducePath {
     bool shared, ring;
+    bool direct = false;
   };
   AllreducePath AllreducePathOf(const Response& response, const Group& group) const;
   // Whether an allreduce (unless it runs the ring) of `bytes` over every rank (`whole`) or
@@ -508,7 +515,9 @@ class MpiPlane : public HostPlane {
   // When every rank is on this machine (and WEFT_SHARED_MEMORY_BYTES is not 0).
   std::unique_ptr<SharedSegment> shared_segment_;
   std::optional<SharedCollectives> shared_;  // in shared_segment_
-  std::vector<Tuner> way_tuners_ = std::vector<Tuner>(kTunedSizes, WayTuner());  // rank 0
+  // Rank 0's tuners (TunerFor): out of place, then in place; set up once the direct reads'
+  // way is known to be there or not.
+  std::vector<Tuner> way_tuners_;
 };
 
 MpiPlane::MpiPlane(const Context& ctx, Timeline* timeline, PeerTransport* peers,
@@ -548,6 +557,8 @@ MpiPlane::MpiPlane(const Context& ctx, Timeline* timeline, PeerTransport* peers,
       WEFT_LOG(Info) << "allgathers, broadcasts and neighbor allreduces go through shared memory "
                         "or MPI: the ranks cannot read each other's memory (process_vm_readv)";
     }
+    const int ways = shared_->direct_reads() ? kWayDirect + 1 : kWayMpi + 1;
+    way_tuners_ = std::vector<Tuner>(2 * kTunedSizes, WayTuner(ways));
   }
 }
 
@@ -705,10 +716,11 @@ MpiPlane::AllreducePath MpiPlane::AllreducePathOf(const Response& response,
   for (auto& r : group) bytes += r->in.nbytes();
   // A fused group reads its packed buffer in place.
   const bool out_of_place = response.out_of_place && group.size() == 1;
-  // Rank 0's tuner may send a lone op, in place on every rank, to MPI's allreduce instead
+  // Rank 0's tuner may send a lone op to MPI's allreduce or to the direct reads instead
   // (Preference); every rank goes by the agreed pick alone.
-  const bool tuned_away = response.tuned_way == 1 && group.size() == 1;
-  const bool shared = !tuned_away && SegmentTakes(bytes, ranks.empty());
+  const int tuned = group.size() == 1 ? response.tuned_way : -1;
+  if (tuned == kWayDirect) return {false, false, true};
+  const bool shared = tuned != kWayMpi && SegmentTakes(bytes, ranks.empty());
   return {shared, UseRing(peers_->kind(), ctx_.machine_size, members, bytes, out_of_place, shared)};
 }
 
@@ -750,7 +762,7 @@ bool MpiPlane::MeetsFirst(const Response& response, const Group& group) const {
   switch (response.op) {
     case OpType::kAllreduce: {
       const AllreducePath path = AllreducePathOf(response, group);
-      return path.shared && !path.ring;
+      return path.direct || (path.shared && !path.ring);
     }
     case OpType::kBroadcast:
       return BroadcastWayOf(group) != BroadcastWay::kMpi;
@@ -769,24 +781,32 @@ bool MpiPlane::MeetsFirst(const Response& response, const Group& group) const {
 }
 
 bool MpiPlane::Tuned(const Request& r) const {
-  return r.desc.op == OpType::kAllreduce && r.desc.in_place && shared_.has_value() &&
-         ctx_.size == 2 && !ctx_.oversubscribed && r.desc.group.empty() &&
-         r.in.device().type == Device::Type::kCPU && r.in.nbytes() >= kTunedAllreduceFromBytes &&
-         kSharedMemoryBytes.Get() < 0 && kTuneWays.Get();
+  return r.desc.op == OpType::kAllreduce && shared_.has_value() && ctx_.size == 2 &&
+         !ctx_.oversubscribed && r.desc.group.empty() && r.in.device().type == Device::Type::kCPU &&
+         r.in.nbytes() >= kTunedAllreduceFromBytes && kSharedMemoryBytes.Get() < 0 &&
+         kTuneWays.Get();
 }
 
-Tuner& MpiPlane::TunerFor(size_t bytes) {
+Tuner& MpiPlane::TunerFor(bool in_place, size_t bytes) {
   int k = 0;
   while (k + 1 < kTunedSizes && bytes >= kTunedAllreduceFromBytes << (k + 1)) ++k;
-  return way_tuners_[k];
+  return way_tuners_[(in_place ? kTunedSizes : 0) + k];
 }
 
 int MpiPlane::Preference(const Request& r) {
   if (!Tuned(r)) return -1;
-  return ctx_.rank == 0 ? TunerFor(r.in.nbytes()).next() : 0;
+  return ctx_.rank == 0 ? TunerFor(r.desc.in_place, r.in.nbytes()).next() : 0;
 }
 
-Staged MpiPlane::Stage(Request& r) {
+Staged MpiPlane::Stage(Request& r, bool tuned) {
+  if (tuned) {
+    // Its way is not known yet: only what the direct reads post before their first meeting
+    // (nothing else writes ahead).
+    if (shared_.has_value() && shared_->direct_reads()) {
+      shared_->StageDirect(r.in.data(), nullptr, r.out.data());
+    }
+    return r.desc.in_place ? Staged::kTunedInPlace : Staged::kTunedOutOfPlace;
+  }
   if (!shared_.has_value() || !r.desc.group.empty()) return Staged::kNone;
   const size_t bytes = r.in.nbytes();
   const DType dtype = r.in.dtype();
@@ -840,7 +860,7 @@ Staged MpiPlane::Stage(Request& r) {
 }
 
 Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
-  // The ops rank 0 picked a way for (in place on every rank, Preference).
+  // The ops rank 0 picked a way for (Preference).
   if (ctx_.rank != 0 || group.size() != 1 || response.tuned_way < 0) {
     return AllreduceOnce(group, response);
   }
@@ -850,7 +870,7 @@ Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
           .count();
   const size_t bytes = group[0]->in.nbytes();
-  if (done.ok()) TunerFor(bytes).Record(response.tuned_way, ns, bytes);
+  if (done.ok()) TunerFor(group[0]->desc.in_place, bytes).Record(response.tuned_way, ns, bytes);
   return done;
 }
 
@@ -862,6 +882,17 @@ Status MpiPlane::AllreduceOnce(Group& group, const Response& response) {
   const int members = ranks.empty() ? ctx_.size : static_cast<int>(ranks.size());
   const AllreducePath path = AllreducePathOf(response, group);
   const bool use_ring = path.ring;
+  if (path.direct) {
+    // Each rank sums its slice from the others' inputs, then reads their slices of the sums.
+    Request& r = *group[0];
+    const int64_t start = TraceStart(timeline_);
+    const Status status =
+        shared_->AllreduceDirect(r.in.data(), r.out.data(), static_cast<size_t>(r.in.numel()),
+                                 dtype, r.desc.average, idle_, IsTuned(r.staged));
+    r.backend = "CMA";
+    Trace(group, "communicate", start);
+    return status;
+  }
   if (!use_ring && path.shared) {
     // Every rank's tensors are in this machine's memory: each is read where it is and
     // written where it goes, with no fusion buffer.

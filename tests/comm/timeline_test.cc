@@ -2,6 +2,7 @@
 // with every phase; tests/check_trace.py validates it after shutdown.
 #include <sched.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -79,12 +80,13 @@ TEST(Timeline, EveryPhaseIsRecorded) {
   }
 }
 
-// On 2 ranks with a CPU each, rank 0 picks the way of large allreduces in place by timing
-// them (WEFT_TUNE_WAYS): after four ops of a size through shared memory it tries MPI's
-// allreduce, whatever the times. Both ways give every op the bits it gets with the tuning
-// off (through shared memory), for every floating dtype, summed and averaged. An op in
-// place on some ranks only, and every op of other rank counts, stays in shared memory.
-TEST(Timeline, TunedAllreducesTryBothWaysAndGiveTheSameBits) {
+// On 2 ranks with a CPU each, rank 0 picks the way of large allreduces by timing them
+// (WEFT_TUNE_WAYS), in place and out of place apart: after four ops of a size through shared
+// memory it tries MPI's allreduce and then, where the ranks can read each other's memory,
+// the direct reads, whatever the times. Every way gives every op the bits it gets with the
+// tuning off (through shared memory), for every floating dtype, summed and averaged. An op
+// in place on some ranks only, and every op of other rank counts, stays in shared memory.
+TEST(Timeline, TunedAllreducesTryEveryWayAndGiveTheSameBits) {
   const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
   ASSERT_TRUE(init().ok());
   const int me = rank(), n = size();
@@ -92,37 +94,55 @@ TEST(Timeline, TunedAllreducesTryBothWaysAndGiveTheSameBits) {
     ~Restore() { config::Registry::Global().Unset("WEFT_TUNE_WAYS"); }
   } restore;
   ASSERT_TRUE(timeline_start(dir + "/tuned.%r.json").ok());
+  // Whether the ranks read each other's memory: a 1 MiB allgather then does (CMA_ALLGATHER).
+  testing::Buffer part(DType::kFloat32, {(1 << 18) / n});
+  testing::Arena arena;
+  ASSERT_TRUE(allgather(part.view(), arena.allocator(), "probe").ok());
   auto value = [](int r, int k, int64_t i) {
     return ((r + 3) * 7919 * (i + 1) + 104729 * k) % 2003 / 7.0 - 140.0;
   };
-  // One size per dtype, so that each has a tuner (sizes double from 1 MiB) and its trial.
-  const std::pair<DType, int64_t> cases[] = {{DType::kFloat32, 1 << 18},
-                                             {DType::kFloat64, 1 << 18},
-                                             {DType::kFloat16, 1 << 21},
-                                             {DType::kBFloat16, 1 << 22}};
-  for (const auto& [dtype, count] : cases) {
-    for (int k = 0; k < 12; ++k) {
+  // One size per dtype, so that each has a tuner (sizes double from 1 MiB) and its trials:
+  // 20 ops, room for both trials (4 ops through shared memory, 4 of MPI's, 4 of the way
+  // kept, 4 of the direct reads) and for an op or two that the coordinator answers.
+  struct Case {
+    DType dtype;
+    int64_t count;
+    bool in_place;
+  };
+  const Case cases[] = {{DType::kFloat32, 1 << 18, true},
+                        {DType::kFloat64, 1 << 18, false},
+                        {DType::kFloat16, 1 << 21, true},
+                        {DType::kBFloat16, 1 << 22, false}};
+  constexpr int kOps = 20;
+  for (const Case& c : cases) {
+    const size_t bytes = static_cast<size_t>(c.count) * DTypeSize(c.dtype);
+    testing::Buffer input(c.dtype, std::vector<int64_t>{c.count});
+    for (int k = 0; k < kOps; ++k) {
       const bool average = k % 3 == 1;
-      std::vector<testing::Buffer> runs;
+      for (int64_t i = 0; i < c.count; ++i) input.Set(i, value(me, k, i));
+      std::vector<testing::Buffer> results;
       for (const char* tune : {"1", "0"}) {
         ASSERT_TRUE(config::Registry::Global().Set("WEFT_TUNE_WAYS", tune).ok());
-        runs.emplace_back(dtype, std::vector<int64_t>{count});
-        for (int64_t i = 0; i < count; ++i) runs.back().Set(i, value(me, k, i));
+        testing::Buffer x(c.dtype, std::vector<int64_t>{c.count});
+        testing::Buffer y(c.dtype, std::vector<int64_t>{c.count});
+        std::memcpy(x.view().data(), input.view().data(), bytes);
         const std::string name = std::string(tune[0] == '1' ? "tuned." : "untuned.") +
-                                 DTypeName(dtype) + "." + std::to_string(k);
+                                 DTypeName(c.dtype) + "." + std::to_string(k);
         // Only ops agreed directly are tuned and timed; one whose ranks arrive over 100 ms
-        // apart (filling the buffer above on a loaded machine) is negotiated. The barrier
-        // brings the ranks to the op together.
+        // apart (filling the buffers on a loaded machine) is negotiated. The barrier brings
+        // the ranks to the op together.
         ASSERT_TRUE(barrier().ok());
-        ASSERT_TRUE(allreduce(runs.back().view(), runs.back().view(), average, name).ok());
+        testing::Buffer& out = c.in_place ? x : y;
+        ASSERT_TRUE(allreduce(x.view(), out.view(), average, name).ok());
+        results.push_back(std::move(out));
       }
-      const size_t bytes = static_cast<size_t>(count) * DTypeSize(dtype);
-      EXPECT_EQ(std::memcmp(runs[0].view().data(), runs[1].view().data(), bytes), 0)
-          << DTypeName(dtype) << " op " << k << (average ? " (average)" : "");
+      EXPECT_EQ(std::memcmp(results[0].view().data(), results[1].view().data(), bytes), 0)
+          << DTypeName(c.dtype) << " op " << k << (average ? " (average)" : "")
+          << (c.in_place ? " in place" : " out of place");
     }
   }
-  // In place on rank 0 only, of a size of their own (16 MiB), which would be tried MPI's
-  // way from the fifth op on: through shared memory, every one.
+  // In place on rank 0 only, of a size of their own (16 MiB), which would be tried other
+  // ways from the fifth op on: through shared memory, every one.
   ASSERT_TRUE(config::Registry::Global().Set("WEFT_TUNE_WAYS", "1").ok());
   for (int k = 0; k < 12; ++k) {
     testing::Buffer x(DType::kFloat32, {1 << 22}), y(DType::kFloat32, {1 << 22});
@@ -136,13 +156,18 @@ TEST(Timeline, TunedAllreducesTryBothWaysAndGiveTheSameBits) {
   std::ifstream in(dir + "/tuned." + std::to_string(me) + ".json");
   std::string line;
   std::map<std::string, int> transfers;  // "MPI_ALLREDUCE 'tuned.", ...
+  bool direct_reads = false;
   while (std::getline(in, line)) {
-    for (const char* way : {"MPI_ALLREDUCE", "SHM_ALLREDUCE"}) {
+    if (line.rfind("{\"name\": \"CMA_ALLGATHER\"", 0) == 0) direct_reads = true;
+    for (const char* way : {"MPI_ALLREDUCE", "SHM_ALLREDUCE", "CMA_ALLREDUCE"}) {
       if (line.rfind(std::string("{\"name\": \"") + way + "\"", 0) != 0) continue;
       for (const char* kind : {"'tuned.", "'untuned.", "'mixed."}) {
         if (line.find(kind) != std::string::npos) ++transfers[std::string(way) + " " + kind];
       }
     }
+  }
+  for (const auto& [what, count] : transfers) {
+    std::printf("rank %d: %d x %s\n", me, count, what.c_str());
   }
   if (n == 1) return;  // one rank sums nothing with anyone
   cpu_set_t cpus;
@@ -151,16 +176,24 @@ TEST(Timeline, TunedAllreducesTryBothWaysAndGiveTheSameBits) {
   if (n > 2 && own_cpus) return;
   // The tuned ops through shared memory include the first four of each size; with the
   // tuning off, or in place on some ranks only, every op goes that way.
-  EXPECT_EQ(transfers["MPI_ALLREDUCE 'untuned."], 0);
-  EXPECT_EQ(transfers["MPI_ALLREDUCE 'mixed."], 0);
+  for (const char* way : {"MPI_ALLREDUCE", "CMA_ALLREDUCE"}) {
+    EXPECT_EQ(transfers[std::string(way) + " 'untuned."], 0) << way;
+    EXPECT_EQ(transfers[std::string(way) + " 'mixed."], 0) << way;
+  }
   EXPECT_GE(transfers["SHM_ALLREDUCE 'tuned."], 16);
-  EXPECT_EQ(transfers["SHM_ALLREDUCE 'untuned."], 48);
+  EXPECT_EQ(transfers["SHM_ALLREDUCE 'untuned."], 4 * kOps);
   EXPECT_EQ(transfers["SHM_ALLREDUCE 'mixed."], 12);
   if (n == 2 && own_cpus) {
     // At least the two first ops of each trial (the first, not counted, and one that is).
     EXPECT_GE(transfers["MPI_ALLREDUCE 'tuned."], 8);
+    if (direct_reads) {
+      EXPECT_GE(transfers["CMA_ALLREDUCE 'tuned."], 8);
+    } else {
+      EXPECT_EQ(transfers["CMA_ALLREDUCE 'tuned."], 0) << "no direct reads without them";
+    }
   } else {
     EXPECT_EQ(transfers["MPI_ALLREDUCE 'tuned."], 0) << "only 2 ranks with a CPU each tune";
+    EXPECT_EQ(transfers["CMA_ALLREDUCE 'tuned."], 0) << "only 2 ranks with a CPU each tune";
   }
 }
 
