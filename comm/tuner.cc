@@ -16,9 +16,34 @@ double Tuner::Best(int way) const {
 }
 
 int Tuner::NextCandidate() const {
-  int way = (candidate_ + 1) % ways_;
-  if (way == chosen_) way = (way + 1) % ways_;
-  return way;
+  for (int k = 1; k <= ways_; ++k) {
+    const int way = (candidate_ + k) % ways_;
+    if (way != chosen_ && !failed_[way]) return way;
+  }
+  return -1;
+}
+
+void Tuner::Fail(int way) {
+  if (way < 0 || way >= ways_ || way != next()) return;
+  int left = 0;
+  for (int w = 0; w < ways_; ++w) left += failed_[w] ? 0 : 1;
+  if (left <= 1) return;  // the only way left: keep it
+  failed_[way] = true;
+  std::fill(std::begin(cost_[way]), std::end(cost_[way]), 0.0);
+  if (trying_) {
+    candidate_ = way;
+    EndTrial();  // keeps the chosen way: the failed one has no cost
+    return;
+  }
+  // The chosen way failed: the cheapest of the others (the first if none was timed).
+  int best = -1;
+  for (int w = 0; w < ways_; ++w) {
+    if (!failed_[w] && (best < 0 || Best(w) < Best(best))) best = w;
+  }
+  chosen_ = best;
+  runs_ = 0;
+  skip_ = true;
+  wait_ = period_;
 }
 
 void Tuner::Record(int way, int64_t ns, size_t bytes) {
@@ -35,6 +60,7 @@ void Tuner::Record(int way, int64_t ns, size_t bytes) {
   ++runs_;
   if (!trying_) {
     const int candidate = NextCandidate();
+    if (candidate < 0) return;  // nothing else to try
     const bool untried = Best(candidate) == std::numeric_limits<double>::infinity();
     if (runs_ >= (untried ? trial_ : wait_)) {
       // A fresh trial: what the way cost before may no longer hold.
@@ -54,7 +80,7 @@ void Tuner::EndTrial() {
   trying_ = false;
   runs_ = 0;
   skip_ = true;
-  if (Best(candidate_) < Best(chosen_)) {
+  if (!failed_[candidate_] && Best(candidate_) < Best(chosen_)) {
     chosen_ = candidate_;
     wait_ = period_;
   } else if (!first_trial_) {

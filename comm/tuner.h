@@ -8,7 +8,8 @@
 // `max_period` above `period`, each trial of a way tried before that changes nothing
 // doubles the wait for the next (up to `max_period`; a change starts again from
 // `period`), and with `give_up` (above 1), a trial ends at its first counted run that costs
-// more than `give_up` times the chosen way's best. Pure: tests drive it with made-up times.
+// more than `give_up` times the chosen way's best. A way whose run failed (Fail) is left
+// alone from then on. Pure: tests drive it with made-up times.
 // Used by rank 0 for the copy mode of the collectives through shared memory
 // (shared_collectives.h) and for the way of some allreduces (mpi_plane.cc). Internal to
 // comm/.
@@ -29,7 +30,7 @@ class Tuner {
   explicit Tuner(int period = 256, int trial = 4, int max_period = 0, double give_up = 0,
                  int ways = 2)
       : period_(period),
-        trial_(trial),
+        trial_(trial < 2 ? 2 : trial),  // a trial's first run is not counted
         max_period_(max_period > period ? max_period : period),
         give_up_(give_up),
         ways_(ways < 2          ? 2
@@ -41,11 +42,15 @@ class Tuner {
   // The run just made in way `way` took `ns` for `bytes`. A run in another way than next()
   // (one that could not go the way asked) is not counted, nor is one of no bytes.
   void Record(int way, int64_t ns, size_t bytes);
+  // The run just made in way `way` failed: that way is not chosen or tried again (unless it
+  // is the only one left). The next run goes the best way left.
+  void Fail(int way);
 
  private:
   // The lowest cost per byte among a way's last kWindow runs (infinite: none yet).
   double Best(int way) const;
-  // The way after candidate_ in turn, other than the chosen one.
+  // The way after candidate_ in turn, other than the chosen one and those that failed
+  // (-1: none).
   int NextCandidate() const;
 
   // Ends the trial under way, keeping the better way.
@@ -63,6 +68,7 @@ class Tuner {
   bool skip_ = false;                    // the next run is not counted
   double cost_[kMaxWays][kWindow] = {};  // ns per byte, by way; 0: empty
   int next_slot_[kMaxWays] = {};
+  bool failed_[kMaxWays] = {};  // Fail()
 };
 
 }  // namespace comm

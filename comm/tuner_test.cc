@@ -1,5 +1,6 @@
 #include "comm/tuner.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -141,6 +142,39 @@ TEST(TunerTest, TriesEveryWayOfSeveralInTurn) {
   tuner.Record(3, 1, 1000);
   tuner.Record(-1, 1, 1000);
   EXPECT_EQ(tuner.next(), 2);
+}
+
+// A way whose run failed is neither tried nor chosen again: a trial of it ends at once, a
+// chosen one gives way to the best of the others; the last way left is kept.
+TEST(TunerTest, AWayThatFailedIsLeftAlone) {
+  constexpr int kPeriod = 10, kTrial = 3;
+  Tuner tuner(kPeriod, kTrial, /*max_period=*/0, /*give_up=*/0, /*ways=*/3);
+  double cost[3] = {2.0, 3.0, 1.0};
+  std::vector<int> seen;
+  RunTuned(tuner, cost, 3 * kTrial, seen);  // the first, a trial of the second, the first
+  ASSERT_EQ(tuner.next(), 2);               // the trial of the third
+  tuner.Fail(2);
+  EXPECT_EQ(tuner.next(), 0);
+  seen.clear();
+  RunTuned(tuner, cost, 5 * (kPeriod + kTrial), seen);
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 2), 0);
+  EXPECT_GT(std::count(seen.begin(), seen.end(), 1), 0) << "the second is still tried";
+  // Two ways, the second chosen, then failing: back to the first, for good.
+  Tuner two(kPeriod, kTrial);
+  double costs[2] = {2.0, 1.0};
+  seen.clear();
+  RunTuned(two, costs, 2 * kTrial, seen);
+  ASSERT_EQ(two.next(), 1);
+  two.Record(1, 1000, 1000);
+  two.Fail(1);
+  EXPECT_EQ(two.next(), 0);
+  seen.clear();
+  RunTuned(two, costs, 5 * (kPeriod + kTrial), seen);
+  EXPECT_EQ(seen, std::vector<int>(seen.size(), 0));
+  two.Fail(0);  // the only way left
+  EXPECT_EQ(two.next(), 0);
+  two.Fail(1);  // not the way asked: nothing
+  EXPECT_EQ(two.next(), 0);
 }
 
 }  // namespace
