@@ -656,14 +656,20 @@ Status SharedCollectives::AllreduceDirect(const void* in, void* out, size_t coun
     SumInRankOrder(
         sums + at * item, [&](int r) { return terms[r]; }, size_, dtype, n, average);
   }
-  // Whether this rank's slice is whole, seen by the others once they have met it here.
-  post_failed(rank_)->store(status.ok() ? 0 : 1, std::memory_order_relaxed);
-  Meet(idle);
-  for (int r = 0; r < size_ && status.ok(); ++r) {
-    if (r != rank_ && post_failed(r)->load(std::memory_order_relaxed) != 0) {
-      status = Internal("allreduce: rank ", r, " could not read another rank's input");
+  // Whether this rank read what it had to, seen by the others once they have met it: after
+  // the sums (a slice not summed), and after reading the others' sums (an output not
+  // whole), so that every rank fails the op alike. Each word is read before its reader
+  // counts in to the next meeting, and written again only after that one.
+  auto meet_and_check = [&](int phase, const char* what) {
+    post_failed(rank_, phase)->store(status.ok() ? 0 : 1, std::memory_order_relaxed);
+    Meet(idle);
+    for (int r = 0; r < size_ && status.ok(); ++r) {
+      if (r != rank_ && post_failed(r, phase)->load(std::memory_order_relaxed) != 0) {
+        status = Internal("allreduce: rank ", r, " could not read another rank's ", what);
+      }
     }
-  }
+  };
+  meet_and_check(0, "input");
   for (int k = 1; k < size_ && status.ok(); ++k) {
     const int r = (rank_ + k) % size_;  // each rank starts with a different one
     const size_t n = lo(r + 1) - lo(r);
@@ -671,7 +677,7 @@ Status SharedCollectives::AllreduceDirect(const void* in, void* out, size_t coun
     status = ReadPosted(r, sums + lo(r) * item, n * item, "allreduce", "sums", lo(r) * item,
                         /*from_out=*/true);
   }
-  Meet(idle);  // done reading (see AllgatherDirect)
+  meet_and_check(1, "sums");  // and done reading (see AllgatherDirect)
   sliced_last_ = false;
   return status;
 }

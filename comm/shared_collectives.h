@@ -173,8 +173,9 @@ class SharedCollectives {
   // reads every other rank's slice of the sums from that rank's output into its own; and
   // meets again (no rank returns while another still reads it). Every rank gets the bits
   // of the sum in rank order. A failed read fails the op on every rank (the others would
-  // otherwise copy a slice that was never summed): each rank says at the second meeting
-  // whether its slice is whole.
+  // otherwise copy a slice that was never summed, or return while one rank's output is not
+  // whole): each rank says at the second meeting whether its slice is whole, and at the
+  // last whether it read the others' sums.
   Status AllreduceDirect(const void* in, void* out, size_t count, DType dtype, bool average,
                          const std::function<void(int64_t since)>& idle, bool staged = false);
   // Posts what this rank's AllgatherDirect, BroadcastDirect, ExchangeDirect or
@@ -289,9 +290,10 @@ class SharedCollectives {
   // The word a rank posts its input's address in for AllgatherDirect: on its counter's
   // second line, which only that rank writes.
   std::atomic<uint64_t>* post(int rank) const;
-  // Beside it: AllreduceDirect's output address, and whether the rank's slice is whole.
+  // Beside it: AllreduceDirect's output address, and whether the rank failed a read while
+  // summing its slice, or while reading the others' slices of the sums (1: it did).
   std::atomic<uint64_t>* post_out(int rank) const { return post(rank) + 1; }
-  std::atomic<uint64_t>* post_failed(int rank) const { return post(rank) + 2; }
+  std::atomic<uint64_t>* post_failed(int rank, int phase) const { return post(rank) + 2 + phase; }
   // The scale (a double's bits) `sender` applies to what `receiver` reads of it in
   // ExchangeDirect: a table of size x size words after the areas, row by sender.
   std::atomic<uint64_t>* scale(int sender, int receiver) const;

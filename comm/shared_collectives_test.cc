@@ -608,8 +608,10 @@ TEST(SharedCollectivesTest, AllreduceDirectGivesTheRankOrderSum) {
 
 // A rank that cannot read another's input fails a direct allreduce with an error naming
 // the rank it read; the others, whose slices are whole, fail it too (saying which rank
-// could not read) rather than hand out a slice that was never summed. Every rank met the
-// others as often as ever: the ops after it run as usual.
+// could not read) rather than hand out a slice that was never summed. So with a rank that
+// sums nothing (10 elements: the first rank's slice holds them all) and fails only to read
+// the first rank's sums. Every rank met the others as often as ever: the ops after it run
+// as usual.
 TEST(SharedCollectivesTest, AllreduceDirectFailsOnEveryRankWhenOneCannotRead) {
   constexpr int64_t kNoSuchProcess = 0x7ffffff0;  // above any pid_max Linux allows
   for (int size : {2, 3}) {
@@ -629,6 +631,14 @@ TEST(SharedCollectivesTest, AllreduceDirectFailsOnEveryRankWhenOneCannotRead) {
       }
       shared.Allreduce({{x.data(), x.data(), x.size()}}, DType::kFloat32, false, Yield);
       EXPECT_EQ(x[99999], size * (size + 1) / 2.0f);
+      std::vector<float> few(10, 1.0f);
+      const Status gather =
+          shared.AllreduceDirect(few.data(), few.data(), few.size(), DType::kFloat32, false, Yield);
+      ASSERT_FALSE(gather.ok()) << "rank " << rank;
+      EXPECT_NE(gather.ToString().find(rank == 1 ? "allreduce: reading rank 0's sums"
+                                                 : "rank 1 could not read another rank's sums"),
+                std::string::npos)
+          << gather;
       std::vector<float> z(1000, 1.0f);
       pids.assign(size, getpid());
       shared.EnableDirectReads(pids);
