@@ -563,7 +563,7 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r, bool alone) {
   if (!((r->blocking || alone) && kind && d.refused_code == 0 &&
         d.device.type == Device::Type::kCPU && direct_ == nullptr && outstanding_.empty() &&
         local_.empty() && !device_->busy() && d.shape.size() + 2 <= Agreement::kAgreedWords &&
-        r->in.nbytes() < (uint64_t{1} << 40) && d.root >= -1 && d.root < (1 << 20) &&
+        r->in.nbytes() < (uint64_t{1} << 40) && d.root >= -1 && d.root + 1 < (1 << 20) &&
         (!dynamic || ctx_.size <= 32) && kDirectAgreement.Get())) {
     agreement.Skip(r->turn);
     return false;

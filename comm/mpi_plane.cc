@@ -191,7 +191,7 @@ const config::IntSetting kSharedMemoryBytes(
     "KiB where larger ones read the other ranks' memory instead, "
     "WEFT_CROSS_MEMORY_ATTACH_BYTES; broadcasts of one tensor: under 128 KiB there), but "
     "any size when the machine's ranks outnumber its CPUs, and for allreduces (large ones "
-    "in place may run MPI's instead: WEFT_TUNE_WAYS) and the other broadcasts when the job "
+    "may run another way instead: WEFT_TUNE_WAYS) and the other broadcasts when the job "
     "has two ranks; neighbor allreduces, however many CPUs: up to 64 "
     "KiB, and those of more than 4 MiB that do not read the other ranks' memory "
     "(WEFT_CROSS_MEMORY_ATTACH_BYTES); 0: never. Every rank must see the same value.",
@@ -232,7 +232,9 @@ const config::BoolSetting kTuneWays(
     "WEFT_TUNE_WAYS", true,
     "Where a job of two ranks with a CPU each runs on one machine: rank 0 times the "
     "allreduces of one CPU tensor of 1 MiB or more over both ranks, in place and out of "
-    "place apart, through the memory the ranks share, through MPI's allreduce and (where the "
+    "place apart, through the memory the ranks share, through MPI (in place its allreduce, "
+    "out of place weft's ring over MPI's messages where the exchange transport is mpi and "
+    "WEFT_RING_ALLREDUCE_BYTES lets it) and (where the "
     "ranks can read each other's memory) by reading the other rank's tensor where it is, "
     "and both ranks run each such allreduce the way rank 0 picked for it: for each size "
     "(doubling from 1 MiB; one choice for 128 MiB and more) it runs the shared memory, tries "
@@ -256,17 +258,18 @@ const config::BoolSetting kTuneWays(
 // memory ahead at every size; at 1 MiB and below, and from 32 MiB, the shared memory was
 // ahead on both. weft's own reduce-scatter and allgather by direct reads
 // (SharedCollectives::AllreduceDirect) beat both from 4 MiB on the Intel VM, in place and
-// out of place, but lost to MPI's in place at 1-2 MiB (bench/README.md, "Allreduces: the
-// way picked by timing").
+// out of place, but lost to MPI's in place at 1-2 MiB (bench/README.md, "Allreduces:
+// reading the other rank's memory").
 constexpr size_t kTunedAllreduceFromBytes = size_t{1} << 20;
 constexpr int kTunedSizes = 8;
 // The ways of a tuned allreduce, as the tuner numbers them.
 enum AllreduceWay : int { kWaySegment = 0, kWayMpi = 1, kWayDirect = 2 };
-// Each tuner tries the other way for 4 ops after the first 4 and then after 256 of the
-// chosen one, waiting twice as long after each later trial that changes nothing (up to
-// 4096 ops), and ends a trial at once at an op 1.3x as costly as the chosen way's best: a
-// trial of a much slower way (MPI's from 32 MiB, 1.5-1.7x the shared memory's time) costs
-// little.
+// Each tuner tries each other way for 4 ops after 4 of the chosen one, then another in turn
+// after 256, waiting twice as long after each later trial that changes nothing (up to 4096
+// ops), and ends a trial at once at an op 1.3x as costly as the chosen way's best: a trial
+// of a much slower way (MPI's from 32 MiB in place, 1.5-1.7x the shared memory's time)
+// costs little. A way whose op failed (the direct reads, once the kernel stops letting a
+// rank read the other's memory) is not picked again.
 Tuner WayTuner(int ways) {
   return Tuner(/*period=*/256, /*trial=*/4, /*max_period=*/4096, /*give_up=*/1.3, ways);
 }
@@ -870,7 +873,12 @@ Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
           .count();
   const size_t bytes = group[0]->in.nbytes();
-  if (done.ok()) TunerFor(group[0]->desc.in_place, bytes).Record(response.tuned_way, ns, bytes);
+  Tuner& tuner = TunerFor(group[0]->desc.in_place, bytes);
+  if (done.ok()) {
+    tuner.Record(response.tuned_way, ns, bytes);
+  } else {
+    tuner.Fail(response.tuned_way);  // fails on every rank alike (AllreduceDirect)
+  }
   return done;
 }
 

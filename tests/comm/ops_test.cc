@@ -239,8 +239,12 @@ TEST(Allreduce, LargeOutOfPlaceEveryDTypeAndProcessSet) {
 // acknowledges it from a later call into MPI, and a rank that left the ring and idled made
 // none, so the rank before it waited for its sends for good. Out of place without the shared
 // segment, one machine runs the ring too.
+// Before the fix the test hung (until the test's timeout).
 TEST(Allreduce, ALargeRingLeavesNoRankWaiting) {
   const int n = size();
+  struct Restore {
+    ~Restore() { config::Registry::Global().Unset("WEFT_SHARED_MEMORY_BYTES"); }
+  } restore;
   ASSERT_TRUE(config::Registry::Global().Set("WEFT_SHARED_MEMORY_BYTES", "0").ok());
   Buffer in(DType::kFloat32, {int64_t{1} << 24}), out(DType::kFloat32, {int64_t{1} << 24});
   for (int k = 0; k < 3; ++k) {
@@ -248,7 +252,6 @@ TEST(Allreduce, ALargeRingLeavesNoRankWaiting) {
     ASSERT_TRUE(allreduce(in.view(), out.view(), false).ok()) << "op " << k;
     ExpectAll(out, n * (n + 1) / 2.0 + n * k, "op " + std::to_string(k));
   }
-  config::Registry::Global().Unset("WEFT_SHARED_MEMORY_BYTES");
 }
 
 // On one machine a large out-of-place allreduce runs weft's ring and an in-place one
