@@ -68,6 +68,17 @@ void SumInRankOrder(char* out, Term term, int size, DType dtype, size_t n, bool 
   if (average) Divide(out, dtype, n, size);
 }
 
+// Splits `m` elements of `item` bytes into one slice per rank, each but the last a whole
+// number of 64-byte lines: lo(r) is where rank r's slice starts, lo(size) == m.
+struct Slices {
+  Slices(size_t m, size_t item, int size) : m(m) {
+    const size_t align = std::max<size_t>(1, 64 / item);
+    per = ((m + size - 1) / size + align - 1) / align * align;
+  }
+  size_t operator()(int r) const { return std::min(m, per * static_cast<size_t>(r)); }
+  size_t m, per;
+};
+
 int64_t NowNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -274,13 +285,10 @@ void SharedCollectives::Allreduce(const std::vector<Piece>& pieces, DType dtype,
   if (!Sliced(total * item)) return AllreduceByAll(pieces, total, dtype, average, idle, ahead);
   sliced_last_ = true;
   const size_t per_round = kRoundBytes / item;
-  // Segments start on 64-byte boundaries of the areas.
-  const size_t align = std::max<size_t>(1, 64 / item);
   for (size_t base = 0; base < total; base += per_round) {
     StartRound(/*timed=*/true);
     const size_t m = std::min(per_round, total - base);
-    const size_t per = ((m + size_ - 1) / size_ + align - 1) / align * align;
-    auto lo = [&](int r) { return std::min(m, per * static_cast<size_t>(r)); };
+    const Slices lo(m, item, size_);  // segments start on 64-byte boundaries of the areas
     const size_t first = lo(rank_), last = lo(rank_ + 1);
     // The others' segments of this rank's inputs; its own it sums where they are.
     char* mine = input(rank_);
@@ -623,13 +631,10 @@ Status SharedCollectives::AllreduceDirect(const void* in, void* out, size_t coun
     Meet(idle);
   }
   const size_t item = DTypeSize(dtype);
-  // Slices start on 64-byte boundaries of the tensor.
-  const size_t align = std::max<size_t>(1, 64 / item);
-  const size_t per = ((count + size_ - 1) / size_ + align - 1) / align * align;
-  auto lo = [&](int r) { return std::min(count, per * static_cast<size_t>(r)); };
+  const Slices lo(count, item, size_);  // slices start on 64-byte boundaries of the tensor
   // The others' terms (and, in place where this rank's own term is not among the first
   // two, its own: the sum overwrites it before it is added) come a block at a time.
-  const size_t block = std::max<size_t>(1, std::min(kBlockBytes / item, per));
+  const size_t block = std::max<size_t>(1, std::min(kBlockBytes / item, lo.per));
   const bool copy_own = in == out && rank_ >= 2;
   const int blocks = size_ - (copy_own ? 0 : 1);
   scratch_.resize(static_cast<size_t>(blocks) * block * item);
