@@ -585,10 +585,10 @@ bool Engine::TryDirect(const std::shared_ptr<Request>& r, bool alone) {
   facts.agreed_words = 2 + static_cast<int>(d.shape.size());
   // The op's first round written ahead, where it can be: the agreement then stands for
   // that round's meeting, if every rank staged alike (a fact they agree on). An op whose way
-  // rank 0 picks by timing writes nothing (its way is not known yet) and says so, and
-  // whether it is in place (kTunedInPlace, kTunedOutOfPlace), so that ranks that answered
-  // otherwise (in place on some ranks only, or a setting changed meanwhile) send the op to
-  // the coordinator, whose answer runs the default way.
+  // rank 0 picks by timing writes no round (its way is not known yet), only what the direct
+  // reads post, and says so, and whether it is in place (kTunedInPlace, kTunedOutOfPlace),
+  // so that ranks that answered otherwise (in place on some ranks only, or a setting
+  // changed meanwhile) send the op to the coordinator, whose answer runs the default way.
   const int pick = dynamic ? -1 : host_->Preference(*r);
   {
     Running running(this, *r, 0);  // staging may wait for ranks still reading an op before
