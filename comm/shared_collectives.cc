@@ -636,7 +636,12 @@ Status SharedCollectives::AllreduceDirect(const void* in, void* out, size_t coun
   // two, its own: the sum overwrites it before it is added) come a block at a time.
   const size_t block = std::max<size_t>(1, std::min(kBlockBytes / item, lo.per));
   const bool copy_own = in == out && rank_ >= 2;
-  const int blocks = size_ - (copy_own ? 0 : 1);
+  // Out of place, the first of the others' terms in rank order (rank 0's; on rank 0, rank
+  // 1's) is read straight into the output, where the sum then overwrites it: the read
+  // writes whole lines of the output, which the sum finds in the cache, instead of a
+  // scratch block beside an output the sum would first have to load.
+  const int into_out = in != out && size_ > 1 ? (rank_ == 0 ? 1 : 0) : -1;
+  const int blocks = size_ - (copy_own ? 0 : 1) - (into_out >= 0 ? 1 : 0);
   scratch_.resize(static_cast<size_t>(blocks) * block * item);
   Status status = OkStatus();
   const char* mine = static_cast<const char*>(in);
@@ -649,7 +654,8 @@ Status SharedCollectives::AllreduceDirect(const void* in, void* out, size_t coun
         terms[r] = mine + at * item;
         continue;
       }
-      char* to = scratch_.data() + static_cast<size_t>(k++) * block * item;
+      char* to = r == into_out ? sums + at * item
+                               : scratch_.data() + static_cast<size_t>(k++) * block * item;
       terms[r] = to;
       if (r == rank_) {
         std::memcpy(to, mine + at * item, n * item);
