@@ -5,7 +5,8 @@
  *  - a weft_status other than WEFT_OK raises the exception built by the factory the
  *    package registers (weft.WeftError subclasses), with weft_last_error() as message;
  *  - out-parameters become return values (pointers, ints, doubles, strings, rank lists);
- *  - DLTensor arguments take DLPack capsules ("dltensor"), borrowed for the call;
+ *  - DLTensor arguments take DLPack capsules ("dltensor"), borrowed for the call; a
+ *    blocking op's `out` may be None, and the call returns the output it allocated;
  *  - library-allocated results come back as DLPack capsules that own them;
  *  - option structs are built from plain tuples (the package's functions make them).
  * With -threads, every call releases the GIL while weft runs. */
@@ -204,10 +205,22 @@ static int weft_py_weight_map(PyObject* obj, int** ranks, double** weights, size
 %}
 
 /* ---- tensors ------------------------------------------------------------------------------ */
+/* A blocking op's `out` may be None: the call then allocates the output like its `in`
+ * (weft_tensor_empty_like) and returns it as a capsule: one call into weft instead of two
+ * (the package's out-of-place ops on torch tensors and large NumPy arrays). A call that
+ * starts a request needs its output held by the request (weft_py_arm) before it
+ * starts, so there `out` must be a capsule. The `in` typemap tells the `out` one (which
+ * runs after it: `in` comes first in every signature) what to allocate like. */
+%{
+static __thread const DLTensor* weft_py_like = NULL;
+static __thread int weft_py_starts_request = 0;
+%}
 %typemap(in) const DLTensor* in {
   $1 = weft_py_tensor($input, "in");
   if ($1 == NULL) SWIG_fail;
+  weft_py_like = weft_py_starts_request ? NULL : $1;
 }
+%typemap(freearg) const DLTensor* in { weft_py_like = NULL; }
 %typemap(in) const DLTensor* like {
   $1 = weft_py_tensor($input, "like");
   if ($1 == NULL) SWIG_fail;
@@ -216,9 +229,30 @@ static int weft_py_weight_map(PyObject* obj, int** ranks, double** weights, size
   $1 = weft_py_tensor($input, "x");
   if ($1 == NULL) SWIG_fail;
 }
-%typemap(in) DLTensor* out {
-  $1 = weft_py_tensor($input, "out");
-  if ($1 == NULL) SWIG_fail;
+%typemap(in) DLTensor* out (DLManagedTensor* made = NULL) {
+  if ($input == Py_None && weft_py_like != NULL) {
+    weft_status allocated = weft_tensor_empty_like(&made, weft_py_like);
+    if (allocated != WEFT_OK) {
+      weft_py_raise(allocated);
+      SWIG_fail;
+    }
+    $1 = &made->dl_tensor;
+  } else {
+    $1 = weft_py_tensor($input, "out");
+    if ($1 == NULL) SWIG_fail;
+  }
+}
+%typemap(argout) DLTensor* out {
+  if (made$argnum != NULL) {
+    PyObject* capsule = PyCapsule_New(made$argnum, "dltensor", weft_py_capsule_destructor);
+    if (capsule == NULL) SWIG_fail;
+    made$argnum = NULL; /* the capsule owns it */
+    $result = SWIG_Python_AppendOutput($result, capsule);
+  }
+}
+/* A failed call frees the output it allocated. */
+%typemap(freearg) DLTensor* out {
+  if (made$argnum != NULL) made$argnum->deleter(made$argnum);
 }
 %typemap(in, numinputs=0) DLManagedTensor** out (DLManagedTensor* temp = NULL) {
   $1 = &temp;
@@ -238,7 +272,10 @@ WEFT_OUT_HANDLE(weft_schedule, out)
 /* A started request takes the list armed for it before the call returns to Python, where
  * an exception arriving first (a KeyboardInterrupt) would otherwise leave the op running
  * with nothing keeping its arrays alive. */
-%typemap(in, numinputs=0) weft_request** request (weft_request* temp = NULL) { $1 = &temp; }
+%typemap(in, numinputs=0) weft_request** request (weft_request* temp = NULL) {
+  $1 = &temp;
+  weft_py_starts_request = 1;
+}
 %typemap(argout) weft_request** request {
   if (*$1 != NULL && weft_py_armed != NULL) {
     PyObject* keep = weft_py_armed;
@@ -248,7 +285,10 @@ WEFT_OUT_HANDLE(weft_schedule, out)
   $result = SWIG_Python_AppendOutput($result, SWIG_NewPointerObj(*$1, $*1_descriptor, 0));
 }
 /* A call that failed started nothing: its list is not left armed for another request. */
-%typemap(freearg) weft_request** request { weft_py_disarm(); }
+%typemap(freearg) weft_request** request {
+  weft_py_disarm();
+  weft_py_starts_request = 0;
+}
 WEFT_OUT_HANDLE(weft_step_counter, counter)
 WEFT_OUT_HANDLE(weft_pipe_plan, plan)
 

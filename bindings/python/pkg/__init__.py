@@ -38,6 +38,7 @@ __version__ = _c.weft_version()
 
 _prepare = _tensors.prepare
 _empty_like = _tensors.empty_like
+_output = _tensors.output
 _result = _tensors.result
 _NUMPY, _TORCH = _tensors.NUMPY, _tensors.TORCH
 
@@ -655,17 +656,15 @@ def allreduce(tensor, average=True, name=None, ranks=None):
     array([1., 1., 1.], dtype=float32)
     """
     x, cx, kind = _prepare(tensor)
-    y, cy = _empty_like(x, cx, kind)
-    _allreduce(cx, cy, average, name, ranks)
-    y = _result(y, cy, kind)
-    return y
+    y, cy = _output(x, kind)
+    return _result(y, _allreduce(cx, cy, average, name, ranks), kind)
 
 
 def _allreduce(cx, cy, average, name, ranks):
+    """The C call; cy None: it allocates the output and returns its capsule (output())."""
     if ranks is None:
-        _c.weft_comm_allreduce(cx, cy, bool(average), _name(name))
-    else:
-        _c.weft_comm_allreduce_ranks(cx, cy, bool(average), _ranks(ranks), _name(name))
+        return _c.weft_comm_allreduce(cx, cy, bool(average), _name(name))
+    return _c.weft_comm_allreduce_ranks(cx, cy, bool(average), _ranks(ranks), _name(name))
 
 
 def _allreduce_nonblocking(cx, cy, average, name, ranks):
@@ -730,10 +729,10 @@ def allreduce_nonblocking_(tensor, average=True, name=None, ranks=None):
 
 
 def _broadcast(cx, cy, root_rank, name, ranks):
+    """The C call, as _allreduce."""
     if ranks is None:
-        _c.weft_comm_broadcast(cx, cy, int(root_rank), _name(name))
-    else:
-        _c.weft_comm_broadcast_ranks(cx, cy, int(root_rank), _ranks(ranks), _name(name))
+        return _c.weft_comm_broadcast(cx, cy, int(root_rank), _name(name))
+    return _c.weft_comm_broadcast_ranks(cx, cy, int(root_rank), _ranks(ranks), _name(name))
 
 
 def _broadcast_nonblocking(cx, cy, root_rank, name, ranks):
@@ -789,10 +788,8 @@ def broadcast(tensor, root_rank, name=None, ranks=None):
     array([0, 0])
     """
     x, cx, kind = _prepare(tensor)
-    y, cy = _empty_like(x, cx, kind)
-    _broadcast(cx, cy, root_rank, name, ranks)
-    y = _result(y, cy, kind)
-    return y
+    y, cy = _output(x, kind)
+    return _result(y, _broadcast(cx, cy, root_rank, name, ranks), kind)
 
 
 @_refused_in_place(_c.WEFT_OP_BROADCAST)
@@ -1193,12 +1190,11 @@ def neighbor_allreduce(tensor, self_weight=None, src_weights=None, dst_weights=N
     ...                             for r in recv}, dst_weights=send, name="x")
     """
     x, cx, kind = _prepare(tensor)
-    y, cy = _empty_like(x, cx, kind)
-    _c.weft_comm_neighbor_allreduce(
+    y, cy = _output(x, kind)
+    made = _c.weft_comm_neighbor_allreduce(
         cx, cy, _allreduce_options(self_weight, src_weights, dst_weights, enable_topo_check),
         _name(name))
-    y = _result(y, cy, kind)
-    return y
+    return _result(y, made, kind)
 
 
 @_refused_in_place(_c.WEFT_OP_NEIGHBOR_ALLREDUCE)
@@ -1269,12 +1265,11 @@ def hierarchical_neighbor_allreduce(tensor, self_weight=None, src_machine_weight
     >>> y = weft.hierarchical_neighbor_allreduce(x)
     """
     x, cx, kind = _prepare(tensor)
-    y, cy = _empty_like(x, cx, kind)
-    _c.weft_comm_hierarchical_neighbor_allreduce(
+    y, cy = _output(x, kind)
+    made = _c.weft_comm_hierarchical_neighbor_allreduce(
         cx, cy, _hierarchical_options(self_weight, src_machine_weights, dst_machine_weights),
         _name(name))
-    y = _result(y, cy, kind)
-    return y
+    return _result(y, made, kind)
 
 
 @_refused_in_place(_c.WEFT_OP_HIERARCHICAL_NEIGHBOR_ALLREDUCE)
@@ -1334,11 +1329,10 @@ def pair_gossip(tensor, target_rank, self_weight=0.5, pair_weight=0.5, name=None
     >>> y = weft.pair_gossip(x, peer)
     """
     x, cx, kind = _prepare(tensor)
-    y, cy = _empty_like(x, cx, kind)
-    _c.weft_comm_pair_gossip(cx, cy, int(target_rank), float(self_weight), float(pair_weight),
-                             _name(name))
-    y = _result(y, cy, kind)
-    return y
+    y, cy = _output(x, kind)
+    made = _c.weft_comm_pair_gossip(cx, cy, int(target_rank), float(self_weight),
+                                    float(pair_weight), _name(name))
+    return _result(y, made, kind)
 
 
 @_refused_in_place(_c.WEFT_OP_PAIR_GOSSIP)

@@ -149,6 +149,32 @@ def test_large_outputs_are_reused_and_writable(kind):
     assert as_numpy(g)[0, 0] == 7
 
 
+def test_a_blocking_calls_output_can_come_from_the_call():
+    """The low-level contract the package's out-of-place ops use: a blocking op given None
+    for `out` allocates the output like `in` and returns its capsule; a call that fails
+    raises as before; an op that starts a request, or has no `in`, takes no None."""
+    from torch.utils import dlpack
+    from weft import lowlevel as _c
+    r, n = weft.rank(), weft.size()
+    for count in (3, 70000):  # from malloc, and from weft's cache of freed outputs
+        x = torch.full((count,), float(r + 1))
+        made = _c.weft_comm_allreduce(dlpack.to_dlpack(x), None, False, f"made.{count}")
+        y = dlpack.from_dlpack(made)
+        assert y.shape == x.shape and y.dtype == x.dtype
+        assert torch.all(y == n * (n + 1) / 2) and torch.all(x == r + 1)
+        made = _c.weft_comm_broadcast(dlpack.to_dlpack(x), None, 0, f"made.b.{count}")
+        assert torch.all(dlpack.from_dlpack(made) == 1)
+    x = torch.ones(4)
+    with pytest.raises(weft.InvalidArgumentError, match="reserved"):
+        _c.weft_comm_allreduce(dlpack.to_dlpack(x), None, False, "#reserved")
+    with pytest.raises(TypeError, match="out"):
+        _c.weft_comm_allreduce_nonblocking(dlpack.to_dlpack(x), None, False, "made.nb")
+    with pytest.raises(TypeError, match="out"):
+        _c.weft_comm_recv(None, 0, "made.recv")
+    y = weft.allreduce(x, average=False, name="made.after")  # nothing left half done
+    assert torch.all(y == n)
+
+
 def neighbor_average(r, values_of):
     """The uniform average over self and the in-neighbors of the topology in force."""
     ins = weft.in_neighbor_ranks()
