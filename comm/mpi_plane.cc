@@ -190,9 +190,9 @@ const config::IntSetting kSharedMemoryBytes(
     "instead of MPI's collectives and point-to-point messages. -1: 512 KiB (allgathers: 128 "
     "KiB where larger ones read the other ranks' memory instead, "
     "WEFT_CROSS_MEMORY_ATTACH_BYTES; broadcasts of one tensor: under 128 KiB there), but "
-    "any size when the machine's ranks outnumber its CPUs, and for allreduces (large ones "
-    "may run another way instead: WEFT_TUNE_WAYS) and the other broadcasts when the job "
-    "has two ranks; neighbor allreduces, however many CPUs: up to 64 "
+    "any size (save those reads) when the machine's ranks outnumber its CPUs, and for "
+    "allreduces (large ones may run another way instead: WEFT_TUNE_WAYS) and the other "
+    "broadcasts when the job has two ranks; neighbor allreduces, however many CPUs: up to 64 "
     "KiB, and those of more than 4 MiB that do not read the other ranks' memory "
     "(WEFT_CROSS_MEMORY_ATTACH_BYTES); 0: never. Every rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
@@ -214,18 +214,17 @@ const config::IntSetting kCrossMemoryAttachBytes(
     "memory, instead of running MPI's allgather; so do neighbor allreduces of up to this "
     "many bytes (a fused group: all of its tensors) over the default exchange transport that "
     "do not go through shared memory (from 4 KiB), instead of MPI's sends and receives, and "
-    "broadcasts of one tensor over all of them, of 128 KiB up to this many bytes, where the "
-    "machine's ranks do not outnumber its CPUs (the others copy the root's input into their "
-    "outputs), instead of going through shared memory or MPI's broadcast. -1: 2 MiB for "
-    "allgathers, 4 MiB for neighbor allreduces, no limit for broadcasts; 0: never. Each needs "
+    "broadcasts of one tensor over all of them, of 128 KiB up to this many bytes (the others "
+    "copy the root's input into their outputs), instead of going through shared memory or "
+    "MPI's broadcast. -1: 2 MiB for allgathers (no limit where the machine's ranks outnumber "
+    "its CPUs), 4 MiB for neighbor allreduces, no limit for broadcasts; 0: never. Each needs "
     "the shared memory segment (not mapped when WEFT_SHARED_MEMORY_BYTES is 0 at init()). "
     "While it is not 0 and WEFT_SHARED_MEMORY_BYTES is -1, allgathers of more than 128 KiB, "
     "broadcasts of one tensor of 128 KiB or more, and neighbor allreduces of more than 64 KiB "
-    "up to this limit, go this way rather than through shared memory, unless (allgathers and "
-    "broadcasts) the machine's ranks outnumber its CPUs; larger neighbor allreduces go through "
-    "shared memory. Large allreduces of a job of two ranks may read the other rank's memory "
-    "too, whatever their size, where this is not 0 at init() (WEFT_TUNE_WAYS). Every rank "
-    "must see the same value.",
+    "up to this limit, go this way rather than through shared memory; larger neighbor "
+    "allreduces go through shared memory. Large allreduces of a job of two ranks may read the "
+    "other rank's memory too, whatever their size, where this is not 0 at init() "
+    "(WEFT_TUNE_WAYS). Every rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 const config::BoolSetting kTuneWays(
@@ -280,12 +279,18 @@ Tuner WayTuner(int ways) {
 // exchanges' beat the transport at 4 MiB in every run (1.0-1.1x the raw exchange against
 // 0.8-0.97x); past that both ways moved with the machine's noise (bench/README.md).
 constexpr int64_t kDirectAllgatherBytes = int64_t{2} << 20;
+// Where the machine's ranks outnumber its CPUs, 4 ranks on 2 CPUs, the allgathers' direct
+// reads took 0.6-0.8x the segment's time from 256 KiB to 16 MiB (and beat MPI's allgather
+// there) and matched both at 32 and 64 MiB: no limit there.
+constexpr int64_t kDirectAllgatherSharedCpusBytes = std::numeric_limits<int64_t>::max();
 constexpr int64_t kDirectExchangeBytes = int64_t{4} << 20;
 // A broadcast read where the root has it copies it once (by each reader) where the segment
 // copies it twice (by the root in, by each reader out). On 2 ranks with a CPU each that took
 // 0.42-0.74x the segment's time from 256 KiB to 64 MiB and 0.79-0.84x at 128 KiB, but
 // 1.2-1.3x at 64 KiB (the two meetings and the system call), so it takes broadcasts from
-// 128 KiB, of any size (bench/README.md, "Broadcasts: reading the root's memory").
+// 128 KiB, of any size (bench/README.md, "Broadcasts: reading the root's memory"). So too
+// where 4 ranks share 2 CPUs: 0.4-0.7x the segment's time from 256 KiB to 16 MiB, and at
+// 128 KiB faster in five runs of seven.
 constexpr int64_t kDirectBroadcastBytes = std::numeric_limits<int64_t>::max();
 constexpr size_t kDirectBroadcastFromBytes = size_t{128} << 10;
 // Whether an op of `bytes` may read the other ranks' memory where they are, up to the
@@ -335,9 +340,10 @@ bool ProbeDirectReads(MPI_Comm local, int size, int rank, std::vector<int64_t>* 
 // (1.06-1.74x against 0.92-1.09), so they keep 512 KiB, as do jobs of more ranks with a CPU
 // each, which were not measured (bench/README.md). Where the ranks can read each other's
 // memory, reading each part once from its rank's buffer (AllgatherDirect) beat the segment
-// from 256 KiB on two ranks with a CPU each (and MPI's allgather up to 2 MiB), so their
-// allgathers keep a lower `default_limit` instead, as do neighbor allreduces (their own
-// measurements below).
+// from 256 KiB on two ranks with a CPU each (and MPI's allgather up to 2 MiB), and on 4
+// ranks sharing 2 CPUs at every size from 256 KiB (see kDirectAllgatherSharedCpusBytes), so
+// their allgathers keep a lower `default_limit` instead, as do neighbor allreduces (their
+// own measurements below) and broadcasts of one tensor (kDirectBroadcastFromBytes).
 constexpr int64_t kSharedMemoryDefaultBytes = int64_t{512} << 10;
 bool UseSharedMemory(size_t bytes, bool any_size,
                      int64_t default_limit = kSharedMemoryDefaultBytes) {
@@ -729,8 +735,7 @@ MpiPlane::AllreducePath MpiPlane::AllreducePathOf(const Response& response,
 
 MpiPlane::BroadcastWay MpiPlane::BroadcastWayOf(size_t bytes, bool whole, bool lone) const {
   if (!shared_.has_value() || !whole) return BroadcastWay::kMpi;
-  const bool direct = lone && !ctx_.oversubscribed && shared_->direct_reads() &&
-                      bytes >= kDirectBroadcastFromBytes &&
+  const bool direct = lone && shared_->direct_reads() && bytes >= kDirectBroadcastFromBytes &&
                       UseDirectReads(bytes, kDirectBroadcastBytes);
   // Below the direct reads' floor the segment keeps the broadcasts it takes by default.
   if (direct ? UseSharedMemory(bytes, /*any_size=*/false, kDirectBroadcastFromBytes - 1)
@@ -753,8 +758,10 @@ bool MpiPlane::SegmentTakes(size_t bytes, bool whole) const {
 MpiPlane::GatherWay MpiPlane::AllgatherWay(size_t total) const {
   if (!shared_.has_value()) return GatherWay::kMpi;
   // Not AnySize(): two ranks with a CPU each keep a limit (UseSharedMemory says why).
-  const bool direct = shared_->direct_reads() && UseDirectReads(total, kDirectAllgatherBytes);
-  if (UseSharedMemory(total, ctx_.oversubscribed,
+  const bool direct = shared_->direct_reads() &&
+                      UseDirectReads(total, ctx_.oversubscribed ? kDirectAllgatherSharedCpusBytes
+                                                                : kDirectAllgatherBytes);
+  if (UseSharedMemory(total, ctx_.oversubscribed && !direct,
                       direct ? kDirectAllgatherAboveBytes : kSharedMemoryDefaultBytes)) {
     return GatherWay::kShared;
   }

@@ -20,6 +20,7 @@ namespace {
 using testing::Arena;
 using testing::Buffer;
 using testing::kAllDTypes;
+using testing::SetOrUnset;
 
 const auto* const kEnv = weft::testing::InitWeftForAllTests();
 
@@ -408,8 +409,8 @@ TEST(Broadcast, FromEveryRoot) {
 }
 
 // Broadcasts through shared memory (every size: a 64 MiB limit), read from the root's
-// memory (limit 0, WEFT_CROSS_MEMORY_ATTACH_BYTES 64 MiB, where the ranks can and have a CPU
-// each; a fused group still goes through MPI), through MPI (both 0) and the default way give
+// memory (limit 0, WEFT_CROSS_MEMORY_ATTACH_BYTES 64 MiB, where the ranks can; a fused group
+// still goes through MPI), through MPI (both 0) and the default way give
 // the root's exact values: a fused group of odd sizes spanning several rounds, in place and
 // not, then lone ops of 3 MiB in place and of 128 KiB (the direct reads' floor) and 4 bytes
 // less out of place, from every root in turn, with an allreduce between roots, so that each
@@ -419,14 +420,8 @@ TEST(Broadcast, SharedMemoryRoundsMatchMpi) {
   const std::pair<const char*, const char*> ways[] = {
       {"67108864", "0"}, {"0", "67108864"}, {"0", "0"}, {nullptr, nullptr}};
   for (const auto& [shared, cma] : ways) {
-    for (const auto& [name, value] :
-         {std::pair{"WEFT_SHARED_MEMORY_BYTES", shared}, {"WEFT_CROSS_MEMORY_ATTACH_BYTES", cma}}) {
-      if (value == nullptr) {
-        config::Registry::Global().Unset(name);
-      } else {
-        ASSERT_TRUE(config::Registry::Global().Set(name, value).ok());
-      }
-    }
+    SetOrUnset("WEFT_SHARED_MEMORY_BYTES", shared);
+    SetOrUnset("WEFT_CROSS_MEMORY_ATTACH_BYTES", cma);
     const std::string limit = shared == nullptr ? "default" : std::string(shared) + "/" + cma;
     for (int root = 0; root < size(); ++root) {
       auto value = [&](int r, size_t k, int64_t i) { return (r * 7 + k * 3 + i) % 101; };
@@ -517,19 +512,19 @@ TEST(Allgather, VariableFirstDimension) {
 }
 
 // Allgathers through shared memory (every size: a 64 MiB limit), read from the other ranks'
-// memory (limit 0, WEFT_CROSS_MEMORY_ATTACH_BYTES 64 MiB, where the ranks can) and through
-// MPI (both 0) place every rank's rows alike: parts of different lengths, the longest spanning
-// several of the segment's 512 KiB rounds and the shortest none (rank 0 adds no rows),
-// each allgather after an allreduce that leaves its own bytes in the segment.
+// memory (limit 0, WEFT_CROSS_MEMORY_ATTACH_BYTES 64 MiB, where the ranks can), through MPI
+// (both 0) and the default way place every rank's rows alike: parts of different lengths, the
+// longest spanning several of the segment's 512 KiB rounds and the shortest none (rank 0 adds no
+// rows), each allgather after an allreduce that leaves its own bytes in the segment.
 TEST(Allgather, SharedMemoryRoundsMatchMpi) {
   constexpr int64_t kRowFloats = 3;
   auto rows_of = [](int r) -> int64_t { return r == 0 ? 0 : 70001 * r + 5; };  // 0.8 MiB per r
   auto value = [](int r, int64_t i) { return static_cast<double>((r * 131 + i * 7) % 1009); };
   const std::pair<const char*, const char*> ways[] = {
-      {"67108864", "0"}, {"0", "67108864"}, {"0", "0"}};
+      {"67108864", "0"}, {"0", "67108864"}, {"0", "0"}, {nullptr, nullptr}};
   for (const auto& [limit, cma] : ways) {
-    ASSERT_TRUE(config::Registry::Global().Set("WEFT_SHARED_MEMORY_BYTES", limit).ok());
-    ASSERT_TRUE(config::Registry::Global().Set("WEFT_CROSS_MEMORY_ATTACH_BYTES", cma).ok());
+    SetOrUnset("WEFT_SHARED_MEMORY_BYTES", limit);
+    SetOrUnset("WEFT_CROSS_MEMORY_ATTACH_BYTES", cma);
     for (int pass = 0; pass < 2; ++pass) {
       Buffer sum(DType::kFloat32, {1 << 17});
       sum.Fill(rank());
@@ -547,8 +542,8 @@ TEST(Allgather, SharedMemoryRoundsMatchMpi) {
       for (int r = 0; r < size(); ++r) {
         for (int64_t i = 0; i < rows_of(r) * kRowFloats; ++i, ++at) {
           ASSERT_EQ(Buffer::Read(out->data(), DType::kFloat32, at), value(r, i))
-              << "limit " << limit << " cma " << cma << " pass " << pass << ": rank " << r
-              << "'s element " << i;
+              << "limit " << (limit ? limit : "default") << " cma " << (cma ? cma : "default")
+              << " pass " << pass << ": rank " << r << "'s element " << i;
         }
       }
     }

@@ -118,6 +118,15 @@ inline int64_t EnvInt(const char* name, int64_t fallback) {
   return s != nullptr ? std::strtoll(s, nullptr, 10) : fallback;
 }
 
+// Sets the setting `name` to `value`, or back to its default where `value` is null.
+inline void SetOrUnset(const char* name, const char* value) {
+  if (value == nullptr) {
+    config::Registry::Global().Unset(name);
+  } else {
+    EXPECT_TRUE(config::Registry::Global().Set(name, value).ok()) << name << "=" << value;
+  }
+}
+
 // init() with WEFT_LOG_LEVEL=debug, its debug lines collected (what it decided, with the
 // settings in force), the log level restored after. Expects init() to succeed.
 inline std::vector<std::string> InitDebugLines() {
