@@ -222,9 +222,13 @@ const config::IntSetting kCrossMemoryAttachBytes(
     "While it is not 0 and WEFT_SHARED_MEMORY_BYTES is -1, allgathers of more than 128 KiB, "
     "broadcasts of one tensor of 128 KiB or more, and neighbor allreduces of more than 64 KiB "
     "up to this limit, go this way rather than through shared memory; larger neighbor "
-    "allreduces go through shared memory. Large allreduces of a job of two ranks may read the "
-    "other rank's memory too, whatever their size, where this is not 0 at init() "
-    "(WEFT_TUNE_WAYS). Every rank must see the same value.",
+    "allreduces go through shared memory. Where the machine's ranks outnumber its CPUs, "
+    "allreduces of one CPU tensor over all of them of 4 MiB up to this many bytes (-1: 16 "
+    "MiB) sum their slices from the others' inputs and read the others' slices of the sums so "
+    "too, rather than going through shared memory (unless WEFT_SHARED_MEMORY_BYTES is set "
+    "at least as high). Large allreduces of a job of two ranks may read the other rank's "
+    "memory too, whatever their size, where this is not 0 at init() (WEFT_TUNE_WAYS). Every "
+    "rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 const config::BoolSetting kTuneWays(
@@ -284,6 +288,15 @@ constexpr int64_t kDirectAllgatherBytes = int64_t{2} << 20;
 // there) and matched both at 32 and 64 MiB: no limit there.
 constexpr int64_t kDirectAllgatherSharedCpusBytes = std::numeric_limits<int64_t>::max();
 constexpr int64_t kDirectExchangeBytes = int64_t{4} << 20;
+// Where the machine's ranks outnumber its CPUs, allreduces of one tensor over every rank
+// of 4 to 16 MiB read the others' inputs where they are (SharedCollectives::AllreduceDirect)
+// instead of going through the segment. On 4 ranks sharing 2 CPUs (comm_bench, five runs
+// alternating, in place and out of place alike) they took 1157-1308 us against 1578-1665
+// at 4 MiB (but for one run in place: 1792), 2219-2337 against 3147-3683 at 8 MiB and
+// 4403-6124 against 6327-7919 at 16 MiB; at 2 MiB they gained out of place only, and at 32
+// and 64 MiB out of place they lost (1.04-1.20x the segment's time).
+constexpr size_t kDirectAllreduceSharedCpusFromBytes = size_t{4} << 20;
+constexpr int64_t kDirectAllreduceSharedCpusBytes = int64_t{16} << 20;
 // A broadcast read where the root has it copies it once (by each reader) where the segment
 // copies it twice (by the root in, by each reader out). On 2 ranks with a CPU each that took
 // 0.42-0.74x the segment's time from 256 KiB to 64 MiB and 0.79-0.84x at 128 KiB, but
@@ -440,6 +453,9 @@ class MpiPlane : public HostPlane {
   // Whether an allreduce (unless it runs the ring) of `bytes` over every rank (`whole`) or
   // a process set runs through the shared segment.
   bool SegmentTakes(size_t bytes, bool whole) const;
+  // Whether an allreduce that rank 0 does not tune, of `bytes` over every rank (`whole`),
+  // of one tensor (`lone`) on the host (`cpu`), reads the other ranks' memory by default.
+  bool DirectAllreduceTakes(size_t bytes, bool whole, bool lone, bool cpu) const;
   // How a broadcast of `bytes` over every rank (`whole`) or a process set runs: through the
   // shared segment, read by the others from the root's memory (`lone`: of one tensor only),
   // or MPI_Bcast. Every rank of the op answers alike.
@@ -729,6 +745,10 @@ MpiPlane::AllreducePath MpiPlane::AllreducePathOf(const Response& response,
   // (Preference); every rank goes by the agreed pick alone.
   const int tuned = group.size() == 1 ? response.tuned_way : -1;
   if (tuned == kWayDirect) return {false, false, true};
+  if (tuned < 0 && DirectAllreduceTakes(bytes, ranks.empty(), group.size() == 1,
+                                        group[0]->in.device().type == Device::Type::kCPU)) {
+    return {false, false, true};
+  }
   const bool shared = tuned != kWayMpi && SegmentTakes(bytes, ranks.empty());
   return {shared, UseRing(peers_->kind(), ctx_.machine_size, members, bytes, out_of_place, shared)};
 }
@@ -753,6 +773,13 @@ MpiPlane::BroadcastWay MpiPlane::BroadcastWayOf(const Group& group) const {
 
 bool MpiPlane::SegmentTakes(size_t bytes, bool whole) const {
   return shared_.has_value() && whole && UseSharedMemory(bytes, AnySize());
+}
+
+bool MpiPlane::DirectAllreduceTakes(size_t bytes, bool whole, bool lone, bool cpu) const {
+  return ctx_.oversubscribed && whole && lone && cpu && shared_.has_value() &&
+         shared_->direct_reads() && bytes >= kDirectAllreduceSharedCpusFromBytes &&
+         UseDirectReads(bytes, kDirectAllreduceSharedCpusBytes) &&
+         !UseSharedMemory(bytes, /*any_size=*/false, kDirectAllreduceSharedCpusFromBytes - 1);
 }
 
 MpiPlane::GatherWay MpiPlane::AllgatherWay(size_t total) const {
@@ -827,6 +854,11 @@ Staged MpiPlane::Stage(Request& r, bool tuned) {
   auto segment = [](bool staged) { return staged ? Staged::kSegment : Staged::kNone; };
   switch (r.desc.op) {
     case OpType::kAllreduce:
+      if (DirectAllreduceTakes(bytes, /*whole=*/true, /*lone=*/true,
+                               r.in.device().type == Device::Type::kCPU)) {
+        return shared_->StageDirect(r.in.data(), nullptr, r.out.data()) ? Staged::kDirectReads
+                                                                        : Staged::kNone;
+      }
       // The ring, which a setting may still choose for an op out of place on some rank,
       // takes the op unstaged (Ahead).
       if (!SegmentTakes(bytes, /*whole=*/true)) return Staged::kNone;
@@ -901,9 +933,9 @@ Status MpiPlane::AllreduceOnce(Group& group, const Response& response) {
     // Each rank sums its slice from the others' inputs, then reads their slices of the sums.
     Request& r = *group[0];
     const int64_t start = TraceStart(timeline_);
-    const Status status =
-        shared_->AllreduceDirect(r.in.data(), r.out.data(), static_cast<size_t>(r.in.numel()),
-                                 dtype, r.desc.average, idle_, IsTuned(r.staged));
+    const Status status = shared_->AllreduceDirect(
+        r.in.data(), r.out.data(), static_cast<size_t>(r.in.numel()), dtype, r.desc.average, idle_,
+        IsTuned(r.staged) || Ahead(group, Staged::kDirectReads));
     r.backend = "CMA";
     Trace(group, "communicate", start);
     return status;

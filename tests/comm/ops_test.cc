@@ -3,8 +3,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -233,6 +235,40 @@ TEST(Allreduce, LargeOutOfPlaceEveryDTypeAndProcessSet) {
     ASSERT_TRUE(allreduce(in.view(), out.view(), false, "rest", rest).ok());
     ExpectAll(out, (n - 2) * (n + 1) / 2.0, "process set of the middle ranks");
   }
+}
+
+// Lone allreduces around the limits of the default ways' sizes (on a machine whose ranks
+// outnumber its CPUs, 4 to 16 MiB read each other's memory; on 2 ranks with a CPU each rank
+// 0 may tune them) give the bits of the same ops with the direct reads off, in place, out
+// of place and in place on every other rank only, summed and averaged, with sums that
+// round differently in another order.
+TEST(Allreduce, LargeLoneOpsGiveTheBitsOfEveryOtherWay) {
+  const int me = rank();
+  auto value = [](int r, int64_t i) {
+    return static_cast<float>(((r + 5) * 7919 * (i + 1)) % 4001) / 3.0f + 1e6f * (r % 3);
+  };
+  const int64_t counts[] = {(1 << 20) - 1, 1 << 20, 1 << 22, (1 << 22) + 1};  // 4, 16 MiB
+  int k = 0;
+  for (int64_t count : counts) {
+    for (int placement = 0; placement < 3; ++placement) {
+      const bool in_place = placement == 0 || (placement == 2 && me % 2 == 0);
+      const bool average = k % 2 == 1;
+      std::vector<Buffer> results;
+      for (const char* cma : {static_cast<const char*>(nullptr), "0"}) {
+        SetOrUnset("WEFT_CROSS_MEMORY_ATTACH_BYTES", cma);
+        Buffer x(DType::kFloat32, {count}), y(DType::kFloat32, {count});
+        for (int64_t i = 0; i < count; ++i) x.Set(i, value(me, i));
+        Buffer& out = in_place ? x : y;
+        const std::string name = "lone." + std::to_string(k) + (cma ? ".off" : ".default");
+        ASSERT_TRUE(allreduce(x.view(), out.view(), average, name).ok()) << name;
+        results.push_back(std::move(out));
+      }
+      EXPECT_EQ(std::memcmp(results[0].view().data(), results[1].view().data(), count * 4), 0)
+          << count << " elements, placement " << placement << (average ? ", averaged" : "");
+      ++k;
+    }
+  }
+  SetOrUnset("WEFT_CROSS_MEMORY_ATTACH_BYTES", nullptr);
 }
 
 // A ring with many chunks in flight (64 MiB on 2 ranks: 128 chunks of 256 KiB each way per
