@@ -187,8 +187,9 @@ const config::IntSetting kSharedMemoryBytes(
     "broadcasts, allgathers and neighbor allreduces over all of them of up to this many bytes "
     "(a fused group: all of its tensors; an allgather: its output) run through memory the "
     "ranks share, reading each input and writing each output where it is (no fusion buffer), "
-    "instead of MPI's collectives and point-to-point messages. -1: 512 KiB (allgathers: 128 "
-    "KiB where larger ones read the other ranks' memory instead, "
+    "instead of MPI's collectives and point-to-point messages. -1: 512 KiB (allgathers: 16 "
+    "KiB, 128 KiB where the machine's ranks outnumber its CPUs, where larger ones read the "
+    "other ranks' memory instead, "
     "WEFT_CROSS_MEMORY_ATTACH_BYTES; broadcasts of one tensor: under 128 KiB there), but "
     "any size (save those reads) when the machine's ranks outnumber its CPUs, and for "
     "allreduces (large ones may run another way instead: WEFT_TUNE_WAYS) and the other "
@@ -219,7 +220,8 @@ const config::IntSetting kCrossMemoryAttachBytes(
     "MPI's broadcast. -1: 2 MiB for allgathers (no limit where the machine's ranks outnumber "
     "its CPUs), 4 MiB for neighbor allreduces, no limit for broadcasts; 0: never. Each needs "
     "the shared memory segment (not mapped when WEFT_SHARED_MEMORY_BYTES is 0 at init()). "
-    "While it is not 0 and WEFT_SHARED_MEMORY_BYTES is -1, allgathers of more than 128 KiB, "
+    "While it is not 0 and WEFT_SHARED_MEMORY_BYTES is -1, allgathers of more than 16 KiB "
+    "(128 KiB where the machine's ranks outnumber its CPUs), "
     "broadcasts of one tensor of 128 KiB or more, and neighbor allreduces of more than 64 KiB "
     "up to this limit, go this way rather than through shared memory; larger neighbor "
     "allreduces go through shared memory. Where the machine's ranks outnumber its CPUs, "
@@ -391,8 +393,14 @@ constexpr size_t kDirectExchangeFromBytes = size_t{4} << 10;
 // reads were as fast or faster (bench/README.md).
 constexpr int64_t kSharedExchangeAboveBytes = kDirectExchangeBytes;
 // Allgathers of more than this many bytes read the others' parts where they are, where
-// they can, unless WEFT_SHARED_MEMORY_BYTES says otherwise (UseSharedMemory).
+// they can, unless WEFT_SHARED_MEMORY_BYTES says otherwise (UseSharedMemory): where the
+// machine's ranks outnumber its CPUs, 128 KiB (on 4 ranks sharing 2 CPUs the segment was
+// faster up to 64 KiB and even at 128 KiB); where ranks have a CPU each, 16 KiB: on 2 ranks
+// (three runs alternating) the direct reads took 3.4-3.6 us against the segment's 4.6-4.8 at
+// 32 KiB, 4.4-5.0 against 7.8-7.9 at 64 KiB and 6.1-7.2 against 10.2-12.8 at 128 KiB (as
+// fast as MPI_Allgather), were even at 16 KiB and lost below (3.0-3.7 us against 1.4-2.6).
 constexpr int64_t kDirectAllgatherAboveBytes = int64_t{128} << 10;
+constexpr int64_t kDirectAllgatherOwnCpusAboveBytes = int64_t{16} << 10;
 
 // A group's tensors for SharedCollectives (whose timeline names they now take).
 std::vector<SharedCollectives::Piece> SharedPieces(Group& group) {
@@ -788,8 +796,10 @@ MpiPlane::GatherWay MpiPlane::AllgatherWay(size_t total) const {
   const bool direct = shared_->direct_reads() &&
                       UseDirectReads(total, ctx_.oversubscribed ? kDirectAllgatherSharedCpusBytes
                                                                 : kDirectAllgatherBytes);
-  if (UseSharedMemory(total, ctx_.oversubscribed && !direct,
-                      direct ? kDirectAllgatherAboveBytes : kSharedMemoryDefaultBytes)) {
+  const int64_t segment_up_to = !direct               ? kSharedMemoryDefaultBytes
+                                : ctx_.oversubscribed ? kDirectAllgatherAboveBytes
+                                                      : kDirectAllgatherOwnCpusAboveBytes;
+  if (UseSharedMemory(total, ctx_.oversubscribed && !direct, segment_up_to)) {
     return GatherWay::kShared;
   }
   return direct ? GatherWay::kDirect : GatherWay::kMpi;

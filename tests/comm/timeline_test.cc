@@ -41,8 +41,8 @@ TEST(Timeline, EveryPhaseIsRecorded) {
   config::Registry::Global().Unset("WEFT_SHARED_MEMORY_BYTES");
   testing::Buffer x(DType::kFloat32, {64});
   ASSERT_TRUE(neighbor_allreduce(x.view(), x.view(), {}, "weights.\"quoted\"").ok());
-  // 256 KiB: where the ranks can read each other's memory and have a CPU each, both read
-  // it straight from the other ranks' memory (CMA_), and otherwise neither does.
+  // 256 KiB: where the ranks can read each other's memory, both read it straight from the
+  // other ranks' memory (CMA_), and otherwise neither does.
   testing::Buffer wide(DType::kFloat32, {65536 / n});
   testing::Arena arena;
   ASSERT_TRUE(allgather(wide.view(), arena.allocator()).ok());
