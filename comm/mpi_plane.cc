@@ -193,8 +193,9 @@ const config::IntSetting kSharedMemoryBytes(
     "WEFT_CROSS_MEMORY_ATTACH_BYTES; broadcasts of one tensor: under 128 KiB there), but "
     "any size (save those reads) when the machine's ranks outnumber its CPUs, and for "
     "allreduces (large ones may run another way instead: WEFT_TUNE_WAYS) and the other "
-    "broadcasts when the job has two ranks; neighbor allreduces, however many CPUs: up to 64 "
-    "KiB, and those of more than 4 MiB that do not read the other ranks' memory "
+    "broadcasts when the job has two ranks; neighbor allreduces: up to 64 KiB (8 KiB where "
+    "ranks have a CPU each and larger ones read the other ranks' memory), and those of more "
+    "than 4 MiB that do not read the other ranks' memory "
     "(WEFT_CROSS_MEMORY_ATTACH_BYTES); 0: never. Every rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
@@ -223,6 +224,7 @@ const config::IntSetting kCrossMemoryAttachBytes(
     "While it is not 0 and WEFT_SHARED_MEMORY_BYTES is -1, allgathers of more than 16 KiB "
     "(128 KiB where the machine's ranks outnumber its CPUs), "
     "broadcasts of one tensor of 128 KiB or more, and neighbor allreduces of more than 64 KiB "
+    "(8 KiB where ranks have a CPU each) "
     "up to this limit, go this way rather than through shared memory; larger neighbor "
     "allreduces go through shared memory. Where the machine's ranks outnumber its CPUs, "
     "allreduces of one CPU tensor over all of them of 4 MiB up to this many bytes (-1: 16 "
@@ -375,6 +377,13 @@ bool UseSharedMemory(size_t bytes, bool any_size,
 // one-peer schedule while 4 ranks sharing 2 CPUs still gained; from 512 KiB they lost
 // (bench/README.md).
 constexpr int64_t kSharedExchangeBytes = int64_t{64} << 10;
+// Where ranks have a CPU each and the direct reads below can take the op, they keep only up
+// to 8 KiB: since the direct agreement stands for the direct reads' first meeting, those
+// beat the segment from 16 KiB on 2 ranks (comm_bench, six runs alternating, both neighbor
+// ops): 4.4-4.8 us against 5.3-5.7 at 16 KiB, 5.8-6.5 against 8.3-8.9 at 32 KiB, 9.1-10.7
+// against 11.2-12.5 at 64 KiB (one run disturbed: 7.4 and 10.0), even at 8 KiB. On 4 ranks
+// sharing 2 CPUs they lost at 8-16 KiB (8 KiB: 12-31 us against 10-15), so 64 KiB stays.
+constexpr int64_t kSharedExchangeOwnCpusBytes = int64_t{8} << 10;
 // Neighbor allreduces past that limit, of at least this many bytes (and up to
 // WEFT_CROSS_MEMORY_ATTACH_BYTES), read their peers' inputs where they are, where they can
 // (the floor matters where WEFT_SHARED_MEMORY_BYTES is set lower). Below it Open MPI sends
@@ -1297,11 +1306,12 @@ MpiPlane::ExchangeWay MpiPlane::NeighborExchangeWay(size_t bytes, bool whole) co
   if (!shared_.has_value() || peers_->kind() != PeerTransportKind::kMpi || !whole) {
     return ExchangeWay::kTransport;
   }
-  if (UseSharedMemory(bytes, /*any_size=*/false, kSharedExchangeBytes)) return ExchangeWay::kShared;
-  if (shared_->direct_reads() && bytes >= kDirectExchangeFromBytes &&
-      UseDirectReads(bytes, kDirectExchangeBytes)) {
-    return ExchangeWay::kDirect;
-  }
+  const bool direct = shared_->direct_reads() && bytes >= kDirectExchangeFromBytes &&
+                      UseDirectReads(bytes, kDirectExchangeBytes);
+  const int64_t segment_up_to =
+      direct && !ctx_.oversubscribed ? kSharedExchangeOwnCpusBytes : kSharedExchangeBytes;
+  if (UseSharedMemory(bytes, /*any_size=*/false, segment_up_to)) return ExchangeWay::kShared;
+  if (direct) return ExchangeWay::kDirect;
   if (kSharedMemoryBytes.Get() < 0 && bytes > static_cast<uint64_t>(kSharedExchangeAboveBytes)) {
     return ExchangeWay::kShared;
   }
