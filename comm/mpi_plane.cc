@@ -379,10 +379,11 @@ bool UseSharedMemory(size_t bytes, bool any_size,
 constexpr int64_t kSharedExchangeBytes = int64_t{64} << 10;
 // Where ranks have a CPU each and the direct reads below can take the op, they keep only up
 // to 8 KiB: since the direct agreement stands for the direct reads' first meeting, those
-// beat the segment from 16 KiB on 2 ranks (comm_bench, six runs alternating, both neighbor
-// ops): 4.4-4.8 us against 5.3-5.7 at 16 KiB, 5.8-6.5 against 8.3-8.9 at 32 KiB, 9.1-10.7
-// against 11.2-12.5 at 64 KiB (one run disturbed: 7.4 and 10.0), even at 8 KiB. On 4 ranks
-// sharing 2 CPUs they lost at 8-16 KiB (8 KiB: 12-31 us against 10-15), so 64 KiB stays.
+// beat the segment from 16 KiB on 2 ranks (comm_bench, eleven runs alternating of one or
+// both neighbor ops): 4.3-5.3 us against 5.3-5.8 at 16 KiB, 5.8-7.3 against 8.3-9.3 at 32
+// KiB, 9.1-10.7 against 11.2-12.7 at 64 KiB (one run disturbed: 7.4 and 10.0), even at 8
+// KiB. On 4 ranks sharing 2 CPUs they lost at 8-16 KiB (8 KiB: 12-31 us against 9.5-15),
+// so 64 KiB stays there.
 constexpr int64_t kSharedExchangeOwnCpusBytes = int64_t{8} << 10;
 // Neighbor allreduces past that limit, of at least this many bytes (and up to
 // WEFT_CROSS_MEMORY_ATTACH_BYTES), read their peers' inputs where they are, where they can
