@@ -191,7 +191,8 @@ const config::IntSetting kSharedMemoryBytes(
     "KiB, 128 KiB where the machine's ranks outnumber its CPUs, where larger ones read the "
     "other ranks' memory instead, "
     "WEFT_CROSS_MEMORY_ATTACH_BYTES; broadcasts of one tensor: under 128 KiB there), but "
-    "any size (save those reads) when the machine's ranks outnumber its CPUs, and for "
+    "any size (save the allgathers, broadcasts and 4-16 MiB allreduces that read the other "
+    "ranks' memory instead) when the machine's ranks outnumber its CPUs, and for "
     "allreduces (large ones may run another way instead: WEFT_TUNE_WAYS) and the other "
     "broadcasts when the job has two ranks; neighbor allreduces: up to 64 KiB (8 KiB where "
     "ranks have a CPU each and larger ones read the other ranks' memory), and those of more "
@@ -230,7 +231,9 @@ const config::IntSetting kCrossMemoryAttachBytes(
     "allreduces of one CPU tensor over all of them of 4 MiB up to this many bytes (-1: 16 "
     "MiB) sum their slices from the others' inputs and read the others' slices of the sums so "
     "too, rather than going through shared memory (unless WEFT_SHARED_MEMORY_BYTES is set "
-    "at least as high). Large allreduces of a job of two ranks may read the other rank's "
+    "at least as high, or WEFT_RING_ALLREDUCE_BYTES is set). A read that fails (another "
+    "rank's process gone) fails the op on every rank. Large allreduces of a job of two ranks may "
+    "read the other rank's "
     "memory too, whatever their size, where this is not 0 at init() (WEFT_TUNE_WAYS). Every "
     "rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
@@ -357,8 +360,9 @@ bool ProbeDirectReads(MPI_Comm local, int size, int rank, std::vector<int64_t>* 
 // (1.06-1.74x against 0.92-1.09), so they keep 512 KiB, as do jobs of more ranks with a CPU
 // each, which were not measured (bench/README.md). Where the ranks can read each other's
 // memory, reading each part once from its rank's buffer (AllgatherDirect) beat the segment
-// from 256 KiB on two ranks with a CPU each (and MPI's allgather up to 2 MiB), and on 4
-// ranks sharing 2 CPUs at every size from 256 KiB (see kDirectAllgatherSharedCpusBytes), so
+// from 32 KiB on two ranks with a CPU each (kDirectAllgatherOwnCpusAboveBytes; and MPI's
+// allgather up to 2 MiB), and on 4 ranks sharing 2 CPUs at every size from 256 KiB (see
+// kDirectAllgatherSharedCpusBytes), so
 // their allgathers keep a lower `default_limit` instead, as do neighbor allreduces (their
 // own measurements below) and broadcasts of one tensor (kDirectBroadcastFromBytes).
 constexpr int64_t kSharedMemoryDefaultBytes = int64_t{512} << 10;
@@ -408,7 +412,7 @@ constexpr int64_t kSharedExchangeAboveBytes = kDirectExchangeBytes;
 // faster up to 64 KiB and even at 128 KiB); where ranks have a CPU each, 16 KiB: on 2 ranks
 // (three runs alternating) the direct reads took 3.4-3.6 us against the segment's 4.6-4.8 at
 // 32 KiB, 4.4-5.0 against 7.8-7.9 at 64 KiB and 6.1-7.2 against 10.2-12.8 at 128 KiB (as
-// fast as MPI_Allgather), were even at 16 KiB and lost below (3.0-3.7 us against 1.4-2.6).
+// fast as MPI_Allgather), were even at 16 KiB and lost below (2.4-3.7 us against 1.4-2.6).
 constexpr int64_t kDirectAllgatherAboveBytes = int64_t{128} << 10;
 constexpr int64_t kDirectAllgatherOwnCpusAboveBytes = int64_t{16} << 10;
 
@@ -794,8 +798,10 @@ bool MpiPlane::SegmentTakes(size_t bytes, bool whole) const {
 }
 
 bool MpiPlane::DirectAllreduceTakes(size_t bytes, bool whole, bool lone, bool cpu) const {
-  return ctx_.oversubscribed && whole && lone && cpu && shared_.has_value() &&
-         shared_->direct_reads() && bytes >= kDirectAllreduceSharedCpusFromBytes &&
+  // A ring asked for explicitly (WEFT_RING_ALLREDUCE_BYTES) keeps the ops it takes.
+  return ctx_.oversubscribed && whole && lone && cpu && kRingAllreduceBytes.Get() < 0 &&
+         shared_.has_value() && shared_->direct_reads() &&
+         bytes >= kDirectAllreduceSharedCpusFromBytes &&
          UseDirectReads(bytes, kDirectAllreduceSharedCpusBytes) &&
          !UseSharedMemory(bytes, /*any_size=*/false, kDirectAllreduceSharedCpusFromBytes - 1);
 }
