@@ -202,6 +202,90 @@ TEST(Timeline, TunedAllreducesTryEveryWayAndGiveTheSameBits) {
   }
 }
 
+// The default ways at the direct reads' limits, by the way each op's transfer took (its
+// event's name: CMA_ read each other's memory, SHM_ through the segment). Where ranks have
+// a CPU each: allgathers from 32 KiB of output read (16 KiB does not), neighbor allreduces
+// from 16 KiB (8 KiB do not), lone broadcasts from 128 KiB. Where they share CPUs:
+// allgathers from 256 KiB (128 KiB do not), neighbor allreduces from 128 KiB (64 KiB do
+// not), broadcasts from 128 KiB, lone allreduces of 4 to 16 MiB (not 4 bytes fewer or
+// more). Each op starts after a barrier, as the staged ways expect.
+TEST(Timeline, DirectReadsTakeTheSizesTheirLimitsSay) {
+  const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
+  ASSERT_TRUE(init().ok());
+  const int me = rank(), n = size();
+  ASSERT_TRUE(timeline_start(dir + "/limits.%r.json").ok());
+  cpu_set_t cpus;
+  const bool own_cpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) >= n;
+  // Bytes of each op (an allgather's: its output), by name, and whether it should read.
+  struct Op {
+    std::string kind;
+    int64_t bytes;
+    bool reads;
+  };
+  std::vector<std::pair<std::string, Op>> ops;
+  if (own_cpus) {
+    ops = {{"ag.16k", {"allgather", 16 << 10, false}},
+           {"ag.32k", {"allgather", 32 << 10, true}},
+           {"na.8k", {"neighbor", 8 << 10, false}},
+           {"na.16k", {"neighbor", 16 << 10, true}},
+           {"bc.below", {"broadcast", (128 << 10) - 4, false}},
+           {"bc.128k", {"broadcast", 128 << 10, true}}};
+  } else {
+    ops = {{"ag.128k", {"allgather", 128 << 10, false}},
+           {"ag.256k", {"allgather", 256 << 10, true}},
+           {"na.64k", {"neighbor", 64 << 10, false}},
+           {"na.128k", {"neighbor", 128 << 10, true}},
+           {"bc.below", {"broadcast", (128 << 10) - 4, false}},
+           {"bc.128k", {"broadcast", 128 << 10, true}},
+           {"ar.below", {"allreduce", (4 << 20) - 4, false}},
+           {"ar.4m", {"allreduce", 4 << 20, true}},
+           {"ar.16m", {"allreduce", 16 << 20, true}},
+           {"ar.above", {"allreduce", (16 << 20) + 4, false}}};
+  }
+  testing::Arena arena;
+  for (const auto& [name, op] : ops) {
+    const int64_t count = op.bytes / 4;
+    // An allgather's output: n parts of count / n (the first rank's takes the rest).
+    const int64_t part = op.kind == "allgather" ? count / n + (me == 0 ? count % n : 0) : count;
+    testing::Buffer x(DType::kFloat32, {part}), y(DType::kFloat32, {part});
+    x.Fill(me + 1);
+    ASSERT_TRUE(barrier().ok());
+    Status st;
+    if (op.kind == "allgather") {
+      st = allgather(x.view(), arena.allocator(), name).status();
+    } else if (op.kind == "neighbor") {
+      st = neighbor_allreduce(x.view(), y.view(), {}, name);
+    } else if (op.kind == "broadcast") {
+      st = broadcast(x.view(), y.view(), 0, name);
+    } else {
+      st = allreduce(x.view(), y.view(), false, name);
+    }
+    ASSERT_TRUE(st.ok()) << name << ": " << st;
+  }
+  ASSERT_TRUE(timeline_stop().ok());
+  ASSERT_TRUE(shutdown().ok());
+  if (n == 1) return;  // nothing to read from anyone
+  std::ifstream in(dir + "/limits." + std::to_string(me) + ".json");
+  std::string line;
+  std::map<std::string, std::string> ways;  // name -> "CMA", "SHM", "MPI" (and "+" more)
+  bool direct_reads = false;
+  while (std::getline(in, line)) {
+    for (const char* way : {"CMA", "SHM", "MPI"}) {
+      if (line.rfind(std::string("{\"name\": \"") + way + "_", 0) != 0) continue;
+      direct_reads = direct_reads || way == std::string("CMA");
+      for (const auto& [name, op] : ops) {
+        if (line.find("'" + name + "'") == std::string::npos) continue;
+        std::string& got = ways[name];
+        got = got.empty() || got == way ? way : got + "+" + way;
+      }
+    }
+  }
+  if (!direct_reads) return;  // the kernel does not let the ranks read each other's memory
+  for (const auto& [name, op] : ops) {
+    EXPECT_EQ(ways[name], op.reads ? "CMA" : "SHM") << name << " (" << op.bytes << " bytes)";
+  }
+}
+
 // A trace started while ops wait to be drained (here in an open group) records their
 // phases from then on: none reaches back to the clock's epoch.
 TEST(Timeline, StartedWhileOpsAreQueued) {

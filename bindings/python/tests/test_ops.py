@@ -169,8 +169,12 @@ def test_a_blocking_calls_output_can_come_from_the_call():
         _c.weft_comm_allreduce(dlpack.to_dlpack(x), None, False, "#reserved")
     with pytest.raises(TypeError, match="out"):
         _c.weft_comm_allreduce_nonblocking(dlpack.to_dlpack(x), None, False, "made.nb")
+    # Right after a blocking call with an input and no `out`, whose input must not stay the
+    # one an `out` of None is allocated like (from itself: were an output allocated, weft
+    # would refuse the call rather than wait in it).
+    _c.weft_comm_allgather(dlpack.to_dlpack(x), "made.gather")
     with pytest.raises(TypeError, match="out"):
-        _c.weft_comm_recv(None, 0, "made.recv")
+        _c.weft_comm_recv(None, r, "made.recv")
     y = weft.allreduce(x, average=False, name="made.after")  # nothing left half done
     assert torch.all(y == n)
 
