@@ -520,10 +520,15 @@ bool SharedCollectives::StageDirect(const void* in, const std::vector<std::pair<
   // The direct ops write no area: nothing to wait for (see AllgatherDirect).
   staged_ = false;
   if (!direct_reads()) return false;
+  PostDirect(in, send, out);
+  return Staged();
+}
+
+void SharedCollectives::PostDirect(const void* in, const std::vector<std::pair<int, double>>* send,
+                                   void* out) {
   if (send != nullptr) PostScales(*send);
   post(rank_)->store(reinterpret_cast<uintptr_t>(in), std::memory_order_relaxed);
   post_out(rank_)->store(reinterpret_cast<uintptr_t>(out), std::memory_order_relaxed);
-  return Staged();
 }
 
 void SharedCollectives::PostScales(const std::vector<std::pair<int, double>>& send) {
@@ -573,7 +578,7 @@ Status SharedCollectives::GatherDirect(const void* in, void* out,
     MetAhead();
     own();
   } else {
-    post(rank_)->store(reinterpret_cast<uintptr_t>(in), std::memory_order_relaxed);
+    PostDirect(in, nullptr);
     Meet(idle, own);
   }
   Status status = OkStatus();
@@ -599,8 +604,7 @@ Status SharedCollectives::ExchangeDirect(const void* in, size_t count, DType dty
   if (TakeStaged(staged)) {
     MetAhead();
   } else {
-    PostScales(send);
-    post(rank_)->store(reinterpret_cast<uintptr_t>(in), std::memory_order_relaxed);
+    PostDirect(in, &send);
     Meet(idle);
   }
   const size_t bytes = count * DTypeSize(dtype);
@@ -626,8 +630,7 @@ Status SharedCollectives::AllreduceDirect(const void* in, void* out, size_t coun
   if (TakeStaged(staged)) {
     MetAhead();
   } else {
-    post(rank_)->store(reinterpret_cast<uintptr_t>(in), std::memory_order_relaxed);
-    post_out(rank_)->store(reinterpret_cast<uintptr_t>(out), std::memory_order_relaxed);
+    PostDirect(in, nullptr, out);
     Meet(idle);
   }
   const size_t item = DTypeSize(dtype);

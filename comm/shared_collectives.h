@@ -294,6 +294,10 @@ class SharedCollectives {
   // summing its slice, or while reading the others' slices of the sums (1: it did).
   std::atomic<uint64_t>* post_out(int rank) const { return post(rank) + 1; }
   std::atomic<uint64_t>* post_failed(int rank, int phase) const { return post(rank) + 2 + phase; }
+  // What a direct op posts before its first meeting, staged or not: `send`'s scales
+  // (ExchangeDirect), this rank's input's address and its output's (AllreduceDirect).
+  void PostDirect(const void* in, const std::vector<std::pair<int, double>>* send,
+                  void* out = nullptr);
   // The scale (a double's bits) `sender` applies to what `receiver` reads of it in
   // ExchangeDirect: a table of size x size words after the areas, row by sender.
   std::atomic<uint64_t>* scale(int sender, int receiver) const;
