@@ -189,8 +189,8 @@ const config::IntSetting kSharedMemoryBytes(
     "ranks share, reading each input and writing each output where it is (no fusion buffer), "
     "instead of MPI's collectives and point-to-point messages. -1: 512 KiB (allgathers: 16 "
     "KiB, 128 KiB where the machine's ranks outnumber its CPUs, where larger ones read the "
-    "other ranks' memory instead, "
-    "WEFT_CROSS_MEMORY_ATTACH_BYTES; broadcasts of one tensor: under 128 KiB there), but "
+    "other ranks' memory instead, WEFT_CROSS_MEMORY_ATTACH_BYTES; broadcasts of one tensor: under "
+    "128 KiB there), but "
     "any size (save the allgathers, broadcasts and 4-16 MiB allreduces that read the other "
     "ranks' memory instead) when the machine's ranks outnumber its CPUs, and for "
     "allreduces (large ones may run another way instead: WEFT_TUNE_WAYS) and the other "
@@ -223,19 +223,17 @@ const config::IntSetting kCrossMemoryAttachBytes(
     "its CPUs), 4 MiB for neighbor allreduces, no limit for broadcasts; 0: never. Each needs "
     "the shared memory segment (not mapped when WEFT_SHARED_MEMORY_BYTES is 0 at init()). "
     "While it is not 0 and WEFT_SHARED_MEMORY_BYTES is -1, allgathers of more than 16 KiB "
-    "(128 KiB where the machine's ranks outnumber its CPUs), "
-    "broadcasts of one tensor of 128 KiB or more, and neighbor allreduces of more than 64 KiB "
-    "(8 KiB where ranks have a CPU each) "
-    "up to this limit, go this way rather than through shared memory; larger neighbor "
+    "(128 KiB where the machine's ranks outnumber its CPUs), broadcasts of one tensor of 128 "
+    "KiB or more, and neighbor allreduces of more than 64 KiB (8 KiB where ranks have a CPU "
+    "each) up to this limit, go this way rather than through shared memory; larger neighbor "
     "allreduces go through shared memory. Where the machine's ranks outnumber its CPUs, "
     "allreduces of one CPU tensor over all of them of 4 MiB up to this many bytes (-1: 16 "
     "MiB) sum their slices from the others' inputs and read the others' slices of the sums so "
     "too, rather than going through shared memory (unless WEFT_SHARED_MEMORY_BYTES is set "
     "at least as high, or WEFT_RING_ALLREDUCE_BYTES is set). A read that fails (another "
-    "rank's process gone) fails the op on every rank. Large allreduces of a job of two ranks may "
-    "read the other rank's "
-    "memory too, whatever their size, where this is not 0 at init() (WEFT_TUNE_WAYS). Every "
-    "rank must see the same value.",
+    "rank's process gone) fails the op on every rank. Large allreduces of a job of two ranks "
+    "may read the other rank's memory too, whatever their size, where this is not 0 at "
+    "init() (WEFT_TUNE_WAYS). Every rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 const config::BoolSetting kTuneWays(
@@ -362,9 +360,9 @@ bool ProbeDirectReads(MPI_Comm local, int size, int rank, std::vector<int64_t>* 
 // memory, reading each part once from its rank's buffer (AllgatherDirect) beat the segment
 // from 32 KiB on two ranks with a CPU each (kDirectAllgatherOwnCpusAboveBytes; and MPI's
 // allgather up to 2 MiB), and on 4 ranks sharing 2 CPUs at every size from 256 KiB (see
-// kDirectAllgatherSharedCpusBytes), so
-// their allgathers keep a lower `default_limit` instead, as do neighbor allreduces (their
-// own measurements below) and broadcasts of one tensor (kDirectBroadcastFromBytes).
+// kDirectAllgatherSharedCpusBytes), so their allgathers keep a lower `default_limit`
+// instead, as do neighbor allreduces (their own measurements below) and broadcasts of one
+// tensor (kDirectBroadcastFromBytes).
 constexpr int64_t kSharedMemoryDefaultBytes = int64_t{512} << 10;
 bool UseSharedMemory(size_t bytes, bool any_size,
                      int64_t default_limit = kSharedMemoryDefaultBytes) {
