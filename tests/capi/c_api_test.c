@@ -108,6 +108,27 @@ static void TestOutputs(void) {
   ((float*)out->dl_tensor.data)[3] = 5; /* writable */
   out->deleter(out);
 
+  { /* small outputs of every rank, the header and data in one block: aligned, whole */
+    int64_t shapes[4][3] = {{0}, {0}, {3, 5, 7}, {65535}};
+    int32_t ndims[4] = {0, 1, 3, 1};
+    int i, d;
+    for (i = 0; i < 4; ++i) {
+      DLTensor s = Tensor(x, kDLUInt, 8, ndims[i], shapes[i]);
+      size_t bytes = 1;
+      OK(weft_tensor_empty_like(&out, &s));
+      CHECK(out->dl_tensor.ndim == ndims[i] && out->dl_tensor.data != NULL);
+      CHECK(((uintptr_t)out->dl_tensor.data) % 64 == 0);
+      for (d = 0; d < ndims[i]; ++d) {
+        CHECK(out->dl_tensor.shape[d] == shapes[i][d]);
+        bytes *= (size_t)shapes[i][d];
+      }
+      memset(out->dl_tensor.data, 7, bytes);
+      CHECK(out->dl_tensor.shape == NULL ||
+            (char*)(out->dl_tensor.shape + ndims[i]) <= (char*)out->dl_tensor.data);
+      out->deleter(out);
+    }
+  }
+
   OK(weft_tensor_empty_like(&out, &big));
   CHECK(out->dl_tensor.dtype.code == kDLInt && out->dl_tensor.dtype.bits == 64);
   memset(out->dl_tensor.data, 1, (size_t)big_shape[0] * 8);
