@@ -23,11 +23,12 @@ namespace capi {
 // An output weft allocates (allgather's, once the ranks agree on its shape, and
 // weft_tensor_empty_like's), handed to the caller as a DLManagedTensor whose deleter frees
 // it. One malloc'd block holds the header, the shape and, below HostPool's cached sizes,
-// the data (64-byte aligned inside it); larger data comes from the process's HostPool, which
-// keeps freed blocks for the next output of their size. Small outputs take one plain malloc:
-// glibc (2.36) serves posix_memalign of 64-byte alignment on its slow path, past its
-// per-thread cache, and with the header and the shape allocated apart a 4 KiB output took
-// 0.42-0.70 us from Python (weft_tensor_empty_like) on the development VM, now 0.28.
+// the data (inside it, aligned as HostPool aligns its blocks); larger data comes from the
+// process's HostPool, which keeps freed blocks for the next output of their size. Small
+// outputs take one plain malloc: glibc (2.36) serves posix_memalign of 64-byte alignment on
+// its slow path, past its per-thread cache, and with the header and the shape allocated
+// apart a 4 KiB output took 0.42-0.70 us from Python (weft_tensor_empty_like) on the
+// development VM, 0.28 in one block.
 struct ManagedOutput {
   DLManagedTensor managed;
   void* data = nullptr;
@@ -39,7 +40,7 @@ struct ManagedOutput {
   }
 
   static StatusOr<ManagedOutput*> New(DType dtype, absl::Span<const int64_t> shape) {
-    constexpr size_t kAlign = 64;  // what NumPy and vectorized kernels like
+    constexpr size_t kAlign = HostPool::kAlignment;
     const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
     const bool pooled = bytes >= HostPool::kMinCachedBytes;
     const size_t header = sizeof(ManagedOutput) + shape.size() * sizeof(int64_t);

@@ -16,12 +16,11 @@ const config::IntSetting kOutputCacheBytes(
     /*min=*/0);
 
 constexpr size_t kHugePage = size_t{2} << 20;
-constexpr size_t kLine = 64;
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 void* NewBlock(size_t rounded) {
-  const size_t align = rounded >= kHugePage ? kHugePage : kLine;
+  const size_t align = rounded >= kHugePage ? kHugePage : HostPool::kAlignment;
   void* data = nullptr;
   if (posix_memalign(&data, align, rounded) != 0) return nullptr;
   // Only advice: where transparent huge pages are off (or always on) nothing changes.
@@ -37,7 +36,7 @@ HostPool& HostPool::Global() {
 }
 
 size_t HostPool::RoundedSize(size_t bytes) {
-  if (bytes < kMinCachedBytes) return RoundUp(bytes == 0 ? 1 : bytes, kLine);
+  if (bytes < kMinCachedBytes) return RoundUp(bytes == 0 ? 1 : bytes, kAlignment);
   // 64 KiB steps below 4 MiB, 2 MiB steps above: at most 1/32 of a block is slack once a
   // block is large enough for huge pages.
   return bytes < (size_t{4} << 20) ? RoundUp(bytes, size_t{64} << 10) : RoundUp(bytes, kHugePage);

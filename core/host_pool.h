@@ -26,6 +26,8 @@ class HostPool {
  public:
   // Smaller blocks come from malloc and go back to it (its own free lists serve them well).
   static constexpr size_t kMinCachedBytes = size_t{64} << 10;
+  // Every block's alignment at least (what NumPy and vectorized kernels like).
+  static constexpr size_t kAlignment = 64;
 
   // The process's pool (never destroyed: outputs may outlive every other object).
   static HostPool& Global();
