@@ -183,20 +183,20 @@ bool UseRing(PeerTransportKind kind, int machines, int members, size_t bytes, bo
 
 const config::IntSetting kSharedMemoryBytes(
     "WEFT_SHARED_MEMORY_BYTES", -1,
-    "When every rank of the job is on one machine, allreduces (that do not run weft's "
-    "ring), broadcasts, allgathers and neighbor allreduces over all of them of up to this "
-    "many bytes (a fused group: all of its tensors; an allgather: its output) run through "
-    "memory the ranks share, reading each input and writing each output where it is (no "
-    "fusion buffer), instead of MPI's collectives and point-to-point messages. -1: 512 KiB "
-    "(allgathers: 16 KiB, 128 KiB where the machine's ranks outnumber its CPUs, where "
-    "larger ones read the other ranks' memory instead, WEFT_CROSS_MEMORY_ATTACH_BYTES; "
-    "broadcasts of one tensor: under 128 KiB there), but any size (save the allgathers, "
-    "broadcasts and 4-16 MiB allreduces that read the other ranks' memory instead) when the "
-    "machine's ranks outnumber its CPUs, and for allreduces (large ones may run another way "
-    "instead: WEFT_TUNE_WAYS) and the other broadcasts when the job has two ranks; neighbor "
-    "allreduces: up to 64 KiB (8 KiB where ranks have a CPU each and larger ones read the "
-    "other ranks' memory), and those of more than 4 MiB that do not read the other ranks' "
-    "memory (WEFT_CROSS_MEMORY_ATTACH_BYTES); 0: never. Every rank must see the same value.",
+    "When every rank of the job is on one machine, allreduces (that do not run weft's ring), "
+    "broadcasts, allgathers and neighbor allreduces over all of them of up to this many bytes (a "
+    "fused group: all of its tensors; an allgather: its output) run through memory the ranks "
+    "share, reading each input and writing each output where it is (no fusion buffer), instead "
+    "of MPI's collectives and point-to-point messages. -1: 512 KiB (allgathers: 16 KiB, 128 KiB "
+    "where the machine's ranks outnumber its CPUs, where larger ones read the other ranks' "
+    "memory instead, WEFT_CROSS_MEMORY_ATTACH_BYTES; broadcasts of one tensor: under 128 KiB "
+    "there), but any size (save the allgathers, broadcasts and the allreduces of 64 KiB or more "
+    "that reach the other ranks' memory instead) when the machine's ranks outnumber its CPUs, "
+    "and for allreduces (large ones may run another way instead: WEFT_TUNE_WAYS) and the other "
+    "broadcasts when the job has two ranks; neighbor allreduces: up to 64 KiB (8 KiB where ranks "
+    "have a CPU each and larger ones read the other ranks' memory), and those of more than 4 MiB "
+    "that do not read the other ranks' memory (WEFT_CROSS_MEMORY_ATTACH_BYTES); 0: never. Every "
+    "rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 const config::IntSetting kSharedMemoryStream(
@@ -209,75 +209,75 @@ const config::IntSetting kSharedMemoryStream(
 
 const config::IntSetting kCrossMemoryAttachBytes(
     "WEFT_CROSS_MEMORY_ATTACH_BYTES", -1,
-    "When every rank of the job is on one machine: allgathers over all of them of up to "
-    "this many bytes (their output) that do not go through shared memory copy each other "
-    "rank's part straight from that rank's input into the output with process_vm_readv "
-    "(Linux's cross-memory attach), where init() found that the ranks may read each other's "
-    "memory, instead of running MPI's allgather; so do neighbor allreduces of up to this "
-    "many bytes (a fused group: all of its tensors) over the default exchange transport "
-    "that do not go through shared memory (from 4 KiB), instead of MPI's sends and "
-    "receives, and broadcasts of one tensor over all of them, of 128 KiB up to this many "
-    "bytes (the others copy the root's input into their outputs), instead of going through "
-    "shared memory or MPI's broadcast. -1: 2 MiB for allgathers (no limit where the "
-    "machine's ranks outnumber its CPUs), 4 MiB for neighbor allreduces, no limit for "
-    "broadcasts; 0: never. Each needs the shared memory segment (not mapped when "
-    "WEFT_SHARED_MEMORY_BYTES is 0 at init()). While it is not 0 and "
-    "WEFT_SHARED_MEMORY_BYTES is -1, allgathers of more than 16 KiB (128 KiB where the "
-    "machine's ranks outnumber its CPUs), broadcasts of one tensor of 128 KiB or more, and "
-    "neighbor allreduces of more than 64 KiB (8 KiB where ranks have a CPU each) up to this "
-    "limit, go this way rather than through shared memory; larger neighbor allreduces go "
-    "through shared memory. Where the machine's ranks outnumber its CPUs, allreduces of one "
-    "CPU tensor over all of them of 4 MiB up to this many bytes (-1: 16 MiB) sum their "
-    "slices from the others' inputs and read the others' slices of the sums so too, rather "
-    "than going through shared memory (unless WEFT_SHARED_MEMORY_BYTES is set at least as "
-    "high, or WEFT_RING_ALLREDUCE_BYTES is set). A read that fails (another rank's process "
-    "gone) fails the op on every rank. Large allreduces of a job of two ranks may read the "
-    "other rank's memory too, whatever their size, where this is not 0 at init() "
-    "(WEFT_TUNE_WAYS). Every rank must see the same value.",
+    "When every rank of the job is on one machine: allgathers over all of them of up to this "
+    "many bytes (their output) that do not go through shared memory copy each other rank's part "
+    "straight from that rank's input into the output with process_vm_readv (Linux's cross-memory "
+    "attach), where init() found that the ranks may read each other's memory, instead of running "
+    "MPI's allgather; so do neighbor allreduces of up to this many bytes (a fused group: all of "
+    "its tensors) over the default exchange transport that do not go through shared memory (from "
+    "4 KiB), instead of MPI's sends and receives, and broadcasts of one tensor over all of them, "
+    "of 128 KiB up to this many bytes (the others copy the root's input into their outputs), "
+    "instead of going through shared memory or MPI's broadcast. -1: 2 MiB for allgathers (no "
+    "limit where the machine's ranks outnumber its CPUs), 4 MiB for neighbor allreduces, no "
+    "limit for broadcasts; 0: never. Each needs the shared memory segment (not mapped when "
+    "WEFT_SHARED_MEMORY_BYTES is 0 at init()). While it is not 0 and WEFT_SHARED_MEMORY_BYTES is "
+    "-1, allgathers of more than 16 KiB (128 KiB where the machine's ranks outnumber its CPUs), "
+    "broadcasts of one tensor of 128 KiB or more, and neighbor allreduces of more than 64 KiB "
+    "(8 KiB where ranks have a CPU each) up to this limit, go this way rather than through "
+    "shared memory; larger neighbor allreduces go through shared memory. Where the machine's "
+    "ranks outnumber its CPUs, allreduces of one CPU tensor over all of them of 64 KiB up to "
+    "this many bytes (-1: no limit) sum their slices from the others' inputs and write the sums "
+    "into the others' outputs with process_vm_writev, rather than going through shared memory "
+    "(unless WEFT_SHARED_MEMORY_BYTES is set at least as high, or WEFT_RING_ALLREDUCE_BYTES is "
+    "set). A read or write that fails (another rank's process gone) fails the op on every rank. "
+    "Allreduces of 16 KiB or more of a job of two ranks may go that way too, whatever their "
+    "size, where this is not 0 at init() (WEFT_TUNE_WAYS). init() allows all of these only where "
+    "every rank can both read and write the others' memory. Every rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 const config::BoolSetting kTuneWays(
     "WEFT_TUNE_WAYS", true,
-    "Where a job of two ranks with a CPU each runs on one machine: rank 0 times the "
-    "allreduces of one CPU tensor of 1 MiB or more over both ranks, in place and out of "
-    "place apart, through the memory the ranks share, through MPI (in place its allreduce, "
-    "out of place weft's ring over MPI's messages where the exchange transport is mpi and "
-    "WEFT_RING_ALLREDUCE_BYTES lets it) and (where the "
-    "ranks can read each other's memory) by reading the other rank's tensor where it is, "
-    "and both ranks run each such allreduce the way rank 0 picked for it: for each size "
-    "(doubling from 1 MiB; one choice for 128 MiB and more) it runs the shared memory, tries "
-    "each other way for 4 ops after 4 of the chosen one, keeps the fastest, and then tries "
-    "another way in turn after 256 ops (twice as long after each later trial that changes "
-    "nothing, up to 4096), ending a trial at an op 1.3x as costly as the chosen way. "
-    "Blocking or lone allreduces only (the ranks agree on those without the coordinator; "
-    "fused groups, process sets and ops the coordinator answers go through shared memory), "
-    "and only while WEFT_SHARED_MEMORY_BYTES is -1; while on, such allreduces do not write "
-    "their first round ahead, and one in place on some ranks only is agreed by the "
-    "coordinator (and goes through shared memory). Every way gives the same bits. 0: always "
-    "through shared memory. Every rank must see the same value.",
+    "Where a job of two ranks with a CPU each runs on one machine: rank 0 times the allreduces "
+    "of one CPU tensor of 16 KiB or more over both ranks, in place and out of place apart, "
+    "through the memory the ranks share, through MPI (in place its allreduce, out of place "
+    "weft's ring over MPI's messages where the exchange transport is mpi and "
+    "WEFT_RING_ALLREDUCE_BYTES lets it) and (where the ranks can reach each other's memory) by "
+    "reading the other rank's tensor where it is and writing the sums into its output, and both "
+    "ranks run each such allreduce the way rank 0 picked for it: for each size (doubling from "
+    "16 KiB; one choice for 128 MiB and more) it runs the shared memory, tries each other way "
+    "for 4 ops after 4 of the chosen one, keeps the fastest, and then tries another way in turn "
+    "after 256 ops (twice as long after each later trial that changes nothing, up to 4096), "
+    "ending a trial at an op 1.3x as costly as the chosen way. Blocking or lone allreduces only "
+    "(the ranks agree on those without the coordinator; fused groups, process sets and ops the "
+    "coordinator answers go through shared memory), and only while WEFT_SHARED_MEMORY_BYTES is "
+    "-1; while on, such allreduces do not write their first round ahead, and one in place on "
+    "some ranks only is agreed by the coordinator (and goes through shared memory). Every way "
+    "gives the same bits. 0: always through shared memory. Every rank must see the same value.",
     config::Agreement::kSameOnEveryRank);
 
 // Allreduces whose way rank 0 picks by timing (WEFT_TUNE_WAYS) are of at least this many
 // bytes, one tuner per doubling of the size from here (kTunedSizes of them, the last for
-// every larger size), in place and out of place apart. On 2 ranks with a CPU each, MPI's
-// in-place allreduce (reduce-scatter then allgather, each half read from the other process
-// with process_vm_readv) took 0.73-0.93x the shared memory's time from 2 to 16 MiB on one VM
-// (an Intel Xeon), where earlier measurements on another (an AMD EPYC) had the shared
-// memory ahead at every size; at 1 MiB and below, and from 32 MiB, the shared memory was
-// ahead on both. weft's own reduce-scatter and allgather by direct reads
-// (SharedCollectives::AllreduceDirect) beat both from 4 MiB on the Intel VM, in place and
-// out of place, but lost to MPI's in place at 1-2 MiB (bench/README.md, "Allreduces:
-// reading the other rank's memory").
-constexpr size_t kTunedAllreduceFromBytes = size_t{1} << 20;
-constexpr int kTunedSizes = 8;
+// every larger size, 128 MiB and more), in place and out of place apart. Which way wins
+// depends on the machine: on 2 ranks with a CPU each, MPI's in-place allreduce
+// (reduce-scatter then allgather, each half read from the other process with
+// process_vm_readv) took 0.73-0.93x the shared memory's time from 2 to 16 MiB on one Intel
+// Xeon VM, where an AMD EPYC VM had the shared memory ahead at every size. weft's own sums
+// by direct access (SharedCollectives::AllreduceDirect), once they wrote their sums into
+// the other rank's output instead of having it read them, beat both from 16 KiB on a later
+// Intel Xeon VM, in place and out of place (the shared memory's time over theirs: 1.2-1.4x
+// at 16 KiB, 1.7-2.4x from 128 KiB to 2 MiB: bench/README.md, "Allreduces: writing the
+// sums into the other rank's output"); at 8 KiB they tied. Timing each op costs rank 0
+// nothing measurable there (tuned against always direct, 16 KiB to 1 MiB: the same).
+constexpr size_t kTunedAllreduceFromBytes = size_t{16} << 10;
+constexpr int kTunedSizes = 14;
 // The ways of a tuned allreduce, as the tuner numbers them.
 enum AllreduceWay : int { kWaySegment = 0, kWayMpi = 1, kWayDirect = 2 };
 // Each tuner tries each other way for 4 ops after 4 of the chosen one, then another in turn
 // after 256, waiting twice as long after each later trial that changes nothing (up to 4096
 // ops), and ends a trial at once at an op 1.3x as costly as the chosen way's best: a trial
 // of a much slower way (MPI's from 32 MiB in place, 1.5-1.7x the shared memory's time)
-// costs little. A way whose op failed (the direct reads, once the kernel stops letting a
-// rank read the other's memory) is not picked again.
+// costs little. A way whose op failed (the direct access, once the kernel stops letting a
+// rank reach the other's memory) is not picked again.
 Tuner WayTuner(int ways) {
   return Tuner(/*period=*/256, /*trial=*/4, /*max_period=*/4096, /*give_up=*/1.3, ways);
 }
@@ -294,14 +294,15 @@ constexpr int64_t kDirectAllgatherBytes = int64_t{2} << 20;
 constexpr int64_t kDirectAllgatherSharedCpusBytes = std::numeric_limits<int64_t>::max();
 constexpr int64_t kDirectExchangeBytes = int64_t{4} << 20;
 // Where the machine's ranks outnumber its CPUs, allreduces of one tensor over every rank
-// of 4 to 16 MiB read the others' inputs where they are (SharedCollectives::AllreduceDirect)
-// instead of going through the segment. On 4 ranks sharing 2 CPUs (comm_bench, five runs
-// alternating, in place and out of place alike) they took 1157-1308 us against 1578-1665
-// at 4 MiB (but for one run in place: 1792), 2219-2337 against 3147-3683 at 8 MiB and
-// 4403-6124 against 6327-7919 at 16 MiB; at 2 MiB they gained out of place only, and at 32
-// and 64 MiB out of place they lost (1.04-1.20x the segment's time).
-constexpr size_t kDirectAllreduceSharedCpusFromBytes = size_t{4} << 20;
-constexpr int64_t kDirectAllreduceSharedCpusBytes = int64_t{16} << 20;
+// of 64 KiB or more sum their slices from the others' inputs and write the sums into the
+// others' outputs (SharedCollectives::AllreduceDirect) instead of going through the
+// segment. On 4 ranks sharing 2 CPUs (comm_bench, three runs alternating) in place took
+// 22.6-23.1 us against the segment's 27.3-27.5 at 64 KiB, 194-196 against 330-337 at 1 MiB
+// and 6.1-6.4 ms against 11.5-11.6 at 32 MiB, out of place 22-30 us against 27-34, 230-231
+// against 346-351 and 10.5-12.5 ms against 13.5-13.8; at 32 KiB the segment was faster in
+// place (17.0-18.1 us against 19.2-21.1).
+constexpr size_t kDirectAllreduceSharedCpusFromBytes = size_t{64} << 10;
+constexpr int64_t kDirectAllreduceSharedCpusBytes = std::numeric_limits<int64_t>::max();
 // A broadcast read where the root has it copies it once (by each reader) where the segment
 // copies it twice (by the root in, by each reader out). On 2 ranks with a CPU each that took
 // 0.42-0.74x the segment's time from 256 KiB to 64 MiB and 0.79-0.84x at 128 KiB, but
@@ -320,8 +321,10 @@ bool UseDirectReads(size_t bytes, int64_t default_limit) {
 }
 
 // Whether every rank of `local` (every rank of the job, `rank` among them) can read every
-// other's memory with process_vm_readv: each tries a word of each other's, and they agree.
-// On success `pids` holds each rank's process. Collective over `local`.
+// other's memory with process_vm_readv and write it with process_vm_writev (the kernel asks
+// the same of both, but a seccomp filter may allow one alone): each reads a word of each
+// other's and writes back what it read, and they agree. On success `pids` holds each rank's
+// process. Collective over `local`.
 bool ProbeDirectReads(MPI_Comm local, int size, int rank, std::vector<int64_t>* pids) {
   // What each rank's word holds: its process id, scrambled, so that a read of the wrong
   // process or address shows.
@@ -336,9 +339,10 @@ bool ProbeDirectReads(MPI_Comm local, int size, int rank, std::vector<int64_t>* 
     uint64_t got = 0;
     const void* from = reinterpret_cast<const void*>(static_cast<uintptr_t>(posts[2 * r + 1]));
     ok = ReadProcessMemory(posts[2 * r], from, &got, sizeof(got)).ok() &&
-         got == expected(posts[2 * r]);
+         got == expected(posts[2 * r]) &&
+         WriteProcessMemory(posts[2 * r], &got, const_cast<void*>(from), sizeof(got)).ok();
   }
-  // Every rank has read before any leaves the allreduce: `word` outlives the reads.
+  // Every rank has read and written before any leaves the allreduce: `word` outlives them.
   int all = 0;
   if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, local) != MPI_SUCCESS) return false;
   if (all != 1) return false;
@@ -954,7 +958,7 @@ Status MpiPlane::AllreduceOnce(Group& group, const Response& response) {
   const AllreducePath path = AllreducePathOf(response, group);
   const bool use_ring = path.ring;
   if (path.direct) {
-    // Each rank sums its slice from the others' inputs, then reads their slices of the sums.
+    // Each rank sums its slice from the others' inputs and writes it into their outputs.
     Request& r = *group[0];
     const int64_t start = TraceStart(timeline_);
     const Status status = shared_->AllreduceDirect(

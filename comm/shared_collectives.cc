@@ -647,6 +647,7 @@ Status SharedCollectives::AllreduceDirect(const void* in, void* out, size_t coun
   const int blocks = size_ - (copy_own ? 0 : 1) - (into_out >= 0 ? 1 : 0);
   scratch_.resize(static_cast<size_t>(blocks) * block * item);
   Status status = OkStatus();
+  bool wrote = true;  // whether a failure was in writing the sums (else in reading)
   const char* mine = static_cast<const char*>(in);
   char* sums = static_cast<char*>(out);
   std::vector<const char*> terms(size_);
@@ -666,66 +667,91 @@ Status SharedCollectives::AllreduceDirect(const void* in, void* out, size_t coun
         status = ReadPosted(r, to, n * item, "allreduce", "input", at * item);
       }
     }
-    if (!status.ok()) break;
+    if (!status.ok()) {
+      wrote = false;
+      break;
+    }
     SumInRankOrder(
         sums + at * item, [&](int r) { return terms[r]; }, size_, dtype, n, average);
-  }
-  // Whether this rank read what it had to, seen by the others once they have met it: after
-  // the sums (a slice not summed), and after reading the others' sums (an output not
-  // whole), so that every rank fails the op alike. Each word is read before its reader
-  // counts in to the next meeting, and written again only after that one.
-  auto meet_and_check = [&](int phase, const char* what) {
-    post_failed(rank_, phase)->store(status.ok() ? 0 : 1, std::memory_order_relaxed);
-    Meet(idle);
-    for (int r = 0; r < size_ && status.ok(); ++r) {
-      if (r != rank_ && post_failed(r, phase)->load(std::memory_order_relaxed) != 0) {
-        status = Internal("allreduce: rank ", r, " could not read another rank's ", what);
-      }
+    // The block of the sums goes to the others' outputs while it is still in this core's
+    // cache; in place, their lines of it are there too, just read as their terms.
+    for (int k = 1; k < size_ && status.ok(); ++k) {
+      const int r = (rank_ + k) % size_;  // each rank starts with a different one
+      status = WriteOut(r, sums + at * item, n * item, at * item);
     }
-  };
-  meet_and_check(0, "input");
-  for (int k = 1; k < size_ && status.ok(); ++k) {
-    const int r = (rank_ + k) % size_;  // each rank starts with a different one
-    const size_t n = lo(r + 1) - lo(r);
-    if (n == 0) continue;
-    status = ReadPosted(r, sums + lo(r) * item, n * item, "allreduce", "sums", lo(r) * item,
-                        /*from_out=*/true);
   }
-  meet_and_check(1, "sums");  // and done reading (see AllgatherDirect)
+  // Whether this rank read and wrote what it had to, seen by the others once they have
+  // met it: each output is whole only if every rank wrote its slice there, so every rank
+  // fails the op alike. Each word is read before its reader counts in to the next
+  // meeting, and written again only after that one.
+  post_failed(rank_)->store(status.ok() ? 0 : wrote ? 2 : 1, std::memory_order_relaxed);
+  Meet(idle);
+  for (int r = 0; r < size_ && status.ok(); ++r) {
+    const uint64_t failed = r == rank_ ? 0 : post_failed(r)->load(std::memory_order_relaxed);
+    if (failed != 0) {
+      status = Internal("allreduce: rank ", r,
+                        failed == 1 ? " could not read another rank's input"
+                                    : " could not write its sums into another rank's output");
+    }
+  }
   sliced_last_ = false;
   return status;
 }
 
 Status SharedCollectives::ReadPosted(int rank, void* to, size_t bytes, const char* op,
-                                     const char* thing, size_t offset, bool from_out) const {
-  const auto* from =
-      reinterpret_cast<const char*>(static_cast<uintptr_t>(
-          (from_out ? post_out(rank) : post(rank))->load(std::memory_order_relaxed))) +
-      offset;
+                                     const char* thing, size_t offset) const {
+  const auto* from = reinterpret_cast<const char*>(
+                         static_cast<uintptr_t>(post(rank)->load(std::memory_order_relaxed))) +
+                     offset;
   const Status status = ReadProcessMemory(pids_[rank], from, to, bytes);
   if (status.ok()) return status;
   return Annotate(status,
                   absl::StrCat(op, ": reading rank ", rank, "'s ", thing, " from its memory"));
 }
 
-Status ReadProcessMemory(int64_t pid, const void* from, void* to, size_t bytes) {
+Status SharedCollectives::WriteOut(int rank, const void* from, size_t bytes, size_t offset) const {
+  auto* to = reinterpret_cast<char*>(
+                 static_cast<uintptr_t>(post_out(rank)->load(std::memory_order_relaxed))) +
+             offset;
+  const Status status = WriteProcessMemory(pids_[rank], from, to, bytes);
+  if (status.ok()) return status;
+  return Annotate(status, absl::StrCat("allreduce: writing rank ", rank, "'s output"));
+}
+
+namespace {
+
+// process_vm_readv (`write` false: `remote` into `local`) or process_vm_writev (`local` into
+// `remote`), until every byte has gone.
+Status CopyProcessMemory(int64_t pid, void* local_at, void* remote_at, size_t bytes, bool write) {
   size_t done = 0;
   while (done < bytes) {
-    iovec local{static_cast<char*>(to) + done, bytes - done};
-    iovec remote{const_cast<char*>(static_cast<const char*>(from)) + done, bytes - done};
-    const ssize_t n = process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0);
+    iovec local{static_cast<char*>(local_at) + done, bytes - done};
+    iovec remote{static_cast<char*>(remote_at) + done, bytes - done};
+    const ssize_t n = write ? process_vm_writev(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0)
+                            : process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const int error = n < 0 ? errno : EIO;
-      return Internal("process_vm_readv of ", bytes - done, " bytes from process ", pid,
+      return Internal(write ? "process_vm_writev of " : "process_vm_readv of ", bytes - done,
+                      write ? " bytes to process " : " bytes from process ", pid,
                       " failed: ", std::strerror(error),
-                      error == EPERM ? " (the kernel does not let this process read the other's "
+                      error == EPERM ? " (the kernel does not let this process reach the other's "
                                        "memory; set WEFT_CROSS_MEMORY_ATTACH_BYTES=0)"
                                      : "");
     }
     done += static_cast<size_t>(n);
   }
   return OkStatus();
+}
+
+}  // namespace
+
+Status ReadProcessMemory(int64_t pid, const void* from, void* to, size_t bytes) {
+  return CopyProcessMemory(pid, to, const_cast<void*>(from), bytes, /*write=*/false);
+}
+
+Status WriteProcessMemory(int64_t pid, const void* from, void* to, size_t bytes) {
+  return CopyProcessMemory(pid, const_cast<void*>(from), to, bytes, /*write=*/true);
 }
 
 }  // namespace comm

@@ -27,7 +27,7 @@
 // neighbor exchange reads its in-neighbors' inputs the same way (ExchangeDirect), each
 // sender posting the scale it sends to each destination in a table after the areas. So can
 // an allreduce of one tensor (AllreduceDirect): each rank sums its slice of the elements
-// from the others' inputs, then reads the others' slices of the sums from their outputs.
+// from the others' inputs and writes the sums into every rank's output (process_vm_writev).
 // Larger allreduces of more than two ranks go sliced, in rounds of a whole area between two
 // meetings, so that each element is summed by one rank instead of all: each rank copies the
 // others' slices of its inputs (the tensors taken as one sequence of elements, one slice
@@ -148,8 +148,8 @@ class SharedCollectives {
   bool StageAllgather(const void* in, size_t part_bytes,
                       const std::function<void(int64_t since)>& idle);
   // Lets AllgatherDirect, BroadcastDirect and ExchangeDirect read rank r's memory as process
-  // pids[r] (pids: one per rank, in rank order), once every rank has found that it can
-  // (ReadProcessMemory).
+  // pids[r] (pids: one per rank, in rank order), and AllreduceDirect read and write it, once
+  // every rank has found that it can (ReadProcessMemory, WriteProcessMemory).
   void EnableDirectReads(std::vector<int64_t> pids) { pids_ = std::move(pids); }
   bool direct_reads() const { return !pids_.empty(); }
   // Allgather as above, each part read from its rank's `in` where it is (see above); every
@@ -166,16 +166,18 @@ class SharedCollectives {
   Status BroadcastDirect(const void* in, void* out, size_t bytes, int root,
                          const std::function<void(int64_t since)>& idle, bool staged = false);
   // An allreduce of one tensor (`count` elements of `dtype` from `in` into `out`, which may
-  // be `in`) by the same direct reads, as a reduce-scatter then an allgather: each rank
-  // posts its input's and its output's addresses and meets; each sums its slice of the
-  // elements (one per rank, in rank order) over every rank, the others' terms read from
-  // their inputs a block at a time, into its output (dividing for an average); meets; then
-  // reads every other rank's slice of the sums from that rank's output into its own; and
-  // meets again (no rank returns while another still reads it). Every rank gets the bits
-  // of the sum in rank order. A failed read fails the op on every rank (the others would
-  // otherwise copy a slice that was never summed, or return while one rank's output is not
-  // whole): each rank says at the second meeting whether its slice is whole, and at the
-  // last whether it read the others' sums.
+  // be `in`) by the same direct access, as a reduce-scatter and an allgather in one pass:
+  // each rank posts its input's and its output's addresses and meets; each sums its slice
+  // of the elements (one per rank, in rank order) over every rank a block at a time, the
+  // others' terms read from their inputs, into its output (dividing for an average), and
+  // writes each block of the sums into every other rank's output while the block is still
+  // in its cache (in place, their lines of it too: it has just read them); then meets
+  // again, after which no rank touches another's memory. Only rank r reads or writes slice
+  // r of another rank's tensor, and it reads each block before it writes it, so in place
+  // is safe. Every rank gets the bits of the sum in rank order. A failed read or write
+  // fails the op on every rank (an output would otherwise lack a slice): each rank says at
+  // the second meeting whether it read and wrote all it had to. Needs the ranks to be
+  // able to write each other's memory as well as read it (EnableDirectReads).
   Status AllreduceDirect(const void* in, void* out, size_t count, DType dtype, bool average,
                          const std::function<void(int64_t since)>& idle, bool staged = false);
   // Posts what this rank's AllgatherDirect, BroadcastDirect, ExchangeDirect or
@@ -290,10 +292,10 @@ class SharedCollectives {
   // The word a rank posts its input's address in for AllgatherDirect: on its counter's
   // second line, which only that rank writes.
   std::atomic<uint64_t>* post(int rank) const;
-  // Beside it: AllreduceDirect's output address, and whether the rank failed a read while
-  // summing its slice, or while reading the others' slices of the sums (1: it did).
+  // Beside it: AllreduceDirect's output address, and whether the rank failed in summing its
+  // slice (0: it did not; 1: reading another's input; 2: writing into another's output).
   std::atomic<uint64_t>* post_out(int rank) const { return post(rank) + 1; }
-  std::atomic<uint64_t>* post_failed(int rank, int phase) const { return post(rank) + 2 + phase; }
+  std::atomic<uint64_t>* post_failed(int rank) const { return post(rank) + 2; }
   // What a direct op posts before its first meeting, staged or not: `send`'s scales
   // (ExchangeDirect), this rank's input's address and its output's (AllreduceDirect).
   void PostDirect(const void* in, const std::vector<std::pair<int, double>>* send,
@@ -304,7 +306,10 @@ class SharedCollectives {
   // Copies `bytes` from what `rank` posted into `to` (a direct op's read, after the meeting
   // that follows the posts); an error says "`op`: reading rank R's `thing` from its memory".
   Status ReadPosted(int rank, void* to, size_t bytes, const char* op, const char* thing,
-                    size_t offset = 0, bool from_out = false) const;
+                    size_t offset = 0) const;
+  // Copies `bytes` from `from` into the output `rank` posted for AllreduceDirect, at
+  // `offset`; an error says "allreduce: writing rank R's output".
+  Status WriteOut(int rank, const void* from, size_t bytes, size_t offset) const;
   // AllgatherDirect and BroadcastDirect: `op` and `thing` name what a failed read read.
   Status GatherDirect(const void* in, void* out, const std::vector<size_t>& part_bytes,
                       const std::function<void(int64_t since)>& idle, bool staged, const char* op,
@@ -352,6 +357,9 @@ class SharedCollectives {
 // Copies `bytes` from address `from` of process `pid` to `to` in this one, with
 // process_vm_readv; an error names the process and what the kernel said.
 Status ReadProcessMemory(int64_t pid, const void* from, void* to, size_t bytes);
+// Copies `bytes` from `from` in this process to address `to` of process `pid`, with
+// process_vm_writev; an error as ReadProcessMemory's.
+Status WriteProcessMemory(int64_t pid, const void* from, void* to, size_t bytes);
 
 }  // namespace comm
 }  // namespace weft

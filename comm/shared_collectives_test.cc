@@ -1,5 +1,6 @@
 #include "comm/shared_collectives.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -608,11 +609,12 @@ TEST(SharedCollectivesTest, AllreduceDirectGivesTheRankOrderSum) {
 
 // A rank that cannot read another's input fails a direct allreduce with an error naming
 // the rank it read; the others, whose slices are whole, fail it too (saying which rank
-// could not read) rather than hand out a slice that was never summed. So with a rank that
-// sums nothing (10 elements: the first rank's slice holds them all) and fails only to read
-// the first rank's sums. Every rank met the others as often as ever: the ops after it run
-// as usual.
-TEST(SharedCollectivesTest, AllreduceDirectFailsOnEveryRankWhenOneCannotRead) {
+// could not read) rather than hand out an output that lacks a slice. So too a rank that
+// cannot write its sums into another's output: with 10 elements (the first rank's slice
+// holds them all) and the second rank's output a page it may only read, the first rank
+// reads every input but fails to write the second's output. Every rank met the others as
+// often as ever: the ops after it run as usual.
+TEST(SharedCollectivesTest, AllreduceDirectFailsOnEveryRankWhenOneCannotReadOrWrite) {
   constexpr int64_t kNoSuchProcess = 0x7ffffff0;  // above any pid_max Linux allows
   for (int size : {2, 3}) {
     OnRanks(size, [&](int rank, SharedCollectives& shared) {
@@ -627,21 +629,30 @@ TEST(SharedCollectivesTest, AllreduceDirectFailsOnEveryRankWhenOneCannotRead) {
         EXPECT_NE(status.ToString().find("allreduce: reading rank 0's input"), std::string::npos)
             << status;
       } else {
-        EXPECT_NE(status.ToString().find("rank 1 could not read"), std::string::npos) << status;
+        EXPECT_NE(status.ToString().find("rank 1 could not read another rank's input"),
+                  std::string::npos)
+            << status;
       }
       shared.Allreduce({{x.data(), x.data(), x.size()}}, DType::kFloat32, false, Yield);
       EXPECT_EQ(x[99999], size * (size + 1) / 2.0f);
-      std::vector<float> few(10, 1.0f);
-      const Status gather =
-          shared.AllreduceDirect(few.data(), few.data(), few.size(), DType::kFloat32, false, Yield);
-      ASSERT_FALSE(gather.ok()) << "rank " << rank;
-      EXPECT_NE(gather.ToString().find(rank == 1 ? "allreduce: reading rank 0's sums"
-                                                 : "rank 1 could not read another rank's sums"),
-                std::string::npos)
-          << gather;
-      std::vector<float> z(1000, 1.0f);
+
       pids.assign(size, getpid());
       shared.EnableDirectReads(pids);
+      const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+      void* read_only = mmap(nullptr, page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      ASSERT_NE(read_only, MAP_FAILED);
+      std::vector<float> few(10, 1.0f), few_out(10, -1.0f);
+      void* out = rank == 1 ? read_only : few_out.data();
+      const Status write =
+          shared.AllreduceDirect(few.data(), out, few.size(), DType::kFloat32, false, Yield);
+      munmap(read_only, page);
+      ASSERT_FALSE(write.ok()) << "rank " << rank;
+      EXPECT_NE(
+          write.ToString().find(rank == 0 ? "allreduce: writing rank 1's output"
+                                          : "rank 0 could not write its sums into another rank's"),
+          std::string::npos)
+          << write;
+      std::vector<float> z(1000, 1.0f);
       ASSERT_TRUE(
           shared.AllreduceDirect(z.data(), z.data(), z.size(), DType::kFloat32, false, Yield).ok());
       EXPECT_EQ(z[999], static_cast<float>(size));
@@ -1001,6 +1012,21 @@ TEST(ReadProcessMemoryTest, CopiesAndNamesWhatFailed) {
   EXPECT_EQ(from, to);
   const Status bad = ReadProcessMemory(getpid(), nullptr, to.data(), 64);
   ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.ToString().find("process_vm_readv of 64 bytes from process"), std::string::npos)
+      << bad;
+  EXPECT_NE(bad.ToString().find("Bad address"), std::string::npos) << bad;
+  EXPECT_NE(bad.ToString().find(std::to_string(getpid())), std::string::npos) << bad;
+}
+
+TEST(WriteProcessMemoryTest, CopiesAndNamesWhatFailed) {
+  std::vector<char> from(3 << 20), to(3 << 20);
+  for (size_t i = 0; i < from.size(); ++i) from[i] = static_cast<char>(i % 251);
+  ASSERT_TRUE(WriteProcessMemory(getpid(), from.data(), to.data(), from.size()).ok());
+  EXPECT_EQ(from, to);
+  const Status bad = WriteProcessMemory(getpid(), from.data(), nullptr, 64);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.ToString().find("process_vm_writev of 64 bytes to process"), std::string::npos)
+      << bad;
   EXPECT_NE(bad.ToString().find("Bad address"), std::string::npos) << bad;
   EXPECT_NE(bad.ToString().find(std::to_string(getpid())), std::string::npos) << bad;
 }

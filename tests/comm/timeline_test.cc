@@ -85,8 +85,8 @@ TEST(Timeline, EveryPhaseIsRecorded) {
 // memory it tries MPI's allreduce and then, where the ranks can read each other's memory,
 // the direct reads, whatever the times. Every way gives every op the bits it gets with the
 // tuning off (through shared memory), for every floating dtype, summed and averaged. An op
-// in place on some ranks only stays in shared memory. Where the ranks share CPUs, ops of 4
-// to 16 MiB read each other's memory untuned, and the others stay in shared memory.
+// in place on some ranks only stays in shared memory. Where the ranks share CPUs, lone ops
+// of 64 KiB or more (all of these) reach each other's memory untuned.
 TEST(Timeline, TunedAllreducesTryEveryWayAndGiveTheSameBits) {
   const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
   ASSERT_TRUE(init().ok());
@@ -175,16 +175,21 @@ TEST(Timeline, TunedAllreducesTryEveryWayAndGiveTheSameBits) {
   const bool own_cpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) >= n;
   // More than 2 ranks with a CPU each take these sizes to MPI's allreduce in any case.
   if (n > 2 && own_cpus) return;
-  // Where the ranks share CPUs nothing is tuned, and lone ops of 4 to 16 MiB read each
-  // other's memory where they can: the float16 and bfloat16 cases and the mixed ops.
-  const int direct_cases = !own_cpus && direct_reads ? 2 : 0;
+  // Where the ranks share CPUs nothing is tuned, and lone ops of 64 KiB or more reach each
+  // other's memory where they can: every case and the mixed ops.
+  const int direct_cases = !own_cpus && direct_reads ? 4 : 0;
   // The tuned ops through shared memory include the first four of each size; with the
-  // tuning off, or in place on some ranks only, every other op goes that way.
+  // tuning off, or in place on some ranks only, every other op goes that way (where the
+  // ranks share CPUs, every op the direct access does not take).
   EXPECT_EQ(transfers["MPI_ALLREDUCE 'untuned."], 0);
   EXPECT_EQ(transfers["MPI_ALLREDUCE 'mixed."], 0);
   EXPECT_EQ(transfers["CMA_ALLREDUCE 'untuned."], direct_cases * kOps);
   EXPECT_EQ(transfers["CMA_ALLREDUCE 'mixed."], direct_cases > 0 ? 12 : 0);
-  EXPECT_GE(transfers["SHM_ALLREDUCE 'tuned."], 16);
+  if (n == 2 && own_cpus) {
+    EXPECT_GE(transfers["SHM_ALLREDUCE 'tuned."], 16);
+  } else {
+    EXPECT_EQ(transfers["SHM_ALLREDUCE 'tuned."], (4 - direct_cases) * kOps);
+  }
   EXPECT_EQ(transfers["SHM_ALLREDUCE 'untuned."], (4 - direct_cases) * kOps);
   EXPECT_EQ(transfers["SHM_ALLREDUCE 'mixed."], direct_cases > 0 ? 0 : 12);
   if (n == 2 && own_cpus) {
@@ -207,8 +212,8 @@ TEST(Timeline, TunedAllreducesTryEveryWayAndGiveTheSameBits) {
 // a CPU each: allgathers from 32 KiB of output read (16 KiB does not), neighbor allreduces
 // from 16 KiB (8 KiB do not), lone broadcasts from 128 KiB. Where they share CPUs:
 // allgathers from 256 KiB (128 KiB do not), neighbor allreduces from 128 KiB (64 KiB do
-// not), broadcasts from 128 KiB, lone allreduces of 4 to 16 MiB (not 4 bytes fewer or
-// more). Each op starts after a barrier, as the staged ways expect.
+// not), broadcasts from 128 KiB, lone allreduces from 64 KiB (not 4 bytes fewer) to any
+// size. Each op starts after a barrier, as the staged ways expect.
 TEST(Timeline, DirectReadsTakeTheSizesTheirLimitsSay) {
   const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
   ASSERT_TRUE(init().ok());
@@ -237,10 +242,9 @@ TEST(Timeline, DirectReadsTakeTheSizesTheirLimitsSay) {
            {"na.128k", {"neighbor", 128 << 10, true}},
            {"bc.below", {"broadcast", (128 << 10) - 4, false}},
            {"bc.128k", {"broadcast", 128 << 10, true}},
-           {"ar.below", {"allreduce", (4 << 20) - 4, false}},
-           {"ar.4m", {"allreduce", 4 << 20, true}},
-           {"ar.16m", {"allreduce", 16 << 20, true}},
-           {"ar.above", {"allreduce", (16 << 20) + 4, false}}};
+           {"ar.below", {"allreduce", (64 << 10) - 4, false}},
+           {"ar.64k", {"allreduce", 64 << 10, true}},
+           {"ar.16m+4", {"allreduce", (16 << 20) + 4, true}}};
   }
   testing::Arena arena;
   for (const auto& [name, op] : ops) {
