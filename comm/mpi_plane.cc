@@ -230,9 +230,10 @@ const config::IntSetting kCrossMemoryAttachBytes(
     "into the others' outputs with process_vm_writev, rather than going through shared memory "
     "(unless WEFT_SHARED_MEMORY_BYTES is set at least as high, or WEFT_RING_ALLREDUCE_BYTES is "
     "set). A read or write that fails (another rank's process gone) fails the op on every rank. "
-    "Allreduces of 16 KiB or more of a job of two ranks may go that way too, whatever their "
-    "size, where this is not 0 at init() (WEFT_TUNE_WAYS). init() allows all of these only where "
-    "every rank can both read and write the others' memory. Every rank must see the same value.",
+    "Allreduces of 16 KiB or more of a job of two ranks may go that way too, this limit aside, "
+    "where this is not 0 at init() (WEFT_TUNE_WAYS). The allreduces go this way only where "
+    "init() found that every rank can write the others' memory as well as read it. Every rank "
+    "must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 const config::BoolSetting kTuneWays(
@@ -266,10 +267,15 @@ const config::BoolSetting kTuneWays(
 // the other rank's output instead of having it read them, beat both from 16 KiB on a later
 // Intel Xeon VM, in place and out of place (the shared memory's time over theirs: 1.2-1.4x
 // at 16 KiB, 1.7-2.4x from 128 KiB to 2 MiB: bench/README.md, "Allreduces: writing the
-// sums into the other rank's output"); at 8 KiB they tied. Timing each op costs rank 0
-// nothing measurable there (tuned against always direct, 16 KiB to 1 MiB: the same).
+// sums into the other rank's output"); at 8 KiB the segment was slightly faster (2.9-3.1
+// us against 3.1-3.5). Timing each op costs rank 0 nothing measurable there (tuned against
+// always direct, 16 KiB to 1 MiB: the same).
 constexpr size_t kTunedAllreduceFromBytes = size_t{16} << 10;
 constexpr int kTunedSizes = 14;
+// Where the direct way cannot run (the ranks cannot write each other's memory), tuning
+// starts here: below it the segment beat MPI's allreduce on both VMs, and a tuned op gives
+// up writing its first round into the segment ahead.
+constexpr size_t kTunedWithoutDirectFromBytes = size_t{1} << 20;
 // The ways of a tuned allreduce, as the tuner numbers them.
 enum AllreduceWay : int { kWaySegment = 0, kWayMpi = 1, kWayDirect = 2 };
 // Each tuner tries each other way for 4 ops after 4 of the chosen one, then another in turn
@@ -321,11 +327,13 @@ bool UseDirectReads(size_t bytes, int64_t default_limit) {
 }
 
 // Whether every rank of `local` (every rank of the job, `rank` among them) can read every
-// other's memory with process_vm_readv and write it with process_vm_writev (the kernel asks
-// the same of both, but a seccomp filter may allow one alone): each reads a word of each
-// other's and writes back what it read, and they agree. On success `pids` holds each rank's
-// process. Collective over `local`.
-bool ProbeDirectReads(MPI_Comm local, int size, int rank, std::vector<int64_t>* pids) {
+// other's memory with process_vm_readv: each tries a word of each other's, and they agree.
+// On success `pids` holds each rank's process, and `writes` whether every rank can also
+// write every other's memory with process_vm_writev (each writes back the word it read;
+// the kernel asks the same of both calls, but a seccomp filter may allow one alone).
+// Collective over `local`.
+bool ProbeDirectReads(MPI_Comm local, int size, int rank, std::vector<int64_t>* pids,
+                      bool* writes) {
   // What each rank's word holds: its process id, scrambled, so that a read of the wrong
   // process or address shows.
   auto expected = [](int64_t pid) { return static_cast<uint64_t>(pid) * 0x9e3779b97f4a7c15u; };
@@ -333,21 +341,24 @@ bool ProbeDirectReads(MPI_Comm local, int size, int rank, std::vector<int64_t>* 
   volatile uint64_t word = expected(me);
   const int64_t post[2] = {me, static_cast<int64_t>(reinterpret_cast<uintptr_t>(&word))};
   std::vector<int64_t> posts(2 * size);
-  int ok = MPI_Allgather(post, 2, MPI_INT64_T, posts.data(), 2, MPI_INT64_T, local) == MPI_SUCCESS;
-  for (int r = 0; ok && r < size; ++r) {
+  // Whether this rank could read, and write, every other's word.
+  int ok[2] = {
+      MPI_Allgather(post, 2, MPI_INT64_T, posts.data(), 2, MPI_INT64_T, local) == MPI_SUCCESS, 1};
+  for (int r = 0; ok[0] && r < size; ++r) {
     if (r == rank) continue;
     uint64_t got = 0;
-    const void* from = reinterpret_cast<const void*>(static_cast<uintptr_t>(posts[2 * r + 1]));
-    ok = ReadProcessMemory(posts[2 * r], from, &got, sizeof(got)).ok() &&
-         got == expected(posts[2 * r]) &&
-         WriteProcessMemory(posts[2 * r], &got, const_cast<void*>(from), sizeof(got)).ok();
+    void* at = reinterpret_cast<void*>(static_cast<uintptr_t>(posts[2 * r + 1]));
+    ok[0] = ReadProcessMemory(posts[2 * r], at, &got, sizeof(got)).ok() &&
+            got == expected(posts[2 * r]);
+    ok[1] = ok[1] && ok[0] && WriteProcessMemory(posts[2 * r], &got, at, sizeof(got)).ok();
   }
   // Every rank has read and written before any leaves the allreduce: `word` outlives them.
-  int all = 0;
-  if (MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, local) != MPI_SUCCESS) return false;
-  if (all != 1) return false;
+  int all[2] = {0, 0};
+  if (MPI_Allreduce(ok, all, 2, MPI_INT, MPI_MIN, local) != MPI_SUCCESS) return false;
+  if (all[0] != 1) return false;
   pids->resize(size);
   for (int r = 0; r < size; ++r) (*pids)[r] = posts[2 * r];
+  *writes = all[1] == 1;
   return true;
 }
 
@@ -598,15 +609,21 @@ MpiPlane::MpiPlane(const Context& ctx, Timeline* timeline, PeerTransport* peers,
     shared_.emplace(shared_segment_->data(), ctx.size, ctx.rank, copies);
     // The segment's ranks are the job's, in the same order (local_rank == rank).
     std::vector<int64_t> pids;
+    bool writes = false;
     const bool wanted = kCrossMemoryAttachBytes.Get() != 0;
     if (wanted && ctx.local_rank == ctx.rank &&
-        ProbeDirectReads(ctx.local, ctx.size, ctx.rank, &pids)) {
-      shared_->EnableDirectReads(std::move(pids));
+        ProbeDirectReads(ctx.local, ctx.size, ctx.rank, &pids, &writes)) {
+      shared_->EnableDirectReads(std::move(pids), writes);
+      if (!writes && ctx.rank == 0) {
+        WEFT_LOG(Info) << "allreduces go through shared memory or MPI: the ranks can read but "
+                          "not write each other's memory (process_vm_writev)";
+      }
     } else if (wanted && ctx.rank == 0) {
-      WEFT_LOG(Info) << "allgathers, broadcasts and neighbor allreduces go through shared memory "
-                        "or MPI: the ranks cannot read each other's memory (process_vm_readv)";
+      WEFT_LOG(Info) << "allreduces, allgathers, broadcasts and neighbor allreduces go through "
+                        "shared memory or MPI: the ranks cannot read each other's memory "
+                        "(process_vm_readv)";
     }
-    const int ways = shared_->direct_reads() ? kWayDirect + 1 : kWayMpi + 1;
+    const int ways = shared_->direct_writes() ? kWayDirect + 1 : kWayMpi + 1;
     way_tuners_ = std::vector<Tuner>(2 * kTunedSizes, WayTuner(ways));
   }
 }
@@ -802,7 +819,7 @@ bool MpiPlane::SegmentTakes(size_t bytes, bool whole) const {
 bool MpiPlane::DirectAllreduceTakes(size_t bytes, bool whole, bool lone, bool cpu) const {
   // A ring asked for explicitly (WEFT_RING_ALLREDUCE_BYTES) keeps the ops it takes.
   return ctx_.oversubscribed && whole && lone && cpu && kRingAllreduceBytes.Get() < 0 &&
-         shared_.has_value() && shared_->direct_reads() &&
+         shared_.has_value() && shared_->direct_writes() &&
          bytes >= kDirectAllreduceSharedCpusFromBytes &&
          UseDirectReads(bytes, kDirectAllreduceSharedCpusBytes) &&
          !UseSharedMemory(bytes, /*any_size=*/false, kDirectAllreduceSharedCpusFromBytes - 1);
@@ -848,8 +865,9 @@ bool MpiPlane::MeetsFirst(const Response& response, const Group& group) const {
 bool MpiPlane::Tuned(const Request& r) const {
   return r.desc.op == OpType::kAllreduce && shared_.has_value() && ctx_.size == 2 &&
          !ctx_.oversubscribed && r.desc.group.empty() && r.in.device().type == Device::Type::kCPU &&
-         r.in.nbytes() >= kTunedAllreduceFromBytes && kSharedMemoryBytes.Get() < 0 &&
-         kTuneWays.Get();
+         r.in.nbytes() >=
+             (shared_->direct_writes() ? kTunedAllreduceFromBytes : kTunedWithoutDirectFromBytes) &&
+         kSharedMemoryBytes.Get() < 0 && kTuneWays.Get();
 }
 
 Tuner& MpiPlane::TunerFor(bool in_place, size_t bytes) {
@@ -867,7 +885,7 @@ Staged MpiPlane::Stage(Request& r, bool tuned) {
   if (tuned) {
     // Its way is not known yet: only what the direct reads post before their first meeting
     // (nothing else writes ahead).
-    if (shared_.has_value() && shared_->direct_reads()) {
+    if (shared_.has_value() && shared_->direct_writes()) {
       shared_->StageDirect(r.in.data(), nullptr, r.out.data());
     }
     return r.desc.in_place ? Staged::kTunedInPlace : Staged::kTunedOutOfPlace;

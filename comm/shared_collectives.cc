@@ -682,8 +682,9 @@ Status SharedCollectives::AllreduceDirect(const void* in, void* out, size_t coun
   }
   // Whether this rank read and wrote what it had to, seen by the others once they have
   // met it: each output is whole only if every rank wrote its slice there, so every rank
-  // fails the op alike. Each word is read before its reader counts in to the next
-  // meeting, and written again only after that one.
+  // fails the op alike. Each word is read before its reader counts in to the next op's
+  // first meeting, and written again only after that one (staged, after the agreement that
+  // stands for it, which no rank joins before its last op is done).
   post_failed(rank_)->store(status.ok() ? 0 : wrote ? 2 : 1, std::memory_order_relaxed);
   Meet(idle);
   for (int r = 0; r < size_ && status.ok(); ++r) {
@@ -736,7 +737,8 @@ Status CopyProcessMemory(int64_t pid, void* local_at, void* remote_at, size_t by
                       write ? " bytes to process " : " bytes from process ", pid,
                       " failed: ", std::strerror(error),
                       error == EPERM ? " (the kernel does not let this process reach the other's "
-                                       "memory; set WEFT_CROSS_MEMORY_ATTACH_BYTES=0)"
+                                       "memory; set WEFT_CROSS_MEMORY_ATTACH_BYTES=0 before "
+                                       "init())"
                                      : "");
     }
     done += static_cast<size_t>(n);

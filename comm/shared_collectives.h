@@ -27,7 +27,8 @@
 // neighbor exchange reads its in-neighbors' inputs the same way (ExchangeDirect), each
 // sender posting the scale it sends to each destination in a table after the areas. So can
 // an allreduce of one tensor (AllreduceDirect): each rank sums its slice of the elements
-// from the others' inputs and writes the sums into every rank's output (process_vm_writev).
+// from the others' inputs into its own output and writes them into every other rank's
+// (process_vm_writev).
 // Larger allreduces of more than two ranks go sliced, in rounds of a whole area between two
 // meetings, so that each element is summed by one rank instead of all: each rank copies the
 // others' slices of its inputs (the tensors taken as one sequence of elements, one slice
@@ -148,10 +149,15 @@ class SharedCollectives {
   bool StageAllgather(const void* in, size_t part_bytes,
                       const std::function<void(int64_t since)>& idle);
   // Lets AllgatherDirect, BroadcastDirect and ExchangeDirect read rank r's memory as process
-  // pids[r] (pids: one per rank, in rank order), and AllreduceDirect read and write it, once
-  // every rank has found that it can (ReadProcessMemory, WriteProcessMemory).
-  void EnableDirectReads(std::vector<int64_t> pids) { pids_ = std::move(pids); }
+  // pids[r] (pids: one per rank, in rank order), once every rank has found that it can
+  // (ReadProcessMemory); with `writes`, AllreduceDirect too, which also writes it
+  // (WriteProcessMemory).
+  void EnableDirectReads(std::vector<int64_t> pids, bool writes = true) {
+    pids_ = std::move(pids);
+    writes_ = writes;
+  }
   bool direct_reads() const { return !pids_.empty(); }
+  bool direct_writes() const { return direct_reads() && writes_; }
   // Allgather as above, each part read from its rank's `in` where it is (see above); every
   // rank calls it for the same ops, after EnableDirectReads. A read that fails (the other
   // process gone, or its memory no longer readable) fails the op on the reading rank alone,
@@ -177,7 +183,7 @@ class SharedCollectives {
   // is safe. Every rank gets the bits of the sum in rank order. A failed read or write
   // fails the op on every rank (an output would otherwise lack a slice): each rank says at
   // the second meeting whether it read and wrote all it had to. Needs the ranks to be
-  // able to write each other's memory as well as read it (EnableDirectReads).
+  // able to write each other's memory as well as read it (direct_writes()).
   Status AllreduceDirect(const void* in, void* out, size_t count, DType dtype, bool average,
                          const std::function<void(int64_t since)>& idle, bool staged = false);
   // Posts what this rank's AllgatherDirect, BroadcastDirect, ExchangeDirect or
@@ -350,6 +356,7 @@ class SharedCollectives {
   bool round_timed_ = false;               // rank 0 times this round (StartRound, Meet, EndRound)
   int64_t round_start_ns_ = 0;
   int64_t met_ns_ = 0;  // the timed round's meetings so far
+  bool writes_ = false;        // AllreduceDirect may run (EnableDirectReads)
   std::vector<int64_t> pids_;  // each rank's process, for the direct ops (EnableDirectReads)
   std::vector<char> scratch_;  // AllreduceDirect's blocks of the others' inputs
 };

@@ -539,7 +539,8 @@ TEST(SharedCollectivesTest, DirectReadsFailOnlyOnTheRankThatCannotRead) {
 // to several blocks per slice; in place on some ranks and not on others (in place on a rank
 // past the first two, whose own term the sum would overwrite); one rank late in turn; and
 // every rank overwriting its input and output as soon as its op returns: a rank that
-// returned while another still read it shows as a wrong value there.
+// returned while another still read its input, or before another wrote its slice of the
+// sums into its output, shows as a wrong value there.
 TEST(SharedCollectivesTest, AllreduceDirectGivesTheRankOrderSum) {
   const DType dtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt64};
   const size_t counts[] = {0, 1, 17, 1000, 300007};

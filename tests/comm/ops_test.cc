@@ -238,16 +238,17 @@ TEST(Allreduce, LargeOutOfPlaceEveryDTypeAndProcessSet) {
 }
 
 // Lone allreduces around the limits of the default ways' sizes (on a machine whose ranks
-// outnumber its CPUs, 4 to 16 MiB read each other's memory; on 2 ranks with a CPU each rank
-// 0 may tune them) give the bits of the same ops with the direct reads off, in place, out
-// of place and in place on every other rank only, summed and averaged, with sums that
-// round differently in another order.
+// outnumber its CPUs, those of 64 KiB or more reach each other's memory; on 2 ranks with a
+// CPU each rank 0 tunes those of 16 KiB or more) give the bits of the same ops with the
+// direct access off, in place, out of place and in place on every other rank only, summed
+// and averaged, with sums that round differently in another order.
 TEST(Allreduce, LargeLoneOpsGiveTheBitsOfEveryOtherWay) {
   const int me = rank();
   auto value = [](int r, int64_t i) {
     return static_cast<float>(((r + 5) * 7919 * (i + 1)) % 4001) / 3.0f + 1e6f * (r % 3);
   };
-  const int64_t counts[] = {(1 << 20) - 1, 1 << 20, 1 << 22, (1 << 22) + 1};  // 4, 16 MiB
+  // 16 KiB, 64 KiB, 4 MiB and 16 MiB, and 4 bytes less or more.
+  const int64_t counts[] = {(1 << 12) - 1, 1 << 12, (1 << 14) - 1, 1 << 14, 1 << 20, (1 << 22) + 1};
   int k = 0;
   for (int64_t count : counts) {
     for (int placement = 0; placement < 3; ++placement) {

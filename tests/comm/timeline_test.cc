@@ -82,8 +82,8 @@ TEST(Timeline, EveryPhaseIsRecorded) {
 
 // On 2 ranks with a CPU each, rank 0 picks the way of large allreduces by timing them
 // (WEFT_TUNE_WAYS), in place and out of place apart: after four ops of a size through shared
-// memory it tries MPI's allreduce and then, where the ranks can read each other's memory,
-// the direct reads, whatever the times. Every way gives every op the bits it gets with the
+// memory it tries MPI's allreduce and then, where the ranks can reach each other's memory,
+// the direct way, whatever the times. Every way gives every op the bits it gets with the
 // tuning off (through shared memory), for every floating dtype, summed and averaged. An op
 // in place on some ranks only stays in shared memory. Where the ranks share CPUs, lone ops
 // of 64 KiB or more (all of these) reach each other's memory untuned.
@@ -102,9 +102,9 @@ TEST(Timeline, TunedAllreducesTryEveryWayAndGiveTheSameBits) {
   auto value = [](int r, int k, int64_t i) {
     return ((r + 3) * 7919 * (i + 1) + 104729 * k) % 2003 / 7.0 - 140.0;
   };
-  // One size per dtype, so that each has a tuner (sizes double from 1 MiB) and its trials:
-  // 20 ops, room for both trials (4 ops through shared memory, 4 of MPI's, 4 of the way
-  // kept, 4 of the direct reads) and for an op or two that the coordinator answers.
+  // One size per dtype, so that each has a tuner (sizes double from 16 KiB) and its
+  // trials: 20 ops, room for both trials (4 ops through shared memory, 4 of MPI's, 4 of the
+  // way kept, 4 of the direct way) and for an op or two that the coordinator answers.
   struct Case {
     DType dtype;
     int64_t count;
