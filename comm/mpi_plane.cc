@@ -230,30 +230,32 @@ const config::IntSetting kCrossMemoryAttachBytes(
     "into the others' outputs with process_vm_writev, rather than going through shared memory "
     "(unless WEFT_SHARED_MEMORY_BYTES is set at least as high, or WEFT_RING_ALLREDUCE_BYTES is "
     "set). A read or write that fails (another rank's process gone) fails the op on every rank. "
-    "Allreduces of 16 KiB or more of a job of two ranks may go that way too, this limit aside, "
-    "where this is not 0 at init() (WEFT_TUNE_WAYS). The allreduces go this way only where "
-    "init() found that every rank can write the others' memory as well as read it. Every rank "
-    "must see the same value.",
+    "Allreduces of 16 KiB or more of a job of two ranks with a CPU each may go that way too, "
+    "this limit aside, where this is not 0 at init() (WEFT_TUNE_WAYS). The allreduces go this "
+    "way only where init() found that every rank can write the others' memory as well as read "
+    "it. Every rank must see the same value.",
     /*min=*/-1, /*max=*/int64_t{1} << 50, config::Agreement::kSameOnEveryRank);
 
 const config::BoolSetting kTuneWays(
     "WEFT_TUNE_WAYS", true,
     "Where a job of two ranks with a CPU each runs on one machine: rank 0 times the allreduces "
-    "of one CPU tensor of 16 KiB or more over both ranks, in place and out of place apart, "
-    "through the memory the ranks share, through MPI (in place its allreduce, out of place "
-    "weft's ring over MPI's messages where the exchange transport is mpi and "
-    "WEFT_RING_ALLREDUCE_BYTES lets it) and (where the ranks can reach each other's memory) by "
-    "reading the other rank's tensor where it is and writing the sums into its output, and both "
-    "ranks run each such allreduce the way rank 0 picked for it: for each size (doubling from "
-    "16 KiB; one choice for 128 MiB and more) it runs the shared memory, tries each other way "
-    "for 4 ops after 4 of the chosen one, keeps the fastest, and then tries another way in turn "
-    "after 256 ops (twice as long after each later trial that changes nothing, up to 4096), "
-    "ending a trial at an op 1.3x as costly as the chosen way. Blocking or lone allreduces only "
-    "(the ranks agree on those without the coordinator; fused groups, process sets and ops the "
-    "coordinator answers go through shared memory), and only while WEFT_SHARED_MEMORY_BYTES is "
-    "-1; while on, such allreduces do not write their first round ahead, and one in place on "
-    "some ranks only is agreed by the coordinator (and goes through shared memory). Every way "
-    "gives the same bits. 0: always through shared memory. Every rank must see the same value.",
+    "of one CPU tensor of 16 KiB or more (1 MiB where the third way below cannot run: "
+    "WEFT_CROSS_MEMORY_ATTACH_BYTES 0 at init(), or ranks that cannot write each other's memory) "
+    "over both ranks, in place and out of place apart, through the memory the ranks share, "
+    "through MPI (in place its allreduce, out of place weft's ring over MPI's messages where the "
+    "exchange transport is mpi and WEFT_RING_ALLREDUCE_BYTES lets it) and (where the ranks can "
+    "reach each other's memory) by reading the other rank's tensor where it is and writing the "
+    "sums into its output, and both ranks run each such allreduce the way rank 0 picked for it: "
+    "for each size (doubling from 16 KiB; one choice for 128 MiB and more) it runs the shared "
+    "memory, tries each other way for 4 ops after 4 of the chosen one, keeps the fastest, and "
+    "then tries another way in turn after 256 ops (twice as long after each later trial that "
+    "changes nothing, up to 4096), ending a trial at an op 1.3x as costly as the chosen way. "
+    "Blocking or lone allreduces only (the ranks agree on those without the coordinator; fused "
+    "groups, process sets and ops the coordinator answers go through shared memory), and only "
+    "while WEFT_SHARED_MEMORY_BYTES is -1; while on, such allreduces do not write their first "
+    "round ahead, and one in place on some ranks only is agreed by the coordinator (and goes "
+    "through shared memory). Every way gives the same bits. 0: always through shared memory. "
+    "Every rank must see the same value.",
     config::Agreement::kSameOnEveryRank);
 
 // Allreduces whose way rank 0 picks by timing (WEFT_TUNE_WAYS) are of at least this many
@@ -575,8 +577,8 @@ class MpiPlane : public HostPlane {
   // When every rank is on this machine (and WEFT_SHARED_MEMORY_BYTES is not 0).
   std::unique_ptr<SharedSegment> shared_segment_;
   std::optional<SharedCollectives> shared_;  // in shared_segment_
-  // Rank 0's tuners (TunerFor): out of place, then in place; set up once the direct reads'
-  // way is known to be there or not.
+  // Rank 0's tuners (TunerFor): out of place, then in place; set up once the direct way is
+  // known to be there or not.
   std::vector<Tuner> way_tuners_;
 };
 
@@ -782,7 +784,7 @@ MpiPlane::AllreducePath MpiPlane::AllreducePathOf(const Response& response,
   for (auto& r : group) bytes += r->in.nbytes();
   // A fused group reads its packed buffer in place.
   const bool out_of_place = response.out_of_place && group.size() == 1;
-  // Rank 0's tuner may send a lone op to MPI's allreduce or to the direct reads instead
+  // Rank 0's tuner may send a lone op to MPI's allreduce or to the direct way instead
   // (Preference); every rank goes by the agreed pick alone.
   const int tuned = group.size() == 1 ? response.tuned_way : -1;
   if (tuned == kWayDirect) return {false, false, true};
@@ -883,7 +885,7 @@ int MpiPlane::Preference(const Request& r) {
 
 Staged MpiPlane::Stage(Request& r, bool tuned) {
   if (tuned) {
-    // Its way is not known yet: only what the direct reads post before their first meeting
+    // Its way is not known yet: only what the direct way posts before its first meeting
     // (nothing else writes ahead).
     if (shared_.has_value() && shared_->direct_writes()) {
       shared_->StageDirect(r.in.data(), nullptr, r.out.data());

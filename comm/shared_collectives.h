@@ -152,7 +152,7 @@ class SharedCollectives {
   // pids[r] (pids: one per rank, in rank order), once every rank has found that it can
   // (ReadProcessMemory); with `writes`, AllreduceDirect too, which also writes it
   // (WriteProcessMemory).
-  void EnableDirectReads(std::vector<int64_t> pids, bool writes = true) {
+  void EnableDirectReads(std::vector<int64_t> pids, bool writes) {
     pids_ = std::move(pids);
     writes_ = writes;
   }

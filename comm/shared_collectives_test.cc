@@ -301,7 +301,7 @@ TEST(SharedCollectivesTest, BroadcastRootsRunAheadOnlyAsFarAsTheReadersAllow) {
   const size_t long_count = SharedCollectives::kRoundBytes * 3 / 4 / sizeof(float) + 5;
   for (int size : {2, 3, 4}) {
     OnRanksCopying(size, CopyWays()[3].second, [&](int rank, SharedCollectives& shared) {
-      shared.EnableDirectReads(std::vector<int64_t>(size, getpid()));
+      shared.EnableDirectReads(std::vector<int64_t>(size, getpid()), /*writes=*/true);
       auto value = [](int op, int r, size_t i) {
         return static_cast<float>(op * 1000 + r * 100 + static_cast<int>(i % 97));
       };
@@ -411,7 +411,7 @@ TEST(SharedCollectivesTest, AllgatherDirectReadsEveryPartWhereItIs) {
       return static_cast<char>(op * 11 + rank * 37 + i % 251);
     };
     OnRanks(size, [&](int rank, SharedCollectives& shared) {
-      shared.EnableDirectReads(std::vector<int64_t>(size, getpid()));
+      shared.EnableDirectReads(std::vector<int64_t>(size, getpid()), /*writes=*/true);
       std::vector<char> in(parts[rank]), out(total);
       for (int op = 0; op < 24; ++op) {
         if (rank == op % size && op % 2 == 0) {
@@ -454,7 +454,7 @@ TEST(SharedCollectivesTest, BroadcastDirectReadsTheRootsInput) {
     const size_t bytes = SharedCollectives::kRoundBytes * 2 + 5;
     auto byte = [](int op, size_t i) { return static_cast<char>(op * 13 + i % 241); };
     OnRanks(size, [&](int rank, SharedCollectives& shared) {
-      shared.EnableDirectReads(std::vector<int64_t>(size, getpid()));
+      shared.EnableDirectReads(std::vector<int64_t>(size, getpid()), /*writes=*/true);
       std::vector<char> in(bytes), out(bytes);
       for (int op = 0; op < 16; ++op) {
         const int root = op % size;
@@ -500,7 +500,7 @@ TEST(SharedCollectivesTest, DirectReadsFailOnlyOnTheRankThatCannotRead) {
   OnRanks(2, [&](int rank, SharedCollectives& shared) {
     std::vector<int64_t> pids(2, getpid());
     if (rank == 1) pids[0] = kNoSuchProcess;
-    shared.EnableDirectReads(pids);
+    shared.EnableDirectReads(pids, /*writes=*/true);
     std::vector<char> in(4096, static_cast<char>(rank + 1)), out(8192, 0);
     const Status status = shared.AllgatherDirect(in.data(), out.data(), parts, Yield);
     if (rank == 1) {
@@ -566,7 +566,7 @@ TEST(SharedCollectivesTest, AllreduceDirectGivesTheRankOrderSum) {
       return bytes;
     };
     OnRanks(size, [&](int rank, SharedCollectives& shared) {
-      shared.EnableDirectReads(std::vector<int64_t>(size, getpid()));
+      shared.EnableDirectReads(std::vector<int64_t>(size, getpid()), /*writes=*/true);
       for (int op = 0; op < 40; ++op) {
         const DType dtype = dtypes[op % 4];
         const size_t count = counts[op / 4 % 5];
@@ -621,7 +621,7 @@ TEST(SharedCollectivesTest, AllreduceDirectFailsOnEveryRankWhenOneCannotReadOrWr
     OnRanks(size, [&](int rank, SharedCollectives& shared) {
       std::vector<int64_t> pids(size, getpid());
       if (rank == 1) pids[0] = kNoSuchProcess;
-      shared.EnableDirectReads(pids);
+      shared.EnableDirectReads(pids, /*writes=*/true);
       std::vector<float> x(100000, static_cast<float>(rank + 1)), y(100000, -1.0f);
       const Status status =
           shared.AllreduceDirect(x.data(), y.data(), x.size(), DType::kFloat32, false, Yield);
@@ -638,7 +638,7 @@ TEST(SharedCollectivesTest, AllreduceDirectFailsOnEveryRankWhenOneCannotReadOrWr
       EXPECT_EQ(x[99999], size * (size + 1) / 2.0f);
 
       pids.assign(size, getpid());
-      shared.EnableDirectReads(pids);
+      shared.EnableDirectReads(pids, /*writes=*/true);
       const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
       void* read_only = mmap(nullptr, page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       ASSERT_NE(read_only, MAP_FAILED);
@@ -670,7 +670,7 @@ TEST(SharedCollectivesTest, AllreduceDirectFailsOnEveryRankWhenOneCannotReadOrWr
 TEST(SharedCollectivesTest, ExchangeDirectReadsScaledAsEachSenderSays) {
   for (int size : {2, 3, 4}) {
     OnRanks(size, [&](int rank, SharedCollectives& shared) {
-      shared.EnableDirectReads(std::vector<int64_t>(size, getpid()));
+      shared.EnableDirectReads(std::vector<int64_t>(size, getpid()), /*writes=*/true);
       const size_t count = SharedCollectives::kRoundBytes / sizeof(float) + 13;
       auto value = [](int op, int r, size_t i) {
         return static_cast<float>(op * 3 + r * 7 + static_cast<int>(i % 89)) / 7.0f;
@@ -726,7 +726,7 @@ TEST(SharedCollectivesTest, ExchangeDirectReadsScaledAsEachSenderSays) {
 TEST(SharedCollectivesTest, ExchangeScalesAsEachSenderSaysRoundByRound) {
   for (int size : {2, 3, 4}) {
     OnRanksCopying(size, CopyWays()[3].second, [&](int rank, SharedCollectives& shared) {
-      shared.EnableDirectReads(std::vector<int64_t>(size, getpid()));
+      shared.EnableDirectReads(std::vector<int64_t>(size, getpid()), /*writes=*/true);
       const size_t long_count = 2 * shared.ExchangeRoundElements(sizeof(float)) + 13;
       auto value = [](int op, int r, size_t i) {
         return static_cast<float>(op * 3 + r * 7 + static_cast<int>(i % 89)) / 7.0f;
@@ -824,7 +824,7 @@ TEST(SharedCollectivesTest, StagedOpsTakeTheCallersMeetingForTheirFirst) {
     std::atomic<int> met{0};
     std::unique_ptr<std::atomic<int>[]> staged_on(new std::atomic<int>[2 * size]);
     OnRanksCopying(size, CopyWays()[3].second, [&](int rank, SharedCollectives& shared) {
-      shared.EnableDirectReads(std::vector<int64_t>(size, getpid()));
+      shared.EnableDirectReads(std::vector<int64_t>(size, getpid()), /*writes=*/true);
       int meetings = 0;
       auto meet = [&] {
         met.fetch_add(1);

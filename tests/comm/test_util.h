@@ -2,6 +2,9 @@
 #ifndef WEFT_TESTS_COMM_TEST_UTIL_H_
 #define WEFT_TESTS_COMM_TEST_UTIL_H_
 
+#include <sys/uio.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -116,6 +119,15 @@ inline double WrappedProduct(DType dtype, int64_t value, uint64_t times) {
 inline int64_t EnvInt(const char* name, int64_t fallback) {
   const char* s = std::getenv(name);
   return s != nullptr ? std::strtoll(s, nullptr, 10) : fallback;
+}
+
+// Whether this process may write process memory with process_vm_writev (a seccomp filter
+// may refuse it where process_vm_readv is allowed): the direct allreduce needs it, besides
+// reading the other ranks' memory. Tried on a word of this process's own.
+inline bool CanWriteProcessMemory() {
+  int word = 0, one = 1;
+  iovec local{&one, sizeof one}, remote{&word, sizeof word};
+  return process_vm_writev(getpid(), &local, 1, &remote, 1, 0) == sizeof word && word == 1;
 }
 
 // Sets the setting `name` to `value`, or back to its default where `value` is null.
