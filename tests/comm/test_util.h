@@ -2,6 +2,7 @@
 #ifndef WEFT_TESTS_COMM_TEST_UTIL_H_
 #define WEFT_TESTS_COMM_TEST_UTIL_H_
 
+#include <sched.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -119,6 +120,13 @@ inline double WrappedProduct(DType dtype, int64_t value, uint64_t times) {
 inline int64_t EnvInt(const char* name, int64_t fallback) {
   const char* s = std::getenv(name);
   return s != nullptr ? std::strtoll(s, nullptr, 10) : fallback;
+}
+
+// Whether this process may run on at least `ranks` CPUs (its affinity): the ranks of one
+// machine then have a CPU each, and weft does not take the machine as oversubscribed.
+inline bool RanksHaveACpuEach(int ranks) {
+  cpu_set_t cpus;
+  return sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) >= ranks;
 }
 
 // Whether this process may write process memory with process_vm_writev (a seccomp filter

@@ -1,6 +1,5 @@
 // WEFT_TIMELINE (set by the BUILD rule to a path with %r) writes one Chrome trace per rank
 // with every phase; tests/check_trace.py validates it after shutdown.
-#include <sched.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -171,8 +170,7 @@ TEST(Timeline, TunedAllreducesTryEveryWayAndGiveTheSameBits) {
     std::printf("rank %d: %d x %s\n", me, count, what.c_str());
   }
   if (n == 1) return;  // one rank sums nothing with anyone
-  cpu_set_t cpus;
-  const bool own_cpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) >= n;
+  const bool own_cpus = testing::RanksHaveACpuEach(n);
   // More than 2 ranks with a CPU each take these sizes to MPI's allreduce in any case.
   if (n > 2 && own_cpus) return;
   // Where the ranks share CPUs nothing is tuned, and lone ops of 64 KiB or more reach each
@@ -220,8 +218,7 @@ TEST(Timeline, DirectReadsTakeTheSizesTheirLimitsSay) {
   ASSERT_TRUE(init().ok());
   const int me = rank(), n = size();
   ASSERT_TRUE(timeline_start(dir + "/limits.%r.json").ok());
-  cpu_set_t cpus;
-  const bool own_cpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) >= n;
+  const bool own_cpus = testing::RanksHaveACpuEach(n);
   // Bytes of each op (an allgather's: its output), by name, and whether it should read.
   struct Op {
     std::string kind;
