@@ -246,16 +246,18 @@ const config::BoolSetting kTuneWays(
     "exchange transport is mpi and WEFT_RING_ALLREDUCE_BYTES lets it) and (where the ranks can "
     "reach each other's memory) by reading the other rank's tensor where it is and writing the "
     "sums into its output, and both ranks run each such allreduce the way rank 0 picked for it: "
-    "for each size (doubling from 16 KiB; one choice for 128 MiB and more) it runs the shared "
-    "memory, tries each other way for 4 ops after 4 of the chosen one, keeps the fastest, and "
-    "then tries another way in turn after 256 ops (twice as long after each later trial that "
-    "changes nothing, up to 4096), ending a trial at an op 1.3x as costly as the chosen way. "
-    "Blocking or lone allreduces only (the ranks agree on those without the coordinator; fused "
-    "groups, process sets and ops the coordinator answers go through shared memory), and only "
-    "while WEFT_SHARED_MEMORY_BYTES is -1; while on, such allreduces do not write their first "
-    "round ahead, and one in place on some ranks only is agreed by the coordinator (and goes "
-    "through shared memory). Every way gives the same bits. 0: always through shared memory. "
-    "Every rank must see the same value.",
+    "an op's time runs from the first rank's start to the last one's end; for each size "
+    "(doubling from 16 KiB; one choice for 128 MiB and more) rank 0 runs the shared memory, "
+    "tries each other way for 5 ops after 5 of the chosen one, keeps the way whose last ops took "
+    "less (the middle of up to 4, the first 2 after a change not counted), and then tries "
+    "another way in turn after 256 ops (twice as long after each later trial that changes "
+    "nothing, up to 4096), ending a trial at an op 1.3x as costly as the chosen way. Blocking or "
+    "lone allreduces only (the ranks agree on those without the coordinator; fused groups, "
+    "process sets and ops the coordinator answers go through shared memory), and only while "
+    "WEFT_SHARED_MEMORY_BYTES is -1; while on, such allreduces do not write their first round "
+    "ahead, and one in place on some ranks only is agreed by the coordinator (and goes through "
+    "shared memory). Every way gives the same bits. 0: always through shared memory. Every rank "
+    "must see the same value.",
     config::Agreement::kSameOnEveryRank);
 
 // Allreduces whose way rank 0 picks by timing (WEFT_TUNE_WAYS) are of at least this many
@@ -280,14 +282,18 @@ constexpr int kTunedSizes = 14;
 constexpr size_t kTunedWithoutDirectFromBytes = size_t{1} << 20;
 // The ways of a tuned allreduce, as the tuner numbers them.
 enum AllreduceWay : int { kWaySegment = 0, kWayMpi = 1, kWayDirect = 2 };
-// Each tuner tries each other way for 4 ops after 4 of the chosen one, then another in turn
-// after 256, waiting twice as long after each later trial that changes nothing (up to 4096
-// ops), and ends a trial at once at an op 1.3x as costly as the chosen way's best: a trial
-// of a much slower way (MPI's from 32 MiB in place, 1.5-1.7x the shared memory's time)
-// costs little. A way whose op failed (the direct access, once the kernel stops letting a
-// rank reach the other's memory) is not picked again.
+// Each tuner takes each op's span over the ranks (RunAllreduce), tries each other way for 5
+// ops after 5 of the chosen one, then another in turn after 256, waiting twice as long
+// after each later trial that changes nothing (up to 4096 ops), and ends a trial at once at
+// an op 1.3x as costly as the chosen way: a trial of a much slower way (MPI's from 32 MiB in
+// place, 1.5-1.7x the shared memory's time) costs little. The first 2 ops after a change
+// are not counted: at 16 KiB the direct way's second op after one took 4.1-4.4 us, against
+// 2.6-2.8 later. A way's cost is the middle of its last 4 ops, which one lucky op does not
+// move. A way whose op failed (the direct access, once the kernel stops letting a rank
+// reach the other's memory) is not picked again.
 Tuner WayTuner(int ways) {
-  return Tuner(/*period=*/256, /*trial=*/4, /*max_period=*/4096, /*give_up=*/1.3, ways);
+  return Tuner(/*period=*/256, /*trial=*/5, /*max_period=*/4096, /*give_up=*/1.3, ways,
+               /*warmup=*/2);
 }
 
 // The direct reads' limits where WEFT_CROSS_MEMORY_ATTACH_BYTES is -1. With the direct
@@ -580,6 +586,16 @@ class MpiPlane : public HostPlane {
   // Rank 0's tuners (TunerFor): out of place, then in place; set up once the direct way is
   // known to be there or not.
   std::vector<Tuner> way_tuners_;
+  // The allreduces run a way rank 0 picked, counted alike on every rank (RunAllreduce).
+  uint64_t tuned_ops_ = 0;
+  // On rank 0, the last of them, whose span its tuner takes once the next one has run.
+  struct TimedOp {
+    uint64_t op;
+    bool in_place;
+    size_t bytes;
+    int way;
+  };
+  std::optional<TimedOp> last_timed_;
 };
 
 MpiPlane::MpiPlane(const Context& ctx, Timeline* timeline, PeerTransport* peers,
@@ -950,21 +966,30 @@ Staged MpiPlane::Stage(Request& r, bool tuned) {
 }
 
 Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
-  // The ops rank 0 picked a way for (Preference).
-  if (ctx_.rank != 0 || group.size() != 1 || response.tuned_way < 0) {
+  // The ops rank 0 picked a way for (Preference): every rank times them, and rank 0's tuner
+  // takes each one's span over the ranks once the next has run (SharedCollectives::OpSpan).
+  if (group.size() != 1 || response.tuned_way < 0 || !shared_.has_value()) {
     return AllreduceOnce(group, response);
   }
-  const auto start = std::chrono::steady_clock::now();
+  const uint64_t op = tuned_ops_++;
+  const int64_t start = SharedCollectives::NowNanos();
   Status done = AllreduceOnce(group, response);
-  const int64_t ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-          .count();
+  if (done.ok()) shared_->PublishOpTimes(op, start, SharedCollectives::NowNanos());
+  if (ctx_.rank != 0) return done;
+  if (last_timed_.has_value() && last_timed_->op + 1 == op && done.ok()) {
+    const int64_t span = shared_->OpSpan(last_timed_->op);
+    if (span > 0) {
+      TunerFor(last_timed_->in_place, last_timed_->bytes)
+          .Record(last_timed_->way, span, last_timed_->bytes);
+    }
+  }
+  last_timed_.reset();
   const size_t bytes = group[0]->in.nbytes();
-  Tuner& tuner = TunerFor(group[0]->desc.in_place, bytes);
   if (done.ok()) {
-    tuner.Record(response.tuned_way, ns, bytes);
+    last_timed_ = TimedOp{op, group[0]->desc.in_place, bytes, response.tuned_way};
   } else {
-    tuner.Fail(response.tuned_way);  // fails on every rank alike (AllreduceDirect)
+    // It failed on every rank alike (AllreduceDirect).
+    TunerFor(group[0]->desc.in_place, bytes).Fail(response.tuned_way);
   }
   return done;
 }

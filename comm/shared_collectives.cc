@@ -23,8 +23,10 @@ namespace weft {
 namespace comm {
 namespace {
 
-// Two lines per counter: the hardware's adjacent-line prefetch would otherwise pair them.
-constexpr size_t kCounterBytes = 128;
+// Four lines per counter (the counter, the posts, the op times, unused): the hardware's
+// adjacent-line prefetch pairs lines, and a pair written by two ranks would pass between
+// their caches for nothing.
+constexpr size_t kCounterBytes = 256;
 
 // Copies into the areas of fewer bytes than this may stream (CopyIn).
 constexpr size_t kStreamBelowBytes = size_t{16} << 10;
@@ -79,13 +81,13 @@ struct Slices {
   size_t m, per;
 };
 
-int64_t NowNanos() {
+}  // namespace
+
+int64_t SharedCollectives::NowNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
-
-}  // namespace
 
 size_t SharedCollectives::Footprint(int size) {
   // The counters, the copy mode's word, the areas, the scales of ExchangeDirect.
@@ -168,6 +170,30 @@ std::atomic<uint64_t>* SharedCollectives::counter(int rank) const {
 
 std::atomic<uint64_t>* SharedCollectives::post(int rank) const {
   return reinterpret_cast<Counter*>(memory_ + static_cast<size_t>(rank) * kCounterBytes + 64);
+}
+
+void SharedCollectives::PublishOpTimes(uint64_t op, int64_t start_ns, int64_t end_ns) {
+  std::atomic<uint64_t>* words = op_times(rank_, op);
+  words[0].store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  words[1].store(static_cast<uint64_t>(start_ns), std::memory_order_relaxed);
+  words[2].store(static_cast<uint64_t>(end_ns), std::memory_order_relaxed);
+  words[0].store(op + 1, std::memory_order_release);
+}
+
+int64_t SharedCollectives::OpSpan(uint64_t op) const {
+  int64_t first = 0, last = 0;
+  for (int r = 0; r < size_; ++r) {
+    const std::atomic<uint64_t>* words = op_times(r, op);
+    if (words[0].load(std::memory_order_acquire) != op + 1) return 0;
+    const auto start = static_cast<int64_t>(words[1].load(std::memory_order_relaxed));
+    const auto end = static_cast<int64_t>(words[2].load(std::memory_order_relaxed));
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (words[0].load(std::memory_order_relaxed) != op + 1) return 0;  // rewritten meanwhile
+    first = r == 0 ? start : std::min(first, start);
+    last = r == 0 ? end : std::max(last, end);
+  }
+  return last > first ? last - first : 0;
 }
 
 std::atomic<uint64_t>* SharedCollectives::scale(int sender, int receiver) const {

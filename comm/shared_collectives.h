@@ -228,6 +228,18 @@ class SharedCollectives {
                         const std::vector<std::pair<int, double>>& send,
                         const std::vector<int>& from, const std::vector<char*>& into,
                         const std::function<void(int64_t since)>& idle, bool staged = false);
+  // The span of a collective that every rank runs in turn (the allreduces whose way rank 0
+  // picks by timing, counted alike on every rank): each rank publishes when it started and
+  // ended its op number `op` (steady_clock nanoseconds, one clock for the whole machine);
+  // OpSpan(op) is then the time from the first rank's start to the last one's end, or 0
+  // where a rank's times for `op` are not there. Two ops' times are kept (by the op's
+  // parity): a rank that has run op + 1 with the others, which every rank starts only
+  // after publishing op's times, finds op's times from every rank, and none of op + 2's.
+  // One rank's own view of an op leaves out what the others still do when it is done, and
+  // the ways differ in that.
+  void PublishOpTimes(uint64_t op, int64_t start_ns, int64_t end_ns);
+  static int64_t NowNanos();  // that clock
+  int64_t OpSpan(uint64_t op) const;
 
  private:
   char* input(int rank) const;
@@ -302,6 +314,11 @@ class SharedCollectives {
   // slice (0: it did not; 1: reading another's input; 2: writing into another's output).
   std::atomic<uint64_t>* post_out(int rank) const { return post(rank) + 1; }
   std::atomic<uint64_t>* post_failed(int rank) const { return post(rank) + 2; }
+  // PublishOpTimes's words of a rank, on its counter's third line, which only that rank
+  // writes: for each parity, op + 1 (0: none yet), the start and the end.
+  std::atomic<uint64_t>* op_times(int rank, uint64_t op) const {
+    return post(rank) + 8 + 3 * (op % 2);
+  }
   // What a direct op posts before its first meeting, staged or not: `send`'s scales
   // (ExchangeDirect), this rank's input's address and its output's (AllreduceDirect).
   void PostDirect(const void* in, const std::vector<std::pair<int, double>>* send,

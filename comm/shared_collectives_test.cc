@@ -541,6 +541,31 @@ TEST(SharedCollectivesTest, DirectReadsFailOnlyOnTheRankThatCannotRead) {
 // every rank overwriting its input and output as soon as its op returns: a rank that
 // returned while another still read its input, or before another wrote its slice of the
 // sums into its output, shows as a wrong value there.
+// An op's span runs from the first rank's start to the last one's end, once every rank has
+// published its times; two ops' times are kept, by parity.
+TEST(SharedCollectivesTest, AnOpsSpanIsFromTheFirstStartToTheLastEnd) {
+  constexpr int kSize = 3;
+  Shared shared(kSize);
+  std::vector<std::unique_ptr<SharedCollectives>> ranks;
+  for (int r = 0; r < kSize; ++r) {
+    ranks.push_back(std::make_unique<SharedCollectives>(shared.memory, kSize, r, std::nullopt));
+  }
+  EXPECT_EQ(ranks[0]->OpSpan(0), 0) << "nothing published yet";
+  const int64_t starts[kSize] = {1000, 900, 1100}, ends[kSize] = {2000, 2500, 2100};
+  for (int r = 0; r < kSize; ++r) ranks[r]->PublishOpTimes(7, starts[r], ends[r]);
+  EXPECT_EQ(ranks[0]->OpSpan(7), 1600);
+  EXPECT_EQ(ranks[2]->OpSpan(7), 1600) << "every rank reads the same";
+  for (int r = 0; r < kSize - 1; ++r) ranks[r]->PublishOpTimes(8, 3000, 3100 + r);
+  EXPECT_EQ(ranks[0]->OpSpan(8), 0) << "rank 2 has not published op 8";
+  ranks[2]->PublishOpTimes(8, 2990, 3050);
+  EXPECT_EQ(ranks[0]->OpSpan(8), 111);
+  EXPECT_EQ(ranks[0]->OpSpan(7), 1600) << "op 8 went to the other slot";
+  EXPECT_EQ(ranks[0]->OpSpan(6), 0) << "op 6's slot holds op 8";
+  ranks[1]->PublishOpTimes(9, 4000, 4100);
+  EXPECT_EQ(ranks[0]->OpSpan(7), 0) << "rank 1's op 9 took op 7's place";
+  EXPECT_EQ(ranks[0]->OpSpan(8), 111);
+}
+
 TEST(SharedCollectivesTest, AllreduceDirectGivesTheRankOrderSum) {
   const DType dtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt64};
   const size_t counts[] = {0, 1, 17, 1000, 300007};

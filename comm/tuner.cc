@@ -7,12 +7,18 @@
 namespace weft {
 namespace comm {
 
-double Tuner::Best(int way) const {
-  double best = std::numeric_limits<double>::infinity();
+double Tuner::Cost(int way) const {
+  // The runs' costs in order (insertion: there are at most kWindow).
+  double costs[kWindow];
+  int n = 0;
   for (double c : cost_[way]) {
-    if (c > 0) best = std::min(best, c);
+    if (c <= 0) continue;
+    int at = n++;
+    for (; at > 0 && costs[at - 1] > c; --at) costs[at] = costs[at - 1];
+    costs[at] = c;
   }
-  return best;
+  if (n == 0) return std::numeric_limits<double>::infinity();
+  return costs[(n - 1) / 2];
 }
 
 int Tuner::NextCandidate() const {
@@ -38,30 +44,30 @@ void Tuner::Fail(int way) {
   // The chosen way failed: the cheapest of the others (the first if none was timed).
   int best = -1;
   for (int w = 0; w < ways_; ++w) {
-    if (!failed_[w] && (best < 0 || Best(w) < Best(best))) best = w;
+    if (!failed_[w] && (best < 0 || Cost(w) < Cost(best))) best = w;
   }
   chosen_ = best;
   runs_ = 0;
-  skip_ = true;
+  skip_ = warmup_;
   wait_ = period_;
 }
 
 void Tuner::Record(int way, int64_t ns, size_t bytes) {
   if (bytes == 0 || way < 0 || way >= ways_ || way != next()) return;
   bool hopeless = false;
-  if (skip_) {
-    skip_ = false;
+  if (skip_ > 0) {
+    --skip_;
   } else {
     const double cost = static_cast<double>(std::max<int64_t>(ns, 1)) / bytes;
     cost_[way][next_slot_[way]] = cost;
     next_slot_[way] = (next_slot_[way] + 1) % kWindow;
-    hopeless = trying_ && give_up_ > 1 && cost > give_up_ * Best(chosen_);
+    hopeless = trying_ && give_up_ > 1 && cost > give_up_ * Cost(chosen_);
   }
   ++runs_;
   if (!trying_) {
     const int candidate = NextCandidate();
     if (candidate < 0) return;  // nothing else to try
-    const bool untried = Best(candidate) == std::numeric_limits<double>::infinity();
+    const bool untried = Cost(candidate) == std::numeric_limits<double>::infinity();
     if (runs_ >= (untried ? trial_ : wait_)) {
       // A fresh trial: what the way cost before may no longer hold.
       std::fill(std::begin(cost_[candidate]), std::end(cost_[candidate]), 0.0);
@@ -69,7 +75,7 @@ void Tuner::Record(int way, int64_t ns, size_t bytes) {
       trying_ = true;
       first_trial_ = untried;
       runs_ = 0;
-      skip_ = true;
+      skip_ = warmup_;
     }
   } else if (runs_ >= trial_ || hopeless) {
     EndTrial();
@@ -79,8 +85,8 @@ void Tuner::Record(int way, int64_t ns, size_t bytes) {
 void Tuner::EndTrial() {
   trying_ = false;
   runs_ = 0;
-  skip_ = true;
-  if (!failed_[candidate_] && Best(candidate_) < Best(chosen_)) {
+  skip_ = warmup_;
+  if (!failed_[candidate_] && Cost(candidate_) < Cost(chosen_)) {
     chosen_ = candidate_;
     wait_ = period_;
   } else if (!first_trial_) {

@@ -98,7 +98,7 @@ TEST(TunerTest, TrialsThatChangeNothingComeLessOften) {
 }
 
 // With give_up, a trial ends at its first counted run that costs more than give_up times
-// the chosen way's best; a closer one runs its length.
+// the chosen way's cost; a closer one runs its length.
 TEST(TunerTest, HopelessTrialsEndEarly) {
   constexpr int kPeriod = 10, kTrial = 4;
   Tuner tuner(kPeriod, kTrial, kPeriod, /*give_up=*/1.5);
@@ -175,6 +175,36 @@ TEST(TunerTest, AWayThatFailedIsLeftAlone) {
   EXPECT_EQ(two.next(), 0);
   two.Fail(1);  // not the way asked: nothing
   EXPECT_EQ(two.next(), 0);
+}
+
+// A way's cost is the middle of its last runs (the lower middle one of an even count): one
+// lucky run does not make a way look cheaper than it is, nor one unlucky run dearer.
+TEST(TunerTest, AWaysCostIsTheMiddleOfItsLastRuns) {
+  constexpr int kPeriod = 10, kTrial = 4;
+  Tuner tuner(kPeriod, kTrial);
+  tuner.Record(0, 500, 1000);                                    // one lucky run: 0.5
+  for (int i = 1; i < kTrial; ++i) tuner.Record(0, 3000, 1000);  // then 3 ns per byte
+  ASSERT_EQ(tuner.next(), 1);
+  tuner.Record(1, 1, 1000);     // the trial's first: skipped
+  tuner.Record(1, 9000, 1000);  // one unlucky run: 9
+  tuner.Record(1, 2000, 1000);
+  tuner.Record(1, 2000, 1000);  // then 2: cheaper than the first way's 3
+  EXPECT_EQ(tuner.next(), 1);
+}
+
+// With `warmup`, that many runs after each change are not counted, and a trial runs at
+// least one run past them (here 3 runs, though 2 were asked for).
+TEST(TunerTest, RunsInTheWarmupAreNotCounted) {
+  constexpr int kPeriod = 10, kWarmup = 2;
+  Tuner tuner(kPeriod, /*trial=*/2, /*max_period=*/0, /*give_up=*/0, /*ways=*/2, kWarmup);
+  for (int i = 0; i < kWarmup + 1; ++i) tuner.Record(0, 2000, 1000);  // 2 ns per byte
+  ASSERT_EQ(tuner.next(), 1);
+  for (int i = 0; i < kWarmup; ++i) {
+    tuner.Record(1, 1, 1000);  // would win, but still paying for the change
+    ASSERT_EQ(tuner.next(), 1);
+  }
+  tuner.Record(1, 3000, 1000);  // 3: dearer
+  EXPECT_EQ(tuner.next(), 0);
 }
 
 }  // namespace
