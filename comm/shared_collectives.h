@@ -376,6 +376,7 @@ class SharedCollectives {
   bool writes_ = false;        // AllreduceDirect may run (EnableDirectReads)
   std::vector<int64_t> pids_;  // each rank's process, for the direct ops (EnableDirectReads)
   std::vector<char> scratch_;  // AllreduceDirect's blocks of the others' inputs
+  bool backward_ = false;      // AllreduceDirect's next op takes its blocks last to first
 };
 
 // Copies `bytes` from address `from` of process `pid` to `to` in this one, with
