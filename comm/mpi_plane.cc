@@ -483,6 +483,8 @@ class MpiPlane : public HostPlane {
   bool Tuned(const Request& r) const;
   // The tuner of ops of `bytes`, in place or not (kTunedSizes of each).
   Tuner& TunerFor(bool in_place, size_t bytes);
+  // Rank 0: gives the tuner last_timed_'s span where every rank's times are there.
+  void RecordLastTimed();
   // Whether allreduces and broadcasts through shared memory take any size by default
   // (UseSharedMemory).
   bool AnySize() const { return ctx_.size == 2 || ctx_.oversubscribed; }
@@ -588,9 +590,11 @@ class MpiPlane : public HostPlane {
   std::vector<Tuner> way_tuners_;
   // The allreduces run a way rank 0 picked, counted alike on every rank (RunAllreduce).
   uint64_t tuned_ops_ = 0;
-  // On rank 0, the last of them, whose span its tuner takes once the next one has run.
+  // On rank 0, the last of them whose span its tuner has not taken yet: at the next one's
+  // pick where every rank's times are there by then, else once that one has run
+  // (RecordLastTimed).
   struct TimedOp {
-    uint64_t op;
+    uint64_t op, tag;
     bool in_place;
     size_t bytes;
     int way;
@@ -896,7 +900,20 @@ Tuner& MpiPlane::TunerFor(bool in_place, size_t bytes) {
 
 int MpiPlane::Preference(const Request& r) {
   if (!Tuned(r)) return -1;
-  return ctx_.rank == 0 ? TunerFor(r.desc.in_place, r.in.nbytes()).next() : 0;
+  if (ctx_.rank != 0) return 0;
+  // The last tuned op's span, where every rank's times are there already (the usual case:
+  // they publish them as they leave it), so that this pick follows from it.
+  RecordLastTimed();
+  return TunerFor(r.desc.in_place, r.in.nbytes()).next();
+}
+
+void MpiPlane::RecordLastTimed() {
+  if (!last_timed_.has_value()) return;
+  const int64_t span = shared_->OpSpan(last_timed_->op, last_timed_->tag);
+  if (span <= 0) return;  // a rank's times are not there yet
+  TunerFor(last_timed_->in_place, last_timed_->bytes)
+      .Record(last_timed_->way, span, last_timed_->bytes);
+  last_timed_.reset();
 }
 
 Staged MpiPlane::Stage(Request& r, bool tuned) {
@@ -967,26 +984,25 @@ Staged MpiPlane::Stage(Request& r, bool tuned) {
 
 Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
   // The ops rank 0 picked a way for (Preference): every rank times them, and rank 0's tuner
-  // takes each one's span over the ranks once the next has run (SharedCollectives::OpSpan).
+  // takes each one's span over the ranks (SharedCollectives::OpSpan) at the next one's pick
+  // or end.
   if (group.size() != 1 || response.tuned_way < 0 || !shared_.has_value()) {
     return AllreduceOnce(group, response);
   }
   const uint64_t op = tuned_ops_++;
   const int64_t start = SharedCollectives::NowNanos();
   Status done = AllreduceOnce(group, response);
-  if (done.ok()) shared_->PublishOpTimes(op, start, SharedCollectives::NowNanos());
+  const auto tag = static_cast<uint64_t>(group[0]->turn);
+  if (done.ok()) shared_->PublishOpTimes(op, tag, start, SharedCollectives::NowNanos());
   if (ctx_.rank != 0) return done;
-  if (last_timed_.has_value() && last_timed_->op + 1 == op && done.ok()) {
-    const int64_t span = shared_->OpSpan(last_timed_->op);
-    if (span > 0) {
-      TunerFor(last_timed_->in_place, last_timed_->bytes)
-          .Record(last_timed_->way, span, last_timed_->bytes);
-    }
-  }
+  // The op before, where its span was not there yet when this one was picked. Every rank
+  // published it before it joined this op, and none can have run the next one with the
+  // same slots without rank 0.
+  if (done.ok()) RecordLastTimed();
   last_timed_.reset();
   const size_t bytes = group[0]->in.nbytes();
   if (done.ok()) {
-    last_timed_ = TimedOp{op, group[0]->desc.in_place, bytes, response.tuned_way};
+    last_timed_ = TimedOp{op, tag, group[0]->desc.in_place, bytes, response.tuned_way};
   } else {
     // It failed on every rank alike (AllreduceDirect).
     TunerFor(group[0]->desc.in_place, bytes).Fail(response.tuned_way);

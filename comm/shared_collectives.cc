@@ -172,24 +172,25 @@ std::atomic<uint64_t>* SharedCollectives::post(int rank) const {
   return reinterpret_cast<Counter*>(memory_ + static_cast<size_t>(rank) * kCounterBytes + 64);
 }
 
-void SharedCollectives::PublishOpTimes(uint64_t op, int64_t start_ns, int64_t end_ns) {
+void SharedCollectives::PublishOpTimes(uint64_t op, uint64_t tag, int64_t start_ns,
+                                       int64_t end_ns) {
   std::atomic<uint64_t>* words = op_times(rank_, op);
   words[0].store(0, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   words[1].store(static_cast<uint64_t>(start_ns), std::memory_order_relaxed);
   words[2].store(static_cast<uint64_t>(end_ns), std::memory_order_relaxed);
-  words[0].store(op + 1, std::memory_order_release);
+  words[0].store(tag + 1, std::memory_order_release);
 }
 
-int64_t SharedCollectives::OpSpan(uint64_t op) const {
+int64_t SharedCollectives::OpSpan(uint64_t op, uint64_t tag) const {
   int64_t first = 0, last = 0;
   for (int r = 0; r < size_; ++r) {
     const std::atomic<uint64_t>* words = op_times(r, op);
-    if (words[0].load(std::memory_order_acquire) != op + 1) return 0;
+    if (words[0].load(std::memory_order_acquire) != tag + 1) return 0;
     const auto start = static_cast<int64_t>(words[1].load(std::memory_order_relaxed));
     const auto end = static_cast<int64_t>(words[2].load(std::memory_order_relaxed));
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (words[0].load(std::memory_order_relaxed) != op + 1) return 0;  // rewritten meanwhile
+    if (words[0].load(std::memory_order_relaxed) != tag + 1) return 0;  // rewritten meanwhile
     first = r == 0 ? start : std::min(first, start);
     last = r == 0 ? end : std::max(last, end);
   }

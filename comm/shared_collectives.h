@@ -61,8 +61,9 @@
 // that never arrives leaves the others waiting as MPI would, inside the op's transfers,
 // where the engine's watchdog ends the job after WEFT_STALL_TIMEOUT_SECONDS. Small copies
 // into the areas go with plain or non-temporal stores, as rank 0's Tuner finds faster
-// from the time its rounds take (the only clock read here). Code over a block of memory (a
-// segment the ranks map, or a test's buffer). Internal to comm/.
+// from the time its rounds take; the ops whose way rank 0 picks by timing leave their times
+// here for it (PublishOpTimes). Code over a block of memory (a segment the ranks map, or a
+// test's buffer). Internal to comm/.
 #ifndef WEFT_COMM_SHARED_COLLECTIVES_H_
 #define WEFT_COMM_SHARED_COLLECTIVES_H_
 
@@ -229,15 +230,16 @@ class SharedCollectives {
                         const std::vector<int>& from, const std::vector<char*>& into,
                         const std::function<void(int64_t since)>& idle, bool staged = false);
   // The span of a collective that every rank runs in turn (the allreduces whose way rank 0
-  // picks by timing, counted alike on every rank): each rank publishes when it started and
-  // ended its op number `op` (steady_clock nanoseconds, one clock for the whole machine);
-  // OpSpan(op) is then the time from the first rank's start to the last one's end, or 0
-  // where a rank's times for `op` are not there. Two ops' times are kept (by the op's
-  // parity): a rank that has run op + 1 with the others, which every rank starts only
-  // after publishing op's times, finds op's times from every rank, and none of op + 2's.
-  // One rank's own view of an op leaves out what the others still do when it is done, and
-  // the ways differ in that.
-  void PublishOpTimes(uint64_t op, int64_t start_ns, int64_t end_ns);
+  // picks by timing): each rank publishes when it started and ended it (steady_clock
+  // nanoseconds, one clock for the whole machine) under `op`, the op's number among those
+  // (which picks one of two slots, by parity), and `tag`, a number every rank knows the op
+  // by (its turn); OpSpan(op, tag) is then the time from the first rank's start to the last
+  // one's end, or 0 where a rank's slot does not hold that op. A rank that has run op + 1
+  // with the others, which every rank starts only after publishing op's times, finds op's
+  // times from every rank, and none of op + 2's. One rank's own view of an op leaves out
+  // what the others still do when it is done, and the ways differ in that.
+  void PublishOpTimes(uint64_t op, uint64_t tag, int64_t start_ns, int64_t end_ns);
+  int64_t OpSpan(uint64_t op, uint64_t tag) const;
   static int64_t NowNanos();  // that clock
   int64_t OpSpan(uint64_t op) const;
 
@@ -315,7 +317,7 @@ class SharedCollectives {
   std::atomic<uint64_t>* post_out(int rank) const { return post(rank) + 1; }
   std::atomic<uint64_t>* post_failed(int rank) const { return post(rank) + 2; }
   // PublishOpTimes's words of a rank, on its counter's third line, which only that rank
-  // writes: for each parity, op + 1 (0: none yet), the start and the end.
+  // writes: for each parity, the tag + 1 (0: none yet), the start and the end.
   std::atomic<uint64_t>* op_times(int rank, uint64_t op) const {
     return post(rank) + 8 + 3 * (op % 2);
   }

@@ -534,15 +534,8 @@ TEST(SharedCollectivesTest, DirectReadsFailOnlyOnTheRankThatCannotRead) {
   });
 }
 
-// Direct allreduces: every rank gets the bits of the sum in rank order (and of the average,
-// as Divide makes it), those the areas give too, in four dtypes, for tensors of no element
-// to several blocks per slice; in place on some ranks and not on others (in place on a rank
-// past the first two, whose own term the sum would overwrite); one rank late in turn; and
-// every rank overwriting its input and output as soon as its op returns: a rank that
-// returned while another still read its input, or before another wrote its slice of the
-// sums into its output, shows as a wrong value there.
 // An op's span runs from the first rank's start to the last one's end, once every rank has
-// published its times; two ops' times are kept, by parity.
+// published its times under the op's tag; two ops' times are kept, by parity.
 TEST(SharedCollectivesTest, AnOpsSpanIsFromTheFirstStartToTheLastEnd) {
   constexpr int kSize = 3;
   Shared shared(kSize);
@@ -550,22 +543,31 @@ TEST(SharedCollectivesTest, AnOpsSpanIsFromTheFirstStartToTheLastEnd) {
   for (int r = 0; r < kSize; ++r) {
     ranks.push_back(std::make_unique<SharedCollectives>(shared.memory, kSize, r, std::nullopt));
   }
-  EXPECT_EQ(ranks[0]->OpSpan(0), 0) << "nothing published yet";
+  EXPECT_EQ(ranks[0]->OpSpan(0, 0), 0) << "nothing published yet";
+  // Op 7 (tag 70), op 8 (tag 80), op 9 (tag 90).
   const int64_t starts[kSize] = {1000, 900, 1100}, ends[kSize] = {2000, 2500, 2100};
-  for (int r = 0; r < kSize; ++r) ranks[r]->PublishOpTimes(7, starts[r], ends[r]);
-  EXPECT_EQ(ranks[0]->OpSpan(7), 1600);
-  EXPECT_EQ(ranks[2]->OpSpan(7), 1600) << "every rank reads the same";
-  for (int r = 0; r < kSize - 1; ++r) ranks[r]->PublishOpTimes(8, 3000, 3100 + r);
-  EXPECT_EQ(ranks[0]->OpSpan(8), 0) << "rank 2 has not published op 8";
-  ranks[2]->PublishOpTimes(8, 2990, 3050);
-  EXPECT_EQ(ranks[0]->OpSpan(8), 111);
-  EXPECT_EQ(ranks[0]->OpSpan(7), 1600) << "op 8 went to the other slot";
-  EXPECT_EQ(ranks[0]->OpSpan(6), 0) << "op 6's slot holds op 8";
-  ranks[1]->PublishOpTimes(9, 4000, 4100);
-  EXPECT_EQ(ranks[0]->OpSpan(7), 0) << "rank 1's op 9 took op 7's place";
-  EXPECT_EQ(ranks[0]->OpSpan(8), 111);
+  for (int r = 0; r < kSize; ++r) ranks[r]->PublishOpTimes(7, 70, starts[r], ends[r]);
+  EXPECT_EQ(ranks[0]->OpSpan(7, 70), 1600);
+  EXPECT_EQ(ranks[2]->OpSpan(7, 70), 1600) << "every rank reads the same";
+  EXPECT_EQ(ranks[0]->OpSpan(7, 71), 0) << "another op under the same number";
+  for (int r = 0; r < kSize - 1; ++r) ranks[r]->PublishOpTimes(8, 80, 3000, 3100 + r);
+  EXPECT_EQ(ranks[0]->OpSpan(8, 80), 0) << "rank 2 has not published op 8";
+  ranks[2]->PublishOpTimes(8, 80, 2990, 3050);
+  EXPECT_EQ(ranks[0]->OpSpan(8, 80), 111);
+  EXPECT_EQ(ranks[0]->OpSpan(7, 70), 1600) << "op 8 went to the other slot";
+  ranks[1]->PublishOpTimes(9, 90, 4000, 4100);
+  EXPECT_EQ(ranks[0]->OpSpan(7, 70), 0) << "rank 1's op 9 took op 7's place";
+  EXPECT_EQ(ranks[0]->OpSpan(9, 90), 0) << "ranks 0 and 2 have not published op 9";
+  EXPECT_EQ(ranks[0]->OpSpan(8, 80), 111);
 }
 
+// Direct allreduces: every rank gets the bits of the sum in rank order (and of the average,
+// as Divide makes it), those the areas give too, in four dtypes, for tensors of no element
+// to several blocks per slice; in place on some ranks and not on others (in place on a rank
+// past the first two, whose own term the sum would overwrite); one rank late in turn; and
+// every rank overwriting its input and output as soon as its op returns: a rank that
+// returned while another still read its input, or before another wrote its slice of the
+// sums into its output, shows as a wrong value there.
 TEST(SharedCollectivesTest, AllreduceDirectGivesTheRankOrderSum) {
   const DType dtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt64};
   const size_t counts[] = {0, 1, 17, 1000, 300007};

@@ -76,8 +76,8 @@ TEST(NoWriteAccess, AllgathersReadAndAllreducesGoAnotherWay) {
   auto gathered = allgather(part.view(), arena.allocator(), "gather");
   ASSERT_TRUE(gathered.ok()) << gathered.status();
   // Lone ops of sizes the direct way would take, 20 of each size and placement: on 2 ranks
-  // its tuner would try the direct way from the 13th on (after 4 through shared memory, 4
-  // of MPI's and 4 of the way kept).
+  // its tuner would try the direct way from the 14th to the 16th on (after 5 through shared
+  // memory, 3 to 5 of MPI's and 5 of the way kept).
   for (int64_t count : {int64_t{1} << 14, int64_t{1} << 20}) {  // 64 KiB, 4 MiB
     for (int k = 0; k < 40; ++k) {
       const bool in_place = k % 2 == 0, average = k % 3 == 0;
@@ -121,7 +121,7 @@ TEST(NoWriteAccess, AllgathersReadAndAllreducesGoAnotherWay) {
   const bool own_cpus = testing::RanksHaveACpuEach(n);
   if (n == 2 && own_cpus) {
     // Tuned from 1 MiB only, between shared memory and MPI's (a trial of MPI's for each
-    // placement: at least its first two ops, however slow); the 64 KiB ops are not tuned
+    // placement: at least its first three ops, however slow); the 64 KiB ops are not tuned
     // and stay in shared memory.
     EXPECT_EQ(sums["MPI 'sum.16384."], 0);
     EXPECT_GE(sums["MPI 'sum.1048576."], 4);
