@@ -995,18 +995,18 @@ Status MpiPlane::RunAllreduce(Group& group, const Response& response) {
   const auto tag = static_cast<uint64_t>(group[0]->turn);
   if (done.ok()) shared_->PublishOpTimes(op, tag, start, SharedCollectives::NowNanos());
   if (ctx_.rank != 0) return done;
+  const size_t bytes = group[0]->in.nbytes();
+  if (!done.ok()) {
+    last_timed_.reset();
+    // It failed on every rank alike (AllreduceDirect).
+    TunerFor(group[0]->desc.in_place, bytes).Fail(response.tuned_way);
+    return done;
+  }
   // The op before, where its span was not there yet when this one was picked. Every rank
   // published it before it joined this op, and none can have run the next one with the
   // same slots without rank 0.
-  if (done.ok()) RecordLastTimed();
-  last_timed_.reset();
-  const size_t bytes = group[0]->in.nbytes();
-  if (done.ok()) {
-    last_timed_ = TimedOp{op, tag, group[0]->desc.in_place, bytes, response.tuned_way};
-  } else {
-    // It failed on every rank alike (AllreduceDirect).
-    TunerFor(group[0]->desc.in_place, bytes).Fail(response.tuned_way);
-  }
+  RecordLastTimed();
+  last_timed_ = TimedOp{op, tag, group[0]->desc.in_place, bytes, response.tuned_way};
   return done;
 }
 

@@ -241,7 +241,6 @@ class SharedCollectives {
   void PublishOpTimes(uint64_t op, uint64_t tag, int64_t start_ns, int64_t end_ns);
   int64_t OpSpan(uint64_t op, uint64_t tag) const;
   static int64_t NowNanos();  // that clock
-  int64_t OpSpan(uint64_t op) const;
 
  private:
   char* input(int rank) const;

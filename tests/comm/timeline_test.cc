@@ -179,7 +179,7 @@ TEST(Timeline, TunedAllreducesTryEveryWayAndGiveTheSameBits) {
   // other's memory where they can (read it and write it): every case and the mixed ops.
   const bool direct = direct_reads && testing::CanWriteProcessMemory();
   const int direct_cases = !own_cpus && direct ? 4 : 0;
-  // The tuned ops through shared memory include the first four of each size; with the
+  // The tuned ops through shared memory include the first five of each size; with the
   // tuning off, or in place on some ranks only, every other op goes that way (where the
   // ranks share CPUs, every op the direct access does not take).
   EXPECT_EQ(transfers["MPI_ALLREDUCE 'untuned."], 0);
