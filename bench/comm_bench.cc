@@ -581,7 +581,8 @@ void BenchAllgather(Buffers& b) {
 
 // The raw neighbor exchange: receive from `recv`, send to `send`, then the weighted sum with
 // the kernel weft's combine step uses (comm/reduce.h), so that the two columns differ by
-// what weft adds around the exchange, not by the arithmetic.
+// what weft adds around the exchange, not by the arithmetic. `out` may be `in` (the sum
+// overwrites it only once every send is done).
 void RawNeighborAllreduce(const float* in, float* out, size_t count, const std::vector<int>& send,
                           const std::vector<int>& recv, double self_weight,
                           const std::vector<double>& recv_weights, std::vector<FloatBuffer>& bufs,
@@ -786,13 +787,14 @@ void BenchHierarchical(Buffers& b) {
                "MPI_Allreduce (machine)");
       if (local_rank == 0) {
         // The machine ranks of the cross communicator are weft's machine ranks (both
-        // order machines by their lowest rank).
-        const std::vector<float> sum(out, out + count);
-        RawNeighborAllreduce(sum.data(), out, count, out_m, in_m, w, weights, b.recv, cross);
+        // order machines by their lowest rank). The machine's sum is combined in place, as
+        // weft combines it, with the same kernel.
+        RawNeighborAllreduce(out, out, count, out_m, in_m, w, weights, b.recv, cross);
       }
       CheckMpi(MPI_Bcast(out, static_cast<int>(count), MPI_FLOAT, 0, local), "MPI_Bcast");
-      const float l = static_cast<float>(local_size);
-      for (size_t i = 0; i < count; ++i) out[i] /= l;
+      if (local_size > 1) {
+        weft::comm::Divide(out, weft::DType::kFloat32, count, static_cast<double>(local_size));
+      }
     };
     c.poison = [=] { std::fill(out, out + count, kPoison); };
     c.check = [=](const std::string& what) {
