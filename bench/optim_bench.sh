@@ -2,15 +2,16 @@
 # The distributed optimizers on the demo model (examples/train.cc), same run, 2 and 4
 # ranks: the time per step end to end and inside step() of every optimizer against local
 # SGD (no communication) and gradient allreduce, what communication costs each end to end,
-# and how much of it the overlap hides; then the accuracy AWC and gradient allreduce reach
-# on the demo task, with their training times.
+# and how much of it the overlap hides; then the accuracy every optimizer reaches on the
+# demo task, with its training time.
 #
 #   bench/optim_bench.sh [rank counts...]      (default: 2 4)
 #
 # Speed runs use a wide MLP (--hidden, default 1536: 2.4 M parameters) for --steps steps
 # per epoch over --epochs epochs. Per optimizer:
-#   e2e_ms    training time per step end to end (forward, backward, step; rank 0's clock,
-#             evaluations left out), all epochs
+#   e2e_ms    a training step's wall time end to end (forward, backward, step) in the
+#             steady state: train's steady_step_ms (rank 0's clock; after the first 12
+#             steps, the median over windows of 12 steps of their mean)
 #   comm_ms   = e2e_ms - e2e_ms(local SGD)              what communication costs end to end
 #   e2e_vs_GA = comm_ms / comm_ms(gradient allreduce)
 #   step_ms   time inside step() per step (waiting for communication, combining, the
@@ -26,15 +27,19 @@
 # all of them alike; the differences above are taken between those medians. ATC does its
 # local updates in the gradient hooks, outside step(), so its step_ms lacks them (its
 # e2e_ms does not). Run it on an otherwise idle machine: the numbers are differences of
-# timings. Environment: OPTIM_BENCH_RUNS, OPTIM_BENCH_HIDDEN, OPTIM_BENCH_STEPS,
-# OPTIM_BENCH_EPOCHS.
+# timings. The accuracy table trains the default demo model (8 epochs) on 4 ranks with
+# every optimizer, OPTIM_BENCH_RUNS runs each taking turns: the accuracy's range over the
+# runs (each rank's model on the common test set, averaged over the ranks), the last run's
+# loss and consensus distance, the median training time and its ratio to gradient
+# allreduce's.
+# Environment: OPTIM_BENCH_RUNS, OPTIM_BENCH_HIDDEN, OPTIM_BENCH_STEPS, OPTIM_BENCH_EPOCHS.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 ranks=("$@")
 [ ${#ranks[@]} -gt 0 ] || ranks=(2 4)
 hidden=${OPTIM_BENCH_HIDDEN:-1536}
-steps=${OPTIM_BENCH_STEPS:-25}
+steps=${OPTIM_BENCH_STEPS:-60}
 epochs=${OPTIM_BENCH_EPOCHS:-2}
 runs=${OPTIM_BENCH_RUNS:-3}
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "OPTIM_BENCH_RUNS must be a positive count" >&2; exit 2; }
@@ -84,8 +89,7 @@ for n in "${ranks[@]}"; do
       common=(--hidden "$hidden" --steps "$steps" --epochs "$epochs")
       # shellcheck disable=SC2086
       r=$(run "$n" $args "${common[@]}")
-      e2e_runs[$label]+=" $(awk -v t="$(field "$r" train_s)" -v s="$(field "$r" steps)" \
-        'BEGIN { printf "%.2f", 1000 * t / s }')"
+      e2e_runs[$label]+=" $(field "$r" steady_step_ms)"
       ms_runs[$label]+=" $(field "$r" step_ms)"
       [ "$label" = local ] && continue
       # shellcheck disable=SC2086
@@ -135,10 +139,34 @@ for n in "${ranks[@]}"; do
 done
 
 echo
-echo "### accuracy on the demo task (default model, 8 epochs), 4 ranks"
-for o in awc gradient_allreduce; do
-  r=$(run 4 --optimizer "$o")
-  echo "$o: accuracy $(field "$r" accuracy), loss $(field "$r" loss)," \
-    "consensus $(field "$r" consensus), training $(field "$r" train_s) s" \
-    "($(field "$r" steps) steps)"
+echo "### accuracy on the demo task (default model, 8 epochs), 4 ranks, $runs runs each"
+declare -A acc_runs=() time_runs=() last=()
+for (( k = 1; k <= runs; k++ )); do
+  for c in "${configs[@]}"; do
+    label=${c%%|*}
+    # shellcheck disable=SC2086
+    r=$(run 4 ${c#*|})
+    acc_runs[$label]+=" $(field "$r" accuracy)"
+    time_runs[$label]+=" $(field "$r" train_s)"
+    last[$label]="$(field "$r" loss) $(field "$r" consensus) $(field "$r" steps)"
+  done
+done
+printf '%-20s %15s %8s %11s %7s %9s %7s\n' optimizer accuracy loss consensus steps train_s vs_GA
+ga_time=
+for c in "${configs[@]}"; do
+  label=${c%%|*}
+  # shellcheck disable=SC2086
+  t=$(median ${time_runs[$label]})
+  [ "$label" = gradient_allreduce ] && ga_time=$t
+done
+for c in "${configs[@]}"; do
+  label=${c%%|*}
+  # shellcheck disable=SC2086
+  t=$(median ${time_runs[$label]})
+  # shellcheck disable=SC2086
+  acc=$(printf '%s\n' ${acc_runs[$label]} | sort -g |
+    awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.4f-%.4f", lo, hi }')
+  read -r loss consensus nsteps <<<"${last[$label]}"
+  printf '%-20s %15s %8s %11s %7s %9s %7s\n' "$label" "$acc" "$loss" "$consensus" "$nsteps" "$t" \
+    "$(ratio "$t" "$ga_time")"
 done
