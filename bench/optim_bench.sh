@@ -43,6 +43,11 @@ steps=${OPTIM_BENCH_STEPS:-60}
 epochs=${OPTIM_BENCH_EPOCHS:-2}
 runs=${OPTIM_BENCH_RUNS:-3}
 [[ $runs =~ ^[1-9][0-9]*$ ]] || { echo "OPTIM_BENCH_RUNS must be a positive count" >&2; exit 2; }
+if (( steps * epochs < 48 )); then
+  # steady_step_ms needs 12 start-up steps and 3 windows of 12; below, it is the mean.
+  echo "optim_bench: $epochs x $steps steps are too few for the steady state (48);" \
+    "e2e_ms is then the mean over all steps, start-up included" >&2
+fi
 
 "${BAZEL:-bazel}" build -c opt //examples:train >&2
 binary=$("${BAZEL:-bazel}" info -c opt bazel-bin 2>/dev/null)/examples/train
@@ -157,7 +162,7 @@ for c in "${configs[@]}"; do
   label=${c%%|*}
   # shellcheck disable=SC2086
   t=$(median ${time_runs[$label]})
-  [ "$label" = gradient_allreduce ] && ga_time=$t
+  if [ "$label" = gradient_allreduce ]; then ga_time=$t; fi
 done
 for c in "${configs[@]}"; do
   label=${c%%|*}

@@ -277,7 +277,7 @@ int Run(const Flags& f) {
   double accuracy = 0, loss_avg = 0, distance = 0, rate = 0, step_seconds = 0;
   double train_seconds = 0;
   int64_t total_steps = 0;
-  std::vector<double> step_walls;  // each step's wall time, rank 0's clock (SteadyStepMs)
+  std::vector<double> step_walls;  // each step's wall time (SteadyStepSeconds; rank 0 reports)
   // Test accuracy averaged over ranks (each rank's own model on the common test set).
   // Called between steps, when no communication is in flight.
   double average_accuracy = 0;
