@@ -792,9 +792,7 @@ void BenchHierarchical(Buffers& b) {
         RawNeighborAllreduce(out, out, count, out_m, in_m, w, weights, b.recv, cross);
       }
       CheckMpi(MPI_Bcast(out, static_cast<int>(count), MPI_FLOAT, 0, local), "MPI_Bcast");
-      if (local_size > 1) {
-        weft::comm::Divide(out, weft::DType::kFloat32, count, static_cast<double>(local_size));
-      }
+      weft::comm::Divide(out, weft::DType::kFloat32, count, static_cast<double>(local_size));
     };
     c.poison = [=] { std::fill(out, out + count, kPoison); };
     c.check = [=](const std::string& what) {
