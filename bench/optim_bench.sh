@@ -70,7 +70,13 @@ median() {
   printf '%s\n' "$@" | sort -g |
     awk '{ v[NR] = $1 } END { printf "%.2f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
-span() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.1f-%.1f", lo, hi }'; }
+# span [-d DIGITS] NUMBERS...: lowest-highest, with DIGITS decimals (default 1).
+span() {
+  local digits=1
+  if [ "$1" = -d ]; then digits=$2; shift 2; fi
+  printf '%s\n' "$@" | sort -g |
+    awk -v d="$digits" 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.*f-%.*f", d, lo, d, hi }'
+}
 
 configs=(
   "local|--optimizer local"
@@ -157,20 +163,14 @@ for (( k = 1; k <= runs; k++ )); do
   done
 done
 printf '%-20s %15s %8s %11s %7s %9s %7s\n' optimizer accuracy loss consensus steps train_s vs_GA
-ga_time=
-for c in "${configs[@]}"; do
-  label=${c%%|*}
-  # shellcheck disable=SC2086
-  t=$(median ${time_runs[$label]})
-  if [ "$label" = gradient_allreduce ]; then ga_time=$t; fi
-done
+# shellcheck disable=SC2086
+ga_time=$(median ${time_runs[gradient_allreduce]})
 for c in "${configs[@]}"; do
   label=${c%%|*}
   # shellcheck disable=SC2086
   t=$(median ${time_runs[$label]})
   # shellcheck disable=SC2086
-  acc=$(printf '%s\n' ${acc_runs[$label]} | sort -g |
-    awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.4f-%.4f", lo, hi }')
+  acc=$(span -d 4 ${acc_runs[$label]})
   read -r loss consensus nsteps <<<"${last[$label]}"
   printf '%-20s %15s %8s %11s %7s %9s %7s\n' "$label" "$acc" "$loss" "$consensus" "$nsteps" "$t" \
     "$(ratio "$t" "$ga_time")"
